@@ -1,0 +1,37 @@
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-slow opinfo-full coverage bench clean
+
+# torch goes in first and alone: pip then takes the local CPU wheel, and nothing later can pull a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+opinfo-full: $(STAMP)
+	XLADEV_OPINFO_FULL=1 $(PY) -m pytest -q -m slow tests/runtime/test_opinfo.py
+
+coverage: $(STAMP)
+	$(PY) -m xladev.cli.main coverage
+
+bench: $(STAMP)
+	$(PY) tools/bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

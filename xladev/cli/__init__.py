@@ -1,0 +1,1 @@
+"""Command-line entry points. Each command is its own module with `add_parser` and `run`."""
