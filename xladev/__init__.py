@@ -1,0 +1,33 @@
+"""xladev: a lazy XLA device for PyTorch, and the debugging and profiling toolkit around it.
+
+    import xladev
+    device = xladev.device()
+    model = model.to(device)
+    ...
+    loss.backward(); optimizer.step(); xladev.mark_step()
+"""
+
+from xladev._flags import ConfigError, config
+from xladev.runtime.device import register as _register
+
+_register()
+
+from xladev.runtime.device import device, device_count, devices  # noqa: E402
+from xladev.runtime.executor import XlaCompileError  # noqa: E402
+from xladev.runtime.training import (  # noqa: E402
+    DeviceLoader,
+    add_step_closure,
+    initialize_cache,
+    manual_seed,
+    mark_step,
+    optimizer_step,
+    sync,
+    wait_device_ops,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError", "DeviceLoader", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
+    "devices", "initialize_cache", "manual_seed", "mark_step", "optimizer_step", "sync", "wait_device_ops",
+]

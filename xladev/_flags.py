@@ -1,0 +1,211 @@
+"""One registry for every setting: environment variable, API and context-manager override.
+
+In the manner of jax's config: each flag is declared once with its environment variable, type,
+default and help. Values are read from the environment at import, validated, and can be overridden
+with `xladev.config.update(name, value)` or, scoped, `with xladev.config.override(name=value): ...`.
+A malformed environment value raises `ConfigError` naming the variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from typing import Any, Callable, Iterator
+
+_TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
+_FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}
+
+
+class ConfigError(ValueError):
+    """A setting (usually an environment variable) has a value xladev cannot use."""
+
+
+def _parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false, yes/no, on/off), got {text!r}")
+
+
+def _parse_int(text: str) -> int:
+    word = text.strip()
+    lowered = word.lower()
+    # A truthy word is accepted where a level is expected: PT_XLA_DEBUG=true means level 1.
+    if lowered in _TRUE_WORDS - {"1"}:
+        return 1
+    if lowered in _FALSE_WORDS - {"0", ""}:
+        return 0
+    try:
+        return int(word)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """Declaration of one setting.
+
+    Attributes:
+      name: the API name (`debug_level`).
+      env: the environment variable (`PT_XLA_DEBUG_LEVEL`), or None for API-only flags.
+      parse: turns the environment text into a value; raises ValueError with a reason.
+      default: the value when the variable is unset.
+      help: one line for the reference docs.
+      choices: allowed values, if the set is closed.
+    """
+
+    name: str
+    env: str | None
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    choices: tuple | None = None
+
+
+class Config:
+    """The flag registry. Read values as attributes: `config.debug_level`."""
+
+    def __init__(self) -> None:
+        self._flags: dict[str, Flag] = {}
+        self._values: dict[str, Any] = {}
+        self._local = threading.local()
+        self._listeners: list[Callable[[str, Any], None]] = []
+
+    def define(self, flag: Flag) -> None:
+        self._flags[flag.name] = flag
+        self._values[flag.name] = self._from_env(flag)
+
+    def _from_env(self, flag: Flag) -> Any:
+        raw = os.environ.get(flag.env) if flag.env else None
+        if raw is None:
+            return flag.default
+        try:
+            value = flag.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{flag.env}={raw!r} is not valid: {exc}. ({flag.help})") from None
+        self._check_choice(flag, value, f"{flag.env}={raw!r}")
+        return value
+
+    @staticmethod
+    def _check_choice(flag: Flag, value: Any, shown: str) -> None:
+        if flag.choices is not None and value not in flag.choices:
+            allowed = ", ".join(str(c) for c in flag.choices)
+            raise ConfigError(f"{shown} is not valid: expected one of {allowed}. ({flag.help})")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        overrides = getattr(self._local, "stack", None)
+        if overrides:
+            for layer in reversed(overrides):
+                if name in layer:
+                    return layer[name]
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"xladev has no setting {name!r}") from None
+
+    def flag(self, name: str) -> Flag:
+        return self._flags[name]
+
+    def flags(self) -> list[Flag]:
+        return list(self._flags.values())
+
+    def update(self, name: str, value: Any) -> None:
+        """Sets a flag for the rest of the process.
+
+        Args:
+          name: the flag's API name.
+          value: the new value (already typed, not text).
+
+        Raises:
+          ConfigError: unknown flag, or a value outside the flag's choices.
+        """
+        if name not in self._flags:
+            raise ConfigError(f"xladev has no setting {name!r}")
+        self._check_choice(self._flags[name], value, f"{name}={value!r}")
+        self._values[name] = value
+        for listener in self._listeners:
+            listener(name, value)
+
+    @contextlib.contextmanager
+    def override(self, **values: Any) -> Iterator[None]:
+        """Overrides flags in this thread for the duration of the block."""
+        for name, value in values.items():
+            if name not in self._flags:
+                raise ConfigError(f"xladev has no setting {name!r}")
+            self._check_choice(self._flags[name], value, f"{name}={value!r}")
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append(values)
+        try:
+            yield
+        finally:
+            stack.pop()
+
+    def reload_from_env(self) -> None:
+        """Re-reads every flag from the environment (tests and child processes use this)."""
+        for flag in self._flags.values():
+            self._values[flag.name] = self._from_env(flag)
+
+    def on_update(self, listener: Callable[[str, Any], None]) -> None:
+        self._listeners.append(listener)
+
+
+def _parse_upper(text: str) -> str:
+    return text.strip().upper()
+
+
+def _parse_percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(":") if part.strip())
+    except ValueError:
+        raise ValueError(f"expected numbers separated by ':', got {text!r}") from None
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError("each percentile must be between 0 and 1")
+    return values
+
+
+def _parse_positive_int(text: str) -> int:
+    value = _parse_int(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+config = Config()
+
+_DEFINITIONS = [
+    Flag("pjrt_device", "PJRT_DEVICE", _parse_upper, "CPU", "backend for the xla device: CPU or CUDA",
+         choices=("CPU", "CUDA", "GPU")),
+    Flag("debug", "PT_XLA_DEBUG", _parse_bool, False, "turn on every debug output (as level 2)"),
+    Flag("debug_level", "PT_XLA_DEBUG_LEVEL", _parse_int, 0,
+         "0 off, 1 compile analysis, 2 adds execution analysis", choices=(0, 1, 2)),
+    Flag("debug_file", "PT_XLA_DEBUG_FILE", _parse_str, "", "append debug analysis to this file instead of stderr"),
+    Flag("debug_max_frame", "PT_XLA_DEBUG_MAX_FRAME", _parse_positive_int, 8, "most Python frames shown per block"),
+    Flag("metrics_file", "XLA_METRICS_FILE", _parse_str, "", "append the metrics report per step (path, STDOUT or STDERR)"),
+    Flag("metrics_samples", "XLA_METRICS_SAMPLES", _parse_positive_int, 1024, "samples kept per metric"),
+    Flag("metrics_percentiles", "XLA_METRICS_PERCENTILES", _parse_percentiles,
+         (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99), "percentiles in the metrics report, ':'-separated"),
+    Flag("save_tensors_file", "XLA_SAVE_TENSORS_FILE", _parse_str, "", "append each synced graph to this file"),
+    Flag("save_tensors_fmt", "XLA_SAVE_TENSORS_FMT", lambda s: s.strip().lower(), "text",
+         "graph dump format", choices=("text", "dot", "hlo", "stablehlo")),
+    Flag("ir_debug", "XLA_IR_DEBUG", _parse_bool, False, "record the user source line of each IR node"),
+    Flag("hlo_debug", "XLA_HLO_DEBUG", _parse_bool, False, "carry source lines into HLO metadata"),
+    Flag("save_hlo_file", "XLA_SAVE_HLO_FILE", _parse_str, "", "where the HLO of a failing graph is saved"),
+    Flag("eager_debug_mode", "XLA_USE_EAGER_DEBUG_MODE", _parse_bool, False, "run every op as soon as it is recorded"),
+    Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
+    Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),
+    Flag("compilation_cache_dir", "XLADEV_COMPILATION_CACHE", _parse_str, "", "persistent compilation cache directory"),
+]
+for _flag in _DEFINITIONS:
+    config.define(_flag)

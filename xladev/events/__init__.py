@@ -1,0 +1,29 @@
+"""Typed runtime events and the in-process bus that carries them.
+
+The runtime emits; sinks (metrics, debug analysis, dumps, event log) subscribe. The runtime never
+imports a sink. With no subscriber an `emit` costs one attribute check, and Python frames are
+captured only while some subscriber asked for them.
+"""
+
+from xladev.events._bus import Bus, bus, Subscription
+from xladev.events._types import (
+    Cause,
+    CauseKind,
+    Frame,
+    Event,
+    OpsRecorded,
+    GraphCompiled,
+    GraphExecuted,
+    TransferToDevice,
+    TransferFromDevice,
+    FallbackOp,
+    StepMarked,
+    CompileFailed,
+    DeviceDataCacheMiss,
+)
+
+__all__ = [
+    "Bus", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
+    "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed",
+    "DeviceDataCacheMiss",
+]

@@ -1,0 +1,91 @@
+"""The event bus: synchronous, in-process, thread-safe subscription."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Callable
+
+from xladev.events._types import Event
+
+Handler = Callable[[Event], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Subscription:
+    """A handle returned by `Bus.subscribe`; pass it to `Bus.unsubscribe` or use as a context manager."""
+
+    bus: "Bus"
+    handler: Handler
+    kinds: tuple[type, ...] | None
+    wants_frames: bool
+
+    def close(self) -> None:
+        self.bus.unsubscribe(self)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Bus:
+    """Delivers events to subscribers in the emitting thread.
+
+    Attributes:
+      active: True when anyone listens. The runtime checks it before building an event.
+      wants_frames: True when some subscriber asked for Python frames of barriers and transfers.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: tuple[Subscription, ...] = ()
+        self.active = False
+        self.wants_frames = False
+
+    def subscribe(self, handler: Handler, kinds: tuple[type, ...] | type | None = None,
+                  wants_frames: bool = False) -> Subscription:
+        """Adds a handler.
+
+        Args:
+          handler: called with each event, in the thread that emitted it. It must not raise;
+            an exception is reported on stderr once and the handler is kept.
+          kinds: event classes to receive; all when None.
+          wants_frames: ask the runtime to capture Python frames for barriers and transfers.
+
+        Returns:
+          The subscription handle.
+        """
+        if isinstance(kinds, type):
+            kinds = (kinds,)
+        sub = Subscription(self, handler, tuple(kinds) if kinds else None, wants_frames)
+        with self._lock:
+            self._subs = self._subs + (sub,)
+            self._refresh()
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs = tuple(s for s in self._subs if s is not sub)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self.active = bool(self._subs)
+        self.wants_frames = any(s.wants_frames for s in self._subs)
+
+    def wants(self, kind: type) -> bool:
+        """True when some subscriber would receive an event of this class."""
+        return any(s.kinds is None or issubclass(kind, s.kinds) for s in self._subs)
+
+    def emit(self, event: Event) -> None:
+        for sub in self._subs:
+            if sub.kinds is None or isinstance(event, sub.kinds):
+                try:
+                    sub.handler(event)
+                except Exception as exc:  # a sink bug must never break the training step
+                    import sys
+                    print(f"xladev: event handler {sub.handler!r} failed: {exc!r}", file=sys.stderr)
+
+
+bus = Bus()

@@ -1,0 +1,295 @@
+"""Reads PT_XLA_DEBUG output: analysis blocks, ``pt-xla-profiler:`` lines, the unlowered-op summary.
+
+The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded
+structures: every compile event up to MAX_COMPILE_EVENTS, executions aggregated by site, cause
+and graph, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
+on every step from cumulative counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+MAX_COMPILE_EVENTS = 20_000
+MAX_EXECUTION_KEYS = 50_000
+
+_ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
+_PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
+_FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
+_SLOW_RE = re.compile(r"(\w+) too slow: longest instance took (\S+?)\.(?:\s|$)")
+_NOT_LOWERED_RE = re.compile(r"Op\(s\) not lowered: (.*?)\s*Please open")
+_FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
+_SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
+_SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
+_POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
+                           r"([\d.eE+-]+|nan) GB")
+_COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
+_LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib)[/\\]")
+_STEP_CAUSE_RE = re.compile(r"mark_step|torch_xla\.sync|StepTrace|parallel loader|\bsync\b", re.IGNORECASE)
+
+POST_COMPILE_FIELDS = {"Graph input": "input_bytes", "Graph output": "output_bytes",
+                       "Aliased Input": "aliased_bytes", "Intermediate tensor": "temp_bytes",
+                       "Compiled program": "program_bytes"}
+
+
+@dataclasses.dataclass
+class GraphEvent:
+    """One Compilation or Execution Analysis block.
+
+    Attributes:
+      kind: ``compile`` or ``execute``.
+      line: line number of the block's first line.
+      cause: the printed cause (lines joined by ``; ``).
+      graph_hash: the graph hash.
+      inputs: number of graph inputs.
+      outputs: number of graph outputs.
+      frames: the Python frames as printed, innermost first.
+      site: the first frame outside torch, torch_xla, jax and xladev, as ``file:line``.
+      function: the function of that frame.
+      frames_cut: True when PT_XLA_DEBUG_MAX_FRAME cut the frame list.
+      computation_hash: the ``Computation hash:`` printed after a compile.
+      sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
+    """
+
+    kind: str
+    line: int
+    cause: str = ""
+    graph_hash: str = ""
+    inputs: int | None = None
+    outputs: int | None = None
+    frames: list[str] = dataclasses.field(default_factory=list)
+    site: str = ""
+    function: str = ""
+    frames_cut: bool = False
+    computation_hash: str = ""
+    sizes: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def user_site(frames: list[str]) -> tuple[str, str]:
+    """Picks the user's frame: the first one outside torch, torch_xla, jax and xladev.
+
+    Args:
+      frames: frames as printed, ``fn (file:line)``, innermost first.
+
+    Returns:
+      ``(file:line, function)``; the innermost frame when all are library frames; empty strings
+      when no frame parses.
+    """
+    parsed = [match for match in map(_FRAME_RE.match, frames) if match]
+    for match in parsed:
+        if not _LIBRARY_PATH_RE.search(match.group(2)):
+            return f"{match.group(2)}:{match.group(3)}", match.group(1)
+    if parsed:
+        return f"{parsed[0].group(2)}:{parsed[0].group(3)}", parsed[0].group(1)
+    return "", ""
+
+
+def is_step_cause(cause: str) -> bool:
+    """True when a cause names a step barrier (mark_step, torch_xla.sync, StepTrace, loader)."""
+    return bool(_STEP_CAUSE_RE.search(cause))
+
+
+class DebugLog:
+    """PT_XLA_DEBUG output read from one input.
+
+    Attributes:
+      compile_events: compile events in order (the first MAX_COMPILE_EVENTS).
+      compiles: all compile events seen.
+      executions: (site, cause, graph_hash) -> [count, first line, inputs, outputs].
+      execution_count: all execution events seen.
+      step_syncs: executions caused by a step barrier (an estimate of the steps).
+      profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
+        frequent``, ``Op(s) not lowered`` and so on.
+      profiler_numbers: message kind -> parsed numbers of its latest line.
+      not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
+      fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
+    """
+
+    def __init__(self, warn: Callable[[int, str], None]):
+        """Creates an empty log.
+
+        Args:
+          warn: called with (line, message) for malformed blocks.
+        """
+        self._warn = warn
+        self.compile_events: list[GraphEvent] = []
+        self.compiles = 0
+        self.executions: dict[tuple[str, str, str], list] = {}
+        self.execution_count = 0
+        self.step_syncs = 0
+        self.profiler: dict[str, tuple[int, str, int]] = {}
+        self.profiler_numbers: dict[str, dict[str, float | str]] = {}
+        self.not_lowered_ops: set[str] = set()
+        self.fallback_sites: list[dict] = []
+        self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
+        self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
+        self._last_compile: GraphEvent | None = None
+        self._in_summary = False
+        self._summary_entry: dict | None = None
+
+    def is_empty(self) -> bool:
+        """True when nothing of PT_XLA_DEBUG output was read."""
+        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites)
+
+    def feed(self, lineno: int, text: str) -> bool:
+        """Reads one line.
+
+        Args:
+          lineno: its 1-based line number.
+          text: the line without its newline.
+
+        Returns:
+          True when the line was PT_XLA_DEBUG output (so no other reader needs it).
+        """
+        if "Analysis: " in text:
+            match = _ANALYSIS_RE.search(text)
+            if match:
+                self._feed_analysis(lineno, match.group(1), match.group(2))
+                return True
+        if "pt-xla-profiler" in text:
+            match = _PROFILER_RE.search(text)
+            if match:
+                self._feed_profiler(lineno, match.group(1))
+                return True
+        if "Computation hash: " in text:
+            match = _COMPUTATION_HASH_RE.search(text)
+            if match and self._last_compile is not None and not self._last_compile.computation_hash:
+                self._last_compile.computation_hash = match.group(1)
+            return bool(match)
+        if "Unlowered Op usage summary" in text:
+            self._in_summary = True
+            self.fallback_sites = []
+            self._summary_entry = None
+            return True
+        if self._in_summary:
+            return self._feed_summary(text)
+        return False
+
+    def finish(self) -> None:
+        """Closes blocks left open at the end of the input, with a warning each."""
+        for prefix, event in self._open.items():
+            if event is not None:
+                self._warn(event.line, f"{prefix} Analysis block cut short (end of input)")
+                self._emit(event)
+                self._open[prefix] = None
+
+    # ------------------------------------------------------------ analysis blocks
+
+    def _feed_analysis(self, lineno: int, prefix: str, body: str) -> None:
+        if prefix == "Post Compilation":
+            match = _POST_SIZE_RE.search(body)
+            if match and self._last_compile is not None:
+                try:
+                    size = float(match.group(2)) * 1024**3
+                except ValueError:
+                    self._warn(lineno, f"unreadable size {match.group(2)!r}")
+                    return
+                self._last_compile.sizes[POST_COMPILE_FIELDS[match.group(1)]] = size
+            return
+        stripped = body.strip()
+        event = self._open[prefix]
+        if stripped.startswith("====="):
+            if event is not None and self._section[prefix] != "closing":
+                self._warn(event.line, f"{prefix} Analysis block cut short (no closing rule)")
+                self._emit(event)
+                event = None
+            if event is None:
+                self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)
+                self._section[prefix] = "start"
+            else:
+                self._open[prefix] = None
+            return
+        if event is None:
+            if stripped in ("Compilation Cause", "Execution Cause"):
+                event = self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)
+            else:
+                return
+        section = self._section[prefix]
+        if stripped.startswith("-----"):
+            self._emit(event)
+            self._section[prefix] = "closing"
+        elif stripped in ("Compilation Cause", "Execution Cause"):
+            self._section[prefix] = "cause"
+        elif stripped.startswith("Graph Info:"):
+            self._section[prefix] = "graph"
+        elif stripped.startswith("Python Frame Triggered Execution:"):
+            self._section[prefix] = "frames"
+        elif section == "cause" and stripped:
+            event.cause = f"{event.cause}; {stripped}" if event.cause else stripped
+        elif section == "graph":
+            self._feed_graph_info(lineno, event, stripped)
+        elif section == "frames" and stripped:
+            if set(stripped) == {"."}:
+                event.frames_cut = True
+            else:
+                event.frames.append(stripped)
+
+    def _feed_graph_info(self, lineno: int, event: GraphEvent, stripped: str) -> None:
+        key, _, value = stripped.partition(":")
+        value = value.strip()
+        try:
+            if key == "Graph Hash":
+                event.graph_hash = value
+            elif key == "Number of Graph Inputs":
+                event.inputs = int(value)
+            elif key == "Number of Graph Outputs":
+                event.outputs = int(value)
+        except ValueError:
+            self._warn(lineno, f"unreadable {key.lower()} {value!r}")
+
+    def _emit(self, event: GraphEvent) -> None:
+        event.site, event.function = user_site(event.frames)
+        if event.kind == "compile":
+            self.compiles += 1
+            self._last_compile = event
+            if len(self.compile_events) < MAX_COMPILE_EVENTS:
+                self.compile_events.append(event)
+            return
+        self.execution_count += 1
+        if is_step_cause(event.cause):
+            self.step_syncs += 1
+        key = (event.site, event.cause, event.graph_hash)
+        entry = self.executions.get(key)
+        if entry is not None:
+            entry[0] += 1
+        elif len(self.executions) < MAX_EXECUTION_KEYS:
+            self.executions[key] = [1, event.line, event.inputs, event.outputs]
+
+    # ------------------------------------------------------------ other debug lines
+
+    def _feed_profiler(self, lineno: int, message: str) -> None:
+        numbers: dict[str, float | str] = {}
+        if (match := _FREQUENT_RE.search(message)) is not None:
+            kind = f"{match.group(1)} too frequent"
+            numbers = {"count": int(match.group(2)), "steps": int(match.group(3))}
+        elif (match := _SLOW_RE.search(message)) is not None:
+            kind = f"{match.group(1)} too slow"
+            numbers = {"longest": match.group(2)}
+        elif (match := _NOT_LOWERED_RE.search(message)) is not None:
+            kind = "Op(s) not lowered"
+            self.not_lowered_ops.update(op.strip() for op in match.group(1).split(",") if op.strip())
+        else:
+            kind = message.split(":", 1)[0][:80]
+        seen = self.profiler.get(kind, (0, "", 0))[2]
+        self.profiler[kind] = (lineno, message, seen + 1)
+        if numbers:
+            self.profiler_numbers[kind] = numbers
+
+    def _feed_summary(self, text: str) -> bool:
+        stripped = text.strip()
+        if stripped.startswith("====="):
+            self._in_summary = False
+            return True
+        if (match := _SUMMARY_COUNT_RE.search(stripped)) is not None:
+            self._summary_entry = {"count": int(match.group(1)), "op": "", "frames": []}
+            self.fallback_sites.append(self._summary_entry)
+        elif (match := _SUMMARY_OP_RE.search(stripped)) is not None and self._summary_entry is not None:
+            self._summary_entry["op"] = match.group(1)
+        elif _FRAME_RE.match(stripped) and self._summary_entry is not None:
+            self._summary_entry["frames"].append(stripped)
+        elif stripped and not stripped.startswith(("Note:", "-----", "=====")):
+            self._in_summary = False
+            return False
+        return True

@@ -1,0 +1,170 @@
+"""Plain data parsed from one input: metric blocks, snapshots, warnings and per-source results.
+
+These classes hold what the readers found, before it becomes pandas DataFrames in `Report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from xladev.report.debuglog import DebugLog
+    from xladev.report.series import StepSeries
+
+MAX_STORED_WARNINGS = 1000
+
+
+class UnreadableInputError(Exception):
+    """Raised when an input cannot be read at all (missing, a directory, binary data).
+
+    The message is one line and names the file; the CLI prints it and exits with status 2.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseWarning:
+    """Something in the input that could not be read as expected.
+
+    Attributes:
+      source: the input's display name.
+      line: 1-based line number in that input (0 when not tied to a line).
+      message: what was wrong.
+    """
+
+    source: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.message}"
+
+
+@dataclasses.dataclass
+class MetricBlock:
+    """One ``Metric:`` block of a metrics report, values in base units.
+
+    Attributes:
+      name: the metric name.
+      kind: ``time`` (nanoseconds), ``bytes`` or ``value``.
+      total_samples: TotalSamples.
+      accumulator: Accumulator (``Counter:`` in reports from before 2021).
+      value_rate: ValueRate per second, when printed.
+      rate: Rate (samples per second), when printed.
+      mean: Mean (XRT-era reports only).
+      stddev: StdDev (XRT-era reports only).
+      percentiles: ``(label, value)`` pairs in printed order, e.g. ``("99%", 2.1e10)``.
+      line: line number of the ``Metric:`` header.
+    """
+
+    name: str
+    kind: str
+    total_samples: int | None = None
+    accumulator: float | None = None
+    value_rate: float | None = None
+    rate: float | None = None
+    mean: float | None = None
+    stddev: float | None = None
+    percentiles: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    line: int = 0
+
+    def largest_percentile(self) -> float | None:
+        """The largest printed percentile value (a lower bound of the largest sample)."""
+        values = [value for _, value in self.percentiles if value == value]
+        return max(values) if values else None
+
+    def median(self) -> float | None:
+        """The 50% percentile when printed."""
+        for label, value in self.percentiles:
+            if label == "50%":
+                return value
+        return None
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """One complete metrics report.
+
+    Attributes:
+      metrics: metric name to block.
+      counters: counter name to value.
+      counter_lines: counter name to the line number of its header.
+      step: N of the ``[MetricsData; step=N]`` record that introduced it, else None.
+      line: line number where the report starts.
+      index: 0-based position among the reports of the same input.
+    """
+
+    metrics: dict[str, MetricBlock]
+    counters: dict[str, int]
+    counter_lines: dict[str, int]
+    step: int | None
+    line: int
+    index: int
+
+
+@dataclasses.dataclass
+class SourceResult:
+    """Everything read from one input file.
+
+    Attributes:
+      path: the path as given.
+      name: short display name (the path as given).
+      rank: the rank parsed from a ``.N`` suffix of a per-rank file, else None.
+      input_kind: the reader that read it (``text``; later ``event-log``).
+      size_bytes: the input's size on disk.
+      lines: lines read.
+      snapshots: complete metrics reports read.
+      step_records: ``[MetricsData; step=N]`` records seen.
+      final: the last complete report, or None when the input had none.
+      series: per-report numbers (bounded; see `StepSeries`).
+      debug: PT_XLA_DEBUG analysis read from the input.
+      warnings: problems found, with line numbers (at most MAX_STORED_WARNINGS kept).
+      warning_count: all problems found, stored or not.
+      other_lines: lines that were neither report nor debug output.
+    """
+
+    path: str
+    name: str
+    rank: int | None = None
+    input_kind: str = "text"
+    size_bytes: int = 0
+    lines: int = 0
+    snapshots: int = 0
+    step_records: int = 0
+    final: Snapshot | None = None
+    series: StepSeries | None = None
+    debug: DebugLog | None = None
+    warnings: list[ParseWarning] = dataclasses.field(default_factory=list)
+    warning_count: int = 0
+    other_lines: int = 0
+
+    def warn(self, line: int, message: str) -> None:
+        """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all)."""
+        self.warning_count += 1
+        if len(self.warnings) < MAX_STORED_WARNINGS:
+            self.warnings.append(ParseWarning(self.name, line, message))
+
+    @property
+    def has_metrics(self) -> bool:
+        """True when at least one metrics report was read."""
+        return self.final is not None
+
+    @property
+    def has_debug(self) -> bool:
+        """True when PT_XLA_DEBUG output was read."""
+        return self.debug is not None and not self.debug.is_empty()
+
+    def describe_kinds(self) -> list[str]:
+        """What the input contained, e.g. ``["XLA_METRICS_FILE (24 steps)", "PT_XLA_DEBUG log"]``."""
+        kinds = []
+        if self.step_records:
+            kinds.append(f"XLA_METRICS_FILE ({self.step_records} step records)")
+        elif self.snapshots > 1:
+            kinds.append(f"{self.snapshots} metrics reports")
+        elif self.snapshots == 1:
+            kinds.append("metrics report")
+        if self.has_debug:
+            kinds.append("PT_XLA_DEBUG log")
+        if not kinds:
+            kinds.append("nothing recognised")
+        return kinds

@@ -1,0 +1,366 @@
+"""Streaming reader of text inputs: metrics reports, XLA_METRICS_FILE records and PT_XLA_DEBUG output.
+
+`TextReader` reads a binary stream line by line and never holds more than two reports. Lines
+are dispatched on their first four bytes, so a clean XLA_METRICS_FILE line costs one dict lookup
+and a ``startswith``; everything else (log prefixes, a report glued to the end of a printed line,
+debug blocks, other output) takes a slower path with regular expressions.
+
+A report ends at a ``[MetricsData; step=N]`` record, when a metric or counter name repeats, or at
+the end of the input. Each finished report gives one row of the per-step series (a few numbers,
+see `xladev.report.names`); only the last complete report is parsed in full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from xladev.report import units
+from xladev.report.debuglog import DebugLog
+from xladev.report.model import MetricBlock, Snapshot, SourceResult
+from xladev.report.names import (
+    SERIES_ACCUMULATORS,
+    SERIES_COUNTERS,
+    SERIES_SAMPLES,
+    canonical_numbers,
+)
+from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
+
+_FIELD, _METRIC, _COUNTER, _MARKER, _BLANK = range(5)
+
+# First four bytes of a line -> candidates (code, prefix, prefix length, field key).
+_HEADS: dict[bytes, tuple[tuple[int, bytes, int, str], ...]] = {}
+for _code, _prefix, _key in (
+    (_METRIC, b"Metric: ", ""), (_COUNTER, b"Counter: ", ""), (_MARKER, b"[MetricsData; step=", ""),
+    (_FIELD, b"  TotalSamples: ", "TotalSamples"), (_FIELD, b"  Accumulator: ", "Accumulator"),
+    (_FIELD, b"  Counter: ", "Accumulator"), (_FIELD, b"  Value: ", "Value"),
+    (_FIELD, b"  ValueRate: ", "ValueRate"), (_FIELD, b"  Rate: ", "Rate"),
+    (_FIELD, b"  Percentiles:", "Percentiles"), (_FIELD, b"  Mean: ", "Mean"), (_FIELD, b"  StdDev: ", "StdDev"),
+):
+    _HEADS[_prefix[:4]] = _HEADS.get(_prefix[:4], ()) + ((_code, _prefix, len(_prefix), _key),)
+for _blank in (b"\n", b"\r\n", b""):
+    _HEADS[_blank] = ((_BLANK, b"", 0, ""),)
+
+_FIELD_NAMES = {"TotalSamples": "TotalSamples", "Accumulator": "Accumulator", "Counter": "Accumulator",
+                "Value": "Value", "ValueRate": "ValueRate", "Rate": "Rate", "Percentiles": "Percentiles",
+                "Mean": "Mean", "StdDev": "StdDev"}
+_METRIC_FIELDS = frozenset(_FIELD_NAMES.values()) - {"Value"}
+_HEADER_RE = re.compile(r"(Metric|Counter): ([A-Za-z_][^\s]*)\s*$")
+_FIELD_RE = re.compile(r"(?:^|\s)(TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):"
+                       r"(?: (.*?))?\s*$")
+_MARKER_RE = re.compile(r"\[MetricsData; step=(-?\d+)\]")
+
+
+class _RawSnapshot:
+    """One report's blocks as raw bytes: name -> {field: (line, raw value)} plus "_line"."""
+
+    __slots__ = ("metrics", "counters", "step", "line", "index")
+
+    def __init__(self, metrics: dict, counters: dict, step: int | None, line: int, index: int):
+        self.metrics, self.counters, self.step, self.line, self.index = metrics, counters, step, line, index
+
+    def names(self) -> set[tuple[str, bytes]]:
+        return {("m", name) for name in self.metrics} | {("c", name) for name in self.counters}
+
+
+class TextReader:
+    """Reads one text input into a `SourceResult`.
+
+    Usage: ``reader = TextReader(source); reader.read_lines(stream); reader.finish()``.
+    """
+
+    def __init__(self, source: SourceResult, max_rows: int = DEFAULT_MAX_ROWS):
+        """Creates a reader that fills ``source``.
+
+        Args:
+          source: the result to fill (its ``warn`` records problems).
+          max_rows: rows of the per-step series stored before thinning.
+        """
+        self.source = source
+        source.series = StepSeries(max_rows=max_rows)
+        source.debug = DebugLog(source.warn)
+        self._lineno = 0
+        self._block: dict | None = None
+        self._block_name = b""
+        self._metrics: dict[bytes, dict] = {}
+        self._counters: dict[bytes, dict] = {}
+        self._step: int | None = None
+        self._start_line = 0
+        self._last_raw: _RawSnapshot | None = None
+        self._previous_raw: _RawSnapshot | None = None
+        self._pending_row: dict[str, float] | None = None
+        self._names: dict[bytes, str] = {}
+        self._detached = False
+
+    # ------------------------------------------------------------ the hot loop
+
+    def read_lines(self, lines: Iterable[bytes]) -> None:
+        """Reads lines (bytes, newline included or not) in order.
+
+        Args:
+          lines: an iterable of lines, e.g. a file opened in binary mode.
+        """
+        heads_get = _HEADS.get
+        lineno = self._lineno
+        block = self._block
+        metrics, counters = self._metrics, self._counters
+        for line in lines:
+            lineno += 1
+            specs = heads_get(line[:4])
+            if specs is not None:
+                for code, prefix, plen, key in specs:
+                    if line.startswith(prefix):
+                        break
+                else:
+                    code = -1
+                if code == _FIELD:
+                    if block is not None and key not in block:
+                        block[key] = (lineno, line[plen:])
+                        continue
+                elif code == _BLANK:
+                    continue
+                elif code == _METRIC or code == _COUNTER:
+                    name = line[plen:].rstrip()
+                    if name[:1].isalpha() and b" " not in name:
+                        table = metrics if code == _METRIC else counters
+                        if name in table:
+                            self._lineno = lineno
+                            self._close_snapshot(lineno)
+                            metrics, counters = self._metrics, self._counters
+                            table = metrics if code == _METRIC else counters
+                        if not metrics and not counters and self._start_line == 0:
+                            self._start_line = lineno
+                        block = table[name] = {"_line": lineno}
+                        self._block_name = name
+                        self._detached = False
+                        continue
+            self._lineno = lineno
+            self._block = block
+            self._slow_line(lineno, line)
+            block, metrics, counters = self._block, self._metrics, self._counters
+        self._lineno = lineno
+        self._block = block
+        self.source.lines = lineno
+
+    def _slow_line(self, lineno: int, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not text.strip():
+            return
+        if self.source.debug.feed(lineno, text):
+            return
+        if "MetricsData" in text and (match := _MARKER_RE.search(text)) is not None:
+            self._close_snapshot(lineno)
+            self._step = int(match.group(1))
+            self._start_line = lineno
+            self.source.step_records += 1
+            return
+        if "Metric: " in text or "Counter: " in text:
+            match = _HEADER_RE.search(text)
+            if match is not None:
+                self._open_block(lineno, match.group(1) == "Metric", match.group(2).encode())
+                return
+        match = _FIELD_RE.search(text) if ":" in text else None
+        if match is not None:
+            self._store_field(lineno, _FIELD_NAMES[match.group(1)], match.group(2) or "", exact=raw.startswith(b"  "))
+            return
+        self.source.other_lines += 1
+        self._detached = True
+
+    def _open_block(self, lineno: int, is_metric: bool, name: bytes) -> None:
+        table = self._metrics if is_metric else self._counters
+        if name in table:
+            self._close_snapshot(lineno)
+            table = self._metrics if is_metric else self._counters
+        if not self._metrics and not self._counters and self._start_line == 0:
+            self._start_line = lineno
+        self._block = table[name] = {"_line": lineno}
+        self._block_name = name
+        self._detached = False
+
+    def _store_field(self, lineno: int, key: str, value: str, exact: bool) -> None:
+        block = self._block
+        if block is None or (self._detached and not exact):
+            if exact:
+                self.source.warn(lineno, f"{key} line outside a metric or counter block")
+            else:
+                self.source.other_lines += 1
+            return
+        if key in block:
+            self.source.warn(lineno, f"second {key} line in block {self._block_name.decode(errors='replace')!r} "
+                                     f"(line {block['_line']}); ignored")
+            return
+        block[key] = (lineno, value.encode())
+
+    # ------------------------------------------------------------ finishing reports
+
+    def _close_snapshot(self, lineno: int) -> None:
+        metrics, counters = self._metrics, self._counters
+        self._metrics, self._counters, self._block = {}, {}, None
+        step, self._step = self._step, None
+        start, self._start_line = self._start_line, 0
+        if not metrics and not counters:
+            return
+        raw = _RawSnapshot(metrics, counters, step, start or lineno, self.source.snapshots)
+        row = self._series_row(raw)
+        if self._pending_row is not None:
+            self.source.series.append(self._pending_row)
+        self._previous_raw, self._last_raw, self._pending_row = self._last_raw, raw, row
+        self.source.snapshots += 1
+
+    def _name(self, name: bytes) -> str:
+        text = self._names.get(name)
+        if text is None:
+            text = self._names[name] = name.decode("utf-8", "replace")
+        return text
+
+    def _series_row(self, raw: _RawSnapshot) -> dict[str, float]:
+        warn = self.source.warn
+        counters: dict[str, float] = {}
+        for name, fields in raw.counters.items():
+            if name in SERIES_COUNTERS or b"aten::" in name:
+                entry = fields.get("Value")
+                if entry is not None:
+                    try:
+                        counters[self._name(name)] = int(entry[1])
+                    except ValueError:
+                        warn(entry[0], f"counter {self._name(name)}: value {_show(entry[1])} is not an integer")
+        samples: dict[str, float] = {}
+        for name in SERIES_SAMPLES:
+            fields = raw.metrics.get(name)
+            if fields is not None and (entry := fields.get("TotalSamples")) is not None:
+                try:
+                    samples[self._name(name)] = int(entry[1])
+                except ValueError:
+                    warn(entry[0], f"metric {self._name(name)}: TotalSamples {_show(entry[1])} is not an integer")
+        accumulators: dict[str, float] = {}
+        for name in SERIES_ACCUMULATORS:
+            fields = raw.metrics.get(name)
+            if fields is not None and (entry := fields.get("Accumulator")) is not None:
+                try:
+                    accumulators[self._name(name)] = units.parse_kind(entry[1].decode("utf-8", "replace"))[1]
+                except units.UnitParseError as error:
+                    warn(entry[0], f"metric {self._name(name)}: {error}")
+        row = canonical_numbers(counters, samples, accumulators)
+        for name, value in counters.items():
+            if "aten::" in name:
+                row[name] = value
+        row["snapshot"] = float(raw.index)
+        row["step"] = float("nan") if raw.step is None else float(raw.step)
+        row["line"] = float(raw.line)
+        if "MarkStep" in counters:
+            row["steps"] = float(counters["MarkStep"])
+        else:
+            row["steps"] = float(raw.step + 1 if raw.step is not None else raw.index + 1)
+        return row
+
+    def finish(self) -> None:
+        """Closes the last report and parses it in full into ``source.final``."""
+        self._close_snapshot(self._lineno)
+        self.source.debug.finish()
+        last, previous = self._last_raw, self._previous_raw
+        if last is None:
+            return
+        if previous is not None and not last.names() >= previous.names():
+            missing = len(previous.names() - last.names())
+            self.source.warn(last.line, f"last report is incomplete ({missing} blocks of the previous report "
+                                        f"missing, input cut short?); the report at line {previous.line} is used")
+            self.source.snapshots -= 1
+            self._pending_row = None
+            last = previous
+        if self._pending_row is not None:
+            self.source.series.append(self._pending_row)
+            self._pending_row = None
+        self.source.final = self._parse_full(last)
+        self._last_raw = self._previous_raw = None
+
+    def _parse_full(self, raw: _RawSnapshot) -> Snapshot:
+        metrics = {}
+        for name, fields in raw.metrics.items():
+            block = self._parse_metric(self._name(name), fields)
+            if block is not None:
+                metrics[block.name] = block
+        counters, counter_lines = {}, {}
+        for name, fields in raw.counters.items():
+            text_name = self._name(name)
+            extra = sorted(set(fields) - {"_line", "Value"})
+            if extra:
+                self.source.warn(fields["_line"], f"counter {text_name}: unexpected {', '.join(extra)} line(s)")
+            entry = fields.get("Value")
+            if entry is None:
+                self.source.warn(fields["_line"], f"counter {text_name} has no Value line")
+                continue
+            try:
+                counters[text_name] = int(entry[1])
+            except ValueError:
+                continue  # already reported when the report was closed
+            counter_lines[text_name] = fields["_line"]
+        return Snapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
+
+    def _parse_metric(self, name: str, fields: dict) -> MetricBlock | None:
+        warn = self.source.warn
+        header_line = fields["_line"]
+        texts = {key: (entry[0], entry[1].decode("utf-8", "replace").strip())
+                 for key, entry in fields.items() if key != "_line"}
+        for key in sorted(set(texts) - _METRIC_FIELDS):
+            warn(texts[key][0], f"metric {name}: unexpected {key} line")
+        missing = [key for key in ("TotalSamples", "Accumulator") if key not in texts]
+        if missing:
+            warn(header_line, f"metric {name} has no {' or '.join(missing)} line")
+        kind = units.detect_kind(texts["Accumulator"][1]) if "Accumulator" in texts else _kind_from_percentiles(texts)
+        block = MetricBlock(name=name, kind=kind, line=header_line)
+        if "TotalSamples" in texts:
+            line, text = texts["TotalSamples"]
+            try:
+                block.total_samples = int(text)
+            except ValueError:
+                if name.encode() not in SERIES_SAMPLES:
+                    warn(line, f"metric {name}: TotalSamples {text!r} is not an integer")
+        for key, attribute, parse in (("Accumulator", "accumulator", units.parse_kind),
+                                      ("ValueRate", "value_rate", units.parse_rate),
+                                      ("Mean", "mean", units.parse_kind), ("StdDev", "stddev", units.parse_kind)):
+            if key in texts:
+                line, text = texts[key]
+                try:
+                    setattr(block, attribute, parse(text, kind)[1])
+                except units.UnitParseError as error:
+                    if not (key == "Accumulator" and name.encode() in SERIES_ACCUMULATORS):
+                        warn(line, f"metric {name}: {key}: {error}")
+        if "Rate" in texts:
+            line, text = texts["Rate"]
+            try:
+                block.rate = units.parse_rate(text, units.VALUE)[1]
+            except units.UnitParseError as error:
+                warn(line, f"metric {name}: Rate: {error}")
+        if "Percentiles" in texts:
+            line, text = texts["Percentiles"]
+            block.percentiles = _parse_percentiles(name, text, kind, line, warn)
+        return block
+
+
+def _parse_percentiles(name: str, text: str, kind: str, line: int, warn) -> list[tuple[str, float]]:
+    percentiles = []
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        label, sep, value = part.partition("=")
+        try:
+            if not sep or not label.endswith("%"):
+                raise units.UnitParseError(f"not a percentile: {part!r}")
+            float(label[:-1])
+            percentiles.append((label.strip(), units.parse_kind(value, kind)[1]))
+        except (units.UnitParseError, ValueError) as error:
+            warn(line, f"metric {name}: Percentiles: {error}")
+    return percentiles
+
+
+def _kind_from_percentiles(texts: dict) -> str:
+    if "Percentiles" in texts:
+        first = texts["Percentiles"][1].split(";")[0].partition("=")[2]
+        if first.strip():
+            return units.detect_kind(first)
+    return units.VALUE
+
+
+def _show(raw: bytes) -> str:
+    return repr(raw.decode("utf-8", "replace").strip()[:40])

@@ -1,0 +1,530 @@
+"""The one place that decides what counts as a problem: thresholds, wording and advice.
+
+Both `xladev report` and the runtime's live auto-analysis call these functions, so they are pure:
+they take plain numbers (counts, steps, durations in nanoseconds, counter maps) and return text or
+`Finding` objects. Nothing here reads files, the environment or the runtime.
+
+Two families of rules live here:
+
+* `auto_metrics_messages` mirrors PyTorch/XLA's auto-metrics analysis (the ``pt-xla-profiler:``
+  lines printed with ``PT_XLA_DEBUG=1``) with its exact thresholds and wording.
+* The ``*_finding`` functions are xladev's richer diagnoses. Each returns a `Finding` with a
+  severity, the evidence and a concrete fix, or None when nothing is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+
+__all__ = [
+    "INFO", "WARNING", "ERROR", "SEVERITIES", "severity_rank", "Finding",
+    "WARMUP_STEPS", "COMPILE_FREQUENCY_RATIO", "TRANSFER_FREQUENCY_RATIO",
+    "COMPILE_TOO_SLOW_NS", "EXECUTE_TOO_SLOW_NS", "HUGE_GRAPH_NODES",
+    "PROFILER_PREFIX", "auto_metrics_messages", "compile_too_frequent_message",
+    "transfer_too_frequent_message", "too_slow_message", "ops_not_lowered_message",
+    "fallback_ops", "recompilation_finding", "host_transfer_finding", "fallback_findings",
+    "slow_compile_finding", "slow_execute_finding", "huge_graph_finding", "graph_growth_finding",
+    "device_data_cache_miss_finding", "early_sync_finding", "rank_divergence_finding",
+    "healthy_finding", "LOWER_IS_BETTER", "metric_preference", "ITEM_COUNTER",
+    "DATA_DEPENDENT_SHAPE_OPS", "FALLBACK_REMEDIES", "fallback_remedy", "op_base_name",
+]
+
+INFO = "info"
+WARNING = "warning"
+ERROR = "error"
+SEVERITIES = (INFO, WARNING, ERROR)
+
+# PyTorch/XLA's auto-metrics thresholds (torch_xla/csrc/runtime/metrics_analysis.cc).
+WARMUP_STEPS = 10
+COMPILE_FREQUENCY_RATIO = 0.5
+TRANSFER_FREQUENCY_RATIO = 0.5
+COMPILE_TOO_SLOW_NS = 300e9
+EXECUTE_TOO_SLOW_NS = 30e9
+PROFILER_PREFIX = "pt-xla-profiler: "
+
+# xladev's own thresholds.
+HUGE_GRAPH_NODES = 100_000
+GRAPH_GROWTH_RATIO = 1.5
+CACHE_MISS_PER_STEP = 1.0
+FALLBACK_PER_STEP_WARNING = 0.5
+
+
+ITEM_COUNTER = "aten::_local_scalar_dense"
+
+# Ops whose output shape depends on tensor values: each new shape is a new graph.
+DATA_DEPENDENT_SHAPE_OPS = frozenset({
+    "nonzero", "nonzero_static", "masked_select", "masked_scatter", "unique", "_unique", "_unique2",
+    "unique_dim", "unique_consecutive", "repeat_interleave", "argwhere",
+})
+
+_MASK_ADVICE = ("Avoid data-dependent shapes: boolean-mask indexing (x[mask]), nonzero, masked_select "
+                "and one-argument torch.where all call nonzero. Keep the full tensor and mask it instead: "
+                "torch.where(mask, x, 0), (x * mask).sum() / mask.sum(); use nonzero_static(size=N) "
+                "if indices are really needed.")
+_MEDIAN_ADVICE = ("Compute it with lowered ops: x.sort(dim).values.select(dim, (n - 1) // 2) or "
+                  "torch.kthvalue(x, (n + 1) // 2, dim); use mean if a robust statistic is not needed.")
+
+# Base op name (no ``aten::``, no overload) to a concrete remedy.
+FALLBACK_REMEDIES = {
+    "nonzero": _MASK_ADVICE, "masked_select": _MASK_ADVICE, "argwhere": _MASK_ADVICE,
+    "masked_scatter": _MASK_ADVICE.replace("masked_select", "masked_scatter"),
+    "median": _MEDIAN_ADVICE, "nanmedian": _MEDIAN_ADVICE.replace("x.sort", "x.nan_to_num(inf).sort"),
+    "quantile": "Sort once and index (x.sort(dim).values) instead of torch.quantile.",
+    "unique": ("torch.unique has a data-dependent size. If the value range is known, count with "
+               "one_hot(x, num_classes).sum(0) or scatter_add into a fixed-size tensor."),
+    "repeat_interleave": "Pass output_size= to repeat_interleave so the result shape is static.",
+    "bincount": "Use torch.zeros(n).scatter_add_(0, x, ones) with a fixed n instead of bincount.",
+    "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
+    "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
+    "allclose": "torch.allclose returns a Python bool; keep it on the device: torch.isclose(a, b).all().",
+}
+for _alias, _target in (("_unique", "unique"), ("_unique2", "unique"), ("unique_dim", "unique"),
+                        ("unique_consecutive", "unique")):
+    FALLBACK_REMEDIES[_alias] = FALLBACK_REMEDIES[_target]
+
+
+def op_base_name(counter_name: str) -> str:
+    """``aten::median.dim_values`` -> ``median``."""
+    name = counter_name.split("::", 1)[-1]
+    return name.split(".", 1)[0]
+
+
+def fallback_remedy(counter_name: str) -> str:
+    """The concrete fix for a CPU-fallback op, or generic advice for ops with no known remedy."""
+    remedy = FALLBACK_REMEDIES.get(op_base_name(counter_name))
+    if remedy:
+        return remedy
+    return (f"{counter_name} has no XLA lowering. Rewrite it with lowered ops, move it out of the step "
+            "(or to the CPU explicitly, once), and open a PyTorch/XLA GitHub issue with the lowering request.")
+
+
+def severity_rank(severity: str) -> int:
+    """Orders severities: info < warning < error.
+
+    Args:
+      severity: one of SEVERITIES.
+
+    Returns:
+      0, 1 or 2.
+
+    Raises:
+      ValueError: for an unknown severity.
+    """
+    return SEVERITIES.index(severity)
+
+
+@dataclasses.dataclass
+class Finding:
+    """One diagnosed problem (or the statement that the run is healthy).
+
+    Attributes:
+      rule: a stable identifier, e.g. ``recompilation`` or ``cpu-fallback``.
+      severity: ``info``, ``warning`` or ``error``.
+      title: one line saying what is wrong, with the key number.
+      detail: why it matters and what the numbers mean.
+      fix: the concrete change to make.
+      evidence: facts behind the finding, one short line each.
+      numbers: the same facts as machine-readable numbers.
+      sources: where the evidence was read, as ``file:line``.
+      subject: what the finding is about when a rule fires several times (an op, a site, a rank).
+    """
+
+    rule: str
+    severity: str
+    title: str
+    detail: str
+    fix: str
+    evidence: list[str] = dataclasses.field(default_factory=list)
+    numbers: dict[str, float | int | str] = dataclasses.field(default_factory=dict)
+    sources: list[str] = dataclasses.field(default_factory=list)
+    subject: str = ""
+
+    def to_dict(self) -> dict:
+        """Returns the finding as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def _per_step(count: float, steps: int) -> float:
+    return count / steps if steps > 0 else float(count)
+
+
+def _plural(count: float, word: str) -> str:
+    count_text = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{count_text} {word}" + ("" if count == 1 else "s")
+
+
+# ---------------------------------------------------------------- PyTorch/XLA's auto-metrics lines
+
+
+def compile_too_frequent_message(compiles: int, steps: int) -> str | None:
+    """PyTorch/XLA's ``CompileTime too frequent`` line: compiles/steps > 0.5 after 10 steps."""
+    if steps <= WARMUP_STEPS or compiles / steps <= COMPILE_FREQUENCY_RATIO:
+        return None
+    return f"CompileTime too frequent: {compiles} counts during {steps} steps"
+
+
+def transfer_too_frequent_message(transfers: int, steps: int, name: str = "TransferFromDeviceTime") -> str | None:
+    """PyTorch/XLA's ``TransferFromDeviceTime too frequent`` line: ratio > 0.5, no warm-up."""
+    if steps <= 0 or transfers / steps <= TRANSFER_FREQUENCY_RATIO:
+        return None
+    return f"{name} too frequent: {transfers} counts during {steps} steps"
+
+
+def too_slow_message(metric: str, longest_ns: float, threshold_ns: float, formatted_longest: str) -> str | None:
+    """PyTorch/XLA's ``<metric> too slow`` line when the longest sample exceeds the threshold.
+
+    Args:
+      metric: ``CompileTime`` or ``ExecuteTime``.
+      longest_ns: the longest sample in nanoseconds.
+      threshold_ns: COMPILE_TOO_SLOW_NS or EXECUTE_TOO_SLOW_NS.
+      formatted_longest: ``longest_ns`` printed as a metrics time (the caller formats it, so this
+        module stays free of the report package).
+
+    Returns:
+      The line, or None when the metric is fast enough.
+    """
+    if not longest_ns > threshold_ns:
+        return None
+    return (f"{metric} too slow: longest instance took {formatted_longest}. "
+            "Please open a GitHub issue with the graph dump for our team to optimize.")
+
+
+def fallback_ops(counters: Mapping[str, int]) -> list[str]:
+    """The CPU-fallback ops in a counter map: ``aten::`` counters except ``.item()``'s, sorted."""
+    return sorted(name for name, value in counters.items()
+                  if "aten::" in name and name != ITEM_COUNTER and value)
+
+
+def ops_not_lowered_message(op_names: Iterable[str]) -> str | None:
+    """PyTorch/XLA's ``Op(s) not lowered`` line (its odd ``,  Please`` spacing included)."""
+    names = sorted(set(op_names))
+    if not names:
+        return None
+    return "Op(s) not lowered: " + "".join(f"{name}, " for name in names) + (
+        " Please open a GitHub issue with the above op lowering requests.")
+
+
+def auto_metrics_messages(*, steps: int, compiles: int, transfers: int, counters: Mapping[str, int],
+                          longest_compile_ns: float = 0.0, longest_execute_ns: float = 0.0,
+                          format_time=None) -> list[str]:
+    """All lines PyTorch/XLA's auto-metrics analysis would print, without the prefix.
+
+    Args:
+      steps: the MarkStep counter.
+      compiles: CompileTime's TotalSamples.
+      transfers: TransferFromDeviceTime's TotalSamples.
+      counters: every counter, for the unlowered-op line.
+      longest_compile_ns: the longest compile in nanoseconds.
+      longest_execute_ns: the longest execution in nanoseconds.
+      format_time: formatter for durations (``xladev.report.units.format_time_ns``); seconds with
+        ``s`` when None.
+
+    Returns:
+      The messages in PyTorch/XLA's order; prepend PROFILER_PREFIX to print them as it does.
+    """
+    fmt = format_time or (lambda ns: f"{ns / 1e9:.3f}s")
+    candidates = [
+        compile_too_frequent_message(compiles, steps),
+        transfer_too_frequent_message(transfers, steps),
+        too_slow_message("CompileTime", longest_compile_ns, COMPILE_TOO_SLOW_NS, fmt(longest_compile_ns)),
+        too_slow_message("ExecuteTime", longest_execute_ns, EXECUTE_TOO_SLOW_NS, fmt(longest_execute_ns)),
+        ops_not_lowered_message(fallback_ops(counters)),
+    ]
+    return [line for line in candidates if line]
+
+
+# ---------------------------------------------------------------- xladev's diagnoses
+
+
+def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int | None,
+                          warmup_steps: int = WARMUP_STEPS, compile_steps_after_warmup: int | None = None,
+                          last_compile_step: int | None = None, stable_graph_size: bool | None = None,
+                          data_dependent_ops: Sequence[str] = ()) -> Finding | None:
+    """Tells recompilation apart from a healthy warm-up.
+
+    Args:
+      steps: steps completed (MarkStep).
+      compiles: graphs compiled in the whole run.
+      compiles_at_warmup: graphs compiled by the end of step ``warmup_steps``; None when the input
+        has a single report, so warm-up cannot be told apart.
+      warmup_steps: the steps allowed to compile freely.
+      compile_steps_after_warmup: how many steps after warm-up compiled at least one graph.
+      last_compile_step: the last step (1-based) that compiled.
+      stable_graph_size: True when every step traced the same number of IR nodes.
+      data_dependent_ops: fallback ops whose output shape depends on the data (nonzero...).
+
+    Returns:
+      A finding, or None when compiles stop after warm-up.
+    """
+    if compiles_at_warmup is None:
+        message = compile_too_frequent_message(compiles, steps)
+        if message is None:
+            return None
+        return Finding(
+            "recompilation", WARNING, f"{compiles} compiles in {steps} steps",
+            "A single report cannot tell warm-up from recompilation, but more than one compile "
+            "every two steps after the first ten is too many for a stable training loop.",
+            _recompile_fix(stable_graph_size, data_dependent_ops),
+            evidence=[f"{compiles} graphs compiled in {steps} steps ({_per_step(compiles, steps):.2f} per step)",
+                      "PyTorch/XLA would print: " + message,
+                      "Record XLA_METRICS_FILE (one report per step) to see when the compiles happen."],
+            numbers={"compiles": compiles, "steps": steps})
+    after_steps = steps - warmup_steps
+    new_compiles = compiles - compiles_at_warmup
+    if after_steps <= 0 or new_compiles <= 0:
+        return None
+    rate = new_compiles / after_steps
+    severity = ERROR if rate > COMPILE_FREQUENCY_RATIO else WARNING if new_compiles >= 2 else INFO
+    if rate >= 0.95:
+        headline = f"Recompiles every step: {new_compiles} compiles in the {after_steps} steps after warm-up"
+    else:
+        headline = f"Still compiling after warm-up: {new_compiles} new graphs in {after_steps} steps"
+    evidence = [f"{compiles_at_warmup} of {compiles} compiles happened in the first {warmup_steps} steps (warm-up)",
+                f"{new_compiles} more in steps {warmup_steps + 1}-{steps}: {rate:.2f} per step"]
+    if compile_steps_after_warmup is not None:
+        evidence.append(f"{compile_steps_after_warmup} of {after_steps} steps after warm-up compiled a graph")
+    if last_compile_step is not None:
+        evidence.append(f"last compile in step {last_compile_step}")
+    cause = _recompile_cause(stable_graph_size, data_dependent_ops)
+    if cause:
+        evidence.append(cause)
+    detail = ("A healthy loop compiles its few graphs in the first steps and then runs every step from "
+              "the compile cache. Every new graph here costs a full XLA compile and stalls the step.")
+    if severity == INFO:
+        detail = "One graph compiled late, e.g. an evaluation pass or a last, smaller batch; harmless if it stays one."
+    return Finding("recompilation", severity, headline, detail,
+                   _recompile_fix(stable_graph_size, data_dependent_ops), evidence=evidence,
+                   numbers={"compiles": compiles, "steps": steps, "warmup_steps": warmup_steps,
+                            "compiles_at_warmup": compiles_at_warmup, "compiles_after_warmup": new_compiles,
+                            "compiles_per_step_after_warmup": round(rate, 4)})
+
+
+def _recompile_cause(stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> str:
+    if data_dependent_ops:
+        return (f"{', '.join(data_dependent_ops)} give data-dependent output shapes: each new count of "
+                "selected elements is a new graph")
+    if stable_graph_size:
+        return ("every step traces the same number of IR nodes, so the code is the same and what changes "
+                "is an input shape (or a constant baked into the graph)")
+    return ""
+
+
+def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> str:
+    if data_dependent_ops:
+        return ("Keep shapes static: replace boolean-mask indexing and nonzero with masked arithmetic "
+                "(torch.where(mask, x, 0), (x * mask).sum() / mask.sum()).")
+    if stable_graph_size:
+        return ("Pad or bucket the changing shape: pad each batch to a fixed size (or a few bucket sizes) "
+                "and use drop_last=True so the last batch is not smaller.")
+    return ("Find what changes between steps with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input "
+            "or constant), then make it static: pad shapes, pass changing Python scalars as tensors, "
+            "and avoid Python control flow on tensor values.")
+
+
+def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0,
+                          fallback_calls: int = 0) -> Finding | None:
+    """Device-to-host transfers per step, with ``.item()`` and fallbacks told apart.
+
+    Args:
+      steps: steps completed.
+      transfers: device-to-host transfers (TransferFromDeviceTime samples).
+      item_calls: ``aten::_local_scalar_dense`` count (``.item()``, ``bool()``, ``int()`` on a tensor).
+      fallback_calls: total count of the other ``aten::`` fallback counters.
+
+    Returns:
+      A warning when more than one transfer every two steps, else None.
+    """
+    transfers = max(transfers, item_calls)
+    if steps <= 0 or transfers / steps <= TRANSFER_FREQUENCY_RATIO:
+        return None
+    per_step = transfers / steps
+    evidence = [f"{transfers} device→host transfers in {steps} steps ({per_step:.2f} per step)"]
+    if item_calls:
+        evidence.append(f"{ITEM_COUNTER} (.item()): {item_calls} ({item_calls / steps:.2f} per step)")
+    if fallback_calls:
+        evidence.append(f"CPU fallback ops: {fallback_calls} calls, each copies its inputs to the host")
+    if item_calls and item_calls * 2 >= transfers:
+        title = f"A device→host transfer {_every(per_step)}, from .item()"
+        fix = ("Keep the value on the device: accumulate the loss in a tensor and read it every N steps, "
+               "or log it in xm.add_step_closure(...) so the read happens after the step; avoid "
+               "if tensor: and bool(tensor) in the step.")
+    elif fallback_calls:
+        title = f"Device→host transfers {_every(per_step)}, forced by CPU fallbacks"
+        fix = "Remove the CPU fallbacks listed below; each one copies tensors to the host and back."
+    else:
+        title = f"Device→host transfers {_every(per_step)}"
+        fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step "
+               "(PT_XLA_DEBUG_LEVEL=2 names the line) and move it out, or do it every N steps.")
+    return Finding("host-transfers", WARNING, title,
+                   "Each read of a device value waits for the device and cuts the lazy graph in two, "
+                   "so the step runs as two executions instead of one.", fix, evidence=evidence,
+                   numbers={"transfers": transfers, "steps": steps, "transfers_per_step": round(per_step, 4),
+                            "item_calls": item_calls, "fallback_calls": fallback_calls})
+
+
+def _every(per_step: float) -> str:
+    if 0.95 <= per_step < 1.05:
+        return "every step"
+    return f"{per_step:.1f} per step" if per_step >= 1.05 else f"in {per_step:.0%} of steps"
+
+
+def fallback_findings(counters: Mapping[str, int], steps: int) -> list[Finding]:
+    """One finding per op that ran on the CPU fallback.
+
+    Args:
+      counters: counter name to value; ``aten::`` counters other than ``.item()``'s are fallbacks.
+      steps: steps completed (0 when unknown).
+
+    Returns:
+      Findings, most frequent op first; a warning when an op runs at least every other step.
+    """
+    findings = []
+    for name in sorted(fallback_ops(counters), key=lambda n: (-counters[n], n)):
+        count = int(counters[name])
+        per_step = _per_step(count, steps)
+        severity = WARNING if steps <= 0 or per_step >= FALLBACK_PER_STEP_WARNING else INFO
+        when = f"{count} times in {steps} steps ({per_step:.2f} per step)" if steps else f"{count} times"
+        detail = ("No XLA lowering: each call copies its inputs to the host, runs on the CPU, copies the "
+                  "result back and splits the graph around it.")
+        if op_base_name(name) in DATA_DEPENDENT_SHAPE_OPS:
+            detail += " Its output shape depends on the data, so the graphs after it recompile for new shapes."
+        findings.append(Finding("cpu-fallback", severity, f"{name} runs on the CPU ({_plural(count, 'call')})",
+                                detail, fallback_remedy(name), evidence=[f"counter {name} = {when}"],
+                                numbers={"count": count, "steps": steps, "per_step": round(per_step, 4)},
+                                subject=name))
+    return findings
+
+
+def slow_compile_finding(*, longest_ns: float, total_ns: float, compiles: int, formatted_longest: str,
+                         formatted_total: str) -> Finding | None:
+    """A compile that took longer than PyTorch/XLA's 300 s limit."""
+    if not longest_ns > COMPILE_TOO_SLOW_NS:
+        return None
+    return Finding("slow-compile", WARNING, f"A compile took {formatted_longest}",
+                   "Compiles this long usually mean a huge graph, often a loop unrolled into it.",
+                   "Cut the graph: call torch_xla.sync() inside long Python loops, or wrap the repeated "
+                   "block in a scan-like construct; enable the persistent compile cache to pay this once.",
+                   evidence=[f"longest compile at least {formatted_longest}",
+                             f"{compiles} compiles took {formatted_total} in total"],
+                   numbers={"longest_ns": longest_ns, "total_ns": total_ns, "compiles": compiles})
+
+
+def slow_execute_finding(*, longest_ns: float, executions: int, formatted_longest: str) -> Finding | None:
+    """An execution that took longer than PyTorch/XLA's 30 s limit."""
+    if not longest_ns > EXECUTE_TOO_SLOW_NS:
+        return None
+    return Finding("slow-execute", WARNING, f"An execution took {formatted_longest}",
+                   "One graph ran for more than 30 s: usually several steps traced into one graph.",
+                   "Sync every step (torch_xla.sync() or a parallel loader) so each graph holds one step.",
+                   evidence=[f"longest execution at least {formatted_longest} of {executions} executions"],
+                   numbers={"longest_ns": longest_ns, "executions": executions})
+
+
+def huge_graph_finding(*, largest_nodes: float, typical_nodes: float) -> Finding | None:
+    """A graph with more IR nodes than HUGE_GRAPH_NODES (TensorsGraphSize)."""
+    if not largest_nodes > HUGE_GRAPH_NODES:
+        return None
+    return Finding("huge-graph", WARNING, f"Huge graph: {largest_nodes:,.0f} IR nodes",
+                   "Graphs this size compile slowly and may exhaust device memory.",
+                   "Sync more often (one step per graph), and check for Python loops that unroll into the graph.",
+                   evidence=[f"largest synced graph: {largest_nodes:,.0f} nodes; median {typical_nodes:,.0f}"],
+                   numbers={"largest_nodes": largest_nodes, "typical_nodes": typical_nodes})
+
+
+def graph_growth_finding(*, nodes_at_warmup: float, nodes_at_end: float, steps: int) -> Finding | None:
+    """Graphs that keep growing step after step (a missing sync)."""
+    if nodes_at_warmup <= 0 or nodes_at_end < GRAPH_GROWTH_RATIO * nodes_at_warmup:
+        return None
+    return Finding("graph-growth", WARNING,
+                   f"Graphs keep growing: {nodes_at_warmup:,.0f} → {nodes_at_end:,.0f} IR nodes per sync",
+                   "Each step adds to a graph that is never cut, so every sync compiles a bigger graph.",
+                   "Call torch_xla.sync() (xm.mark_step()) at the end of every step, or use the parallel loader.",
+                   evidence=[f"mean graph size {nodes_at_warmup:,.0f} nodes after warm-up, "
+                             f"{nodes_at_end:,.0f} at step {steps}"],
+                   numbers={"nodes_at_warmup": nodes_at_warmup, "nodes_at_end": nodes_at_end})
+
+
+def device_data_cache_miss_finding(*, misses: int, steps: int, misses_after_warmup: int | None = None,
+                                   steps_after_warmup: int = 0) -> Finding | None:
+    """Scalar constants uploaded again and again (DeviceDataCacheMiss)."""
+    if misses_after_warmup is not None and steps_after_warmup > 0:
+        count, span = misses_after_warmup, steps_after_warmup
+    else:
+        count, span = misses, steps
+    if span <= 0 or count / span < CACHE_MISS_PER_STEP:
+        return None
+    return Finding("device-data-cache-miss", INFO,
+                   f"A new scalar constant is uploaded {_every(count / span)}",
+                   "Python numbers used with device tensors are uploaded as device data; a value that "
+                   "changes every step (a scheduled learning rate, a step counter) misses the cache each time.",
+                   "Keep such values in a device tensor and update it in place (t.fill_(v)), instead of "
+                   "passing a new Python float each step.",
+                   evidence=[f"DeviceDataCacheMiss = {misses} in {steps} steps",
+                             f"{count} misses in the last {span} steps"],
+                   numbers={"misses": misses, "steps": steps})
+
+
+def early_sync_finding(*, site: str, executions: int, steps: int, cause: str) -> Finding | None:
+    """Executions forced by user code reading a tensor value, per Python site (debug logs)."""
+    if executions <= 0 or (steps > 0 and executions / steps <= TRANSFER_FREQUENCY_RATIO):
+        return None
+    return Finding("early-sync", WARNING, f"{site} forces an execution {_every(_per_step(executions, steps))}",
+                   "Reading a tensor's value (print, .item(), bool(), a CPU fallback) runs the pending graph early.",
+                   "Move the read out of the step, do it every N steps, or keep the value as a tensor.",
+                   evidence=[f"{executions} executions caused by: {cause}",
+                             f"{steps} step syncs in the same log" if steps else "step count unknown"],
+                   numbers={"executions": executions, "steps": steps}, subject=site)
+
+
+def rank_divergence_finding(*, rank: int, compiles: int, others_compiles: Sequence[int],
+                            extra_graphs: int = 0) -> Finding | None:
+    """A rank that compiles graphs the other ranks do not."""
+    if not others_compiles:
+        return None
+    if compiles <= max(others_compiles) and extra_graphs == 0:
+        return None
+    evidence = [f"rank {rank}: {compiles} compiles; other ranks: {min(others_compiles)}-{max(others_compiles)}"]
+    if extra_graphs:
+        evidence.append(f"{extra_graphs} graph hashes compiled only on rank {rank}")
+    return Finding("rank-divergence", WARNING, f"Rank {rank} compiles graphs the other ranks do not",
+                   "All ranks should run the same graphs; one that compiles more stalls the collective "
+                   "ops of every other rank while it compiles.",
+                   "Look for rank-dependent code (if rank == 0: logging or evaluation with tensor reads, "
+                   "uneven last batches) and make every rank trace the same graph.",
+                   evidence=evidence, numbers={"rank": rank, "compiles": compiles}, subject=f"rank {rank}")
+
+
+def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfers: int,
+                    warmup_known: bool) -> Finding:
+    """The statement that nothing is wrong, with the numbers that show it."""
+    evidence = [f"{_plural(compiles, 'compile')} in {steps} steps"
+                + (", all during warm-up" if warmup_known else "")]
+    if cached_compiles:
+        evidence.append(f"{cached_compiles} later syncs ran a cached graph")
+    evidence.append(f"{transfers} device→host transfers ({_per_step(transfers, steps):.2f} per step)"
+                    if transfers else "no device→host transfers")
+    evidence.append("no CPU fallbacks")
+    return Finding("healthy", INFO, "Healthy: graphs compile once, then every step runs from the cache",
+                   "No recompilation after warm-up, no per-step transfers to the host, no ops on the CPU.",
+                   "Nothing to fix.", evidence=evidence,
+                   numbers={"steps": steps, "compiles": compiles, "cached_compiles": cached_compiles,
+                            "transfers": transfers})
+
+
+# ---------------------------------------------------------------- comparisons
+
+# Metrics and counters where less is better; everything else is compared without a verdict.
+LOWER_IS_BETTER = frozenset({
+    "CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "TransferFromServerTime",
+    "TransferToServerTime", "UncachedCompile", "CreateCompileHandles", "DeviceDataCacheMiss",
+    "TensorsGraphSize", "InboundData", "LazyTracing", "DeviceLockWait", "PersistentCacheMiss",
+})
+
+
+def metric_preference(name: str) -> str:
+    """``lower`` when a smaller value is better (times, compiles, fallbacks), else ``neutral``."""
+    if name in LOWER_IS_BETTER or name.startswith("aten::"):
+        return "lower"
+    return "neutral"

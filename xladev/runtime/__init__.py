@@ -1,0 +1,1 @@
+"""The lazy `xla` device runtime. Private: use the `xladev` package's public names."""

@@ -1,0 +1,94 @@
+"""The jax side of the device: which PJRT backend, its devices, and host<->device copies."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from xladev._flags import ConfigError, config
+
+_PLATFORM_FOR = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}
+
+
+@functools.cache
+def jax_module():
+    """Imports jax once, with 64-bit types on: torch uses int64 indices and float64 tensors."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+@functools.cache
+def jax_devices() -> tuple:
+    """The jax devices behind `xla:0..N-1`, chosen by PJRT_DEVICE.
+
+    Raises:
+      ConfigError: PJRT_DEVICE names a backend that jax cannot provide here.
+    """
+    jax = jax_module()
+    wanted = config.pjrt_device
+    platform = _PLATFORM_FOR[wanted]
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"PJRT_DEVICE={wanted} asks for jax's {platform} backend, which is not available: {exc}. "
+            f"Install jax's CUDA plugin (pip install 'jax[cuda12]==0.10.2') on a machine with a GPU, "
+            f"or unset PJRT_DEVICE to use the CPU."
+        ) from None
+    if not devices:
+        raise ConfigError(f"PJRT_DEVICE={wanted}: jax found no {platform} devices")
+    return tuple(devices)
+
+
+def device_kind() -> str:
+    """A short description of the backend, e.g. `CPU (cpu:0)`."""
+    devices = jax_devices()
+    return f"{config.pjrt_device} ({devices[0].platform}, {len(devices)} device(s), {devices[0].device_kind})"
+
+
+@functools.cache
+def _bfloat16():
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def torch_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A private numpy copy of a CPU tensor (never aliases torch memory, which torch may mutate)."""
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.contiguous().view(torch.int16).numpy().view(_bfloat16()).copy()
+    return np.array(tensor.resolve_conj().resolve_neg().numpy(), copy=True)
+
+
+def numpy_to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor owning a copy of `array`, of the given torch dtype."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(np.array(array).view(np.int16).copy()).view(torch.bfloat16)
+    out = torch.from_numpy(np.array(array, copy=True))
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+_JNP_DTYPES: dict = {}
+
+
+def to_jnp_dtype(dtype: torch.dtype):
+    """The numpy/jax dtype for a torch dtype."""
+    found = _JNP_DTYPES.get(dtype)
+    if found is None:
+        if dtype == torch.bfloat16:
+            found = _bfloat16()
+        else:
+            found = torch.empty((), dtype=dtype).numpy().dtype
+        _JNP_DTYPES[dtype] = found
+    return found
+
+
+def put(array: np.ndarray, index: int = 0):
+    """Copies a host array to device `index`."""
+    jax = jax_module()
+    return jax.device_put(array, jax_devices()[index])

@@ -1,0 +1,104 @@
+"""Registers the `xla` device with PyTorch, without C++: PrivateUse1 renamed, hooks, guard, factories."""
+
+from __future__ import annotations
+
+import torch
+
+from xladev.runtime import backend
+
+_registered = False
+_lib = None
+
+
+class _BackendModule:
+    """What `torch.xla` answers: device count, availability, RNG seeding."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return len(backend.jax_devices())
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        from xladev.runtime.rng import manual_seed
+
+        manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+
+def register() -> None:
+    """Makes `device='xla'` work in PyTorch. Idempotent."""
+    global _registered, _lib
+    if _registered:
+        return
+    from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
+
+    # `_setup_privateuseone_for_python_backend` would also generate `Tensor.is_xla`, which torch
+    # already defines, so the steps are done one by one here.
+    torch.utils.rename_privateuse1_backend("xla")
+    torch._register_device_module("xla", _BackendModule())
+
+    class _Hooks(_DummyPrivateUse1Hook):
+        def device_count(self) -> int:
+            return len(backend.jax_devices())
+
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
+
+    from xladev.runtime import handlers  # noqa: F401  (registers the special handlers)
+    from xladev.runtime import lowering  # noqa: F401  (registers all lowerings)
+
+    _lib = torch.library.Library("aten", "IMPL")
+    for op in handlers.FACTORY_OPS:
+        name = op._schema.name.split("::")[1] + (f".{op._schema.overload_name}" if op._schema.overload_name else "")
+        _lib.impl(name, handlers.factory_kernel(op), "PrivateUse1")
+    _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    _registered = True
+
+
+def _copy_from(src, dst, non_blocking=False):
+    return torch.ops.aten.copy_.default(dst, src)
+
+
+def device(n: int | None = None) -> torch.device:
+    """The torch device `xla:n` (`xla:0` when n is None).
+
+    Raises:
+      ValueError: n is not a valid device index.
+    """
+    from xladev.runtime.tensor import torch_device
+
+    index = 0 if n is None else int(n)
+    count = len(backend.jax_devices())
+    if not 0 <= index < count:
+        raise ValueError(f"xla:{index} does not exist: this process has {count} xla device(s)")
+    return torch_device(index)
+
+
+def devices() -> list[torch.device]:
+    """All xla devices of this process."""
+    return [device(i) for i in range(len(backend.jax_devices()))]
+
+
+def device_count() -> int:
+    return len(backend.jax_devices())

@@ -1,0 +1,298 @@
+"""Recording: every aten op on an XlaTensor arrives here and becomes IR, a view, or a CPU fallback.
+
+Order of preference for an op: a special handler (copies, value reads), a jax lowering, one of
+PyTorch's decompositions, then the CPU fallback. Output shapes come from PyTorch's meta kernels,
+memoised by argument signature, so an op pays meta inference once per distinct signature, not per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from xladev.runtime import tensor as _tensor_mod
+from xladev.runtime.ir import SLOT, Meta, Node, ScalarNode, ScalarType, getitem
+from xladev.runtime.lowering.registry import LOWERINGS
+from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
+from xladev.runtime.opinfo_cache import op_traits
+from xladev.runtime.recorder import recorder
+from xladev.runtime.tensor import Storage, XlaTensor, torch_device
+
+aten = torch.ops.aten
+_SPECIAL_SCALARS = (0, 1)
+_local = threading.local()
+
+
+class DeviceMismatch(RuntimeError):
+    pass
+
+
+def _mismatch(a: str, b: str) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+def _flatten(args, kwargs, traits, device_ref):
+    """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
+
+    Returns:
+      (operands, template, key) where template is (args, kwargs-items) with SLOT for operands.
+    """
+    operands: list[Node] = []
+    key: list = []
+
+    def walk(value, is_scalar_arg):
+        if isinstance(value, XlaTensor):
+            index = value._st.device_index
+            if device_ref[0] is None:
+                device_ref[0] = index
+            elif device_ref[0] != index:
+                raise _mismatch(f"xla:{device_ref[0]}", f"xla:{index}")
+            operands.append(value._node())
+            key.append((value.shape, value.dtype))
+            return SLOT
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0 or value.device.type != "cpu":
+                raise _mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
+            # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
+            operands.append(ScalarNode(value.item(), value.dtype))
+            key.append(((), value.dtype))
+            return SLOT
+        if isinstance(value, (list, tuple)):
+            out = tuple(walk(v, False) for v in value)
+            return out
+        if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
+            # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
+            # bias correction) reuses the compiled graph instead of recompiling it.
+            operands.append(ScalarNode(value, _scalar_dtype(value)))
+            key.append(ScalarType(type(value)))
+            return SLOT
+        if isinstance(value, torch.device):
+            key.append("device")
+            return None
+        key.append(value)
+        return value
+
+    scalar_pos = traits.scalar_positions
+    template_args = tuple(walk(a, i in scalar_pos) for i, a in enumerate(args))
+    template_kwargs = tuple((k, walk(v, k in traits.scalar_names)) for k, v in kwargs.items()) if kwargs else ()
+    return operands, (template_args, template_kwargs), tuple(key)
+
+
+def _scalar_dtype(value) -> torch.dtype:
+    return torch.float64 if type(value) is float else torch.int64
+
+
+def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
+    """Records `func(*args, **kwargs)` as IR and returns the new device tensor(s).
+
+    Raises:
+      MetaUnsupported: no shape rule exists (the caller falls back to the CPU).
+      RuntimeError: the arguments are invalid for the op, exactly as eager PyTorch would say.
+    """
+    traits = op_traits(func)
+    device_ref = [device_index]
+    operands, template, key = _flatten(args, kwargs, traits, device_ref)
+    meta = infer_meta(func, key, args, kwargs)
+    if extra_meta:
+        meta = tuple(meta) + tuple(extra_meta)
+    if opdef is None:
+        opdef = LOWERINGS[func]
+    node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
+    index = device_ref[0] or 0
+    recorder.count(opdef.name)
+    if type(meta) is Meta:
+        return XlaTensor(Storage(node, index), meta)
+    outputs = []
+    for i, m in enumerate(meta):
+        if m is None:
+            outputs.append(None)
+        elif type(m) is Meta:
+            outputs.append(XlaTensor(Storage(getitem(node, i), index), m))
+        else:  # a list output (e.g. split-like functional ops)
+            raise MetaUnsupported(f"{func} returns nested outputs")
+    return type(meta)(outputs) if not isinstance(meta, list) else outputs
+
+
+def record_view(func, args, kwargs):
+    """Records a view op: the result shares the base's storage and extends its view chain."""
+    from xladev.runtime.views import ViewStep
+
+    base = args[0]
+    traits = op_traits(func)
+    device_ref = [base._st.device_index]
+    _, template, key = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
+    template = ((SLOT,) + template[0], template[1])
+    metas = view_meta(func, base, key, args, kwargs)
+    opdef = LOWERINGS.get(func)
+    if opdef is None:
+        raise MetaUnsupported(f"view op {func} has no lowering")
+    chain = base._chain or ()
+    recorder.count(opdef.name)
+    if isinstance(metas, list):
+        return [
+            XlaTensor(base._st, m[0], chain + (ViewStep(opdef, template, metas_tuple(metas), i),), m[1], m[2])
+            for i, m in enumerate(metas)
+        ]
+    meta, strides, offset = metas
+    return XlaTensor(base._st, meta, chain + (ViewStep(opdef, template, meta, None),), strides, offset)
+
+
+def metas_tuple(metas) -> tuple:
+    return tuple(m[0] for m in metas)
+
+
+def alias_of(t: XlaTensor) -> XlaTensor:
+    """A new tensor sharing `t`'s storage and view (detach, alias)."""
+    return XlaTensor(t._st, Meta(tuple(t.shape), t.dtype), t._chain, t.stride(), t.storage_offset())
+
+
+def _inplace(func, args, kwargs):
+    from xladev.runtime.decompositions import DECOMPOSITIONS
+
+    self = args[0]
+    target = op_traits(func).functional
+    if target is not None and (target in LOWERINGS or target in SPECIAL_HANDLERS or target in DECOMPOSITIONS):
+        result = handle(target, args, kwargs)
+    elif func in LOWERINGS:  # a lowering of the in-place op itself computes the new value
+        result = record(func, args, kwargs)
+    else:
+        return decompose_or_fallback(func, args, kwargs)
+    write_into(self, result, func)
+    return self
+
+
+def write_into(dst: XlaTensor, result, func_for_errors=None) -> None:
+    """Writes `result` (a device tensor) into `dst` and its aliases, with PyTorch's in-place checks."""
+    if not isinstance(result, XlaTensor):
+        raise MetaUnsupported(f"{func_for_errors} produced a non-device result")
+    if tuple(result.shape) != tuple(dst.shape):
+        if func_for_errors is not None and _broadcastable_to(tuple(result.shape), tuple(dst.shape)):
+            result = expand_to(result, tuple(dst.shape))
+        else:
+            raise RuntimeError(
+                f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(result.shape)}"
+            )
+    if result.dtype != dst.dtype:
+        if not torch.can_cast(result.dtype, dst.dtype):
+            raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type {_type_name(dst.dtype)}")
+        result = convert(result, dst.dtype)
+    dst._assign(result._node())
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
+def _broadcastable_to(src: tuple, dst: tuple) -> bool:
+    if len(src) > len(dst):
+        return False
+    for s, d in zip(reversed(src), reversed(dst)):
+        if s != d and s != 1:
+            return False
+    return True
+
+
+def expand_to(t: XlaTensor, shape: tuple) -> XlaTensor:
+    return record(aten.expand_copy.default, (t, list(shape)), {})
+
+
+def convert(t: XlaTensor, dtype: torch.dtype) -> XlaTensor:
+    return record(aten._to_copy.default, (t,), {"dtype": dtype})
+
+
+def _out_variant(func, args, kwargs):
+    traits = op_traits(func)
+    outs = [kwargs[name] for name in traits.out_names]
+    functional = traits.functional
+    if functional is None:
+        raise MetaUnsupported(f"no functional form of {func}")
+    fkwargs = {k: v for k, v in kwargs.items() if k not in traits.out_names}
+    result = handle(functional, args, fkwargs)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for out, res in zip(outs, results):
+        if tuple(out.shape) != tuple(res.shape):
+            if out.numel() == 0 and out._chain is None:
+                # `out` was created empty to be resized by the op: adopt the result's metadata.
+                raise MetaUnsupported("out= resize")
+            raise RuntimeError(f"out= tensor has shape {list(out.shape)}, expected {list(res.shape)}")
+        write_into(out, res)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def handle(func, args, kwargs):
+    """Routes one aten op; the body of `XlaTensor.__torch_dispatch__`."""
+    special = SPECIAL_HANDLERS.get(func)
+    if special is not None:
+        return special(func, args, kwargs)
+    traits = op_traits(func)
+    try:
+        if traits.is_view:
+            return record_view(func, args, kwargs)
+        if traits.is_inplace:
+            return _inplace(func, args, kwargs)
+        if traits.out_names:
+            return _out_variant(func, args, kwargs)
+        if func in LOWERINGS:
+            return record(func, args, kwargs)
+    except MetaUnsupported:
+        return _fallback(func, args, kwargs)
+    return decompose_or_fallback(func, args, kwargs)
+
+
+def decompose_or_fallback(func, args, kwargs):
+    from xladev.runtime.decompositions import DECOMPOSITIONS
+
+    decomposition = DECOMPOSITIONS.get(func)
+    active = getattr(_local, "decomposing", None)
+    if active is None:
+        active = _local.decomposing = set()
+    if decomposition is not None and func not in active:
+        active.add(func)
+        try:
+            return decomposition(*args, **kwargs)
+        finally:
+            active.discard(func)
+    return _fallback(func, args, kwargs)
+
+
+def _fallback(func, args, kwargs):
+    from xladev.runtime.fallback import run_on_cpu
+
+    return run_on_cpu(func, args, kwargs)
+
+
+def _dispatch(cls, func, types, args=(), kwargs=None):
+    start = time.perf_counter_ns()
+    try:
+        return handle(func, args, kwargs or {})
+    finally:
+        recorder.add_tracing_time(time.perf_counter_ns() - start)
+
+
+XlaTensor.__torch_dispatch__ = classmethod(_dispatch)
+
+SPECIAL_HANDLERS: dict = {}
+
+
+def special(*ops):
+    def register(fn):
+        for op in ops:
+            SPECIAL_HANDLERS[op] = fn
+        return fn
+
+    return register
+
+
+def device_of(args, kwargs) -> int:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, XlaTensor):
+            return a._st.device_index
+    return 0
+
+
+# Kept in one place so handlers.py can import these names.
+__all__ = ["handle", "record", "record_view", "alias_of", "write_into", "convert", "special",
+           "SPECIAL_HANDLERS", "torch_device", "_tensor_mod"]

@@ -1,0 +1,360 @@
+"""Barriers: extract the pending graph, find or compile its executable, run it, keep the results.
+
+The in-memory cache is keyed by the graph's structural key (ops, templates, shapes, dtypes, operand
+positions, input aliasing), so a steady training step compiles once. Compiles go through
+`jax.jit(fn).lower(...).compile()`; the function is named `xladev_<hash>` so profiles and XLA dumps
+show which graph ran.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from xladev._flags import config
+from xladev.events import (
+    Cause, CauseKind, CompileFailed, DeviceDataCacheMiss, Frame, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked,
+    bus,
+)
+from xladev.runtime import backend
+from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Node, ScalarNode
+from xladev.runtime.lowering.registry import LoweringContext
+from xladev.runtime.recorder import is_library_frame, recorder
+from xladev.runtime.tensor import pending
+
+_lock = threading.RLock()
+
+
+class XlaCompileError(RuntimeError):
+    """XLA (or the lowering to it) rejected a graph. The message names the graph hash and the saved HLO."""
+
+
+class LoweringError(RuntimeError):
+    """A lowering produced a value whose shape contradicts PyTorch's meta kernel (an xladev bug)."""
+
+
+def rebuild(template, values) -> tuple[tuple, dict]:
+    """Puts operand values back into an op's (args, kwargs) template at its SLOTs."""
+    it = iter(values)
+
+    def sub(v):
+        if v is SLOT:
+            return next(it)
+        if type(v) is tuple:
+            return tuple(sub(x) for x in v)
+        return v
+
+    args = tuple(sub(a) for a in template[0])
+    kwargs = {k: sub(v) for k, v in template[1]}
+    return args, kwargs
+
+
+def capture_frames(limit: int = 64) -> tuple[Frame, ...]:
+    """The Python stack of the caller, innermost first."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None and len(frames) < limit:
+        frames.append(Frame(frame.f_code.co_name, frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+class CacheEntry:
+    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs")
+
+    def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph):
+        self.executable = executable
+        self.hash = graph_hash
+        self.compile_ns = compile_ns
+        self.memory = memory
+        self.runs = 0
+        self.num_nodes = len(graph.nodes)
+        self.num_inputs = len(graph.inputs)
+        self.num_outputs = len(graph.roots)
+
+
+def _weak(x):
+    from jax._src.lax import lax as _lax
+
+    return _lax._convert_element_type(x, weak_type=True)
+
+
+def _fit(value, meta, op_name):
+    """Casts a lowering's result to the dtype PyTorch promised; checks its shape."""
+    import jax.numpy as jnp
+
+    if meta is None:
+        return None
+    if isinstance(meta, tuple) and not hasattr(meta, "dtype"):
+        return tuple(_fit(v, m, op_name) for v, m in zip(value, meta))
+    value = jnp.asarray(value)
+    target = backend.to_jnp_dtype(meta.dtype)
+    if value.dtype != target:
+        value = value.astype(target)
+    if tuple(value.shape) != tuple(meta.shape):
+        try:
+            value = jnp.broadcast_to(value, meta.shape)
+        except ValueError:
+            raise LoweringError(f"lowering of {op_name} gave shape {tuple(value.shape)}, expected {tuple(meta.shape)}") from None
+    return value
+
+
+def graph_function(graph: Graph):
+    """A jax-traceable function computing the graph's roots from its inputs."""
+    nodes = graph.nodes
+    index = graph.index
+    plan = []
+    input_pos = {id(n): i for i, n in enumerate(graph.inputs)}
+    for node in nodes:
+        if node.op is DATA_OP or node.op is SCALAR_OP:
+            plan.append((None, input_pos[id(node)], node.op is SCALAR_OP))
+        else:
+            plan.append((node, tuple(index[id(o)] for o in node.operands), False))
+    roots = tuple(index[id(r)] for r in graph.roots)
+    hlo_debug = config.hlo_debug
+
+    def fn(*inputs):
+        import jax
+
+        values = [None] * len(plan)
+        for i, (node, operands, is_scalar) in enumerate(plan):
+            if node is None:
+                values[i] = _weak(inputs[operands]) if is_scalar else inputs[operands]
+                continue
+            args, kwargs = rebuild(node.template, [values[j] for j in operands])
+            ctx = LoweringContext(node)
+            if hlo_debug and node.location:
+                with jax.named_scope(f"{node.op.name}@{node.location}"):
+                    out = node.op.lower(ctx, *args, **kwargs)
+            else:
+                out = node.op.lower(ctx, *args, **kwargs)
+            values[i] = _fit(out, node.meta, node.op.name)
+        return tuple(values[r] for r in roots)
+
+    fn.__name__ = fn.__qualname__ = f"xladev_{graph.hash[:16]}"
+    return fn
+
+
+class Executor:
+    """Compile cache, scalar upload cache, step counter and step closures."""
+
+    def __init__(self) -> None:
+        self.cache: dict = {}
+        self.by_hash: dict[str, CacheEntry] = {}
+        self.scalars: collections.OrderedDict = collections.OrderedDict()
+        self.step = 0
+        self.closures: list = []
+        self.persistent_hits = 0
+        self.persistent_misses = 0
+        self._listener_installed = False
+        self._last_step_end = time.perf_counter_ns()
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def _scalar_array(self, node: ScalarNode, device_index: int):
+        key = (type(node.value), node.value, node.meta.dtype, device_index)
+        array = self.scalars.get(key)
+        if array is None:
+            import numpy as np
+
+            array = backend.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
+            self.scalars[key] = array
+            if len(self.scalars) > 4096:
+                self.scalars.popitem(last=False)
+            if bus.active:
+                bus.emit(DeviceDataCacheMiss(time.perf_counter_ns(), self.step, float(node.value), str(node.meta.dtype)))
+        else:
+            self.scalars.move_to_end(key)
+        return array
+
+    # ---- compile -----------------------------------------------------------------------------
+    def _install_listener(self) -> None:
+        if self._listener_installed:
+            return
+        import jax
+
+        def on_event(event: str, **kwargs) -> None:
+            if event == "/jax/compilation_cache/cache_hits":
+                self.persistent_hits += 1
+            elif event == "/jax/compilation_cache/cache_misses":
+                self.persistent_misses += 1
+
+        jax.monitoring.register_event_listener(on_event)
+        self._listener_installed = True
+
+    def _compile(self, graph: Graph, device_index: int, cause: Cause, frames) -> CacheEntry:
+        import jax
+
+        self._install_listener()
+        devices = backend.jax_devices()
+        sharding = jax.sharding.SingleDeviceSharding(devices[device_index])
+        avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
+                 for n in graph.inputs]
+        hits_before = self.persistent_hits
+        start = time.perf_counter_ns()
+        lowered = None
+        try:
+            lowered = jax.jit(graph_function(graph)).lower(*avals)
+            compiled = lowered.compile()
+        except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
+            path = self._save_failed(graph, lowered, exc)
+            if bus.active:
+                bus.emit(CompileFailed(time.perf_counter_ns(), self.step, graph.hash, str(exc), path, cause, frames))
+            raise XlaCompileError(
+                f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}"
+            ) from exc
+        compile_ns = time.perf_counter_ns() - start
+        memory = _memory_analysis(compiled)
+        entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
+        if bus.active:
+            bus.emit(GraphCompiled(
+                time.perf_counter_ns(), self.step, graph.hash, len(graph.nodes), len(graph.inputs), len(graph.roots),
+                compile_ns, memory, cause, frames, self.persistent_hits > hits_before, graph,
+            ))
+        return entry
+
+    def _save_failed(self, graph: Graph, lowered, exc) -> str:
+        if lowered is not None:
+            text = lowered.as_text(dialect="hlo")
+        else:
+            from xladev.runtime.irtext import graph_to_text
+
+            text = f"// lowering to HLO failed: {exc!r}\n// IR of graph {graph.hash}:\n" + graph_to_text(graph)
+        path = config.save_hlo_file
+        if path:
+            with open(path, "w") as fh:
+                fh.write(text)
+            return path
+        fd, path = tempfile.mkstemp(prefix=f"xladev_{graph.hash[:12]}_", suffix=".hlo.txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return path
+
+    # ---- run -----------------------------------------------------------------------------------
+    def run(self, roots: list[Node], cause: Cause, frames=None) -> list:
+        """Computes `roots` and returns their jax arrays (computed roots only run once)."""
+        with _lock:
+            self._flush_ops()
+            graph = Graph(roots)
+            device_index = _device_index_of(graph)
+            entry = self.cache.get(graph.key)
+            cached = entry is not None
+            if entry is None:
+                entry = self._compile(graph, device_index, cause, frames)
+                self.cache[graph.key] = entry
+                self.by_hash[entry.hash] = entry
+            arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
+            start = time.perf_counter_ns()
+            outputs = entry.executable(*arrays)
+            for out in outputs:
+                out.block_until_ready()
+            execute_ns = time.perf_counter_ns() - start
+            entry.runs += 1
+            if bus.active:
+                bus.emit(GraphExecuted(
+                    time.perf_counter_ns(), self.step, entry.hash, execute_ns, cached, entry.num_nodes,
+                    entry.num_inputs, entry.num_outputs, cause, frames, graph,
+                ))
+            return list(outputs)
+
+    def _flush_ops(self) -> None:
+        counts, ns, samples = recorder.drain()
+        if counts and bus.active:
+            bus.emit(OpsRecorded(time.perf_counter_ns(), self.step, counts, ns, samples))
+
+    def materialize(self, nodes: list[Node], cause: Cause) -> list:
+        """Arrays for these nodes, running one graph for those not yet computed."""
+        todo = [n for n in nodes if type(n) is not DataNode]
+        if not todo:
+            return [n.array for n in nodes]
+        frames = capture_frames() if bus.wants_frames else None
+        results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
+        return [n.array if type(n) is DataNode else results[id(n)] for n in nodes]
+
+    def sync_storages(self, storages: list, cause: Cause, frames=None) -> None:
+        """Computes the given storages' pending values and makes them device data."""
+        storages = [s for s in storages if type(s.value) is not DataNode]
+        if not storages:
+            return
+        roots = [s.value for s in storages]
+        arrays = self.run(roots, cause, frames)
+        made: dict[int, DataNode] = {}
+        for storage, root, array in zip(storages, roots, arrays):
+            data = made.get(id(root))
+            if data is None:
+                data = made[id(root)] = DataNode(array, root.meta)
+            storage.set_data(data)
+
+    def mark_step(self, cause: Cause) -> None:
+        """The step barrier: sync every live pending tensor, count the step, run step closures."""
+        start = time.perf_counter_ns()
+        frames = capture_frames() if bus.wants_frames else None
+        with _lock:
+            storages = sorted(list(pending.values()), key=lambda s: s.sid)
+            if storages:
+                self.sync_storages(storages, cause, frames)
+            else:
+                self._flush_ops()
+            ended = self.step
+            self.step += 1
+        if bus.active:
+            bus.emit(StepMarked(time.perf_counter_ns(), ended, cause, time.perf_counter_ns() - start, frames))
+        self._run_closures()
+
+    def _run_closures(self) -> None:
+        closures, self.closures = self.closures, []
+        for fn, args, run_async in closures:
+            if run_async:
+                _async_closures().submit(fn, *args)
+            else:
+                fn(*args)
+
+
+def _device_index_of(graph: Graph) -> int:
+    for node in graph.inputs:
+        if type(node) is DataNode:
+            device = next(iter(node.array.devices()))
+            return backend.jax_devices().index(device)
+    return 0
+
+
+def _memory_analysis(compiled) -> dict[str, int]:
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        return {}
+    if m is None:
+        return {}
+    fields = {
+        "argument": "argument_size_in_bytes",
+        "output": "output_size_in_bytes",
+        "alias": "alias_size_in_bytes",
+        "temp": "temp_size_in_bytes",
+        "generated_code": "generated_code_size_in_bytes",
+    }
+    return {k: int(getattr(m, v, 0) or 0) for k, v in fields.items()}
+
+
+_pool = None
+
+
+def _async_closures():
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xladev-closure")
+    return _pool
+
+
+def wait_async_closures() -> None:
+    if _pool is not None:
+        _pool.submit(lambda: None).result()
+
+
+executor = Executor()

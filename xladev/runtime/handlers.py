@@ -1,0 +1,155 @@
+"""Ops with behaviour of their own: copies between host and device, value reads, aliases, factories."""
+
+from __future__ import annotations
+
+import torch
+
+from xladev.runtime.access import download, upload
+from xladev.runtime.dispatch import alias_of, convert, handle, record, special, write_into
+from xladev.runtime.ir import Meta
+from xladev.runtime.lowering.registry import LOWERINGS
+from xladev.runtime.meta import MetaUnsupported
+from xladev.runtime.tensor import Storage, XlaTensor, new_tensor
+
+aten = torch.ops.aten
+
+
+@special(aten._local_scalar_dense.default)
+def _item(func, args, kwargs):
+    return download([args[0]], ".item()")[0].item()
+
+
+@special(aten.detach.default, aten.alias.default, aten.lift_fresh.default)
+def _alias(func, args, kwargs):
+    return alias_of(args[0])
+
+
+@special(aten.clone.default)
+def _clone(func, args, kwargs):
+    t = args[0]
+    # IR nodes are immutable, so the copy can share the value until either side is written.
+    return XlaTensor(Storage(t._node(), t._st.device_index), Meta(tuple(t.shape), t.dtype))
+
+
+@special(aten._fused_sdp_choice.default)
+def _sdp_choice(func, args, kwargs):
+    return 0  # SDPBackend.math: attention decomposes into matmuls and softmax, which XLA fuses
+
+
+def _is_xla_device(device) -> bool:
+    return device is not None and torch.device(device).type == "xla"
+
+
+@special(aten._to_copy.default)
+def _to_copy(func, args, kwargs):
+    src = args[0]
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype") or src.dtype
+    if device is not None and not _is_xla_device(device):
+        cpu = download([src], ".cpu()")[0]
+        return cpu.to(device=device, dtype=dtype)
+    if isinstance(src, XlaTensor):
+        target_index = torch.device(device).index if device is not None else None
+        if target_index is not None and target_index != src._st.device_index:
+            cpu = download([src], f".to({device})")[0]
+            return new_tensor(upload(cpu.to(dtype), target_index), target_index)
+        if dtype == src.dtype:
+            return _clone(func, (src,), {})
+        return record(func, (src,), {"dtype": dtype})
+    index = torch.device(device).index or 0
+    return new_tensor(upload(src.to(dtype), index), index)
+
+
+@special(aten.copy_.default)
+def _copy(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if not isinstance(dst, XlaTensor):  # device → host
+        cpu = download([src], ".cpu()")[0]
+        return dst.copy_(cpu)
+    if not isinstance(src, XlaTensor):
+        src = new_tensor(upload(src.detach(), dst._st.device_index), dst._st.device_index)
+    elif src._st.device_index != dst._st.device_index:
+        cpu = download([src], f".to({dst.device})")[0]
+        src = new_tensor(upload(cpu, dst._st.device_index), dst._st.device_index)
+    write_into(dst, src, func)
+    return dst
+
+
+@special(aten.resize_.default)
+def _resize(func, args, kwargs):
+    t, size = args[0], tuple(args[1])
+    if tuple(t.shape) == size:
+        return t
+    raise RuntimeError(f"xla tensors cannot be resized in place (from {list(t.shape)} to {list(size)}); "
+                       "create a new tensor instead")
+
+
+def _index_with_cpu_indices(func, args, kwargs):
+    """Indexing accepts CPU index tensors with device data, as in eager CUDA: upload them first."""
+    self = args[0]
+    index = self._st.device_index
+
+    def to_device(v):
+        if isinstance(v, torch.Tensor) and not isinstance(v, XlaTensor) and v.dim() > 0:
+            return new_tensor(upload(v, index), index)
+        return v
+
+    indices = [to_device(i) if i is not None else None for i in args[1]]
+    rest = tuple(to_device(a) for a in args[2:])
+    from xladev.runtime.dispatch import SPECIAL_HANDLERS
+
+    saved = SPECIAL_HANDLERS.pop(func)
+    try:
+        return handle(func, (self, indices) + rest, kwargs)
+    finally:
+        SPECIAL_HANDLERS[func] = saved
+
+
+for _op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
+    special(_op)(_index_with_cpu_indices)
+
+
+def factory_kernel(func):
+    """A PrivateUse1 kernel for a factory op: record it lazily on the device named by `device=`."""
+
+    def kernel(*args, **kwargs):
+        device = kwargs.get("device")
+        index = torch.device(device).index or 0 if device is not None else 0
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
+        if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
+            kwargs.pop("layout")
+        if func in LOWERINGS:
+            try:
+                return record(func, args, kwargs, device_index=index)
+            except MetaUnsupported:
+                pass
+        from xladev.runtime.fallback import run_on_cpu
+
+        cpu = run_on_cpu(func, args, kwargs)
+        return cpu
+
+    return kernel
+
+
+FACTORY_OPS = [
+    aten.empty.memory_format, aten.empty_strided.default, aten.arange.start_step, aten.arange.start,
+    aten.arange.default, aten.full.default, aten.zeros.default, aten.ones.default, aten.eye.default,
+    aten.eye.m, aten.linspace.default, aten.scalar_tensor.default, aten.randperm.default,
+    aten.tril_indices.default, aten.triu_indices.default,
+]
+
+
+@special(aten.native_batch_norm.default)
+def _native_batch_norm(func, args, kwargs):
+    """Training-mode batch norm also updates running statistics in place (not visible in its schema)."""
+    names = ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    running_mean, running_var = bound["running_mean"], bound["running_var"]
+    if not bound["training"] or running_mean is None:
+        return record(func, args, kwargs)
+    extra = (Meta(tuple(running_mean.shape), running_mean.dtype), Meta(tuple(running_var.shape), running_var.dtype))
+    out, save_mean, save_invstd, new_mean, new_var = record(func, args, kwargs, extra_meta=extra)
+    write_into(running_mean, new_mean)
+    write_into(running_var, new_var)
+    return out, save_mean, save_invstd

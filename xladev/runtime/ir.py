@@ -1,0 +1,214 @@
+"""The lazy IR: nodes, their metadata, and graph extraction with a deterministic structural hash.
+
+A node is one recorded op. Leaves are `DataNode` (a device buffer), `ScalarNode` (a Python scalar fed
+as a graph input, so a changing value does not recompile) and constants baked into an op's template.
+Multi-output ops produce a tuple node read through `getitem` nodes, so every tensor holds one node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+
+class Meta(NamedTuple):
+    """Shape and dtype of a node's value."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class Slot:
+    """Marks where an operand's value goes back into an op's argument template."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "%"
+
+
+SLOT = Slot()
+
+
+class Frozen(tuple):
+    """A template value that holds SLOTs of its own (a nested template); rebuild leaves it untouched."""
+
+    __slots__ = ()
+
+
+class ScalarType(NamedTuple):
+    """Stands for a Python scalar fed as input, in templates and hash keys (the value is not part of the key)."""
+
+    py_type: type
+
+
+class OpDef:
+    """What a node does: a name for IR text and counters, and its jax lowering.
+
+    Attributes:
+      name: the IR name, e.g. `aten::add`.
+      lower: `fn(ctx, *args, **kwargs)` returning a jax value (or tuple), where tensor args are jax values.
+      aten: the aten overload this came from, or None for internal ops.
+    """
+
+    __slots__ = ("name", "lower", "aten", "multi_output")
+
+    def __init__(self, name: str, lower: Callable, aten: Any = None, multi_output: bool = False):
+        self.name = name
+        self.lower = lower
+        self.aten = aten
+        self.multi_output = multi_output
+
+    def __repr__(self) -> str:
+        return f"OpDef({self.name})"
+
+
+_ids = itertools.count()
+
+
+class Node:
+    """One IR node.
+
+    Attributes:
+      op: the OpDef.
+      operands: input nodes, in template order.
+      template: the op's (args, kwargs) with SLOT where an operand goes; hashable.
+      meta: output Meta (for a tuple node: a tuple of Metas).
+      location: `fn@file.py:LINE` of the user's code when XLA_IR_DEBUG=1, else None.
+      scope: the profiler `Trace` scope active when recorded, or None.
+    """
+
+    __slots__ = ("op", "operands", "template", "meta", "location", "scope", "_sig", "__weakref__")
+
+    def __init__(self, op: OpDef, operands: tuple, template: Any, meta: Any,
+                 location: str | None = None, scope: str | None = None):
+        self.op = op
+        self.operands = operands
+        self.template = template
+        self.meta = meta
+        self.location = location
+        self.scope = scope
+        self._sig = None
+
+    def signature(self) -> tuple:
+        sig = self._sig
+        if sig is None:
+            sig = self._sig = (self.op.name, self.template, self.meta)
+        return sig
+
+    def __repr__(self) -> str:
+        return f"Node({self.op.name}, {self.meta})"
+
+
+class DataNode(Node):
+    """A device buffer: a graph input.
+
+    Attributes:
+      array: the jax array, or None when it is only described (never the case after a sync).
+      created_at: frames summary of where the data was created (when frames are captured).
+    """
+
+    __slots__ = ("array", "created_at", "uid")
+
+    def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
+        super().__init__(DATA_OP, (), None, meta)
+        self.array = array
+        self.created_at = created_at
+        self.uid = next(_ids)
+
+    def signature(self) -> tuple:
+        return ("xla::device_data", self.meta)
+
+
+class ScalarNode(Node):
+    """A Python scalar fed to the graph as a 0-d input of a fixed dtype."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, dtype: torch.dtype):
+        super().__init__(SCALAR_OP, (), None, Meta((), dtype))
+        self.value = value
+
+    def signature(self) -> tuple:
+        return ("xla::device_data", self.meta)
+
+
+def _no_lowering(ctx, *args, **kwargs):  # leaves are bound to inputs, never lowered
+    raise AssertionError("leaf nodes are graph inputs")
+
+
+DATA_OP = OpDef("xla::device_data", _no_lowering)
+SCALAR_OP = OpDef("xla::device_data", _no_lowering)
+
+
+def _getitem_lower(ctx, value, index):
+    return value[index]
+
+
+GETITEM_OP = OpDef("xla::getitem", _getitem_lower)
+
+
+def getitem(node: Node, index: int) -> Node:
+    """Reads output `index` of a tuple node."""
+    return Node(GETITEM_OP, (node,), (((SLOT, index),), ()), node.meta[index])
+
+
+class Graph:
+    """A graph extracted from roots: nodes in post-order, inputs, outputs and the structural hash.
+
+    Attributes:
+      nodes: post-order list of nodes reachable from the roots.
+      inputs: leaf nodes (DataNode/ScalarNode) in first-use order; their position is the parameter number.
+      roots: the output nodes, in the order given.
+      key: hashable structural key (ops, templates, metas, operand positions, input aliasing).
+      hash: 32 hex digits, deterministic across processes.
+    """
+
+    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index")
+
+    def __init__(self, roots: list[Node]):
+        self.roots = roots
+        index: dict[int, int] = {}
+        nodes: list[Node] = []
+        inputs: list[Node] = []
+        key_parts: list[tuple] = []
+        # Iterative post-order: deep graphs (long unrolled loops) must not hit the recursion limit.
+        for root in roots:
+            if id(root) in index:
+                continue
+            stack = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                nid = id(node)
+                if nid in index:
+                    continue
+                if expanded or not node.operands:
+                    index[nid] = len(nodes)
+                    nodes.append(node)
+                    if node.op is DATA_OP or node.op is SCALAR_OP:
+                        key_parts.append((node.signature(), len(inputs)))
+                        inputs.append(node)
+                    else:
+                        key_parts.append((node.signature(), tuple(index[id(o)] for o in node.operands)))
+                    continue
+                stack.append((node, True))
+                for operand in reversed(node.operands):
+                    if id(operand) not in index:
+                        stack.append((operand, False))
+        self.nodes = nodes
+        self.inputs = inputs
+        self.index = index
+        self.key = (tuple(key_parts), tuple(index[id(r)] for r in roots))
+        self._hash = None
+
+    @property
+    def hash(self) -> str:
+        if self._hash is None:
+            self._hash = hashlib.md5(repr(self.key).encode()).hexdigest()
+        return self._hash
+
+    def position(self, node: Node) -> int:
+        return self.index[id(node)]

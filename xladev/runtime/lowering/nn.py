@@ -1,0 +1,315 @@
+"""Neural-network ops: normalisation, pooling, losses, embedding; backward passes via jax.vjp."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import torch
+
+from xladev.runtime.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@lowers(aten.native_layer_norm.default)
+def _native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
+    return _layer_norm(x, normalized_shape, weight, bias, eps)
+
+
+@lowers(aten.native_layer_norm_backward.default)
+def _native_layer_norm_backward(ctx, grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    _, vjp = jax.vjp(lambda a, w_, b_: _ln_with_rstd(a, w_, b_, normalized_shape, rstd), x, weight, bias)
+    gx, gw, gb = vjp(grad.astype(x.dtype))
+    return (gx if output_mask[0] else None, gw if output_mask[1] and weight is not None else None,
+            gb if output_mask[2] and bias is not None else None)
+
+
+def _ln_with_rstd(x, w, b, normalized_shape, rstd_saved):
+    """Layer norm whose variance term reproduces the saved rstd, so d/dx includes the statistics' gradient."""
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    eps = lax.stop_gradient(1.0 / jnp.square(rstd_saved) - var)
+    out = (x - mean) * lax.rsqrt(var + eps)
+    if w is not None:
+        out = out * w
+    if b is not None:
+        out = out + b
+    return out
+
+
+def _batch_norm_train(x, weight, bias, eps):
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean = jnp.mean(x, axis=axes)
+    var = jnp.mean(jnp.square(x - mean.reshape(shape)), axis=axes)
+    invstd = lax.rsqrt(var + eps)
+    out = (x - mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out, mean, invstd, var
+
+
+@lowers(aten.native_batch_norm.default)
+def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Returns (out, save_mean, save_invstd, new_running_mean, new_running_var); the handler writes the stats back."""
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    dtype = x.dtype
+    if training:
+        out, mean, invstd, var = _batch_norm_train(x.astype(jnp.float32) if dtype != jnp.float64 else x, weight, bias, eps)
+        n = x.size // x.shape[1]
+        new_rm = new_rv = None
+        if running_mean is not None:
+            new_rm = (1 - momentum) * running_mean + momentum * mean
+            new_rv = (1 - momentum) * running_var + momentum * var * (n / max(n - 1, 1))
+        return out.astype(dtype), mean, invstd, new_rm, new_rv
+    invstd = lax.rsqrt(running_var + eps)
+    out = (x - running_mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    empty = jnp.zeros((0,), x.dtype)
+    return out.astype(dtype), empty, empty, running_mean, running_var
+
+
+@lowers(aten.native_batch_norm_backward.default)
+def _native_batch_norm_backward(ctx, grad, x, weight, running_mean, running_var, save_mean, save_invstd, train,
+                                eps, output_mask):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if train:
+        def forward(x_, w_):
+            return _batch_norm_train(x_, w_, None, eps)[0]
+    else:
+        def forward(x_, w_):
+            out = (x_ - running_mean.reshape(shape)) * lax.rsqrt(running_var + eps).reshape(shape)
+            return out * w_.reshape(shape) if w_ is not None else out
+
+    _, vjp = jax.vjp(forward, x, weight)
+    gx, gw = vjp(grad.astype(x.dtype))
+    gb = jnp.sum(grad, axis=(0,) + tuple(range(2, x.ndim))) if output_mask[2] else None
+    return (gx if output_mask[0] else None, gw if output_mask[1] and weight is not None else None, gb)
+
+
+def _pool_args(x, kernel_size, stride, padding, dilation=(1,)):
+    spatial = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
+    expand = lambda v, d: tuple(v) * spatial if len(v) == 1 else (tuple(v) if v else d)
+    kernel = expand(kernel_size, None)
+    stride = expand(stride, kernel) if stride else kernel
+    padding = expand(padding, (0,) * spatial)
+    dilation = expand(dilation, (1,) * spatial)
+    return spatial, kernel, stride, padding, dilation
+
+
+def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
+    spatial, kernel, stride, padding, dilation = _pool_args(x, kernel_size, stride, padding, dilation)
+    lead = x.ndim - spatial
+    pads = []
+    for i in range(spatial):
+        size = x.shape[lead + i]
+        eff = dilation[i] * (kernel[i] - 1) + 1
+        extra = 0
+        if ceil_mode:
+            out = -(-(size + 2 * padding[i] - eff) // stride[i]) + 1
+            if (out - 1) * stride[i] >= size + padding[i]:
+                out -= 1
+            extra = max(0, (out - 1) * stride[i] + eff - (size + 2 * padding[i]))
+        pads.append((padding[i], padding[i] + extra))
+    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    return lax.reduce_window(
+        x, jnp.asarray(init, x.dtype), lax.max, (1,) * lead + kernel, (1,) * lead + stride,
+        [(0, 0)] * lead + pads, window_dilation=(1,) * lead + dilation)
+
+
+@lowers(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def _max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    out = _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode)
+    # Indices: flat position within each input plane of the max, found by pooling (value, -index) pairs.
+    spatial = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
+    plane = x.shape[-spatial:]
+    flat_index = jnp.arange(int(jnp.prod(jnp.array(plane))), dtype=jnp.int64).reshape(plane)
+    flat_index = jnp.broadcast_to(flat_index, x.shape)
+    _, kernel, stride_, padding_, dilation_ = _pool_args(x, kernel_size, stride, padding, dilation)
+    lead = x.ndim - spatial
+
+    def select(a, b):
+        av, ai = a
+        bv, bi = b
+        take_b = (bv > av) | ((bv == av) & (bi < ai)) | jnp.isnan(bv)
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    pads = [(0, 0)] * lead + [(p, p + max(0, _ceil_extra(x.shape[lead + i], kernel[i], stride_[i], padding_[i], dilation_[i]) if ceil_mode else 0))
+                              for i, p in enumerate(padding_)]
+    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    _, idx = lax.reduce_window(
+        (x, flat_index), (jnp.asarray(init, x.dtype), jnp.asarray(jnp.iinfo(jnp.int64).max, jnp.int64)), select,
+        (1,) * lead + kernel, (1,) * lead + stride_, pads, window_dilation=(1,) * lead + dilation_)
+    return out, idx
+
+
+def _ceil_extra(size, k, s, p, d):
+    eff = d * (k - 1) + 1
+    out = -(-(size + 2 * p - eff) // s) + 1
+    if (out - 1) * s >= size + p:
+        out -= 1
+    return (out - 1) * s + eff - (size + 2 * p)
+
+
+@lowers(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
+def _max_pool_backward(ctx, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    spatial = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
+    lead_shape = x.shape[:-spatial]
+    plane = 1
+    for d in x.shape[-spatial:]:
+        plane *= d
+    g = grad.reshape(lead_shape + (-1,))
+    idx = indices.reshape(lead_shape + (-1,))
+    zeros = jnp.zeros(lead_shape + (plane,), grad.dtype)
+    batch = jnp.indices(idx.shape)[:-1]
+    out = zeros.at[tuple(batch) + (idx,)].add(g)
+    return out.reshape(x.shape)
+
+
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    spatial, kernel, stride, padding, _ = _pool_args(x, kernel_size, stride, padding)
+    lead = x.ndim - spatial
+    pads = [(0, 0)] * lead + [
+        (padding[i], padding[i] + (max(0, _ceil_extra(x.shape[lead + i], kernel[i], stride[i], padding[i], 1)) if ceil_mode else 0))
+        for i in range(spatial)]
+    window = (1,) * lead + kernel
+    strides = (1,) * lead + stride
+    summed = lax.reduce_window(x, jnp.asarray(0, x.dtype), lax.add, window, strides, pads)
+    if divisor_override:
+        return summed / divisor_override
+    if count_include_pad:
+        # Padding counts, but the ceil-mode overhang beyond the padding does not.
+        ones = jnp.pad(jnp.ones(x.shape[lead:], x.dtype), [(p, p) for p in padding])
+        extra = [(0, 0)] * spatial if not ceil_mode else [(0, pads[lead + i][1] - padding[i]) for i in range(spatial)]
+        counts = lax.reduce_window(ones, jnp.asarray(0, x.dtype), lax.add, kernel, stride, extra)
+    else:
+        counts = lax.reduce_window(jnp.ones(x.shape[lead:], x.dtype), jnp.asarray(0, x.dtype), lax.add, kernel,
+                                   stride, pads[lead:])
+    return summed / counts
+
+
+@lowers(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def _avg_pool_nd(ctx, x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@lowers(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def _avg_pool_backward(ctx, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    _, vjp = jax.vjp(lambda v: _avg_pool(v, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                          divisor_override), x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+@lowers(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(ctx, x, output_size):
+    h, w = x.shape[-2:]
+    oh, ow = output_size
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow)).mean(axis=(-3, -1))
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
+        cols = []
+        for j in range(ow):
+            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
+            cols.append(x[..., h0:h1, w0:w1].mean(axis=(-2, -1)))
+        rows.append(jnp.stack(cols, axis=-1))
+    return jnp.stack(rows, axis=-2)
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(ctx, grad, x):
+    _, vjp = jax.vjp(lambda v: _adaptive_avg_pool2d(ctx, v, grad.shape[-2:]), x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+def _nll(x, target, weight, reduction, ignore_index):
+    if x.ndim == 1:
+        x = x[None]
+        target = target[None]
+    picked = -jnp.take_along_axis(x, jnp.expand_dims(jnp.clip(target, 0, x.shape[1] - 1), 1), axis=1).squeeze(1)
+    w = jnp.ones(x.shape[1], x.dtype) if weight is None else weight
+    wt = w[jnp.clip(target, 0, x.shape[1] - 1)] * (target != ignore_index)
+    losses = picked * wt
+    if reduction == 0:
+        return losses, jnp.zeros((), x.dtype)
+    total = jnp.sum(wt)
+    if reduction == 1:
+        return jnp.sum(losses) / total, total
+    return jnp.sum(losses), total
+
+
+@lowers(aten.nll_loss_forward.default)
+def _nll_loss_forward(ctx, x, target, weight, reduction, ignore_index):
+    out, total = _nll(x, target, weight, reduction, ignore_index)
+    if reduction == 0 and x.ndim == 1:
+        out = out.reshape(())
+    return out, total
+
+
+@lowers(aten.nll_loss_backward.default)
+def _nll_loss_backward(ctx, grad, x, target, weight, reduction, ignore_index, total_weight):
+    def forward(v):
+        out, _ = _nll(v, target, weight, reduction, ignore_index)
+        return out.reshape(grad.shape) if reduction == 0 else out
+
+    _, vjp = jax.vjp(forward, x)
+    return vjp(grad.astype(x.dtype))[0]
+
+
+@lowers(aten.nll_loss2d_forward.default)
+def _nll_loss2d_forward(ctx, x, target, weight, reduction, ignore_index):
+    moved = jnp.moveaxis(x, 1, -1).reshape(-1, x.shape[1])
+    out, total = _nll(moved, target.reshape(-1), weight, reduction, ignore_index)
+    return (out.reshape(target.shape) if reduction == 0 else out), total
+
+
+@lowers(aten.embedding.default)
+def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(weight, indices, axis=0)
+
+
+@lowers(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    flat_idx = indices.reshape(-1)
+    g = grad.reshape(-1, grad.shape[-1])
+    if padding_idx >= 0:
+        g = jnp.where((flat_idx == padding_idx)[:, None], 0, g)
+    if scale_grad_by_freq:
+        counts = jnp.zeros(num_weights, g.dtype).at[flat_idx].add(1)
+        g = g / counts[flat_idx][:, None]
+    return jnp.zeros((num_weights, grad.shape[-1]), grad.dtype).at[flat_idx].add(g)
+
+
+@lowers(aten.mse_loss.default)
+def _mse_loss(ctx, x, y, reduction=1):
+    d = jnp.square(x - y)
+    return d if reduction == 0 else (jnp.mean(d) if reduction == 1 else jnp.sum(d))
+
+
+@lowers(aten.mse_loss_backward.default)
+def _mse_loss_backward(ctx, grad, x, y, reduction):
+    scale = 2.0 / x.size if reduction == 1 else 2.0
+    return grad * scale * (x - y)

@@ -1,0 +1,170 @@
+"""Reductions, softmax family, scans and sorting."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import torch
+
+from xladev.runtime.lowering.registry import lowers
+
+aten = torch.ops.aten
+
+
+def _axes(x, dim):
+    if dim is None or (isinstance(dim, tuple) and len(dim) == 0):
+        return None
+    if isinstance(dim, int):
+        dim = (dim,)
+    return tuple(d % max(x.ndim, 1) for d in dim) if x.ndim else None
+
+
+@lowers(aten.sum.default, aten.sum.dim_IntList)
+def _sum(ctx, x, dim=None, keepdim=False, dtype=None):
+    return jnp.sum(x.astype(ctx.out_dtype), axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.mean.default, aten.mean.dim)
+def _mean(ctx, x, dim=None, keepdim=False, dtype=None):
+    return jnp.mean(x.astype(ctx.out_dtype), axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.prod.default, aten.prod.dim_int)
+def _prod(ctx, x, dim=None, keepdim=False, dtype=None):
+    return jnp.prod(x.astype(ctx.out_dtype), axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.amax.default)
+def _amax(ctx, x, dim=(), keepdim=False):
+    return jnp.max(x, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.amin.default)
+def _amin(ctx, x, dim=(), keepdim=False):
+    return jnp.min(x, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.max.default)
+def _max_all(ctx, x):
+    return jnp.max(x)
+
+
+@lowers(aten.min.default)
+def _min_all(ctx, x):
+    return jnp.min(x)
+
+
+@lowers(aten.max.dim)
+def _max_dim(ctx, x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    return jnp.max(x, axis=dim, keepdims=keepdim), jnp.argmax(x, axis=dim, keepdims=keepdim).astype(jnp.int64)
+
+
+@lowers(aten.min.dim)
+def _min_dim(ctx, x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    return jnp.min(x, axis=dim, keepdims=keepdim), jnp.argmin(x, axis=dim, keepdims=keepdim).astype(jnp.int64)
+
+
+@lowers(aten.argmax.default)
+def _argmax(ctx, x, dim=None, keepdim=False):
+    if dim is None:
+        out = jnp.argmax(x.reshape(-1))
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return jnp.argmax(x, axis=dim, keepdims=keepdim) if x.ndim else jnp.zeros((), jnp.int64)
+
+
+@lowers(aten.argmin.default)
+def _argmin(ctx, x, dim=None, keepdim=False):
+    if dim is None:
+        out = jnp.argmin(x.reshape(-1))
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return jnp.argmin(x, axis=dim, keepdims=keepdim) if x.ndim else jnp.zeros((), jnp.int64)
+
+
+@lowers(aten.any.default, aten.any.dim, aten.any.dims)
+def _any(ctx, x, dim=None, keepdim=False):
+    return jnp.any(x != 0, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.all.default, aten.all.dim, aten.all.dims)
+def _all(ctx, x, dim=None, keepdim=False):
+    return jnp.all(x != 0, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten.var.correction)
+def _var(ctx, x, dim=None, correction=None, keepdim=False):
+    ddof = 1 if correction is None else correction
+    return jnp.var(x.astype(ctx.out_dtype), axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
+
+
+@lowers(aten.std.correction)
+def _std(ctx, x, dim=None, correction=None, keepdim=False):
+    ddof = 1 if correction is None else correction
+    return jnp.std(x.astype(ctx.out_dtype), axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
+
+
+@lowers(aten.logsumexp.default)
+def _logsumexp(ctx, x, dim, keepdim=False):
+    return jax.scipy.special.logsumexp(x.astype(ctx.out_dtype), axis=_axes(x, dim), keepdims=keepdim)
+
+
+@lowers(aten._softmax.default)
+def _softmax(ctx, x, dim, half_to_float=False):
+    return jax.nn.softmax(x.astype(ctx.out_dtype), axis=dim)
+
+
+@lowers(aten._log_softmax.default)
+def _log_softmax(ctx, x, dim, half_to_float=False):
+    return jax.nn.log_softmax(x.astype(ctx.out_dtype), axis=dim)
+
+
+@lowers(aten._softmax_backward_data.default)
+def _softmax_backward(ctx, grad, y, dim, input_dtype):
+    return y * (grad - jnp.sum(grad * y, axis=dim, keepdims=True))
+
+
+@lowers(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(ctx, grad, y, dim, input_dtype):
+    return grad - jnp.exp(y) * jnp.sum(grad, axis=dim, keepdims=True)
+
+
+@lowers(aten.cumsum.default)
+def _cumsum(ctx, x, dim, dtype=None):
+    return jnp.cumsum(x.astype(ctx.out_dtype), axis=dim) if x.ndim else x.astype(ctx.out_dtype)
+
+
+@lowers(aten.cumprod.default)
+def _cumprod(ctx, x, dim, dtype=None):
+    return jnp.cumprod(x.astype(ctx.out_dtype), axis=dim) if x.ndim else x.astype(ctx.out_dtype)
+
+
+def _sort_impl(x, dim, descending):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    key = -x if descending and x.dtype != jnp.bool_ else (~x if descending else x)
+    indices = jnp.argsort(key, axis=dim, stable=True)
+    return jnp.take_along_axis(x, indices, axis=dim), indices.astype(jnp.int64)
+
+
+@lowers(aten.sort.default)
+def _sort(ctx, x, dim=-1, descending=False):
+    return _sort_impl(x, dim, descending)
+
+
+@lowers(aten.sort.stable)
+def _sort_stable(ctx, x, stable=None, dim=-1, descending=False):
+    return _sort_impl(x, dim, descending)
+
+
+@lowers(aten.topk.default)
+def _topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    moved = jnp.moveaxis(x, dim, -1)
+    values, indices = lax.top_k(moved if largest else -moved, k)
+    if not largest:
+        values = -values
+    return jnp.moveaxis(values, -1, dim), jnp.moveaxis(indices, -1, dim).astype(jnp.int64)

@@ -1,0 +1,63 @@
+"""The lowering registry: aten op → jax function.
+
+A lowering is `fn(ctx, *args, **kwargs)` called while jax traces a graph. Tensor arguments arrive as
+jax values, everything else as recorded. It returns a jax value (or a tuple for multi-output ops);
+the executor casts each result to the dtype PyTorch's meta kernel promised, so lowerings may rely on
+jax promotion and stay short.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from xladev.runtime.ir import OpDef
+
+LOWERINGS: dict = {}
+
+
+def op_name(op) -> str:
+    """The IR name of an aten overload: `aten::add` (overloads are not shown, as in PyTorch/XLA)."""
+    return op._schema.name
+
+
+def lowers(*ops) -> Callable:
+    """Registers the decorated function as the lowering of each aten overload in `ops`."""
+
+    def register(fn: Callable) -> Callable:
+        for op in ops:
+            LOWERINGS[op] = OpDef(op_name(op), fn, aten=op)
+        return fn
+
+    return register
+
+
+class LoweringContext:
+    """What a lowering may know about the node it lowers.
+
+    Attributes:
+      meta: the node's output Meta (tuple of Metas for multi-output ops).
+      in_metas: Metas of the operand nodes, in order.
+      node: the IR node (read-only).
+    """
+
+    __slots__ = ("meta", "in_metas", "node")
+
+    def __init__(self, node, meta=None):
+        self.node = node
+        self.meta = node.meta if meta is None else meta
+        self.in_metas = tuple(o.meta for o in node.operands)
+
+    @property
+    def out_shape(self):
+        return self.meta.shape
+
+    @property
+    def out_dtype(self):
+        from xladev.runtime.backend import to_jnp_dtype
+
+        return to_jnp_dtype(self.meta.dtype)
+
+    def dtype_of(self, meta_index: int = 0):
+        from xladev.runtime.backend import to_jnp_dtype
+
+        return to_jnp_dtype(self.meta[meta_index].dtype)

@@ -1,0 +1,95 @@
+"""Process-wide recording state: op counts and tracing time since the last barrier, source locations.
+
+Backward ops arrive on autograd's device thread, so everything here is shared across threads.
+Counting is a dict increment; events are built from these totals at each barrier, not per op.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from xladev._flags import config
+
+_XLADEV_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__))
+
+
+def is_library_frame(filename: str) -> bool:
+    """True for frames of xladev, torch, the standard library and site-packages (not the user's code)."""
+    return (
+        filename.startswith(_XLADEV_DIR)
+        or filename.startswith(_TORCH_DIR)
+        or "site-packages" in filename
+        or "dist-packages" in filename
+        or filename.startswith(sys.prefix + os.sep + "lib")
+        or filename.startswith(sys.base_prefix + os.sep + "lib")
+        or filename.startswith("<frozen")
+    )
+
+
+def user_location() -> str | None:
+    """`fn@file.py:LINE` of the innermost user frame, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not is_library_frame(filename):
+            return f"{frame.f_code.co_name}@{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+class Recorder:
+    """Counts recorded ops and tracing time between barriers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+        self.tracing_ns = 0
+        self.tracing_samples: list[int] = []
+        self.scope_stack = threading.local()
+        self.ir_debug = config.ir_debug
+        config.on_update(self._on_flag)
+
+    def _on_flag(self, name, value) -> None:
+        if name == "ir_debug":
+            self.ir_debug = value
+
+    def count(self, name: str) -> None:
+        counts = self.counts
+        counts[name] = counts.get(name, 0) + 1
+
+    def add_tracing_time(self, ns: int) -> None:
+        self.tracing_ns += ns
+        samples = self.tracing_samples
+        if len(samples) < 4096:
+            samples.append(ns)
+
+    def debug_info(self) -> tuple:
+        """(location, scope) for a new node: empty unless XLA_IR_DEBUG or a profiler scope is active."""
+        scopes = getattr(self.scope_stack, "names", None)
+        scope = "/".join(scopes) if scopes else None
+        if self.ir_debug or config.ir_debug:
+            return user_location(), scope
+        return None, scope
+
+    def drain(self) -> tuple[dict[str, int], int, list[int]]:
+        """Returns and resets the counts, total tracing ns and tracing samples since the last call."""
+        with self.lock:
+            counts, self.counts = self.counts, {}
+            ns, self.tracing_ns = self.tracing_ns, 0
+            samples, self.tracing_samples = self.tracing_samples, []
+        return counts, ns, samples
+
+    def push_scope(self, name: str) -> None:
+        names = getattr(self.scope_stack, "names", None)
+        if names is None:
+            names = self.scope_stack.names = []
+        names.append(name)
+
+    def pop_scope(self) -> None:
+        self.scope_stack.names.pop()
+
+
+recorder = Recorder()

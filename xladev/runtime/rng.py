@@ -1,0 +1,190 @@
+"""Device RNG: a threefry key kept as device data and threaded through the graph.
+
+Each random op consumes the current key and leaves a new one, recorded as IR, so a training step has
+the same graph every step (no recompiles) and `manual_seed(s)` makes the device's numbers
+reproducible. The numbers differ from the CPU generator's, as they do on any accelerator.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xladev.runtime.dispatch import special, write_into
+from xladev.runtime.ir import SLOT, Meta, Node, OpDef, getitem
+from xladev.runtime.recorder import recorder
+from xladev.runtime.tensor import Storage, XlaTensor
+
+aten = torch.ops.aten
+DEFAULT_SEED = 101
+_states: dict[int, Storage] = {}
+_KEY_META = Meta((2,), torch.uint32)
+
+
+def _seed_node(seed: int, device_index: int):
+    import numpy as np
+
+    from xladev.runtime import backend
+    from xladev.runtime.ir import DataNode
+
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    key = np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
+    return DataNode(backend.put(key, device_index), _KEY_META)
+
+
+def manual_seed(seed: int, device_index: int | None = None) -> None:
+    """Seeds the device RNG (every device when `device_index` is None)."""
+    from xladev.runtime import backend
+
+    indices = range(len(backend.jax_devices())) if device_index is None else [device_index]
+    for index in indices:
+        state = _states.get(index)
+        if state is None:
+            _states[index] = Storage(_seed_node(seed, index), index)
+        else:
+            state.set_data(_seed_node(seed, index))
+
+
+def _state(device_index: int) -> Storage:
+    state = _states.get(device_index)
+    if state is None:
+        manual_seed(DEFAULT_SEED, device_index)
+        state = _states[device_index]
+    return state
+
+
+def _lower_random(ctx, key, kind, shape, params):
+    import jax
+
+    value_key, next_key = jax.random.split(key)
+    dtype = ctx.dtype_of(0)
+    if kind == "normal":
+        mean, std = params
+        value = jax.random.normal(value_key, shape, dtype=_float_for(dtype)) * std + mean
+    elif kind == "uniform":
+        low, high = params
+        value = jax.random.uniform(value_key, shape, dtype=_float_for(dtype), minval=low, maxval=high)
+    elif kind == "bernoulli":
+        (p,) = params
+        value = jax.random.bernoulli(value_key, p, shape)
+    elif kind == "bernoulli_tensor":
+        value = jax.random.uniform(value_key, shape) < params
+    elif kind == "randint":
+        low, high = params
+        value = jax.random.randint(value_key, shape, low, high, dtype="int64")
+    elif kind == "exponential":
+        (lambd,) = params
+        value = jax.random.exponential(value_key, shape) / lambd
+    else:
+        raise AssertionError(kind)
+    return value.astype(dtype), next_key
+
+
+def _float_for(dtype):
+    import jax.numpy as jnp
+
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+
+
+RANDOM_OP = OpDef("xla::rng", _lower_random)
+
+
+def random_node(kind: str, shape: tuple, dtype: torch.dtype, params, device_index: int, extra=()) -> Node:
+    """Records a random draw; advances the device's key."""
+    state = _state(device_index)
+    template = ((SLOT, kind, tuple(shape), SLOT if extra else params), ())
+    node = Node(RANDOM_OP, (state.value,) + tuple(extra), template, (Meta(tuple(shape), dtype), _KEY_META),
+                *recorder.debug_info())
+    state.set(getitem(node, 1))
+    recorder.count("xla::rng")
+    return getitem(node, 0)
+
+
+def _fill_random(self: XlaTensor, kind: str, params, extra=()) -> XlaTensor:
+    node = random_node(kind, tuple(self.shape), self.dtype, params, self._st.device_index, extra)
+    self._assign(node)
+    return self
+
+
+@special(aten.normal_.default)
+def _normal_(func, args, kwargs):
+    self = args[0]
+    mean = kwargs.get("mean", args[1] if len(args) > 1 else 0.0)
+    std = kwargs.get("std", args[2] if len(args) > 2 else 1.0)
+    return _fill_random(self, "normal", (float(mean), float(std)))
+
+
+@special(aten.uniform_.default)
+def _uniform_(func, args, kwargs):
+    self = args[0]
+    low = kwargs.get("from", args[1] if len(args) > 1 else 0.0)
+    high = kwargs.get("to", args[2] if len(args) > 2 else 1.0)
+    return _fill_random(self, "uniform", (float(low), float(high)))
+
+
+@special(aten.bernoulli_.float)
+def _bernoulli_float_(func, args, kwargs):
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    return _fill_random(args[0], "bernoulli", (float(p),))
+
+
+@special(aten.bernoulli_.Tensor)
+def _bernoulli_tensor_(func, args, kwargs):
+    self, p = args[0], args[1]
+    return _fill_random(self, "bernoulli_tensor", None, extra=(p._node(),))
+
+
+@special(aten.bernoulli.default)
+def _bernoulli(func, args, kwargs):
+    p = args[0]
+    out = XlaTensor(Storage(random_node("bernoulli_tensor", tuple(p.shape), p.dtype, None, p._st.device_index,
+                                        extra=(p._node(),)), p._st.device_index), Meta(tuple(p.shape), p.dtype))
+    return out
+
+
+@special(aten.bernoulli.p)
+def _bernoulli_p(func, args, kwargs):
+    self = args[0]
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    node = random_node("bernoulli", tuple(self.shape), self.dtype, (float(p),), self._st.device_index)
+    return XlaTensor(Storage(node, self._st.device_index), Meta(tuple(self.shape), self.dtype))
+
+
+@special(aten.random_.from_, aten.random_.to, aten.random_.default)
+def _random_(func, args, kwargs):
+    self = args[0]
+    if func is aten.random_.default:
+        low, high = 0, _default_high(self.dtype)
+    elif func is aten.random_.to:
+        low, high = 0, args[1]
+    else:
+        low, high = args[1], args[2] if args[2] is not None else _default_high(self.dtype)
+    return _fill_random(self, "randint", (int(low), int(high)))
+
+
+def _default_high(dtype: torch.dtype) -> int:
+    if dtype.is_floating_point:
+        return 2 ** torch.finfo(dtype).nmant + 1
+    if dtype == torch.bool:
+        return 2
+    return min(torch.iinfo(dtype).max, 2 ** 62)
+
+
+@special(aten.exponential_.default)
+def _exponential_(func, args, kwargs):
+    lambd = kwargs.get("lambd", args[1] if len(args) > 1 else 1.0)
+    return _fill_random(args[0], "exponential", (float(lambd),))
+
+
+@special(aten.native_dropout.default)
+def _native_dropout(func, args, kwargs):
+    from xladev.runtime.dispatch import handle
+
+    x, p, train = args[0], float(args[1]), args[2] if len(args) > 2 else kwargs.get("train")
+    if train is False or p == 0.0:
+        ones = handle(aten.ones_like.default, (x,), {"dtype": torch.bool})
+        return handle(aten.clone.default, (x,), {}), ones
+    index = x._st.device_index
+    mask_node = random_node("bernoulli", tuple(x.shape), torch.bool, (1.0 - p,), index)
+    mask = XlaTensor(Storage(mask_node, index), Meta(tuple(x.shape), torch.bool))
+    scaled = handle(aten.mul.Tensor, (handle(aten.mul.Tensor, (x, mask), {}), 1.0 / (1.0 - p)), {})
+    return scaled, mask

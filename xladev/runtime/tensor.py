@@ -1,0 +1,203 @@
+"""`XlaTensor`: the torch tensor of the `xla` device, and the storage model behind views.
+
+Each tensor refers to a `Storage` that holds the current value of its base as an IR node. A view holds
+the chain of view ops from its base; reading it replays the chain on the base's current value, and
+writing to it scatters the new value back into the base, so aliasing behaves as in eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+
+import torch
+
+from xladev.runtime.ir import DataNode, Meta, Node
+
+_storage_ids = itertools.count()
+_lock = threading.RLock()
+
+# Storages whose value is a pending IR node (not device data), keyed by creation id so that the
+# order of graph outputs is deterministic. Weak: a dead tensor is never synced.
+pending: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+
+_DEVICES: dict[int, torch.device] = {}
+
+
+def torch_device(index: int) -> torch.device:
+    device = _DEVICES.get(index)
+    if device is None:
+        device = _DEVICES[index] = torch.device("xla", index)
+    return device
+
+
+class Storage:
+    """The value of a base tensor, shared by all its views.
+
+    Attributes:
+      value: the current IR node (a DataNode once synced).
+      version: bumped on every write, so views know to re-read.
+      device_index: which `xla:N`.
+      sid: creation order.
+    """
+
+    __slots__ = ("value", "version", "device_index", "sid", "__weakref__")
+
+    def __init__(self, value: Node, device_index: int):
+        self.value = value
+        self.version = 0
+        self.device_index = device_index
+        self.sid = next(_storage_ids)
+        if type(value) is not DataNode:
+            pending[self.sid] = self
+
+    def set(self, value: Node) -> None:
+        self.value = value
+        self.version += 1
+        if type(value) is not DataNode:
+            pending[self.sid] = self
+
+    def set_data(self, value: DataNode) -> None:
+        """Replaces a pending value by its computed data (same value, so no version bump for aliases)."""
+        self.value = value
+        self.version += 1
+        pending.pop(self.sid, None)
+
+
+class XlaTensor(torch.Tensor):
+    """A tensor on `xla:N`. Ops on it are recorded, not run, until a barrier or a value read."""
+
+    __slots__ = ("_st", "_chain", "_vnode", "_vver")
+
+    @staticmethod
+    def __new__(cls, storage: Storage, meta: Meta, chain=None, strides=None, offset=0, requires_grad=False):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, meta.shape, strides=strides, storage_offset=offset if strides is not None else None, dtype=meta.dtype,
+            device=torch_device(storage.device_index), requires_grad=requires_grad,
+        )
+        t._st = storage
+        t._chain = chain
+        t._vnode = None
+        t._vver = -1
+        return t
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    # The op handler lives in dispatch.py; it is attached there to keep this module small.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # ---- reading and writing the lazy value --------------------------------------------------
+    def _node(self) -> Node:
+        chain = self._chain
+        if chain is None:
+            return self._st.value
+        st = self._st
+        if self._vver == st.version:
+            return self._vnode
+        from xladev.runtime.views import replay
+
+        node = replay(chain, st.value)
+        self._vnode = node
+        self._vver = st.version
+        return node
+
+    def _assign(self, node: Node) -> None:
+        """Writes a new value (an in-place op's result) into this tensor and every alias."""
+        chain = self._chain
+        if chain is None:
+            self._st.set(node)
+            return
+        from xladev.runtime.views import scatter_into_base
+
+        st = self._st
+        st.set(scatter_into_base(chain, st.value, node))
+        self._vnode = node
+        self._vver = st.version
+
+    # ---- value reads: each names its exact cause ---------------------------------------------
+    def __repr__(self, *, tensor_contents=None):
+        from xladev.runtime.access import tensor_repr
+
+        return tensor_repr(self)
+
+    def item(self):
+        from xladev.runtime.access import reading
+
+        with reading(".item()"):
+            return super().item()
+
+    def tolist(self):
+        from xladev.runtime.access import reading
+
+        with reading(".tolist()"):
+            return self.cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        from xladev.runtime.access import reading
+
+        with reading(".numpy()"):
+            return self.cpu().numpy()
+
+    def __bool__(self):
+        from xladev.runtime.access import reading
+
+        with reading("bool() in control flow"):
+            return super().__bool__()
+
+    def __float__(self):
+        from xladev.runtime.access import reading
+
+        with reading("float()"):
+            return super().__float__()
+
+    def __int__(self):
+        from xladev.runtime.access import reading
+
+        with reading("int()"):
+            return super().__int__()
+
+    def __index__(self):
+        from xladev.runtime.access import reading
+
+        with reading("used as an index"):
+            return super().__index__()
+
+    def __format__(self, spec):
+        if self.dim() == 0 and spec:
+            return format(self.item(), spec)
+        return object.__format__(self, spec) if spec else self.__repr__()
+
+    def cpu(self, memory_format=torch.preserve_format):
+        from xladev.runtime.access import reading
+
+        with reading(".cpu()"):
+            return super().cpu(memory_format=memory_format)
+
+    # `p.data = other` swaps the C++ metadata; the lazy value must follow or the storage would be stale.
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        torch._C.TensorBase.data.__set__(self, new)
+        if isinstance(new, XlaTensor):
+            self._st = new._st
+            self._chain = new._chain
+            self._vnode = None
+            self._vver = -1
+
+    def __reduce_ex__(self, protocol):
+        # torch.save of a device tensor goes through the CPU, as PyTorch/XLA users expect.
+        return (_rebuild_on_device, (self.detach().cpu(), self.device.index, self.requires_grad))
+
+
+def _rebuild_on_device(cpu_tensor, index, requires_grad):
+    return cpu_tensor.to(torch_device(index)).requires_grad_(requires_grad)
+
+
+def new_tensor(node: Node, device_index: int, requires_grad: bool = False) -> XlaTensor:
+    """A fresh base tensor holding `node`."""
+    return XlaTensor(Storage(node, device_index), node.meta)

@@ -1,0 +1,167 @@
+"""Training helpers with the behaviour of their PyTorch/XLA namesakes."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterable
+
+import torch
+
+from xladev._flags import config
+from xladev.events import Cause, CauseKind
+
+
+def mark_step(cause: Cause | None = None) -> None:
+    """Ends the step: compiles (or reuses) and runs the graph of every pending tensor.
+
+    Args:
+      cause: why the barrier runs; `user mark_step` when called by the user.
+    """
+    from xladev.runtime.executor import executor
+
+    executor.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
+
+
+sync = mark_step
+
+
+def add_step_closure(closure: Callable, args: tuple = (), run_async: bool = False) -> None:
+    """Runs `closure(*args)` right after the next step barrier, when tensors in `args` are device data.
+
+    Reading tensor values inside a closure costs no extra graph execution, unlike `.item()` in the step.
+
+    Args:
+      closure: the function to call.
+      args: its arguments; tensors among them are kept alive (and synced) until the barrier.
+      run_async: run it on a background thread instead of blocking the training loop.
+    """
+    from xladev.runtime.executor import executor
+
+    def run(*call_args):
+        from xladev.runtime.access import sync_cause
+
+        with sync_cause(Cause(CauseKind.STEP_CLOSURE)):
+            closure(*call_args)
+
+    executor.closures.append((run, tuple(args), run_async))
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, optimizer_args: dict | None = None) -> Any:
+    """Runs `optimizer.step(**optimizer_args)`, then the step barrier if `barrier` is True.
+
+    With a single process there are no gradients to all-reduce across replicas.
+
+    Returns:
+      What `optimizer.step` returned.
+    """
+    loss = optimizer.step(**(optimizer_args or {}))
+    if barrier:
+        mark_step(Cause(CauseKind.OPTIMIZER_STEP))
+    return loss
+
+
+def wait_device_ops() -> None:
+    """Blocks until every pending device execution and asynchronous step closure has finished."""
+    from xladev.runtime.executor import wait_async_closures
+
+    wait_async_closures()
+
+
+def manual_seed(seed: int, device: torch.device | None = None) -> None:
+    """Seeds the device RNG, so random ops on `xla` repeat exactly for the same seed."""
+    from xladev.runtime.rng import manual_seed as seed_device
+
+    seed_device(seed, None if device is None else torch.device(device).index)
+
+
+_cache_state: dict = {}
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Turns on XLA's persistent compilation cache in `path`, so a restarted job skips recompiling.
+
+    Args:
+      path: a directory (created if missing).
+      readonly: read existing entries but write none (for caches shared between jobs).
+
+    Raises:
+      RuntimeError: the cache was already initialised with a different path.
+    """
+    import os
+
+    from xladev.runtime.backend import jax_module
+
+    if _cache_state and _cache_state["path"] != path:
+        raise RuntimeError(f"the compilation cache is already initialised at {_cache_state['path']!r}")
+    os.makedirs(path, exist_ok=True)
+    jax = jax_module()
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # Read-only: never worth writing (an entry would have to take longer than a day to compile).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 86400.0 if readonly else 0.0)
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:
+        pass
+    _cache_state.update(path=path, readonly=readonly)
+
+
+class DeviceLoader:
+    """Wraps a data loader: copies each batch to the device ahead of use and marks the step per batch.
+
+    Like PyTorch/XLA's `MpDeviceLoader`, each `next()` first ends the previous step with a barrier
+    (cause "DeviceLoader at step end"), so the loop needs no explicit `mark_step()`.
+
+    Args:
+      loader: any iterable of batches (tensors, or tuples/lists/dicts of them).
+      device: the xla device.
+      prefetch: batches copied ahead of the one in use.
+    """
+
+    def __init__(self, loader: Iterable, device: torch.device, prefetch: int = 2) -> None:
+        self._loader = loader
+        self._device = torch.device(device)
+        self._prefetch = max(1, prefetch)
+
+    def __len__(self) -> int:
+        return len(self._loader)  # type: ignore[arg-type]
+
+    def _to_device(self, batch):
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self._device)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(self._to_device(b) for b in batch)
+        if isinstance(batch, dict):
+            return {k: self._to_device(v) for k, v in batch.items()}
+        return batch
+
+    def __iter__(self):
+        # Host-side loading runs ahead on a thread; device copies happen on this thread, in order.
+        q: queue.Queue = queue.Queue(maxsize=self._prefetch)
+        done = object()
+        errors: list[BaseException] = []
+
+        def produce():
+            try:
+                for batch in self._loader:
+                    q.put(batch)
+            except BaseException as exc:  # re-raised in the consumer
+                errors.append(exc)
+            finally:
+                q.put(done)
+
+        threading.Thread(target=produce, daemon=True, name="xladev-loader").start()
+        first = True
+        while True:
+            batch = q.get()
+            if not first:
+                mark_step(Cause(CauseKind.DEVICE_LOADER))
+            first = False
+            if batch is done:
+                if errors:
+                    raise errors[0]
+                return
+            yield self._to_device(batch)
