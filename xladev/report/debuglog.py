@@ -27,7 +27,8 @@ _POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediat
                            r"([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib)[/\\]")
-_STEP_CAUSE_RE = re.compile(r"mark_step|torch_xla\.sync|StepTrace|parallel loader|\bsync\b", re.IGNORECASE)
+_STEP_CAUSE_RE = re.compile(r"\b(?:mark_step|torch_xla\.sync|sync|StepTrace|parallel loader)\b", re.IGNORECASE)
+_VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
 
 POST_COMPILE_FIELDS = {"Graph input": "input_bytes", "Graph output": "output_bytes",
                        "Aliased Input": "aliased_bytes", "Intermediate tensor": "temp_bytes",
@@ -88,7 +89,7 @@ def user_site(frames: list[str]) -> tuple[str, str]:
 
 def is_step_cause(cause: str) -> bool:
     """True when a cause names a step barrier (mark_step, torch_xla.sync, StepTrace, loader)."""
-    return bool(_STEP_CAUSE_RE.search(cause))
+    return bool(_STEP_CAUSE_RE.search(cause)) and not _VALUE_READ_RE.search(cause)
 
 
 class DebugLog:

@@ -65,7 +65,7 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
 
-    from xladev.runtime import handlers  # noqa: F401  (registers the special handlers)
+    from xladev.runtime import handlers, rng  # noqa: F401  (register the special handlers)
     from xladev.runtime import lowering  # noqa: F401  (registers all lowerings)
 
     _lib = torch.library.Library("aten", "IMPL")

@@ -153,7 +153,7 @@ GETITEM_OP = OpDef("xla::getitem", _getitem_lower)
 
 def getitem(node: Node, index: int) -> Node:
     """Reads output `index` of a tuple node."""
-    return Node(GETITEM_OP, (node,), (((SLOT, index),), ()), node.meta[index])
+    return Node(GETITEM_OP, (node,), ((SLOT, index), ()), node.meta[index])
 
 
 class Graph:

@@ -149,7 +149,7 @@ def _bernoulli_p(func, args, kwargs):
     return XlaTensor(Storage(node, self._st.device_index), Meta(tuple(self.shape), self.dtype))
 
 
-@special(aten.random_.from_, aten.random_.to, aten.random_.default)
+@special(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
 def _random_(func, args, kwargs):
     self = args[0]
     if func is aten.random_.default:
