@@ -79,7 +79,8 @@ def op_traits(func) -> OpTraits:
     t.is_view = bool(ret_alias is not None and not ret_alias.is_write and first_alias is not None and not first_alias.is_write)
     t.out_names = out_names
     t.functional = _functional_for(func, schema, t.is_inplace, out_names)
-    scalar_types = ("Scalar", "Optional[Scalar]", "Scalar?")
+    # Python numbers in Tensor slots (`x / 0.05` reaches div.Tensor) are operands too.
+    scalar_types = ("Scalar", "Optional[Scalar]", "Scalar?", "number", "Optional[number]", "Tensor", "Optional[Tensor]")
     if schema.name in _SHAPE_FROM_SCALARS:
         scalar_types = ()
     t.scalar_positions = frozenset(i for i, a in enumerate(arguments) if str(a.type) in scalar_types and not a.kwarg_only)

@@ -144,7 +144,10 @@ def _max_pool_with_indices(ctx, x, kernel_size, stride=(), padding=(0,), dilatio
     # Indices: flat position within each input plane of the max, found by pooling (value, -index) pairs.
     spatial = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
     plane = x.shape[-spatial:]
-    flat_index = jnp.arange(int(jnp.prod(jnp.array(plane))), dtype=jnp.int64).reshape(plane)
+    size = 1
+    for d in plane:
+        size *= d
+    flat_index = jnp.arange(size, dtype=jnp.int64).reshape(plane)
     flat_index = jnp.broadcast_to(flat_index, x.shape)
     _, kernel, stride_, padding_, dilation_ = _pool_args(x, kernel_size, stride, padding, dilation)
     lead = x.ndim - spatial
