@@ -77,7 +77,10 @@ def register() -> None:
 
 
 def _copy_from(src, dst, non_blocking=False):
-    return torch.ops.aten.copy_.default(dst, src)
+    # Reached from copy kernels below the Python key (e.g. `torch.tensor(..., device='xla')`).
+    from xladev.runtime.handlers import copy_into
+
+    return copy_into(dst, src)
 
 
 def device(n: int | None = None) -> torch.device:

@@ -206,6 +206,9 @@ def convert(t: XlaTensor, dtype: torch.dtype) -> XlaTensor:
 def _out_variant(func, args, kwargs):
     traits = op_traits(func)
     outs = [kwargs[name] for name in traits.out_names]
+    for out in outs:
+        if not isinstance(out, XlaTensor):
+            raise _mismatch(f"xla:{device_of(args, kwargs)}", str(out.device))
     functional = traits.functional
     if functional is None:
         raise MetaUnsupported(f"no functional form of {func}")

@@ -62,7 +62,12 @@ def _to_copy(func, args, kwargs):
 
 @special(aten.copy_.default)
 def _copy(func, args, kwargs):
-    dst, src = args[0], args[1]
+    return copy_into(args[0], args[1])
+
+
+def copy_into(dst, src):
+    """`dst.copy_(src)` for any mix of host and device tensors."""
+    func = aten.copy_.default
     if not isinstance(dst, XlaTensor):  # device → host
         cpu = download([src], ".cpu()")[0]
         return dst.copy_(cpu)

@@ -1,0 +1,202 @@
+"""Views, in-place ops, dtype promotion, RNG, autograd and optimizers on `xla`, against eager CPU."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+
+import xladev
+
+
+def test_device_api(dev):
+    assert str(dev) == "xla:0"
+    assert xladev.device_count() >= 1
+    assert xladev.devices()[0] == dev
+    t = torch.randn(2, 3, device="xla")
+    assert str(t.device) == "xla:0"
+    assert torch.tensor([1.0, 2.0], device="xla").device == dev
+    assert torch.ones(3).to(dev).device == dev
+    with pytest.raises(ValueError, match="xla:99 does not exist"):
+        xladev.device(99)
+
+
+def test_print_and_indexing(dev):
+    t = torch.arange(6.0).view(2, 3).to(dev)
+    assert repr(t) == "tensor([[0., 1., 2.],\n        [3., 4., 5.]], device='xla:0')"
+    assert t[1, 2].item() == 5.0
+    assert t[:, 1].tolist() == [1.0, 4.0]
+    assert repr(torch.tensor([1, 2], device=dev, dtype=torch.int32)) == "tensor([1, 2], device='xla:0', dtype=torch.int32)"
+    w = torch.ones(2, requires_grad=True, device=dev)
+    assert repr(w * 2).endswith("grad_fn=<MulBackward0>)")
+
+
+def test_inplace_through_views_matches_eager(dev):
+    def program(base):
+        base.add_(1)
+        row = base[1]
+        row.mul_(10)                    # write through a select view
+        base[:, 0] = -1                 # slicing assignment
+        col = base.t()[2]               # view of a view
+        col.zero_()
+        flat = base.view(-1)
+        flat[3:5] += 100
+        d = base.diagonal()
+        d.fill_(7)
+        return base, row, col, flat
+
+    cpu = program(torch.arange(12.0).reshape(3, 4))
+    xla = program(torch.arange(12.0).reshape(3, 4).to(dev))
+    for a, b in zip(cpu, xla):
+        torch.testing.assert_close(b.cpu(), a)
+
+
+def test_alias_sees_later_writes_and_detach_shares_storage(dev):
+    x = torch.zeros(4, device=dev)
+    v = x[1:3]
+    x.add_(5)
+    assert v.tolist() == [5.0, 5.0]
+    d = x.detach()
+    d.mul_(2)
+    assert x.tolist() == [10.0] * 4
+    c = x.clone()
+    c.add_(1)
+    assert x.tolist() == [10.0] * 4
+
+
+def test_as_strided_and_unfold_views(dev):
+    base = torch.arange(16.0)
+    for make in (lambda t: t.as_strided((3, 3), (4, 1), 1), lambda t: t.unfold(0, 4, 3)):
+        cpu, xla = make(base.clone()), make(base.to(dev))
+        torch.testing.assert_close(xla.cpu(), cpu)
+    view = base.to(dev).as_strided((2, 2), (8, 1), 2)
+    assert view.tolist() == [[2.0, 3.0], [10.0, 11.0]]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: a + b,
+        lambda a, b: a * 2.5,
+        lambda a, b: a // 3,
+        lambda a, b: a / 2,
+        lambda a, b: a.float() + b.double(),
+        lambda a, b: (a > 2) & (b < 5),
+        lambda a, b: torch.where(a > 1, a, 0.5),
+    ],
+    ids=["int+int", "int*float", "floordiv", "int/int", "float+double", "bool-logic", "where-scalar"],
+)
+def test_dtype_promotion(dev, fn):
+    a, b = torch.arange(6).reshape(2, 3), torch.arange(3)
+    expected = fn(a, b)
+    got = fn(a.to(dev), b.to(dev))
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_manual_seed_reproducible_on_device(dev):
+    xladev.manual_seed(1234)
+    a = torch.randn(5, device=dev).cpu()
+    b = torch.rand(3, device=dev).cpu()
+    xladev.manual_seed(1234)
+    assert torch.equal(torch.randn(5, device=dev).cpu(), a)
+    assert torch.equal(torch.rand(3, device=dev).cpu(), b)
+    xladev.manual_seed(99)
+    assert not torch.equal(torch.randn(5, device=dev).cpu(), a)
+    torch.manual_seed(7)                 # torch.manual_seed seeds the device too
+    c = torch.randn(4, device=dev).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(torch.randn(4, device=dev).cpu(), c)
+
+
+def test_random_op_does_not_recompile_each_step(dev, events):
+    from xladev.events import GraphCompiled
+
+    x = torch.ones(8, device=dev)
+    for _ in range(4):
+        y = torch.nn.functional.dropout(x, 0.5)
+        xladev.mark_step()
+    assert len(events.of(GraphCompiled)) <= 2
+    values = y.cpu()
+    assert set(values.tolist()) <= {0.0, 2.0}
+
+
+def test_autograd_backward_runs_on_device_thread(dev):
+    from xladev.runtime import recorder as rec
+
+    threads = set()
+    original = rec.recorder.count
+
+    def spy(name):
+        threads.add(threading.current_thread().name)
+        original(name)
+
+    rec.recorder.count = spy
+    try:
+        w = torch.randn(3, 3, device=dev, requires_grad=True)
+        (w @ w).sum().backward()
+    finally:
+        rec.recorder.count = original
+    assert len(threads) >= 2, threads  # the main thread recorded forward, autograd's thread backward
+    w_cpu = w.detach().cpu().requires_grad_()
+    (w_cpu @ w_cpu).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+
+def test_no_grad_and_requires_grad(dev):
+    w = torch.ones(2, device=dev, requires_grad=True)
+    with torch.no_grad():
+        y = w * 2
+    assert not y.requires_grad
+    assert (w * 2).requires_grad
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    lambda p: torch.optim.Adam(p, lr=0.01),
+    lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+], ids=["sgd-momentum", "adam", "adamw"])
+def test_optimizers_keep_state_on_device_and_match_cpu(dev, make_opt):
+    def train(device):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3).to(device)
+        opt = make_opt(model.parameters())
+        for step in range(4):
+            x = torch.arange(8.0).reshape(2, 4).to(device) / (step + 1)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            if device != "cpu":
+                xladev.mark_step()
+        return model, opt
+
+    cpu_model, _ = train("cpu")
+    xla_model, opt = train(dev)
+    for state in opt.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                assert value.device == dev
+    for a, b in zip(cpu_model.parameters(), xla_model.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_roundtrip_via_cpu(dev, tmp_path):
+    model = nn.Linear(3, 2).to(dev)
+    path = tmp_path / "m.pt"
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, path)
+    other = nn.Linear(3, 2)
+    other.load_state_dict(torch.load(path))
+    other = other.to(dev)
+    for a, b in zip(model.parameters(), other.parameters()):
+        assert torch.equal(a.cpu(), b.cpu())
+    # Loading a CPU state dict into a device model copies into the device parameters.
+    fresh = nn.Linear(3, 2).to(dev)
+    fresh.load_state_dict(torch.load(path))
+    assert fresh.weight.device == dev
+    assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
+    # torch.save of device tensors goes through the CPU and loads back onto the device.
+    torch.save(model.weight.detach(), tmp_path / "w.pt")
+    loaded = torch.load(tmp_path / "w.pt", weights_only=False)
+    assert loaded.device == dev and torch.equal(loaded.cpu(), model.weight.cpu())
