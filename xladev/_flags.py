@@ -147,10 +147,19 @@ class Config:
         if stack is None:
             stack = self._local.stack = []
         stack.append(values)
+        self._notify(values)
         try:
             yield
         finally:
             stack.pop()
+            self._notify(values)
+
+    def _notify(self, names) -> None:
+        # Hot paths cache some flags; tell them the effective value after an override starts or ends.
+        for name in names:
+            value = getattr(self, name)
+            for listener in self._listeners:
+                listener(name, value)
 
     def reload_from_env(self) -> None:
         """Re-reads every flag from the environment (tests and child processes use this)."""

@@ -75,7 +75,7 @@ def _flatten(args, kwargs, traits, device_ref):
         return value
 
     scalar_pos = traits.scalar_positions
-    template_args = tuple(walk(a, i in scalar_pos) for i, a in enumerate(args))
+    template_args = tuple([walk(a, i in scalar_pos) for i, a in enumerate(args)])
     template_kwargs = tuple((k, walk(v, k in traits.scalar_names)) for k, v in kwargs.items()) if kwargs else ()
     return operands, (template_args, template_kwargs), tuple(key)
 

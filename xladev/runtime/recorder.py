@@ -70,7 +70,7 @@ class Recorder:
         """(location, scope) for a new node: empty unless XLA_IR_DEBUG or a profiler scope is active."""
         scopes = getattr(self.scope_stack, "names", None)
         scope = "/".join(scopes) if scopes else None
-        if self.ir_debug or config.ir_debug:
+        if self.ir_debug:
             return user_location(), scope
         return None, scope
 
