@@ -27,6 +27,17 @@ from xladev.runtime.training import (  # noqa: E402
 
 __version__ = "0.1.0"
 
+
+def _start_sinks() -> None:
+    # Always-on counters; the sinks subscribe to the runtime's event bus (the runtime never calls them).
+    if config.metrics_enabled or config.metrics_file:
+        from xladev.sinks.metrics import sink
+
+        sink.start()
+
+
+_start_sinks()
+
 __all__ = [
     "ConfigError", "DeviceLoader", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
     "devices", "initialize_cache", "manual_seed", "mark_step", "optimizer_step", "sync", "wait_device_ops",

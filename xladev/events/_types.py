@@ -89,7 +89,7 @@ class GraphCompiled(Event):
     memory: dict[str, int]
     cause: Cause
     frames: tuple[Frame, ...] | None
-    persistent_cache_hit: bool
+    persistent_cache_hit: bool | None  # None when the persistent compilation cache is off
     graph: Any = None
 
 

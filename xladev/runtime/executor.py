@@ -214,7 +214,8 @@ class Executor:
         if bus.active:
             bus.emit(GraphCompiled(
                 time.perf_counter_ns(), self.step, graph.hash, len(graph.nodes), len(graph.inputs), len(graph.roots),
-                compile_ns, memory, cause, frames, self.persistent_hits > hits_before, graph,
+                compile_ns, memory, cause, frames,
+                (self.persistent_hits > hits_before) if _persistent_cache_on() else None, graph,
             ))
         return entry
 
@@ -313,6 +314,12 @@ class Executor:
                 _async_closures().submit(fn, *args)
             else:
                 fn(*args)
+
+
+def _persistent_cache_on() -> bool:
+    from xladev.runtime.training import _cache_state
+
+    return bool(_cache_state)
 
 
 def _device_index_of(graph: Graph) -> int:

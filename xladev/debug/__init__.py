@@ -1,0 +1,1 @@
+"""Debugging APIs: `xladev.debug.metrics` (import as `met`) and friends."""

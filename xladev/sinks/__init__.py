@@ -1,0 +1,1 @@
+"""Event-bus subscribers: metrics, debug analysis, dumps, event log. None imports another."""

@@ -1,0 +1,237 @@
+"""The counters-and-metrics registry, fed by runtime events, and its PyTorch/XLA report text.
+
+Counters are integers. A metric keeps its lifetime sample count and accumulator, and the last
+`XLA_METRICS_SAMPLES` (timestamp, value) samples, from which ValueRate, Rate and Percentiles are
+computed, exactly as FORMATS.md §1 describes.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from xladev._flags import config
+from xladev.events import (
+    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked,
+    TransferFromDevice, TransferToDevice, CauseKind, bus,
+)
+from xladev.report.units import BYTES, TIME, VALUE, format_kind
+
+SNAPSHOT_SCHEMA = "xladev.metrics/1"
+_SCALAR_READS = {".item()", "bool() in control flow", "float()", "int()", "used as an index"}
+
+
+@dataclass
+class Metric:
+    kind: str
+    total_samples: int = 0
+    accumulator: float = 0.0
+    samples: collections.deque = field(default_factory=collections.deque)
+
+
+class Registry:
+    """Thread-safe counters and metrics."""
+
+    def __init__(self, max_samples: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self.counters: dict[str, int] = {}
+        self.metrics: dict[str, Metric] = {}
+        self.max_samples = max_samples
+
+    def increment(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + amount
+
+    def add(self, name: str, kind: str, value: float, timestamp_ns: int | None = None) -> None:
+        stamp = time.time_ns() if timestamp_ns is None else timestamp_ns
+        with self._lock:
+            metric = self.metrics.get(name)
+            if metric is None:
+                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
+            metric.total_samples += 1
+            metric.accumulator += value
+            metric.samples.append((stamp, value))
+
+    def add_many(self, name: str, kind: str, values: list) -> None:
+        stamp = time.time_ns()
+        with self._lock:
+            metric = self.metrics.get(name)
+            if metric is None:
+                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
+            for value in values:
+                metric.total_samples += 1
+                metric.accumulator += value
+                metric.samples.append((stamp, value))
+
+    def _max(self) -> int:
+        return self.max_samples or config.metrics_samples
+
+    def clear_counters(self) -> None:
+        with self._lock:
+            self.counters.clear()
+
+    def clear_metrics(self) -> None:
+        with self._lock:
+            self.metrics.clear()
+
+    def copy(self) -> tuple[dict, dict]:
+        with self._lock:
+            counters = dict(self.counters)
+            metrics = {k: Metric(m.kind, m.total_samples, m.accumulator, collections.deque(m.samples))
+                       for k, m in self.metrics.items()}
+        return counters, metrics
+
+
+def metric_block(name: str, metric: Metric, percentiles) -> str:
+    """One `Metric:` block of the report."""
+    kind = metric.kind
+    lines = [f"Metric: {name}", f"  TotalSamples: {metric.total_samples}",
+             f"  Accumulator: {format_kind(kind, metric.accumulator)}"]
+    samples = list(metric.samples)
+    if len(samples) > 1:
+        span_s = (samples[-1][0] - samples[0][0]) / 1e9
+        if span_s > 0:
+            value_sum = math.fsum(v for _, v in samples)
+            lines.append(f"  ValueRate: {format_kind(kind, value_sum / span_s)} / second")
+            lines.append(f"  Rate: {len(samples) / span_s:.6g} / second")
+    if samples:
+        ordered = sorted(v for _, v in samples)
+        n = len(ordered)
+        parts = [f"{_label(p)}={format_kind(kind, ordered[min(int(math.floor(p * n)), n - 1)])}" for p in percentiles]
+        lines.append("  Percentiles: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def _label(p: float) -> str:
+    return f"{p * 100:g}%"
+
+
+def report_text(counters: dict, metrics: dict, metric_names=None, counter_names=None, percentiles=None) -> str:
+    """The metrics report: metric blocks (sorted), then non-zero counter blocks (sorted)."""
+    percentiles = percentiles or config.metrics_percentiles
+    out = []
+    for name in sorted(metrics):
+        if metric_names is None or name in metric_names:
+            out.append(metric_block(name, metrics[name], percentiles))
+    for name in sorted(counters):
+        value = counters[name]
+        if value and (counter_names is None or name in counter_names):
+            out.append(f"Counter: {name}\n  Value: {value}\n")
+    return "".join(out)
+
+
+def _rank() -> tuple[int, int]:
+    def env_int(*names):
+        for n in names:
+            if os.environ.get(n, "").isdigit():
+                return int(os.environ[n])
+        return None
+
+    world = env_int("WORLD_SIZE") or 1
+    rank = env_int("RANK", "LOCAL_RANK") or 0
+    return rank, world
+
+
+class MetricsFileWriter:
+    """Appends `[MetricsData; step=N]` + the report on every step, one atomic write per record."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._fd = None
+        if target.upper() not in ("STDOUT", "STDERR"):
+            rank, world = _rank()
+            path = f"{target}.{rank}" if world > 1 else target
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as exc:
+                from xladev._flags import ConfigError
+
+                raise ConfigError(f"XLA_METRICS_FILE={target!r} cannot be opened for writing: {exc.strerror}") from None
+            self.path = path
+
+    def write(self, step: int, report: str) -> None:
+        record = f"[MetricsData; step={step}]\n{report}"
+        if self._fd is not None:
+            # O_APPEND and a single write: a killed process leaves whole records behind.
+            os.write(self._fd, record.encode())
+        else:
+            stream = sys.stdout if self.target.upper() == "STDOUT" else sys.stderr
+            stream.write(record)
+            stream.flush()
+
+
+class MetricsSink:
+    """Turns runtime events into counters and metrics (and the per-step metrics file)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.file: MetricsFileWriter | None = None
+        self.subscription = None
+
+    def start(self) -> None:
+        if self.subscription is None:
+            self.subscription = bus.subscribe(self.on_event)
+        if config.metrics_file and self.file is None:
+            self.file = MetricsFileWriter(config.metrics_file)
+
+    def stop(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+            self.subscription = None
+
+    def on_event(self, event) -> None:
+        reg = self.registry
+        kind = type(event)
+        if kind is OpsRecorded:
+            for name, count in event.counts.items():
+                reg.increment("xla::" + name.split("::", 1)[-1], count)
+            if event.tracing_samples:
+                reg.add_many("LazyTracing", TIME, event.tracing_samples)
+        elif kind is GraphCompiled:
+            reg.add("CompileTime", TIME, event.compile_ns)
+            reg.increment("UncachedCompile")
+            reg.increment("CreateCompileHandles")
+            if event.persistent_cache_hit is not None:
+                reg.increment("PersistentCacheHit" if event.persistent_cache_hit else "PersistentCacheMiss")
+        elif kind is GraphExecuted:
+            reg.add("ExecuteTime", TIME, event.execute_ns)
+            reg.add("TensorsGraphSize", VALUE, event.num_nodes)
+            reg.increment("ExecuteGraph")
+            if event.cached:
+                reg.increment("CachedCompile")
+            reg.increment("CreateDataHandles", event.num_outputs)
+            cause = event.cause.kind
+            if cause is CauseKind.VALUE_ACCESS:
+                reg.increment("ValueAccessSync")
+            elif cause is CauseKind.FALLBACK:
+                reg.increment("FallbackSync")
+        elif kind is TransferToDevice:
+            reg.add("TransferToDeviceTime", TIME, event.duration_ns)
+            reg.add("OutboundData", BYTES, event.nbytes)
+            reg.increment("CreateDataHandles", event.count)
+        elif kind is TransferFromDevice:
+            reg.add("TransferFromDeviceTime", TIME, event.duration_ns)
+            reg.add("InboundData", BYTES, event.nbytes)
+            if event.kind in _SCALAR_READS:
+                # PyTorch/XLA counts every scalar read as the op that performs it.
+                reg.increment("aten::_local_scalar_dense")
+        elif kind is FallbackOp:
+            reg.increment(event.name)
+        elif kind is DeviceDataCacheMiss:
+            reg.increment("DeviceDataCacheMiss")
+        elif kind is CompileFailed:
+            reg.increment("CompileFailed")
+        elif kind is StepMarked:
+            reg.increment("MarkStep")
+            if self.file is not None:
+                counters, metrics = reg.copy()
+                self.file.write(event.step, report_text(counters, metrics))
+
+
+registry = Registry()
+sink = MetricsSink(registry)
