@@ -278,7 +278,7 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
     rate = new_compiles / after_steps
     severity = ERROR if rate > COMPILE_FREQUENCY_RATIO else WARNING if new_compiles >= 2 else INFO
     if rate >= 0.95:
-        headline = f"Recompiles every step: {new_compiles} compiles in the {after_steps} steps after warm-up"
+        headline = f"Recompiles every step: {compiles} compiles in {steps} steps ({new_compiles} after warm-up)"
     else:
         headline = f"Still compiling after warm-up: {new_compiles} new graphs in {after_steps} steps"
     evidence = [f"{compiles_at_warmup} of {compiles} compiles happened in the first {warmup_steps} steps (warm-up)",
@@ -303,7 +303,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
 
 def _recompile_cause(stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> str:
     if data_dependent_ops:
-        return (f"{', '.join(data_dependent_ops)} give data-dependent output shapes: each new count of "
+        verb = "gives" if len(data_dependent_ops) == 1 else "give"
+        return (f"{', '.join(data_dependent_ops)} {verb} data-dependent output shapes: each new count of "
                 "selected elements is a new graph")
     if stable_graph_size:
         return ("every step traces the same number of IR nodes, so the code is the same and what changes "
@@ -323,8 +324,8 @@ def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[
             "and avoid Python control flow on tensor values.")
 
 
-def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0,
-                          fallback_calls: int = 0) -> Finding | None:
+def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fallback_calls: int = 0,
+                          executions: int = 0) -> Finding | None:
     """Device-to-host transfers per step, with ``.item()`` and fallbacks told apart.
 
     Args:
@@ -332,6 +333,7 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0,
       transfers: device-to-host transfers (TransferFromDeviceTime samples).
       item_calls: ``aten::_local_scalar_dense`` count (``.item()``, ``bool()``, ``int()`` on a tensor).
       fallback_calls: total count of the other ``aten::`` fallback counters.
+      executions: graph executions, to show how many pieces each step was cut into.
 
     Returns:
       A warning when more than one transfer every two steps, else None.
@@ -345,6 +347,9 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0,
         evidence.append(f"{ITEM_COUNTER} (.item()): {item_calls} ({item_calls / steps:.2f} per step)")
     if fallback_calls:
         evidence.append(f"CPU fallback ops: {fallback_calls} calls, each copies its inputs to the host")
+    if executions >= 1.5 * steps:
+        evidence.append(f"each step runs as {executions / steps:.1f} graphs ({executions} executions in {steps} "
+                        "steps): every read cuts the step's graph")
     if item_calls and item_calls * 2 >= transfers:
         title = f"A device→host transfer {_every(per_step)}, from .item()"
         fix = ("Keep the value on the device: accumulate the loss in a tensor and read it every N steps, "
@@ -352,7 +357,7 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0,
                "if tensor: and bool(tensor) in the step.")
     elif fallback_calls:
         title = f"Device→host transfers {_every(per_step)}, forced by CPU fallbacks"
-        fix = "Remove the CPU fallbacks listed below; each one copies tensors to the host and back."
+        fix = "Remove the CPU fallbacks (the aten:: findings); each one copies tensors to the host and back."
     else:
         title = f"Device→host transfers {_every(per_step)}"
         fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step "

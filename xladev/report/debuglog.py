@@ -52,6 +52,7 @@ class GraphEvent:
       frames_cut: True when PT_XLA_DEBUG_MAX_FRAME cut the frame list.
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
+      steps_before: step syncs seen in the log before this event (its 0-based step).
     """
 
     kind: str
@@ -66,6 +67,7 @@ class GraphEvent:
     frames_cut: bool = False
     computation_hash: str = ""
     sizes: dict[str, float] = dataclasses.field(default_factory=dict)
+    steps_before: int = 0
 
 
 def user_site(frames: list[str]) -> tuple[str, str]:
@@ -242,6 +244,7 @@ class DebugLog:
 
     def _emit(self, event: GraphEvent) -> None:
         event.site, event.function = user_site(event.frames)
+        event.steps_before = self.step_syncs
         if event.kind == "compile":
             self.compiles += 1
             self._last_compile = event

@@ -14,7 +14,6 @@ import gzip
 import io
 import os
 import re
-from collections.abc import Iterator
 from typing import BinaryIO, Protocol
 
 from xladev.report.model import SourceResult, UnreadableInputError
@@ -33,8 +32,8 @@ class InputKind(Protocol):
     def sniff(self, head: bytes, path: str) -> bool:
         """True when ``head`` (the first bytes, decompressed) looks like this kind of input."""
 
-    def read(self, stream: Iterator[bytes], source: SourceResult) -> None:
-        """Reads the whole input (lines as bytes) into ``source``."""
+    def read(self, stream: BinaryIO, source: SourceResult) -> None:
+        """Reads the whole input (a binary stream with ``read(n)``) into ``source``."""
 
 
 class TextInput:
@@ -48,10 +47,10 @@ class TextInput:
     def sniff(self, head: bytes, path: str) -> bool:
         return True
 
-    def read(self, stream: Iterator[bytes], source: SourceResult) -> None:
+    def read(self, stream: BinaryIO, source: SourceResult) -> None:
         reader = TextReader(source, max_rows=self.max_rows)
         try:
-            reader.read_lines(stream)
+            reader.read_stream(stream)
         except (OSError, EOFError) as error:  # e.g. a truncated gzip file: keep what was read
             source.warn(source.lines + 1, f"reading stopped early: {error}")
         finally:
@@ -129,10 +128,14 @@ def _open_binary(path: str) -> BinaryIO:
     return raw
 
 
-def _utf16_lines(stream: BinaryIO, encoding: str) -> Iterator[bytes]:
-    text = io.TextIOWrapper(stream, encoding=encoding, errors="replace", newline=None)
-    for line in text:
-        yield line.encode("utf-8")
+class _Utf16AsUtf8:
+    """A binary ``read(n)`` stream of UTF-8 bytes over a UTF-16 file (PowerShell's ``>`` writes UTF-16)."""
+
+    def __init__(self, stream: BinaryIO):
+        self._text = io.TextIOWrapper(stream, encoding="utf-16", errors="replace", newline="")
+
+    def read(self, size: int = -1) -> bytes:
+        return self._text.read(size if size is None or size < 0 else max(1, size // 2)).encode("utf-8")
 
 
 def _check_text(path: str, head: bytes) -> str | None:
@@ -175,11 +178,11 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
         encoding = _check_text(path, head)
         if head.startswith(codecs.BOM_UTF8):
             stream.read(len(codecs.BOM_UTF8))
-        lines: Iterator[bytes] = _utf16_lines(stream, encoding) if encoding else iter(stream)
+        readable = _Utf16AsUtf8(stream) if encoding else stream
         for kind in input_kinds(max_rows):
             if kind.sniff(head, path):
                 source.input_kind = kind.name
-                kind.read(lines, source)
+                kind.read(readable, source)
                 break
     finally:
         stream.close()

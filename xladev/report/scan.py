@@ -12,10 +12,12 @@ see `xladev.report.names`); only the last complete report is parsed in full.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable
+from typing import BinaryIO
 
-from xladev.report import units
+from xladev.report import fastpath, units
 from xladev.report.debuglog import DebugLog
 from xladev.report.model import MetricBlock, Snapshot, SourceResult
 from xladev.report.names import (
@@ -52,12 +54,18 @@ _MARKER_RE = re.compile(r"\[MetricsData; step=(-?\d+)\]")
 
 
 class _RawSnapshot:
-    """One report's blocks as raw bytes: name -> {field: (line, raw value)} plus "_line"."""
+    """One report's blocks as raw bytes: name -> {field: (line, raw value)} plus "_line".
 
-    __slots__ = ("metrics", "counters", "step", "line", "index")
+    A report read by the fast path keeps its text instead (``metrics`` and ``counters`` are None
+    until `TextReader._materialize` reads the text with the line reader).
+    """
 
-    def __init__(self, metrics: dict, counters: dict, step: int | None, line: int, index: int):
+    __slots__ = ("metrics", "counters", "step", "line", "index", "text")
+
+    def __init__(self, metrics: dict | None, counters: dict | None, step: int | None, line: int, index: int,
+                 text: bytes = b""):
         self.metrics, self.counters, self.step, self.line, self.index = metrics, counters, step, line, index
+        self.text = text
 
     def names(self) -> set[tuple[str, bytes]]:
         return {("m", name) for name in self.metrics} | {("c", name) for name in self.counters}
@@ -91,8 +99,43 @@ class TextReader:
         self._pending_row: dict[str, float] | None = None
         self._names: dict[bytes, str] = {}
         self._detached = False
+        self._accumulator_cache: dict[bytes, tuple[bytes, float]] = {}
 
-    # ------------------------------------------------------------ the hot loop
+    # ------------------------------------------------------------ reading
+
+    def read_stream(self, stream: BinaryIO, use_fast_path: bool = True) -> None:
+        """Reads a whole binary stream, clean ``[MetricsData; step=N]`` records by the fast path.
+
+        Args:
+          stream: a binary stream with ``read(n)``.
+          use_fast_path: False reads every line with the line reader (same result, slower).
+        """
+        for region, complete in fastpath.iter_regions(stream):
+            head, records = fastpath.split_region(region) if use_fast_path else (region, [])
+            if head:
+                self.read_lines(io.BytesIO(head))
+            for position, record in enumerate(records):
+                last = position == len(records) - 1
+                fast = fastpath.extract_record(record) if complete or not last else None
+                if fast is None:
+                    self.read_lines(io.BytesIO(record))
+                else:
+                    self._add_fast_record(fast, record)
+
+    def _add_fast_record(self, fast: fastpath.FastRecord, text: bytes) -> None:
+        self._close_snapshot(self._lineno + 1)
+        first_line = self._lineno + 1
+        self._lineno += fast.lines
+        self.source.lines = self._lineno
+        self.source.step_records += 1
+        name = self._name
+        row = self._make_row({name(key): value for key, value in fast.counters.items()},
+                             {name(key): value for key, value in fast.samples.items()},
+                             self._parse_accumulators(fast.accumulators, first_line),
+                             self.source.snapshots, fast.step, first_line)
+        self._commit(_RawSnapshot(None, None, fast.step, first_line, self.source.snapshots, text), row)
+
+    # ------------------------------------------------------------ the line reader
 
     def read_lines(self, lines: Iterable[bytes]) -> None:
         """Reads lines (bytes, newline included or not) in order.
@@ -201,7 +244,9 @@ class TextReader:
         if not metrics and not counters:
             return
         raw = _RawSnapshot(metrics, counters, step, start or lineno, self.source.snapshots)
-        row = self._series_row(raw)
+        self._commit(raw, self._series_row(raw))
+
+    def _commit(self, raw: _RawSnapshot, row: dict[str, float]) -> None:
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
         self._previous_raw, self._last_raw, self._pending_row = self._last_raw, raw, row
@@ -232,32 +277,53 @@ class TextReader:
                     samples[self._name(name)] = int(entry[1])
                 except ValueError:
                     warn(entry[0], f"metric {self._name(name)}: TotalSamples {_show(entry[1])} is not an integer")
-        accumulators: dict[str, float] = {}
+        accumulators = {}
         for name in SERIES_ACCUMULATORS:
             fields = raw.metrics.get(name)
             if fields is not None and (entry := fields.get("Accumulator")) is not None:
-                try:
-                    accumulators[self._name(name)] = units.parse_kind(entry[1].decode("utf-8", "replace"))[1]
-                except units.UnitParseError as error:
-                    warn(entry[0], f"metric {self._name(name)}: {error}")
+                accumulators[name] = entry
+        return self._make_row(counters, samples, self._parse_accumulators(accumulators, raw.line),
+                              raw.index, raw.step, raw.line)
+
+    def _parse_accumulators(self, raw_values: dict, line: int) -> dict[str, float]:
+        parsed = {}
+        cache = self._accumulator_cache
+        for name, entry in raw_values.items():
+            where, text = entry if isinstance(entry, tuple) else (line, entry)
+            cached = cache.get(name)
+            if cached is not None and cached[0] == text:
+                parsed[self._name(name)] = cached[1]
+                continue
+            try:
+                value = units.parse_kind(text.decode("utf-8", "replace"))[1]
+            except units.UnitParseError as error:
+                self.source.warn(where, f"metric {self._name(name)}: {error}")
+                continue
+            parsed[self._name(name)] = value
+            cache[name] = (text, value)
+        return parsed
+
+    @staticmethod
+    def _make_row(counters: dict[str, float], samples: dict[str, float], accumulators: dict[str, float],
+                  index: int, step: int | None, line: int) -> dict[str, float]:
         row = canonical_numbers(counters, samples, accumulators)
         for name, value in counters.items():
             if "aten::" in name:
                 row[name] = value
-        row["snapshot"] = float(raw.index)
-        row["step"] = float("nan") if raw.step is None else float(raw.step)
-        row["line"] = float(raw.line)
+        row["snapshot"] = float(index)
+        row["step"] = float("nan") if step is None else float(step)
+        row["line"] = float(line)
         if "MarkStep" in counters:
             row["steps"] = float(counters["MarkStep"])
         else:
-            row["steps"] = float(raw.step + 1 if raw.step is not None else raw.index + 1)
+            row["steps"] = float(step + 1 if step is not None else index + 1)
         return row
 
     def finish(self) -> None:
         """Closes the last report and parses it in full into ``source.final``."""
         self._close_snapshot(self._lineno)
         self.source.debug.finish()
-        last, previous = self._last_raw, self._previous_raw
+        last, previous = self._materialize(self._last_raw), self._materialize(self._previous_raw)
         if last is None:
             return
         if previous is not None and not last.names() >= previous.names():
@@ -272,6 +338,22 @@ class TextReader:
             self._pending_row = None
         self.source.final = self._parse_full(last)
         self._last_raw = self._previous_raw = None
+
+    def _materialize(self, raw: _RawSnapshot | None) -> _RawSnapshot | None:
+        """Reads the text of a fast-path report into blocks, with the same line numbers."""
+        if raw is None or raw.metrics is not None:
+            return raw
+        reader = TextReader(SourceResult(self.source.path, self.source.name))
+        reader._lineno = raw.line - 1
+        reader.read_lines(io.BytesIO(raw.text))
+        reader._close_snapshot(reader._lineno)
+        for warning in reader.source.warnings:
+            self.source.warn(warning.line, warning.message)
+        materialized = reader._last_raw
+        if materialized is None:  # pragma: no cover - a fast record always has blocks
+            return None
+        materialized.index = raw.index
+        return materialized
 
     def _parse_full(self, raw: _RawSnapshot) -> Snapshot:
         metrics = {}

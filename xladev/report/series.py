@@ -37,6 +37,9 @@ class StepSeries:
       last: the last row appended.
       increases_after_warmup: tracked column -> reports after warm-up in which it grew.
       last_increase_steps: tracked column -> ``steps`` of the last report in which it grew.
+      first_increase: tracked column -> (``steps``, input line) of the first report after warm-up
+        in which it grew.
+      last_increase_lines: tracked column -> input line of the last report in which it grew.
       graph_nodes_per_sync: (first after warm-up, last) mean IR nodes per synced graph.
       graph_nodes_range_after_warmup: (min, max) of the per-report mean graph size after warm-up.
     """
@@ -59,6 +62,8 @@ class StepSeries:
         self.last: dict[str, float] | None = None
         self.increases_after_warmup = {name: 0 for name in TRACKED_INCREASES}
         self.last_increase_steps: dict[str, float] = {}
+        self.first_increase: dict[str, tuple[float, float]] = {}
+        self.last_increase_lines: dict[str, float] = {}
         self.graph_nodes_per_sync: list[float | None] = [None, None]
         self.graph_nodes_range_after_warmup: list[float | None] = [None, None]
 
@@ -112,6 +117,9 @@ class StepSeries:
             if row.get(name, 0.0) > previous.get(name, 0.0):
                 self.increases_after_warmup[name] += 1
                 self.last_increase_steps[name] = steps
+                self.last_increase_lines[name] = row.get("line", 0.0)
+                if name not in self.first_increase:
+                    self.first_increase[name] = (steps, row.get("line", 0.0))
         new_syncs = row.get("graph_syncs", 0.0) - previous.get("graph_syncs", 0.0)
         if new_syncs > 0:
             mean = (row.get("graph_nodes", 0.0) - previous.get("graph_nodes", 0.0)) / new_syncs
