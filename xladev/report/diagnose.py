@@ -177,15 +177,17 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     return findings
 
 
-def _value_read_sites(sources: list[SourceResult]) -> Counter:
+def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
     sites: Counter = Counter()
+    first_lines: dict = {}
     for source in sources:
         if source.debug is None:
             continue
-        for (site, cause, _), (count, _, _, _) in source.debug.executions.items():
+        for (site, cause, _), (count, line, _, _) in source.debug.executions.items():
             if not is_step_cause(cause):
                 sites[(site, cause, source.name)] += count
-    return sites
+                first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
+    return sites, first_lines
 
 
 def _debug_evidence(findings: list[Finding], sources: list[SourceResult], facts: RunFacts | None,
@@ -213,16 +215,17 @@ def _debug_evidence(findings: list[Finding], sources: list[SourceResult], facts:
                          "different shapes")
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
-    reads = _value_read_sites(logs)
+    reads, first_lines = _value_read_sites(logs)
     target = by_rule.get("host-transfers") or by_rule.get("cpu-fallback")
-    for (site, cause, name), count in reads.most_common(3):
+    for key, count in reads.most_common(3):
+        site, cause, _ = key
         if target is not None:
             target.evidence.append(f"{site} forced {count} executions ({cause})")
-            target.sources.append(name)
+            target.sources.append(first_lines[key])
         else:
             finding = rules.early_sync_finding(site=site, executions=count, steps=steps, cause=cause)
             if finding is not None:
-                finding.sources.append(name)
+                finding.sources.append(first_lines[key])
                 extra.append(finding)
     fallback = next((finding for finding in findings if finding.rule == "cpu-fallback"), None)
     sites = [f"{entry['frames'][0]} ×{entry['count']}" for source in logs for entry in source.debug.fallback_sites

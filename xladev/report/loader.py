@@ -256,7 +256,21 @@ def load(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], max_row
     paths = [expanded for path in path_or_paths for expanded in expand_rank_paths(os.fspath(path))]
     if not paths:
         raise UnreadableInputError("no input given")
-    sources = [read_source(path, max_rows=max_rows) for path in paths]
+    return report_from_sources([read_source(path, max_rows=max_rows) for path in paths])
+
+
+def report_from_sources(sources: list[SourceResult]) -> Report:
+    """Makes one run of inputs already read, warning about inputs with nothing recognised.
+
+    Args:
+      sources: results of `xladev.report.inputs.read_source`.
+
+    Returns:
+      The report.
+
+    Raises:
+      UnreadableInputError: when no input contains a metrics report or PT_XLA_DEBUG output.
+    """
     recognised = [source for source in sources if source.has_metrics or source.has_debug]
     if not recognised:
         names = ", ".join(source.name for source in sources)

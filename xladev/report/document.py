@@ -1,0 +1,253 @@
+"""A format-neutral view of a report: summary, findings, then key tables.
+
+`report_document` turns a `Report` into a `Document`; the terminal, Markdown and HTML renderers
+only lay a `Document` out, so all three say the same thing in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from xladev import rules
+from xladev.report import units
+from xladev.report.diagnose import auto_metrics_lines
+from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 48
+MAX_TABLE_ROWS = 15
+MAX_WARNINGS_SHOWN = 10
+
+
+@dataclasses.dataclass
+class Table:
+    """A table of text cells. ``align`` holds ``l`` or ``r`` per column."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    align: list[str]
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Section:
+    """A titled part of the document: paragraphs (str), bullet lists (list[str]) and tables."""
+
+    title: str
+    items: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Document:
+    """Everything a renderer lays out.
+
+    Attributes:
+      title: the heading.
+      verdict: ``healthy``, ``info``, ``warning`` or ``error``.
+      headline: one sentence saying what matters most.
+      summary: (label, value) pairs shown first.
+      findings: findings, most severe first.
+      sections: the tables and notes after the findings.
+    """
+
+    title: str
+    verdict: str
+    headline: str
+    summary: list[tuple[str, str]]
+    findings: list[rules.Finding]
+    sections: list[Section]
+
+
+def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
+    """Draws non-negative values as block characters, summing neighbours to fit ``width``.
+
+    Args:
+      values: the values, e.g. new compiles per report.
+      width: the most characters to draw.
+
+    Returns:
+      The sparkline; spaces for zero.
+    """
+    if not values:
+        return ""
+    buckets = max(1, math.ceil(len(values) / width))
+    sums = [sum(values[i:i + buckets]) for i in range(0, len(values), buckets)]
+    top = max(sums)
+    if top <= 0:
+        return " " * len(sums)
+    return "".join(" " if value <= 0 else SPARK_CHARS[min(7, int(value / top * 7.999))] for value in sums)
+
+
+def _deltas(values: list[float]) -> list[float]:
+    """New counts per report from cumulative values (the first report counts from zero)."""
+    return [max(0.0, b - a) for a, b in zip([0.0] + values, values)]
+
+
+def _count(value: float) -> str:
+    return f"{int(value):,}" if value == value else "-"
+
+
+def _headline(verdict: str, findings: list[rules.Finding]) -> str:
+    problems = [f for f in findings if f.rule != "healthy"]
+    if verdict == "healthy":
+        healthy = next((f for f in findings if f.rule == "healthy"), None)
+        return healthy.title if healthy else "No problem found."
+    serious = [f for f in problems if f.severity != rules.INFO]
+    if not serious:
+        return "No problem found; notes below."
+    return f"{len(serious)} problem{'s' if len(serious) > 1 else ''} found. Most important: {serious[0].title}."
+
+
+def _summary(report) -> list[tuple[str, str]]:
+    inputs = [f"{source.name} ({', '.join(source.describe_kinds())})" for source in report.sources]
+    summary = [("Input" if len(inputs) == 1 else "Inputs", "; ".join(inputs))]
+    primary = report.primary_metrics(report.sources)
+    if primary is not None:
+        numbers = report.final_numbers(primary)
+        steps = numbers["steps"]
+        compile_time = numbers["compile_time_ns"]
+        execute_time = numbers["execute_time_ns"]
+        summary += [
+            ("Steps", _count(steps)),
+            ("Compiles", f"{_count(numbers['compiles'])} (cache hits {_count(numbers['cached_compiles'])}), "
+                         f"{units.format_time_ns(compile_time)} in total"),
+            ("Executions", f"{_count(numbers['executions'])}, {units.format_time_ns(execute_time)} in total"),
+            ("Device→host", f"{_count(numbers['transfers_from_device'])} transfers, "
+                            f"{_count(numbers['item_calls'])} .item() calls"),
+            ("CPU fallbacks", f"{_count(numbers['fallback_calls'])} calls of "
+                              f"{len(rules.fallback_ops(primary.final.counters))} ops"),
+        ]
+    logs = [source for source in report.sources if source.has_debug]
+    if logs:
+        compiles = sum(source.debug.compiles for source in logs)
+        executions = sum(source.debug.execution_count for source in logs)
+        summary.append(("Debug log", f"{compiles} compile and {executions} execution analyses"))
+    if report.warning_count:
+        summary.append(("Parse warnings", str(report.warning_count)))
+    return summary
+
+
+def _metrics_table(report, source) -> Table:
+    frame = report.metrics[report.metrics["source"] == source.name]
+    names = [name for name in KEY_METRICS if name in set(frame["name"])]
+    names += sorted(set(frame["name"]) - set(names))
+    rows = []
+    for name in names[:MAX_TABLE_ROWS]:
+        row = frame[frame["name"] == name].iloc[0]
+        samples = row["total_samples"]
+        total = row["accumulator"]
+        mean = total / samples if samples and total == total and samples == samples else float("nan")
+        rows.append([name, _count(samples if samples is not None else float("nan")), _fmt(row["kind"], total),
+                     _fmt(row["kind"], mean)])
+    note = f"{len(names) - MAX_TABLE_ROWS} more in --format json" if len(names) > MAX_TABLE_ROWS else ""
+    return Table("Key metrics (last report)", ["Metric", "Samples", "Total", "Mean"], rows,
+                 ["l", "r", "r", "r"], note)
+
+
+def _fmt(kind: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return units.format_kind(kind, float(value))
+
+
+def _counters_table(report, source) -> Table:
+    frame = report.counters[report.counters["source"] == source.name]
+    values = dict(zip(frame["name"], frame["value"]))
+    steps = values.get("MarkStep", 0)
+    names = [name for name in KEY_COUNTERS if name in values]
+    names += sorted(name for name in values if "aten::" in name)
+    rows = [[name, _count(values[name]), f"{values[name] / steps:.2f}" if steps else "-",
+             {"fallback": "CPU fallback", "item": ".item()"}.get(counter_category(name), "")] for name in names]
+    return Table("Key counters (last report)", ["Counter", "Value", "Per step", "Note"], rows, ["l", "r", "r", "l"])
+
+
+def _timeline(report, source) -> list:
+    steps = report.steps[report.steps["source"] == source.name]
+    if len(steps) < 2:
+        return []
+    stride = source.series.stride if source.series is not None else 1
+    lines = [f"{len(steps)} reports shown" + (f" (one in {stride})" if stride > 1 else "")
+             + f", steps {_count(steps['steps'].iloc[0])}–{_count(steps['steps'].iloc[-1])}; "
+               "each mark is the new count per report:"]
+    rows = []
+    for column, label in (("compiles", "new compiles"), ("transfers_from_device", "device→host"),
+                          ("item_calls", ".item()"), ("fallback_calls", "CPU fallbacks"), ("executions", "executions")):
+        if column in steps and steps[column].max() > 0:
+            deltas = _deltas(steps[column].tolist())
+            rows.append([label, sparkline(deltas), _count(sum(deltas))])
+    return lines + [Table("", ["Per report", "Timeline", "Total"], rows, ["l", "l", "r"])]
+
+
+def _debug_tables(report) -> list:
+    items = []
+    sites = report.compile_sites
+    if len(sites):
+        rows = [[_short_site(row.site), _count(row.compiles), _count(row.graphs), _count(row.executions)]
+                for row in sites.head(MAX_TABLE_ROWS).itertuples(index=False)]
+        items.append(Table("Compiles and executions by Python site", ["Site", "Compiles", "Graphs", "Executions"],
+                           rows, ["l", "r", "r", "r"]))
+    causes = report.causes
+    if len(causes):
+        rows = [[row.cause, _count(row.compiles), _count(row.executions)]
+                for row in causes.head(MAX_TABLE_ROWS).itertuples(index=False)]
+        items.append(Table("Causes (PT_XLA_DEBUG)", ["Cause", "Compiles", "Executions"], rows, ["l", "r", "r"]))
+    return items
+
+
+def _short_site(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if path else site
+
+
+def _ranks_table(report) -> Table | None:
+    groups = {rank: sources for rank, sources in report.ranks().items() if rank is not None}
+    if len(groups) < 2:
+        return None
+    rows = []
+    for rank, sources in groups.items():
+        primary = report.primary_metrics(sources)
+        numbers = report.final_numbers(primary) if primary else {}
+        rows.append([str(rank), _count(numbers.get("steps", float("nan"))), _count(numbers.get("compiles", float("nan"))),
+                     _count(numbers.get("transfers_from_device", float("nan"))),
+                     units.format_time_ns(numbers["execute_time_ns"]) if numbers else "-"])
+    return Table("Ranks", ["Rank", "Steps", "Compiles", "Device→host", "Execute time"], rows, ["r", "r", "r", "r", "r"])
+
+
+def report_document(report) -> Document:
+    """Builds the view of a report: summary, findings, then key tables.
+
+    Args:
+      report: a `xladev.report.Report`.
+
+    Returns:
+      The document to render.
+    """
+    findings = report.findings
+    verdict = report.verdict()
+    sections = []
+    primary = report.primary_metrics(report.sources)
+    ranks = _ranks_table(report)
+    if ranks is not None:
+        sections.append(Section("Ranks", [ranks]))
+    if primary is not None:
+        timeline = _timeline(report, primary)
+        if timeline:
+            sections.append(Section(f"Per step ({primary.name})", timeline))
+        sections.append(Section(f"Metrics ({primary.name})", [_metrics_table(report, primary),
+                                                               _counters_table(report, primary)]))
+    debug = _debug_tables(report)
+    if debug:
+        sections.append(Section("PT_XLA_DEBUG analysis", debug))
+    auto = auto_metrics_lines(report)
+    if auto:
+        sections.append(Section("What PyTorch/XLA's own auto-metrics analysis prints",
+                                [[rules.PROFILER_PREFIX + line for line in auto]]))
+    if report.warning_count:
+        shown = [str(warning) for warning in report.warnings[:MAX_WARNINGS_SHOWN]]
+        if report.warning_count > len(shown):
+            shown.append(f"… {report.warning_count - len(shown)} more (see --format json)")
+        sections.append(Section("Parse warnings", [shown]))
+    return Document(f"xladev report: {report.name}", verdict, _headline(verdict, findings), _summary(report),
+                    findings, sections)
