@@ -29,11 +29,19 @@ __version__ = "0.1.0"
 
 
 def _start_sinks() -> None:
-    # Always-on counters; the sinks subscribe to the runtime's event bus (the runtime never calls them).
+    # Always-on counters and compile history; sinks subscribe to the runtime's event bus (the
+    # runtime never calls them). The history summarises each compiled graph (not each step), so a
+    # later recompilation can be explained against any earlier graph of its site.
+    from xladev.sinks.analysis.history import site_history
+
+    site_history.start()
     if config.metrics_enabled or config.metrics_file:
         from xladev.sinks.metrics import sink
 
         sink.start()
+    from xladev.sinks.analysis.sink import start_from_flags
+
+    start_from_flags()
 
 
 _start_sinks()

@@ -1,1 +1,68 @@
-"""Debugging APIs: `xladev.debug.metrics` (import as `met`) and friends."""
+"""Debugging APIs.
+
+- `xladev.debug.metrics` (import as `met`): counters and metrics.
+- `assert_no_recompiles(after_step=N)`: fail fast, with the cause, when a warmed-up loop recompiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from xladev.events import GraphCompiled, PropagatingError, StepMarked, bus
+
+__all__ = ["RecompilationError", "assert_no_recompiles"]
+
+
+class RecompilationError(PropagatingError, AssertionError):
+    """A graph compiled after warm-up. The message says what changed and where."""
+
+
+class assert_no_recompiles(contextlib.ContextDecorator):
+    """Raises at the first graph compile after `after_step` steps, naming what changed.
+
+    Like `torch.compiler.set_stance("fail_on_recompile")`, but the error says why:
+
+        with xladev.debug.assert_no_recompiles(after_step=2):
+            for step in range(100):
+                train_step(); xladev.mark_step()
+
+    Also a decorator, and works in pytest (the error is an AssertionError).
+
+    Args:
+      after_step: steps (barriers) counted from entering the block that may compile freely.
+    """
+
+    def __init__(self, after_step: int = 1) -> None:
+        self.after_step = after_step
+        self.steps = 0
+        self._sub = None
+
+    def __enter__(self) -> "assert_no_recompiles":
+        self.steps = 0
+        self._sub = bus.subscribe(self._on_event, (GraphCompiled, StepMarked), wants_frames=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, StepMarked):
+            self.steps += 1
+            return
+        from xladev.sinks.analysis.history import site_history
+
+        recompilation = site_history.result_for(event)
+        if self.steps < self.after_step:
+            return
+        from xladev.sinks.analysis.frames import short_site, site_of
+
+        site = short_site(site_of(event.frames))
+        if recompilation is not None:
+            detail = "\n".join("  " + line for line in recompilation.lines())
+        else:
+            detail = "  a graph never seen before at this site (its first compile here)"
+        raise RecompilationError(
+            f"graph {event.graph_hash} compiled after warm-up (step {self.steps} of this block, "
+            f"after_step={self.after_step}) at {site}:\n{detail}")

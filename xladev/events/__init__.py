@@ -5,7 +5,7 @@ imports a sink. With no subscriber an `emit` costs one attribute check, and Pyth
 captured only while some subscriber asked for them.
 """
 
-from xladev.events._bus import Bus, bus, Subscription
+from xladev.events._bus import Bus, PropagatingError, Subscription, bus
 from xladev.events._types import (
     Cause,
     CauseKind,
@@ -23,7 +23,7 @@ from xladev.events._types import (
 )
 
 __all__ = [
-    "Bus", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
+    "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed",
     "DeviceDataCacheMiss",
 ]

@@ -11,6 +11,10 @@ from xladev.events._types import Event
 Handler = Callable[[Event], None]
 
 
+class PropagatingError(Exception):
+    """A handler error meant for the user (e.g. `assert_no_recompiles`): the bus re-raises it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Subscription:
     """A handle returned by `Bus.subscribe`; pass it to `Bus.unsubscribe` or use as a context manager."""
@@ -83,6 +87,8 @@ class Bus:
             if sub.kinds is None or isinstance(event, sub.kinds):
                 try:
                     sub.handler(event)
+                except PropagatingError:
+                    raise
                 except Exception as exc:  # a sink bug must never break the training step
                     import sys
                     print(f"xladev: event handler {sub.handler!r} failed: {exc!r}", file=sys.stderr)

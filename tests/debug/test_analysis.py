@@ -1,0 +1,311 @@
+"""PT_XLA_DEBUG_LEVEL analysis on real training loops: exact block format, causes, recompilation root causes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import xladev
+from xladev.debug import RecompilationError, assert_no_recompiles
+from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+
+HERE = os.path.abspath(__file__)
+_sizes = itertools.count(101)   # every test uses shapes no other test compiled (the compile cache is process-wide)
+
+
+def _line_of(marker: str) -> int:
+    with open(HERE) as fh:
+        for number, line in enumerate(fh, 1):
+            if marker in line and "_line_of" not in line:
+                return number
+    raise AssertionError(marker)
+
+
+@pytest.fixture
+def analysis(tmp_path):
+    """Starts a real AnalysisSink writing to a file; yields a reader of what it wrote."""
+    sinks = []
+
+    def start(level=1):
+        xladev.mark_step()
+        sink = AnalysisSink(level, DebugOutput(str(tmp_path / f"debug{len(sinks)}.txt")))
+        sink.start()
+        sinks.append(sink)
+        return sink
+
+    def text(index=-1):
+        return (tmp_path / f"debug{index % len(sinks)}.txt").read_text()
+
+    start.text = text
+    yield start
+    for sink in sinks:
+        sink.stop()
+
+
+def _blocks(text: str, prefix: str) -> list[list[str]]:
+    """Blocks of one kind, each as its lines without the prefix."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        body = line[len(prefix):]
+        if body == "=" * 80 and current is None:
+            current = []
+        elif body == "=" * 80:
+            blocks.append(current)
+            current = None
+        elif current is not None:
+            current.append(body)
+    return blocks
+
+
+def _mlp(width):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 2)).to("xla")
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def test_golden_format_of_every_block(analysis):
+    sink = analysis(level=2)
+    width = next(_sizes)
+    model, opt = _mlp(width)
+    xladev.mark_step()
+    opt.zero_grad()
+    model(torch.ones(3, 4).to("xla")).sum().backward()
+    opt.step()
+    xladev.mark_step()  # golden
+    text = analysis.text()
+    assert text.startswith("\n"), "each block starts with an empty line"
+    compile_blocks = _blocks(text, "Compilation Analysis: ")
+    post = _blocks(text, "Post Compilation Analysis: ")
+    execs = _blocks(text, "Execution Analysis: ")
+    assert len(compile_blocks) == len(post) >= 1 and len(execs) >= 1
+    block = compile_blocks[-1]
+    assert block[0] == "Compilation Cause"
+    assert block[1] == "  user mark_step"
+    info = block.index("Graph Info: ")
+    assert re.fullmatch(r"  Graph Hash: [0-9a-f]{32}", block[info + 1])
+    assert re.fullmatch(r"  Number of Graph Inputs: \d+", block[info + 2])
+    assert re.fullmatch(r"  Number of Graph Outputs: \d+", block[info + 3])
+    assert block[info + 4] == "Python Frame Triggered Execution: "
+    frames = block[info + 5:-1]
+    assert frames[0].startswith("  mark_step (") and "xladev/runtime/training.py:" in frames[0]
+    assert frames[1] == f"> test_golden_format_of_every_block ({HERE}:{_line_of('xladev.mark_step()  # golden')})"
+    assert all(re.fullmatch(r"[ >] \S.* \(.+:\d+\)|  \.{10}", f) for f in frames)
+    assert block[-1] == "-" * 80
+    p = post[-1]
+    names = ["Graph input size", "Graph output size", "Aliased Input size", "Intermediate tensor size",
+             "Compiled program size"]
+    assert [l.split(":")[0] for l in p[:5]] == names
+    assert all(re.fullmatch(r"[A-Za-z ]+: \d+\.\d{6} GB", l) for l in p[:5])
+    assert p[-1] == "-" * 80
+    # the hash printed at compile equals the one printed when that graph runs
+    compiled_hash = block[info + 1].split(": ")[1]
+    exec_hashes = [b[b.index("Graph Info: ") + 1].split(": ")[1] for b in execs]
+    assert compiled_hash in exec_hashes
+    assert execs[-1][0] == "Execution Cause"
+
+
+def test_max_frames_and_rule_lines(analysis, monkeypatch):
+    monkeypatch.setattr(xladev.config, "_values", dict(xladev.config._values, debug_max_frame=1))
+    analysis(level=1)
+
+    def deep(n):
+        if n == 0:
+            torch.ones(next(_sizes), device="xla").sum().item()
+            return
+        deep(n - 1)
+
+    deep(3)
+    block = _blocks(analysis.text(), "Compilation Analysis: ")[-1]
+    frames = block[block.index("Python Frame Triggered Execution: ") + 1:-1]
+    assert len(frames) == 2 and frames[-1] == "  " + "." * 10
+
+
+def test_batch_size_change_names_input_dim_and_line(analysis):
+    analysis(level=1)
+    width = next(_sizes)
+    model, opt = _mlp(width)
+    xladev.mark_step()
+    for step in range(4):
+        x = torch.randn(8 + step, 4).to("xla")   # batch grows each step
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        xladev.mark_step()
+    text = analysis.text()
+    line = _line_of("# batch grows each step")
+    assert "Recompilation Cause" in text
+    assert re.search(rf"- input \d+, created at test_batch_size_change_names_input_dim_and_line@test_analysis.py:{line}: "
+                     r"shape f32\[9,4\] -> f32\[10,4\] \(dim 0: 9 -> 10\)", text)
+    assert re.search(r"has compiled \d+ graphs so far, .*us compile time in total", text)
+
+
+def test_changed_baked_constant_is_named(analysis):
+    analysis(level=1)
+    width = next(_sizes)
+    h = torch.randn(2, width).to("xla")
+    xladev.mark_step()
+    for step in range(3):
+        eps = 1e-5 * (step + 1)               # a Python float baked into the graph
+        y = F.layer_norm(h, (width,), eps=eps).sum()
+        xladev.mark_step()
+    text = analysis.text()
+    assert "constant baked into aten::native_layer_norm changed: 1e-05 -> 2e-05" in text
+
+
+def test_changing_learning_rate_is_an_input_not_a_recompile():
+    width = next(_sizes)
+    model, opt = _mlp(width)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
+    with assert_no_recompiles(after_step=2):
+        for step in range(6):
+            opt.zero_grad()
+            model(torch.ones(3, 4).to("xla")).sum().backward()
+            opt.step()
+            sched.step()
+            xladev.mark_step()
+
+
+def test_branch_adding_an_op_names_first_differing_op_and_line(analysis):
+    analysis(level=1)
+    width = next(_sizes)
+    x = torch.randn(3, width).to("xla")
+    xladev.mark_step()
+    with xladev.config.override(ir_debug=True):
+        for step in range(3):
+            y = x * 2
+            if step == 2:
+                y = torch.tanh(y)              # the extra op on some steps
+            y = y.sum()
+            xladev.mark_step()
+    text = analysis.text()
+    line = _line_of("# the extra op on some steps")
+    assert f"aten::tanh at test_branch_adding_an_op_names_first_differing_op_and_line@test_analysis.py:{line}" in text
+    assert "op sequence differs at node" in text or "more op(s), starting with aten::tanh" in text
+
+
+def test_item_every_step_is_a_transfer_hot_spot(analysis):
+    sink = analysis(level=1)
+    width = next(_sizes)
+    model, opt = _mlp(width)
+    for step in range(12):
+        opt.zero_grad()
+        loss = model(torch.ones(3, 4).to("xla")).pow(2).mean()
+        loss.backward()
+        opt.step()
+        xladev.mark_step()
+        value = loss.item()                    # read every step
+    line = _line_of("# read every step")
+    text = analysis.text()
+    warnings = [l for l in text.splitlines() if l.startswith("pt-xla-profiler: TransferFromDeviceTime too frequent")]
+    assert len(warnings) == 1, "stated once, not on every step"
+    assert f".item() at test_analysis.py:{line}" in warnings[0]
+    summary = sink.summary_text()
+    assert f".item() at test_analysis.py:{line} (test_item_every_step_is_a_transfer_hot_spot): 12 transfers, 48.00B, 1.00 per step" in summary
+
+
+def test_print_is_named_as_the_cause(analysis, capsys):
+    analysis(level=2)
+    t = torch.ones(next(_sizes), device="xla") * 3
+    print(t)
+    text = analysis.text()
+    assert "Compilation Cause\nCompilation Analysis:   user code trying to access tensor value before mark_step: print" in text
+    assert "Execution Cause\nExecution Analysis:   user code trying to access tensor value before mark_step: print" in text
+
+
+def test_fallback_is_named_with_the_op(analysis):
+    sink = analysis(level=1)
+    x = torch.randn(3, next(_sizes)).to("xla") * 2
+    torch.median(x, dim=1)                     # no lowering: runs on the CPU
+    text = analysis.text()
+    assert "CPU fallback op aten::median.dim needs its inputs on the host" in text
+    line = _line_of("# no lowering: runs on the CPU")
+    assert f"aten::median.dim at test_analysis.py:{line}" in sink.summary_text()
+
+
+def test_healthy_loop_is_quiet_after_warmup(analysis):
+    sink = analysis(level=1)
+    width = next(_sizes)
+    model, opt = _mlp(width)
+    for step in range(15):
+        opt.zero_grad()
+        model(torch.ones(5, 4).to("xla")).pow(2).mean().backward()
+        opt.step()
+        xladev.mark_step()
+        if step == 2:
+            warm = analysis.text()
+    assert analysis.text() == warm, "nothing printed after warm-up"
+    assert "pt-xla-profiler" not in analysis.text()
+    assert sink.findings() == {}
+
+
+def test_assert_no_recompiles_passes_healthy_and_raises_with_cause():
+    width = next(_sizes)
+    model, opt = _mlp(width)
+
+    def step(batch):
+        opt.zero_grad()
+        model(torch.ones(batch, 4).to("xla")).pow(2).mean().backward()
+        opt.step()
+        xladev.mark_step()
+
+    with assert_no_recompiles(after_step=2):
+        for _ in range(5):
+            step(4)
+    with pytest.raises(RecompilationError, match=r"dim 0: 4 -> 7") as info:
+        with assert_no_recompiles(after_step=2):
+            for batch in (4, 4, 4, 7):
+                step(batch)
+    assert "compiled after warm-up" in str(info.value)
+    assert isinstance(info.value, AssertionError)
+
+
+_SCRIPT = textwrap.dedent("""
+    import torch, xladev
+    w = torch.ones(4, 4, device='xla')
+    for step in range(3):
+        y = (torch.ones(2 + step, 4).to('xla') @ w).sum()
+        xladev.mark_step()
+    print('done')
+""")
+
+
+def _run(tmp_path, **env) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **env))
+
+
+def test_env_vars_end_to_end(tmp_path):
+    on = _run(tmp_path, PT_XLA_DEBUG="true")
+    assert on.returncode == 0, on.stderr
+    assert "Execution Analysis: Execution Cause" in on.stderr        # PT_XLA_DEBUG turns everything on
+    assert "xladev summary: 3 steps, 3 compiles" in on.stderr
+    to_file = _run(tmp_path, PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(tmp_path / "d.txt"))
+    assert "Compilation Analysis" not in to_file.stderr
+    written = (tmp_path / "d.txt").read_text()
+    assert written.count("Compilation Cause") == 3 and "Execution Analysis" not in written
+    other_rank = _run(tmp_path, PT_XLA_DEBUG_LEVEL="2", LOCAL_RANK="1")
+    assert "Analysis" not in other_rank.stderr
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"PT_XLA_DEBUG_LEVEL": "abc"}, "PT_XLA_DEBUG_LEVEL='abc' is not valid"),
+    ({"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": "/proc/nonexistent/dir/x.txt"},
+     "PT_XLA_DEBUG_FILE='/proc/nonexistent/dir/x.txt' cannot be opened for appending"),
+])
+def test_bad_debug_settings_are_clear_errors(tmp_path, env, expected):
+    result = _run(tmp_path, **env)
+    assert result.returncode != 0
+    assert expected in result.stderr

@@ -1,0 +1,71 @@
+"""The text blocks of PyTorch/XLA's debug analysis (FORMATS.md §3), line for line."""
+
+from __future__ import annotations
+
+from xladev.events import Cause, CauseKind
+from xladev.sinks.analysis.frames import first_user_index, shown_frames
+
+RULE_EQ = "=" * 80
+RULE_DASH = "-" * 80
+DOTS = "." * 10
+
+
+def cause_text(cause: Cause) -> str:
+    """The cause line: PyTorch/XLA's wording where it has one, made exact where it guessed."""
+    kind = cause.kind
+    if kind is CauseKind.VALUE_ACCESS:
+        return f"user code trying to access tensor value before mark_step: {cause.detail}"
+    if kind is CauseKind.FALLBACK:
+        return f"CPU fallback op {cause.detail} needs its inputs on the host"
+    return kind.value
+
+
+def frame_lines(frames, max_frames: int) -> list[str]:
+    """Frame lines, innermost first; the first user frame is marked with `>`."""
+    shown = shown_frames(frames)
+    user = first_user_index(shown)
+    lines = []
+    for i, frame in enumerate(shown[:max_frames]):
+        marker = "> " if i == user else "  "
+        lines.append(f"{marker}{frame.name} ({frame.file}:{frame.line})")
+    if len(shown) > max_frames:
+        lines.append("  " + DOTS)
+    return lines
+
+
+def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_inputs: int, num_outputs: int,
+                   frames, max_frames: int, extra: list[tuple[str, list[str]]] = ()) -> str:
+    """A Compilation or Execution Analysis block, with optional extra sections after the cause."""
+    p = prefix
+    lines = ["", f"{p}{RULE_EQ}", f"{p}{title}", f"{p}  {cause_text(cause)}"]
+    for heading, body in extra:
+        lines.append(f"{p}{heading}")
+        lines.extend(f"{p}  {line}" for line in body)
+    lines += [
+        f"{p}Graph Info: ",
+        f"{p}  Graph Hash: {graph_hash}",
+        f"{p}  Number of Graph Inputs: {num_inputs}",
+        f"{p}  Number of Graph Outputs: {num_outputs}",
+        f"{p}Python Frame Triggered Execution: ",
+    ]
+    lines += [f"{p}{line}" for line in frame_lines(frames, max_frames)]
+    lines += [f"{p}{RULE_DASH}", f"{p}{RULE_EQ}"]
+    return "\n".join(lines) + "\n"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1024 ** 3:.6f} GB"
+
+
+def post_compilation_block(memory: dict) -> str:
+    p = "Post Compilation Analysis: "
+    lines = [
+        "", f"{p}{RULE_EQ}",
+        f"{p}Graph input size: {_gb(memory.get('argument', 0))}",
+        f"{p}Graph output size: {_gb(memory.get('output', 0))}",
+        f"{p}Aliased Input size: {_gb(memory.get('alias', 0))}",
+        f"{p}Intermediate tensor size: {_gb(memory.get('temp', 0))}",
+        f"{p}Compiled program size: {_gb(memory.get('generated_code', 0))}",
+        f"{p}{RULE_DASH}", f"{p}{RULE_EQ}",
+    ]
+    return "\n".join(lines) + "\n"

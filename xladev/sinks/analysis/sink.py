@@ -1,0 +1,205 @@
+"""The `PT_XLA_DEBUG_LEVEL` output: blocks on compile/execute, windowed auto-analysis, end-of-run summary."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+from xladev import rules
+from xladev._flags import ConfigError, config
+from xladev.events import (
+    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, StepMarked, TransferFromDevice, bus,
+)
+from xladev.report.units import format_bytes, format_time_ns
+from xladev.sinks.analysis.blocks import analysis_block, cause_text, post_compilation_block
+from xladev.sinks.analysis.frames import short_site
+from xladev.sinks.analysis.history import RunStats
+
+
+def debug_level() -> int:
+    """The effective level: PT_XLA_DEBUG_LEVEL, or 2 when PT_XLA_DEBUG is on."""
+    level = config.debug_level
+    if config.debug and level == 0:
+        return 2
+    return level
+
+
+def is_local_rank0() -> bool:
+    for name in ("LOCAL_RANK", "RANK"):
+        value = os.environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value) == 0
+    return True
+
+
+class DebugOutput:
+    """Where analysis text goes: appended to PT_XLA_DEBUG_FILE, or stderr."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        self._file = None
+        if path:
+            try:
+                self._file = open(path, "a", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"PT_XLA_DEBUG_FILE={path!r} cannot be opened for appending: {exc.strerror}") from None
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            stream = self._file or sys.stderr
+            stream.write(text)
+            stream.flush()
+
+
+class AnalysisSink:
+    """Prints the analysis for one process (local rank 0 only)."""
+
+    def __init__(self, level: int, output: DebugOutput) -> None:
+        self.level = level
+        self.out = output
+        self.history = RunStats()
+        self.transfers = 0
+        self.fallback_counts: dict[str, int] = {}
+        self.stated: dict[str, str] = {}
+        self.subscription = None
+
+    def start(self) -> None:
+        self.subscription = bus.subscribe(self.on_event, wants_frames=True)
+        atexit.register(self.write_summary)
+
+    def stop(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+            self.subscription = None
+
+    # ---- events ---------------------------------------------------------------------------------
+    def on_event(self, event) -> None:
+        kind = type(event)
+        if kind is GraphCompiled:
+            self._compiled(event)
+        elif kind is GraphExecuted:
+            self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
+            if self.level >= 2:
+                self.out.write(analysis_block("Execution Analysis: ", "Execution Cause", event.cause, event.graph_hash,
+                                              event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame))
+        elif kind is TransferFromDevice:
+            self.transfers += 1
+            self.history.on_transfer(event)
+        elif kind is FallbackOp:
+            self.history.on_fallback(event)
+            self.fallback_counts[event.name] = self.fallback_counts.get(event.name, 0) + 1
+        elif kind is StepMarked:
+            self.history.on_step(event)
+            self._auto_analysis()
+        elif kind is CompileFailed:
+            self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
+                           f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
+
+    def _compiled(self, event: GraphCompiled) -> None:
+        recompilation = self.history.on_compiled(event)
+        extra = [("Recompilation Cause", recompilation.lines())] if recompilation else []
+        self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
+                                      event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra))
+        self.out.write(post_compilation_block(event.memory))
+
+    # ---- windowed auto-metrics analysis ----------------------------------------------------------
+    def findings(self) -> dict[str, tuple[str, str]]:
+        """Current auto-analysis lines keyed by rule: (text naming its cause, identity of that cause)."""
+        h = self.history
+        messages = rules.auto_metrics_messages(
+            steps=h.steps, compiles=h.compiles, transfers=self.transfers, counters=dict(self.fallback_counts),
+            longest_compile_ns=h.longest_compile_ns, longest_execute_ns=h.longest_execute_ns,
+            format_time=format_time_ns)
+        found = {}
+        for message in messages:
+            rule = message.split(":", 1)[0]
+            cause, identity = self._cause_for(rule)
+            found[rule] = (message + cause, identity)
+        return found
+
+    def _cause_for(self, rule: str) -> tuple[str, str]:
+        h = self.history
+        if rule == "CompileTime too frequent" and h.recompilations:
+            last = h.recompilations[-1]
+            return f"; cause: {last.headline()} (at {short_site(last.site)})", last.site + last.headline().split(":")[0]
+        if rule == "TransferFromDeviceTime too frequent":
+            spots = h.hot_spots()
+            if spots:
+                top = spots[0]
+                per_step = top.count / max(h.steps, 1)
+                return (f"; hot spot: {top.kind} at {short_site(top.site)} ({top.count} transfers, {per_step:.2f} per step)",
+                        f"{top.kind}@{top.site}")
+        if rule == "Op(s) not lowered":
+            sites = h.fallback_sites()
+            if sites:
+                listed = sorted({(op, short_site(site)) for op, site, _ in sites})[:6]
+                return "; at " + ", ".join(f"{op} ({site})" for op, site in listed), repr(listed)
+        return "", ""
+
+    def _auto_analysis(self) -> None:
+        found = self.findings()
+        for rule, (text, identity) in found.items():
+            # Stated once when it becomes true, and again only when its cause changes.
+            if self.stated.get(rule) != identity:
+                self.out.write(f"{rules.PROFILER_PREFIX}{text}\n")
+                self.stated[rule] = identity
+        for rule in list(self.stated):
+            if rule not in found:
+                del self.stated[rule]
+
+    # ---- end of run ---------------------------------------------------------------------------------
+    def summary_text(self) -> str:
+        h = self.history
+        p = "xladev summary: "
+        lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers"]
+        sites = h.compiles_per_site()
+        if sites:
+            lines.append(f"{p}Compiles per trigger site:")
+            for site, count, ns in sites:
+                lines.append(f"{p}  {short_site(site)}: {count} graph(s), {format_time_ns(ns)} compiling")
+        if h.recompilations:
+            lines.append(f"{p}Recompilation causes:")
+            per_site: dict[str, int] = {}
+            for rec in h.recompilations:
+                per_site[rec.site] = per_site.get(rec.site, 0) + 1
+                if per_site[rec.site] <= 5:
+                    lines.append(f"{p}  step {rec.step} at {short_site(rec.site)}: {rec.headline()}")
+            for site, n in per_site.items():
+                if n > 5:
+                    lines.append(f"{p}  ... {n - 5} more at {short_site(site)}")
+        spots = h.hot_spots()
+        if spots:
+            lines.append(f"{p}Transfer hot spots (device -> host):")
+            for s in spots[:10]:
+                lines.append(f"{p}  {s.kind} at {short_site(s.site)}: {s.count} transfers, {format_bytes(s.nbytes)}, "
+                             f"{s.count / max(h.steps, 1):.2f} per step")
+        fallbacks = h.fallback_sites()
+        if fallbacks:
+            lines.append(f"{p}CPU fallback ops:")
+            for op, site, n in fallbacks[:10]:
+                lines.append(f"{p}  {op} at {short_site(site)}: {n} call(s)")
+        lines.append(f"{p}{'=' * 80}")
+        return "\n".join(lines) + "\n"
+
+    def write_summary(self) -> None:
+        if self.subscription is not None and self.level >= 1:
+            try:
+                self.out.write(self.summary_text())
+            except ValueError:  # stream closed at interpreter exit
+                pass
+
+
+_sink: AnalysisSink | None = None
+
+
+def start_from_flags() -> AnalysisSink | None:
+    """Starts the analysis when PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL ask for it (local rank 0 only)."""
+    global _sink
+    level = debug_level()
+    if level <= 0 or not is_local_rank0() or _sink is not None:
+        return _sink
+    _sink = AnalysisSink(level, DebugOutput(config.debug_file))
+    _sink.start()
+    return _sink
