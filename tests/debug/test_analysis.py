@@ -160,7 +160,7 @@ def test_changed_baked_constant_is_named(analysis):
         y = F.layer_norm(h, (width,), eps=eps).sum()
         xladev.mark_step()
     text = analysis.text()
-    assert "constant baked into aten::native_layer_norm changed: 1e-05 -> 2e-05" in text
+    assert "constant eps baked into aten::native_layer_norm changed: 1e-05 -> 2e-05" in text
 
 
 def test_changing_learning_rate_is_an_input_not_a_recompile():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from xladev.runtime.ir import GETITEM_OP, Graph, Meta
+from xladev.runtime.ir import GETITEM_OP, SLOT, Frozen, Graph, Meta
 
 _SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -22,16 +22,59 @@ _SHORT = {
 }
 
 
+def dtype_short(dtype: torch.dtype) -> str:
+    """XLA's short name of a dtype: f32, s64, pred..."""
+    return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
+
+
 def shape_text(meta) -> str:
     """`f32[2,3]{1,0}`: dtype, dims and the row-major layout, as XLA prints shapes."""
     if meta is None:
         return "()"
     if not isinstance(meta, Meta):
         return "(" + ", ".join(shape_text(m) for m in meta) + ")"
-    name = _SHORT.get(meta.dtype, str(meta.dtype).replace("torch.", ""))
+    name = dtype_short(meta.dtype)
     dims = ",".join(str(d) for d in meta.shape)
     layout = "{" + ",".join(str(i) for i in reversed(range(len(meta.shape)))) + "}" if meta.shape else ""
     return f"{name}[{dims}]{layout}"
+
+
+def _has_slot(value) -> bool:
+    if value is SLOT:
+        return True
+    if type(value) is tuple:
+        return any(_has_slot(v) for v in value)
+    return False
+
+
+def node_attributes(node) -> list[tuple[str, object]]:
+    """The constants baked into a node, named by the op's schema (`eps`, `dim`...), in argument order.
+
+    Operands (and arguments holding operands) are left out; they are the `%N` references.
+    """
+    template = node.template
+    if template is None:
+        return []
+    args, kwargs = template
+    schema_args = node.op.aten._schema.arguments if node.op.aten is not None else ()
+    out = []
+    for i, value in enumerate(args):
+        if _has_slot(value) or isinstance(value, Frozen):
+            continue
+        name = schema_args[i].name if i < len(schema_args) else f"arg{i}"
+        out.append((name, value))
+    for name, value in kwargs:
+        if not _has_slot(value) and not isinstance(value, Frozen):
+            out.append((name, value))
+    return out
+
+
+def _attr_text(value) -> str:
+    if isinstance(value, torch.dtype):
+        return dtype_short(value)
+    if type(value) is tuple:
+        return "(" + ", ".join(_attr_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def graph_to_text(graph: Graph) -> str:
@@ -55,7 +98,7 @@ def graph_to_text(graph: Graph) -> str:
         numbers[id(node)] = ref
         operands = ", ".join(numbers[id(o)] for o in node.operands)
         shape = shape_text(node.meta)
-        extra = ""
+        extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node))
         if node.scope:
             extra += f", scope={node.scope}"
         if node.location:

@@ -1,0 +1,147 @@
+"""What changed between two graphs: inputs' shapes and dtypes, baked constants, the op sequence.
+
+Pure data and functions (no torch, no runtime), shared by the live analysis, `assert_no_recompiles`
+and `xladev diff` on dump files. Differences are ordered by how likely each is the root cause: an
+input whose shape changed explains the downstream shape changes, so those are not repeated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MAX_LINES = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSummary:
+    op: str
+    constants: tuple
+    shape: str
+    location: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSummary:
+    kind: str          # "data" (a device buffer) or "scalar" (a Python number fed as input)
+    shape: tuple
+    dtype: str         # XLA's short name: f32, s64, pred...
+    created_at: str | None
+
+
+@dataclasses.dataclass
+class GraphSummary:
+    """A compiled graph, described without its buffers."""
+
+    hash: str
+    nodes: tuple[NodeSummary, ...]
+    inputs: tuple[InputSummary, ...]
+    num_outputs: int
+    compile_ns: int = 0
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(n.op for n in self.nodes)
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def closest(candidates: list[GraphSummary], new: GraphSummary) -> GraphSummary:
+    """The earlier graph most like `new`: longest common op prefix, then same inputs, then most recent."""
+    def score(item):
+        index, old = item
+        return (_common_prefix(old.ops, new.ops), len(old.inputs) == len(new.inputs), index)
+
+    return max(enumerate(candidates), key=score)[1]
+
+
+def _input_text(index: int, inp: InputSummary) -> str:
+    where = f", created at {inp.created_at}" if inp.created_at else ""
+    what = "Python scalar input" if inp.kind == "scalar" else "input"
+    return f"{what} {index}{where}"
+
+
+def _meta_text(shape: tuple, dtype: str) -> str:
+    return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+def _where(node: NodeSummary) -> str:
+    return f" at {node.location}" if node.location else ""
+
+
+def _only_sizes_changed(a: tuple, b: tuple) -> bool:
+    """Integer constants (sizes, dims) that follow an input's new shape are consequences, not causes."""
+    for (_, x), (_, y) in zip(a, b):
+        if x != y and not (isinstance(x, (int, tuple)) and isinstance(y, (int, tuple))
+                           and not isinstance(x, bool) and not isinstance(y, bool)):
+            return False
+    return len(a) == len(b)
+
+
+def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
+    """Readable differences of `new` against `old`, root causes first."""
+    lines: list[str] = []
+    if len(old.inputs) != len(new.inputs):
+        lines.append(f"number of graph inputs changed: {len(old.inputs)} -> {len(new.inputs)}")
+    if old.num_outputs != new.num_outputs:
+        lines.append(f"number of graph outputs changed: {old.num_outputs} -> {new.num_outputs}")
+    shape_changed = False
+    for i, (a, b) in enumerate(zip(old.inputs, new.inputs)):
+        if (a.shape, a.dtype) == (b.shape, b.dtype):
+            continue
+        shape_changed = True
+        detail = ""
+        if a.dtype != b.dtype:
+            detail = f"dtype {a.dtype} -> {b.dtype}"
+        elif len(a.shape) != len(b.shape):
+            detail = f"rank {len(a.shape)} -> {len(b.shape)}"
+        else:
+            dims = [f"dim {d}: {x} -> {y}" for d, (x, y) in enumerate(zip(a.shape, b.shape)) if x != y]
+            detail = ", ".join(dims)
+        lines.append(f"{_input_text(i, b)}: shape {_meta_text(a.shape, a.dtype)} -> {_meta_text(b.shape, b.dtype)} ({detail})")
+    if old.ops != new.ops:
+        k = _common_prefix(old.ops, new.ops)
+        if k < len(old.nodes) and k < len(new.nodes):
+            lines.append(f"op sequence differs at node {k}: {old.nodes[k].op}{_where(old.nodes[k])} -> "
+                         f"{new.nodes[k].op}{_where(new.nodes[k])}")
+        elif k < len(new.nodes):
+            lines.append(f"new graph has {len(new.nodes) - k} more op(s), starting with {new.nodes[k].op}{_where(new.nodes[k])}")
+        else:
+            lines.append(f"new graph has {len(old.nodes) - k} fewer op(s); the first missing is "
+                         f"{old.nodes[k].op}{_where(old.nodes[k])}")
+        lines.append(f"ops: {len(old.nodes)} -> {len(new.nodes)}")
+    else:
+        changed = 0
+        for a, b in zip(old.nodes, new.nodes):
+            if a.constants != b.constants and not (shape_changed and _only_sizes_changed(a.constants, b.constants)):
+                changed += 1
+                if changed <= 3:
+                    for (name, before), (_, after) in zip(a.constants, b.constants):
+                        if before != after:
+                            label = f"constant {name}" if name else "constant"
+                            lines.append(f"{label} baked into {b.op}{_where(b)} changed: {before!r} -> {after!r}")
+                    if len(a.constants) != len(b.constants):
+                        lines.append(f"constants of {b.op}{_where(b)} changed: {a.constants} -> {b.constants}")
+        if changed > 3:
+            lines.append(f"... and {changed - 3} more changed constant(s)")
+        if not changed and not shape_changed:
+            for a, b in zip(old.nodes, new.nodes):
+                if a.shape != b.shape:
+                    lines.append(f"output shape of {b.op}{_where(b)} changed: {a.shape} -> {b.shape}")
+                    break
+    for a, b in zip(old.inputs, new.inputs):
+        if a.kind != b.kind:
+            lines.append("an input changed between device data and a Python scalar")
+            break
+    if not lines:
+        lines.append("same ops, shapes and constants; the inputs are aliased differently (the same tensor passed twice?)")
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES] + [f"... and {len(lines) - MAX_LINES} more difference(s)"]
+    return lines
+
