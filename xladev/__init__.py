@@ -25,6 +25,8 @@ from xladev.runtime.training import (  # noqa: E402
     wait_device_ops,
 )
 
+from xladev import debug  # noqa: E402  (xladev.debug.get_tensors_text, metrics, ...)
+
 __version__ = "0.1.0"
 
 
@@ -42,11 +44,15 @@ def _start_sinks() -> None:
     from xladev.sinks.analysis.sink import start_from_flags
 
     start_from_flags()
+    if config.save_tensors_file:
+        from xladev.sinks import dumps
+
+        dumps.start_from_flags()
 
 
 _start_sinks()
 
 __all__ = [
-    "ConfigError", "DeviceLoader", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
+    "ConfigError", "DeviceLoader", "debug", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
     "devices", "initialize_cache", "manual_seed", "mark_step", "optimizer_step", "sync", "wait_device_ops",
 ]

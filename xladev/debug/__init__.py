@@ -66,3 +66,44 @@ class assert_no_recompiles(contextlib.ContextDecorator):
         raise RecompilationError(
             f"graph {event.graph_hash} compiled after warm-up (step {self.steps} of this block, "
             f"after_step={self.after_step}) at {site}:\n{detail}")
+
+
+def get_tensors_text(tensors) -> str:
+    """IR text (PyTorch/XLA's format) of the graph computing these pending tensors. Nothing runs."""
+    from xladev.runtime.introspect import graph_of, text
+
+    return text(graph_of(tensors))
+
+
+def get_tensors_hlo(tensors) -> str:
+    """HLO text of the graph computing these tensors. Nothing runs; the pending graph is unchanged."""
+    from xladev.runtime.introspect import graph_of, lowered
+
+    from xladev._flags import config
+
+    return lowered(graph_of(tensors)).as_text(dialect="hlo", debug_info=config.hlo_debug)
+
+
+def get_stablehlo(tensors=None) -> str:
+    """StableHLO text of the graph for these tensors, or of everything pending when None."""
+    from xladev.runtime.introspect import graph_of, lowered, pending_graph
+
+    graph = pending_graph() if tensors is None else graph_of(tensors)
+    return lowered(graph).as_text()
+
+
+def get_graph_hash(tensors) -> str:
+    """The hash the graph computing these tensors would have at a barrier."""
+    from xladev.runtime.introspect import graph_of
+
+    return graph_of(tensors).hash
+
+
+def get_tensors_dot(tensors) -> str:
+    """Graphviz (dot) text of the graph computing these tensors."""
+    from xladev.runtime.introspect import graph_of, graph_to_dot
+
+    return graph_to_dot(graph_of(tensors))
+
+
+__all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot"]

@@ -269,10 +269,29 @@ def _fallback(func, args, kwargs):
 
 def _dispatch(cls, func, types, args=(), kwargs=None):
     start = time.perf_counter_ns()
+    if recorder.eager_debug:
+        return _dispatch_eagerly(func, args, kwargs or {}, start)
     try:
         return handle(func, args, kwargs or {})
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)
+
+
+def _dispatch_eagerly(func, args, kwargs, start):
+    """XLA_USE_EAGER_DEBUG_MODE: run each top-level op as soon as it is recorded (one small graph per op)."""
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + 1
+    try:
+        result = handle(func, args, kwargs)
+    finally:
+        _local.depth = depth
+        recorder.add_tracing_time(time.perf_counter_ns() - start)
+    if depth == 0:
+        from xladev.events import Cause, CauseKind
+        from xladev.runtime.executor import executor
+
+        executor.flush(Cause(CauseKind.EAGER_DEBUG, func._schema.name))
+    return result
 
 
 XlaTensor.__torch_dispatch__ = classmethod(_dispatch)

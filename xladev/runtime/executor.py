@@ -34,6 +34,10 @@ class XlaCompileError(RuntimeError):
     """XLA (or the lowering to it) rejected a graph. The message names the graph hash and the saved HLO."""
 
 
+class XlaExecutionError(RuntimeError):
+    """A compiled graph failed while running. The message names the graph hash and the saved HLO."""
+
+
 class LoweringError(RuntimeError):
     """A lowering produced a value whose shape contradicts PyTorch's meta kernel (an xladev bug)."""
 
@@ -129,7 +133,8 @@ def graph_function(graph: Graph):
             args, kwargs = rebuild(node.template, [values[j] for j in operands])
             ctx = LoweringContext(node)
             if hlo_debug and node.location:
-                with jax.named_scope(f"{node.op.name}@{node.location}"):
+                # jax cuts scope names at '@', so the location reads `fn at file.py:LINE` here.
+                with jax.named_scope(f"{node.op.name}[{node.location.replace('@', ' at ')}]"):
                     out = node.op.lower(ctx, *args, **kwargs)
             else:
                 out = node.op.lower(ctx, *args, **kwargs)
@@ -251,9 +256,16 @@ class Executor:
                 self.by_hash[entry.hash] = entry
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
             start = time.perf_counter_ns()
-            outputs = entry.executable(*arrays)
-            for out in outputs:
-                out.block_until_ready()
+            try:
+                outputs = entry.executable(*arrays)
+                for out in outputs:
+                    out.block_until_ready()
+            except Exception as exc:
+                from xladev.runtime.introspect import lowered
+
+                path = self._save_failed(graph, lowered(graph), exc)
+                raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
+                                        f"{str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}") from exc
             execute_ns = time.perf_counter_ns() - start
             entry.runs += 1
             if bus.active:
@@ -283,13 +295,27 @@ class Executor:
         if not storages:
             return
         roots = [s.value for s in storages]
-        arrays = self.run(roots, cause, frames)
+        try:
+            arrays = self.run(roots, cause, frames)
+        except (XlaCompileError, XlaExecutionError):
+            # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
+            # reading one of them again raises the same error.
+            for storage in storages:
+                pending.pop(storage.sid, None)
+            raise
         made: dict[int, DataNode] = {}
         for storage, root, array in zip(storages, roots, arrays):
             data = made.get(id(root))
             if data is None:
                 data = made[id(root)] = DataNode(array, root.meta)
             storage.set_data(data)
+
+    def flush(self, cause: Cause) -> None:
+        """Runs every pending tensor now, without ending the step (eager debug mode)."""
+        with _lock:
+            storages = sorted(list(pending.values()), key=lambda s: s.sid)
+            if storages:
+                self.sync_storages(storages, cause, capture_frames() if bus.wants_frames else None)
 
     def mark_step(self, cause: Cause) -> None:
         """The step barrier: sync every live pending tensor, count the step, run step closures."""

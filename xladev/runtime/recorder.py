@@ -50,11 +50,14 @@ class Recorder:
         self.tracing_samples: list[int] = []
         self.scope_stack = threading.local()
         self.ir_debug = config.ir_debug
+        self.eager_debug = config.eager_debug_mode
         config.on_update(self._on_flag)
 
     def _on_flag(self, name, value) -> None:
         if name == "ir_debug":
             self.ir_debug = value
+        elif name == "eager_debug_mode":
+            self.eager_debug = value
 
     def count(self, name: str) -> None:
         counts = self.counts

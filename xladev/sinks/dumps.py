@@ -1,0 +1,90 @@
+"""`XLA_SAVE_TENSORS_FILE`: one record per synced graph, in PyTorch/XLA's dump format.
+
+    [ScheduleSyncTensorsGraph]
+    TensorsGraphInfo:
+      mark_step (/path/xladev/runtime/training.py:23)
+      train_loop (/path/train.py:48)
+
+    Root Hashes: (3f2a..., 91bc...)
+
+    ## BEGIN_GRAPH
+    IR {
+      ...
+    }
+
+    Graph Hash: c74c3b91b855b2b123f833b0d5f86943
+
+    ## END_GRAPH
+
+Each record is appended with a single write, so a killed process leaves whole records.
+`XLA_SAVE_TENSORS_FMT` picks the graph's format: text (IR), dot, hlo or stablehlo.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from xladev._flags import ConfigError, config
+from xladev.events import GraphExecuted, bus
+from xladev.runtime.introspect import graph_to_dot, lowered, root_hashes
+from xladev.runtime.irtext import graph_to_text
+from xladev.sinks.analysis.frames import shown_frames
+
+
+class DumpSink:
+    """Writes a record for every executed graph."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path = path
+        self.fmt = fmt
+        self._lowered_text: dict[str, str] = {}
+        self._lock = threading.Lock()
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"XLA_SAVE_TENSORS_FILE={path!r} cannot be opened for appending: {exc.strerror}") from None
+        self.subscription = None
+
+    def start(self) -> None:
+        self.subscription = bus.subscribe(self.on_executed, GraphExecuted, wants_frames=True)
+
+    def stop(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+            self.subscription = None
+
+    def _graph_text(self, event: GraphExecuted) -> str:
+        graph = event.graph
+        if self.fmt == "text":
+            return graph_to_text(graph)
+        if self.fmt == "dot":
+            return graph_to_dot(graph)
+        # HLO is the same for every run of a graph: lower once per hash.
+        cached = self._lowered_text.get(event.graph_hash)
+        if cached is None:
+            lowering = lowered(graph)
+            debug_info = config.hlo_debug
+            cached = (lowering.as_text(dialect="hlo", debug_info=debug_info) if self.fmt == "hlo"
+                      else lowering.as_text(debug_info=debug_info))
+            self._lowered_text[event.graph_hash] = cached
+        return cached if cached.endswith("\n") else cached + "\n"
+
+    def on_executed(self, event: GraphExecuted) -> None:
+        frames = "".join(f"  {f.name} ({f.file}:{f.line})\n" for f in shown_frames(event.frames))
+        roots = ", ".join(root_hashes(event.graph))
+        record = (f"[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n{frames}\nRoot Hashes: ({roots})\n\n"
+                  f"## BEGIN_GRAPH\n{self._graph_text(event)}\nGraph Hash: {event.graph_hash}\n\n## END_GRAPH\n\n")
+        with self._lock:
+            os.write(self._fd, record.encode())
+
+
+_sink: DumpSink | None = None
+
+
+def start_from_flags() -> DumpSink | None:
+    global _sink
+    if config.save_tensors_file and _sink is None:
+        _sink = DumpSink(config.save_tensors_file, config.save_tensors_fmt)
+        _sink.start()
+    return _sink
