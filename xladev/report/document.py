@@ -105,6 +105,8 @@ def _summary(report) -> list[tuple[str, str]]:
     summary = [("Input" if len(inputs) == 1 else "Inputs", "; ".join(inputs))]
     primary = report.primary_metrics(report.sources)
     if primary is not None:
+        if sum(source.has_metrics for source in report.sources) > 1:
+            summary.append(("Numbers from", primary.name))
         numbers = report.final_numbers(primary)
         steps = numbers["steps"]
         compile_time = numbers["compile_time_ns"]
@@ -129,18 +131,16 @@ def _summary(report) -> list[tuple[str, str]]:
     return summary
 
 
-def _metrics_table(report, source) -> Table:
-    frame = report.metrics[report.metrics["source"] == source.name]
-    names = [name for name in KEY_METRICS if name in set(frame["name"])]
-    names += sorted(set(frame["name"]) - set(names))
+def _metrics_table(source) -> Table:
+    blocks = source.final.metrics
+    names = [name for name in KEY_METRICS if name in blocks]
+    names += sorted(set(blocks) - set(names))
     rows = []
     for name in names[:MAX_TABLE_ROWS]:
-        row = frame[frame["name"] == name].iloc[0]
-        samples = row["total_samples"]
-        total = row["accumulator"]
-        mean = total / samples if samples and total == total and samples == samples else float("nan")
-        rows.append([name, _count(samples if samples is not None else float("nan")), _fmt(row["kind"], total),
-                     _fmt(row["kind"], mean)])
+        block = blocks[name]
+        samples, total = block.total_samples, block.accumulator
+        mean = total / samples if samples and total is not None else None
+        rows.append([name, "-" if samples is None else f"{samples:,}", _fmt(block.kind, total), _fmt(block.kind, mean)])
     note = f"{len(names) - MAX_TABLE_ROWS} more in --format json" if len(names) > MAX_TABLE_ROWS else ""
     return Table("Key metrics (last report)", ["Metric", "Samples", "Total", "Mean"], rows,
                  ["l", "r", "r", "r"], note)
@@ -152,13 +152,12 @@ def _fmt(kind: str, value) -> str:
     return units.format_kind(kind, float(value))
 
 
-def _counters_table(report, source) -> Table:
-    frame = report.counters[report.counters["source"] == source.name]
-    values = dict(zip(frame["name"], frame["value"]))
+def _counters_table(source) -> Table:
+    values = source.final.counters
     steps = values.get("MarkStep", 0)
     names = [name for name in KEY_COUNTERS if name in values]
     names += sorted(name for name in values if "aten::" in name)
-    rows = [[name, _count(values[name]), f"{values[name] / steps:.2f}" if steps else "-",
+    rows = [[name, f"{values[name]:,}", f"{values[name] / steps:.2f}" if steps else "-",
              {"fallback": "CPU fallback", "item": ".item()"}.get(counter_category(name), "")] for name in names]
     return Table("Key counters (last report)", ["Counter", "Value", "Per step", "Note"], rows, ["l", "r", "r", "l"])
 
@@ -235,8 +234,7 @@ def report_document(report) -> Document:
         timeline = _timeline(report, primary)
         if timeline:
             sections.append(Section(f"Per step ({primary.name})", timeline))
-        sections.append(Section(f"Metrics ({primary.name})", [_metrics_table(report, primary),
-                                                               _counters_table(report, primary)]))
+        sections.append(Section(f"Metrics ({primary.name})", [_metrics_table(primary), _counters_table(primary)]))
     debug = _debug_tables(report)
     if debug:
         sections.append(Section("PT_XLA_DEBUG analysis", debug))

@@ -1,0 +1,200 @@
+"""The real PyTorch/XLA 2.9 outputs: parsed without loss, and diagnosed as their README says."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from xladev import rules
+from xladev.report import load, units
+from xladev.report.diagnose import auto_metrics_lines
+from xladev.report.inputs import read_source
+
+from tests.report.helpers import FIXTURES, SCENARIOS, fixture_path
+
+_BLOCK_RE = re.compile(r"^Metric: (\S+)\n((?:  .*\n)+)|^Counter: (\S+)\n  Value: (\d+)\n", re.M)
+
+
+def _blocks(text: str) -> tuple[dict, dict]:
+    """Metric fields and counter values of one report, read with a regex independent of the parser."""
+    metrics, counters = {}, {}
+    for match in _BLOCK_RE.finditer(text):
+        if match.group(1):
+            fields = dict(line.strip().split(": ", 1) if ": " in line else (line.strip().rstrip(":"), "")
+                          for line in match.group(2).splitlines())
+            metrics[match.group(1)] = fields
+        else:
+            counters[match.group(3)] = int(match.group(4))
+    return metrics, counters
+
+
+def _last_report(path) -> str:
+    text = path.read_text()
+    if "[MetricsData; step=" in text:
+        return text[text.rindex("[MetricsData; step="):]
+    return text[text.index("Metric: "):]
+
+
+def _assert_same_value(kind: str, text: str, parsed: float) -> None:
+    assert parsed == pytest.approx(units.parse_kind(text, kind)[1], rel=1e-12, nan_ok=True)
+    assert units.format_kind(kind, parsed) == text  # torch_xla's text is reproduced to its print precision
+
+
+@pytest.mark.parametrize("name", [f"{scenario}.{kind}.txt" for scenario in SCENARIOS
+                                  for kind in ("metrics", "stdout")])
+def test_last_report_round_trips_every_number(name):
+    path = fixture_path(name)
+    source = read_source(str(path))
+    assert source.warnings == []
+    metrics, counters = _blocks(_last_report(path))
+    final = source.final
+    assert final.counters == counters
+    assert set(final.metrics) == set(metrics)
+    for metric_name, fields in metrics.items():
+        block = final.metrics[metric_name]
+        assert block.total_samples == int(fields["TotalSamples"])
+        _assert_same_value(block.kind, fields["Accumulator"], block.accumulator)
+        if "ValueRate" in fields:
+            _assert_same_value(block.kind, fields["ValueRate"].removesuffix(" / second"), block.value_rate)
+            assert block.rate == float(fields["Rate"].removesuffix(" / second"))
+        expected = [part.split("=") for part in fields["Percentiles"].split("; ")]
+        assert [label for label, _ in block.percentiles] == [label for label, _ in expected]
+        for (_, value), (_, text) in zip(block.percentiles, expected):
+            _assert_same_value(block.kind, text, value)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_step_record_is_in_the_series(scenario):
+    path = fixture_path(f"{scenario}.metrics.txt")
+    records = path.read_text().split("[MetricsData; step=")[1:]
+    report = load(str(path))
+    steps = report.steps
+    assert len(steps) == len(records) == 24
+    for index, record in enumerate(records):
+        row = steps.iloc[index]
+        metrics, counters = _blocks(record)
+        assert row["step"] == int(record.split("]", 1)[0])
+        assert row["steps"] == counters["MarkStep"]
+        assert row["compiles"] == int(metrics["CompileTime"]["TotalSamples"])
+        assert row["transfers_from_device"] == int(metrics.get("TransferFromDeviceTime", {}).get("TotalSamples", 0))
+        assert row["compile_time_ns"] == units.parse_time(metrics["CompileTime"]["Accumulator"])
+        for name, value in counters.items():
+            if name.startswith("aten::"):
+                assert row[name] == value
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_debug_log_blocks_are_all_read(scenario):
+    path = fixture_path(f"{scenario}.debug.txt")
+    text = path.read_text()
+    source = read_source(str(path))
+    assert source.warnings == []
+    debug = source.debug
+    assert debug.compiles == text.count("Compilation Analysis: Compilation Cause")
+    assert debug.execution_count == text.count("Execution Analysis: Execution Cause")
+    hashes = set(re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text))
+    assert {event.graph_hash for event in debug.compile_events} == hashes
+    assert all(event.site.startswith("/home/user/run/scenarios.py:") for event in debug.compile_events)
+    assert all(event.computation_hash and event.sizes for event in debug.compile_events)
+    printed = [line.split("pt-xla-profiler: ", 1)[1].rstrip() for line in text.splitlines()
+               if line.startswith("pt-xla-profiler: ")]
+    assert sum(times for _, _, times in debug.profiler.values()) == len(printed)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_auto_metrics_mirror_matches_what_torch_xla_printed(scenario):
+    """Our copy of PyTorch/XLA's rules, run on every step record, prints exactly its lines."""
+    debug_text = fixture_path(f"{scenario}.debug.txt").read_text()
+    printed = {line.split("pt-xla-profiler: ", 1)[1].rstrip() for line in debug_text.splitlines()
+               if "pt-xla-profiler: " in line}
+    ours = set()
+    for record in fixture_path(f"{scenario}.metrics.txt").read_text().split("[MetricsData; step=")[1:]:
+        metrics, counters = _blocks(record)
+        ours.update(rules.auto_metrics_messages(
+            steps=counters["MarkStep"], compiles=int(metrics["CompileTime"]["TotalSamples"]),
+            transfers=int(metrics.get("TransferFromDeviceTime", {}).get("TotalSamples", 0)), counters=counters))
+    assert ours == {line.strip() for line in printed}
+    last = set(auto_metrics_lines(load(str(fixture_path(f"{scenario}.metrics.txt")))))
+    assert last <= ours
+
+
+def _problems(report):
+    return [f for f in report.findings if f.severity in (rules.WARNING, rules.ERROR)]
+
+
+@pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug"), ("stdout",), ("debug",),
+                                   ("metrics", "debug", "stdout")])
+def test_healthy_run_raises_no_false_alarm(kinds):
+    report = load([str(fixture_path(f"healthy.{kind}.txt")) for kind in kinds])
+    assert _problems(report) == []
+    assert report.verdict() == "healthy"
+    healthy = next(f for f in report.findings if f.rule == "healthy")
+    assert healthy.numbers["steps"] == 24 and healthy.numbers["compiles"] == 1
+
+
+@pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug")])
+def test_dynamic_shape_is_recompilation_from_a_changing_shape(kinds):
+    report = load([str(fixture_path(f"dynamic_shape.{kind}.txt")) for kind in kinds])
+    problems = _problems(report)
+    assert [f.rule for f in problems] == ["recompilation"]
+    finding = problems[0]
+    assert finding.severity == rules.ERROR
+    assert "every step" in finding.title and "24 compiles in 24 steps" in finding.title
+    assert "shape" in " ".join(finding.evidence) and "pad" in finding.fix.lower()
+    assert finding.numbers["compiles_after_warmup"] == 14
+    assert any(source.endswith(":1363") for source in finding.sources)  # step record of the first late compile
+    if "debug" in kinds:
+        assert any("24 different graphs, all with 7 inputs and 16 outputs" in line for line in finding.evidence)
+
+
+def test_dynamic_shape_from_debug_log_alone():
+    report = load(str(fixture_path("dynamic_shape.debug.txt")))
+    finding = next(f for f in _problems(report) if f.rule == "recompilation")
+    assert finding.severity == rules.ERROR and finding.numbers["compiles"] == 24
+
+
+@pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug"), ("stdout",)])
+def test_fallback_names_both_ops_and_the_transfers_they_force(kinds):
+    report = load([str(fixture_path(f"fallback.{kind}.txt")) for kind in kinds])
+    fallbacks = {f.subject: f for f in report.findings if f.rule == "cpu-fallback"}
+    assert set(fallbacks) == {"aten::nonzero", "aten::median.dim_values"}
+    assert all(f.numbers["count"] == 24 and f.severity == rules.WARNING for f in fallbacks.values())
+    assert "nonzero" in fallbacks["aten::nonzero"].fix and "kthvalue" in fallbacks["aten::median.dim_values"].fix
+    transfers = next(f for f in report.findings if f.rule == "host-transfers")
+    assert transfers.numbers["transfers"] == 48 and "fallback" in transfers.title
+    recompile = next(f for f in report.findings if f.rule == "recompilation")
+    assert recompile.numbers["compiles"] == 13
+    if kinds != ("stdout",):
+        assert "aten::nonzero" in " ".join(recompile.evidence)  # data-dependent shapes named as the cause
+
+
+def test_fallback_from_debug_log_alone_names_the_ops():
+    report = load(str(fixture_path("fallback.debug.txt")))
+    assert {f.subject for f in report.findings if f.rule == "cpu-fallback"} == {"aten::nonzero",
+                                                                                "aten::median.dim_values"}
+
+
+@pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug"), ("stdout",)])
+def test_item_every_step_is_a_transfer_every_step(kinds):
+    report = load([str(fixture_path(f"item_every_step.{kind}.txt")) for kind in kinds])
+    problems = _problems(report)
+    assert [f.rule for f in problems] == ["host-transfers"]
+    finding = problems[0]
+    assert finding.numbers["transfers"] == 24 and finding.numbers["item_calls"] == 24
+    assert "every step" in finding.title and ".item()" in finding.title
+    assert "step closure" in finding.fix or "add_step_closure" in finding.fix
+    if "debug" in kinds:
+        assert any("scenarios.py:19" in line for line in finding.evidence)
+
+
+def test_item_every_step_from_debug_log_alone_points_at_the_line():
+    report = load(str(fixture_path("item_every_step.debug.txt")))
+    finding = next(f for f in _problems(report) if f.rule == "early-sync")
+    assert finding.subject.endswith("scenarios.py:19")
+
+
+def test_fixture_directory_has_every_scenario():
+    if not FIXTURES.exists():
+        pytest.skip("fixtures not available")
+    assert {path.name.split(".")[0] for path in FIXTURES.glob("*.txt")} == set(SCENARIOS)

@@ -1,0 +1,109 @@
+"""The reader never raises on damaged input: it warns with line numbers and keeps what it can."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from xladev.report import Report
+from xladev.report.document import report_document
+from xladev.report.jsonout import dumps, report_json
+from xladev.report.markup import render_html, render_markdown
+from xladev.report.model import SourceResult
+from xladev.report.scan import TextReader
+from xladev.report.terminal import render_terminal
+
+from tests.report.helpers import metrics_file, step_report
+
+DEBUG_BLOCK = """\
+Compilation Analysis: ================================================================================
+Compilation Analysis: Compilation Cause
+Compilation Analysis:   user mark_step
+Compilation Analysis: Graph Info: \nCompilation Analysis:   Graph Hash: 39652d6d11f92d4848121dde57482c6c
+Compilation Analysis:   Number of Graph Inputs: 7
+Compilation Analysis:   Number of Graph Outputs: 16
+Compilation Analysis: Python Frame Triggered Execution: \nCompilation Analysis:   <module> (/path/train.py:22)
+Compilation Analysis: --------------------------------------------------------------------------------
+Compilation Analysis: ================================================================================
+pt-xla-profiler: CompileTime too frequent: 21 counts during 11 steps
+"""
+BASE = (metrics_file([step_report(step, compiles=1 + step // 3, transfers=step, items=step,
+                                  fallbacks={"aten::nonzero": step + 1}) for step in range(8)])
+        + DEBUG_BLOCK).encode()
+BASE_LINES = BASE.split(b"\n")
+
+FUZZ_EXAMPLES = int(os.environ.get("XLADEV_FUZZ_EXAMPLES", "60"))  # raise it for a longer local fuzzing run
+_noise_line = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+_prefix = st.sampled_from(["", "INFO:root:", "[rank3]: ", "I0101 00:00:00.0 1 x.py:1] ", "\x1b[31m", "  ", "Metric: "])
+
+
+def _parse(data: bytes, max_rows: int = 4) -> SourceResult:
+    source = SourceResult(path="fuzz", name="fuzz")
+    reader = TextReader(source, max_rows=max_rows)
+    reader.read_stream(io.BytesIO(data))
+    reader.finish()
+    return source
+
+
+def _check(source: SourceResult) -> None:
+    assert source.lines >= 0
+    for warning in source.warnings:
+        assert 0 <= warning.line <= source.lines + 1, warning
+        assert warning.message
+    report = Report([source])
+    document = report_document(report)
+    render_terminal(document, width=80)
+    render_markdown(document)
+    render_html(document)
+    json.loads(dumps(report_json(report)))
+
+
+_settings = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_settings
+@given(st.integers(min_value=0, max_value=len(BASE)))
+def test_random_truncation(cut):
+    source = _parse(BASE[:cut])
+    _check(source)
+    if cut > len(BASE) // 2:
+        assert source.final is not None
+
+
+@_settings
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=len(BASE_LINES)), _prefix, _noise_line), max_size=12))
+def test_interleaved_lines_and_unicode(insertions):
+    lines = list(BASE_LINES)
+    for position, prefix, text in sorted(insertions, reverse=True):
+        lines.insert(position, (prefix + text).encode("utf-8", "surrogatepass"))
+    _check(_parse(b"\n".join(lines)))
+
+
+@_settings
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=len(BASE) - 1), st.binary(min_size=1, max_size=4)),
+                max_size=20))
+def test_line_noise(edits):
+    data = bytearray(BASE)
+    for position, noise in edits:
+        data[position:position + len(noise)] = noise
+    _check(_parse(bytes(data)))
+
+
+@_settings
+@given(st.lists(_prefix, min_size=len(BASE_LINES), max_size=len(BASE_LINES)))
+def test_random_log_prefixes_keep_the_numbers(prefixes):
+    clean = _parse(BASE)
+    prefixed = _parse(b"\n".join(p.encode() + line if line else line for p, line in zip(prefixes, BASE_LINES)))
+    _check(prefixed)
+    if not any(p.strip() == "Metric:" for p in prefixes):
+        assert prefixed.final.counters == clean.final.counters
+
+
+@_settings
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes(data):
+    _check(_parse(data))

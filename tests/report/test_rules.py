@@ -1,0 +1,101 @@
+"""The rules module: PyTorch/XLA's thresholds and wording, and xladev's own diagnoses, on plain numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from xladev import rules
+
+
+def test_compile_frequency_needs_more_than_ten_steps_and_more_than_half():
+    assert rules.compile_too_frequent_message(21, 10) is None  # still warm-up
+    assert rules.compile_too_frequent_message(21, 11) == "CompileTime too frequent: 21 counts during 11 steps"
+    assert rules.compile_too_frequent_message(6, 12) is None  # exactly 0.5 is fine
+    assert rules.compile_too_frequent_message(7, 12) is not None
+
+
+def test_transfer_frequency_has_no_warm_up():
+    assert rules.transfer_too_frequent_message(2, 1) == "TransferFromDeviceTime too frequent: 2 counts during 1 steps"
+    assert rules.transfer_too_frequent_message(1, 2) is None
+    assert rules.transfer_too_frequent_message(3, 0) is None
+
+
+def test_slow_and_not_lowered_lines_use_torch_xla_wording():
+    line = rules.too_slow_message("CompileTime", 301e9, rules.COMPILE_TOO_SLOW_NS, "05m01s000ms000.000us")
+    assert line == ("CompileTime too slow: longest instance took 05m01s000ms000.000us. "
+                    "Please open a GitHub issue with the graph dump for our team to optimize.")
+    assert rules.too_slow_message("ExecuteTime", 30e9, rules.EXECUTE_TOO_SLOW_NS, "30s") is None
+    assert rules.ops_not_lowered_message(["aten::nonzero", "aten::median.dim_values"]) == (
+        "Op(s) not lowered: aten::median.dim_values, aten::nonzero,  "
+        "Please open a GitHub issue with the above op lowering requests.")
+    assert rules.fallback_ops({"aten::_local_scalar_dense": 5, "aten::nonzero": 1, "xla::add": 3}) == ["aten::nonzero"]
+
+
+def test_auto_metrics_messages_order():
+    lines = rules.auto_metrics_messages(steps=11, compiles=21, transfers=11, counters={"aten::_ctc_loss": 1},
+                                        longest_compile_ns=400e9, longest_execute_ns=40e9)
+    assert [line.split(":")[0] for line in lines] == [
+        "CompileTime too frequent", "TransferFromDeviceTime too frequent", "CompileTime too slow",
+        "ExecuteTime too slow", "Op(s) not lowered"]
+
+
+def test_warm_up_compiles_are_healthy_and_late_ones_are_not():
+    assert rules.recompilation_finding(steps=100, compiles=3, compiles_at_warmup=3) is None
+    late = rules.recompilation_finding(steps=100, compiles=4, compiles_at_warmup=3)
+    assert late.severity == rules.INFO
+    some = rules.recompilation_finding(steps=100, compiles=13, compiles_at_warmup=3)
+    assert some.severity == rules.WARNING and "10 new graphs in 90 steps" in some.title
+    every = rules.recompilation_finding(steps=100, compiles=100, compiles_at_warmup=10, stable_graph_size=True)
+    assert every.severity == rules.ERROR and every.title.startswith("Recompiles every step")
+    assert "shape" in " ".join(every.evidence) and "Pad" in every.fix
+    nonzero = rules.recompilation_finding(steps=100, compiles=50, compiles_at_warmup=10,
+                                          data_dependent_ops=["aten::nonzero"])
+    assert "aten::nonzero gives data-dependent" in " ".join(nonzero.evidence) and "torch.where" in nonzero.fix
+
+
+def test_single_report_falls_back_to_the_ratio_rule():
+    assert rules.recompilation_finding(steps=24, compiles=2, compiles_at_warmup=None) is None
+    finding = rules.recompilation_finding(steps=24, compiles=24, compiles_at_warmup=None)
+    assert finding.severity == rules.WARNING and "XLA_METRICS_FILE" in " ".join(finding.evidence)
+
+
+@pytest.mark.parametrize("transfers, items, fallbacks, word", [
+    (24, 24, 0, ".item()"), (48, 0, 48, "fallbacks"), (30, 0, 0, "Device→host transfers")])
+def test_host_transfers_name_their_cause(transfers, items, fallbacks, word):
+    finding = rules.host_transfer_finding(steps=24, transfers=transfers, item_calls=items, fallback_calls=fallbacks)
+    assert word in finding.title
+    assert rules.host_transfer_finding(steps=24, transfers=12) is None
+
+
+def test_fallback_findings_and_remedies():
+    findings = rules.fallback_findings({"aten::nonzero": 24, "aten::median.dim_values": 24,
+                                        "aten::_local_scalar_dense": 24, "aten::foo_bar.out": 1}, 24)
+    assert [f.subject for f in findings] == ["aten::median.dim_values", "aten::nonzero", "aten::foo_bar.out"]
+    assert [f.severity for f in findings] == [rules.WARNING, rules.WARNING, rules.INFO]
+    assert "kthvalue" in findings[0].fix and "data" in findings[1].detail
+    assert "open a PyTorch/XLA GitHub issue" in findings[2].fix
+    assert rules.op_base_name("aten::masked_select.out") == "masked_select"
+    assert "torch.where" in rules.fallback_remedy("aten::masked_select")
+
+
+def test_costs_graphs_and_cache_misses():
+    assert rules.slow_compile_finding(longest_ns=200e9, total_ns=1, compiles=1, formatted_longest="",
+                                      formatted_total="") is None
+    assert rules.slow_execute_finding(longest_ns=31e9, executions=3, formatted_longest="31s").rule == "slow-execute"
+    assert rules.huge_graph_finding(largest_nodes=250_000, typical_nodes=240_000).rule == "huge-graph"
+    assert rules.graph_growth_finding(nodes_at_warmup=100, nodes_at_end=140, steps=50) is None
+    assert rules.graph_growth_finding(nodes_at_warmup=100, nodes_at_end=400, steps=50).rule == "graph-growth"
+    assert rules.device_data_cache_miss_finding(misses=2, steps=24) is None
+    assert rules.device_data_cache_miss_finding(misses=30, steps=40, misses_after_warmup=30,
+                                                steps_after_warmup=30).rule == "device-data-cache-miss"
+
+
+def test_ranks_and_healthy_and_preferences():
+    assert rules.rank_divergence_finding(rank=1, compiles=2, others_compiles=[2, 2]) is None
+    assert rules.rank_divergence_finding(rank=1, compiles=5, others_compiles=[2, 2]).subject == "rank 1"
+    healthy = rules.healthy_finding(steps=24, compiles=1, cached_compiles=23, transfers=0, warmup_known=True)
+    assert healthy.severity == rules.INFO and "all during warm-up" in healthy.evidence[0]
+    assert rules.metric_preference("ExecuteTime") == "lower" and rules.metric_preference("aten::nonzero") == "lower"
+    assert rules.metric_preference("CachedCompile") == "neutral"
+    assert rules.severity_rank(rules.ERROR) > rules.severity_rank(rules.WARNING) > rules.severity_rank(rules.INFO)
+    assert healthy.to_dict()["rule"] == "healthy"
