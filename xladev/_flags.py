@@ -211,6 +211,8 @@ _DEFINITIONS = [
     Flag("ir_debug", "XLA_IR_DEBUG", _parse_bool, False, "record the user source line of each IR node"),
     Flag("hlo_debug", "XLA_HLO_DEBUG", _parse_bool, False, "carry source lines into HLO metadata"),
     Flag("save_hlo_file", "XLA_SAVE_HLO_FILE", _parse_str, "", "where the HLO of a failing graph is saved"),
+    Flag("no_special_scalars", "XLA_NO_SPECIAL_SCALARS", _parse_bool, False,
+         "feed 0 and 1 as graph inputs too, instead of baking them in as constants"),
     Flag("eager_debug_mode", "XLA_USE_EAGER_DEBUG_MODE", _parse_bool, False, "run every op as soon as it is recorded"),
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
     Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),

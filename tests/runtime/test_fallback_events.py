@@ -32,6 +32,25 @@ def test_fallback_ops_match_eager_and_are_counted(dev, events):
     assert (selected * 2).sum().item() == pytest.approx(float((x[x > 0] * 2).sum()))
 
 
+def test_masked_selection_backward_and_masked_assignment_of_vectors(dev):
+    # Regression: index_put with a boolean mask and as many values as the mask selects has a
+    # data-dependent shape; it must run on the CPU, not fail to compile.
+    x_cpu = torch.tensor([[1.0, -2.0], [3.0, -4.0]], requires_grad=True)
+    x_dev = x_cpu.detach().to(dev).requires_grad_()
+    for x in (x_cpu, x_dev):
+        (x[x > 0] * 3).sum().backward()
+    torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
+    target = torch.zeros(2, 2)
+    mask = torch.tensor([[True, False], [False, True]])
+    on_dev = target.to(dev)
+    on_dev[mask.to(dev)] = torch.tensor([5.0, 6.0]).to(dev)
+    target[mask] = torch.tensor([5.0, 6.0])
+    torch.testing.assert_close(on_dev.cpu(), target)
+    on_dev[mask.to(dev)] = 7.0          # a scalar value stays lowered (a where)
+    target[mask] = 7.0
+    torch.testing.assert_close(on_dev.cpu(), target)
+
+
 def test_inplace_fallback_writes_back_through_aliases(dev):
     base = torch.arange(6.0).to(dev)
     view = base[2:5]

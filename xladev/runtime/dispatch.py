@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from xladev._flags import config
 from xladev.runtime import tensor as _tensor_mod
 from xladev.runtime.ir import SLOT, Meta, Node, ScalarNode, ScalarType, getitem
 from xladev.runtime.lowering.registry import LOWERINGS
@@ -21,7 +22,8 @@ from xladev.runtime.recorder import recorder
 from xladev.runtime.tensor import Storage, XlaTensor, torch_device
 
 aten = torch.ops.aten
-_SPECIAL_SCALARS = (0, 1)
+# 0 and 1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
+_SPECIAL_SCALARS = () if config.no_special_scalars else (0, 1)
 _local = threading.local()
 
 

@@ -101,6 +101,11 @@ def _index_with_cpu_indices(func, args, kwargs):
 
     indices = [to_device(i) if i is not None else None for i in args[1]]
     rest = tuple(to_device(a) for a in args[2:])
+    if func is not aten.index.Tensor and func is not aten._unsafe_index.Tensor and _needs_mask_count(indices, rest):
+        # Writing a vector through a boolean mask needs the mask's count: a data-dependent shape.
+        from xladev.runtime.fallback import run_on_cpu
+
+        return run_on_cpu(func, (self, indices) + rest, kwargs)
     from xladev.runtime.dispatch import SPECIAL_HANDLERS
 
     saved = SPECIAL_HANDLERS.pop(func)
@@ -108,6 +113,12 @@ def _index_with_cpu_indices(func, args, kwargs):
         return handle(func, (self, indices) + rest, kwargs)
     finally:
         SPECIAL_HANDLERS[func] = saved
+
+
+def _needs_mask_count(indices, rest) -> bool:
+    values = rest[0] if rest else None
+    has_mask = any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
+    return has_mask and isinstance(values, torch.Tensor) and values.numel() != 1
 
 
 for _op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
