@@ -21,7 +21,7 @@ from xladev.events import (
     Cause, CauseKind, CompileFailed, DeviceDataCacheMiss, Frame, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked,
     bus,
 )
-from xladev.runtime import backend
+from xladev.runtime import annotate, backend
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Node, ScalarNode
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.recorder import is_library_frame, recorder
@@ -203,8 +203,9 @@ class Executor:
         start = time.perf_counter_ns()
         lowered = None
         try:
-            lowered = jax.jit(graph_function(graph)).lower(*avals)
-            compiled = lowered.compile()
+            with annotate.compile_span(graph.hash, self.step):
+                lowered = jax.jit(graph_function(graph)).lower(*avals)
+                compiled = lowered.compile()
         except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
             path = self._save_failed(graph, lowered, exc)
             if bus.active:
@@ -257,9 +258,10 @@ class Executor:
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
             start = time.perf_counter_ns()
             try:
-                outputs = entry.executable(*arrays)
-                for out in outputs:
-                    out.block_until_ready()
+                with annotate.execute_span(entry.hash, self.step):
+                    outputs = entry.executable(*arrays)
+                    for out in outputs:
+                        out.block_until_ready()
             except Exception as exc:
                 from xladev.runtime.introspect import lowered
 
@@ -320,6 +322,7 @@ class Executor:
     def mark_step(self, cause: Cause) -> None:
         """The step barrier: sync every live pending tensor, count the step, run step closures."""
         start = time.perf_counter_ns()
+        annotate.barrier_begin(self.step, cause)
         frames = capture_frames() if bus.wants_frames else None
         with _lock:
             storages = sorted(list(pending.values()), key=lambda s: s.sid)
@@ -332,6 +335,7 @@ class Executor:
         if bus.active:
             bus.emit(StepMarked(time.perf_counter_ns(), ended, cause, time.perf_counter_ns() - start, frames))
         self._run_closures()
+        annotate.barrier_end(ended)
 
     def _run_closures(self) -> None:
         closures, self.closures = self.closures, []

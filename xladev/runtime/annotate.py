@@ -1,0 +1,129 @@
+"""Profiler annotations of the runtime: compiles, executions, step barriers and the lazy tracing span.
+
+Each is a jax TraceMe (`jax.profiler.TraceAnnotation`), so it shows in any captured profile, whether
+the capture runs in-process (`xp.start_trace`) or from another process through `xp.start_server`:
+
+    xladev.compile    graph=<hash> step=N   lowering and XLA compilation of one graph
+    xladev.execute    graph=<hash> step=N   the executable call until its outputs are ready; the XLA run
+                                             inside shows as `PjitFunction(jit(xladev_<hash[:16]>))`
+    xladev.mark_step  step=N cause=...      the step barrier (syncs, compiles, executions, closures)
+    xladev.tracing    step=N                host time between two barriers: Python and torch recording
+                                             the step's ops lazily
+
+With no capture running, jax's `TraceMe.is_enabled()` is False and each helper costs that one C call
+and returns a shared no-op context manager. `set_enabled(False)` turns every helper off (for measuring
+that cost). The runtime calls `barrier_begin`/`barrier_end` around each step barrier; anything that must
+act exactly at a step boundary (the step-window profiler) registers a hook with `add_barrier_hook`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+__all__ = [
+    "add_barrier_hook", "barrier_begin", "barrier_end", "compile_span", "enabled", "execute_span",
+    "remove_barrier_hook", "set_enabled",
+]
+
+
+class _Null:
+    """A reusable context manager that does nothing (the cost of an annotation with no capture)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NULL = _Null()
+_forced_off = False
+_Annotation = None  # jax.profiler.TraceAnnotation, bound on first use (jax is imported lazily)
+_lock = threading.Lock()
+_tracing_span = None  # the open `xladev.tracing` span of the current step
+_barrier_span = None  # the open `xladev.mark_step` span
+_hooks: list[Callable[[int], None]] = []
+
+
+def _is_enabled() -> bool:  # rebound to jax's TraceMe.is_enabled on first call
+    global _is_enabled, _Annotation
+    from jax.profiler import TraceAnnotation
+
+    _Annotation = TraceAnnotation
+    _is_enabled = TraceAnnotation.is_enabled
+    return _is_enabled()
+
+
+def enabled() -> bool:
+    """True when a profile capture is recording annotations now (and they are not forced off)."""
+    return not _forced_off and _is_enabled()
+
+
+def set_enabled(on: bool) -> None:
+    """Turns the runtime's annotations on (the default) or off entirely, e.g. to measure their cost."""
+    global _forced_off
+    _forced_off = not on
+
+
+def compile_span(graph_hash: str, step: int):
+    """Context manager around lowering and compiling graph `graph_hash` during step `step`."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation("xladev.compile", graph=graph_hash, step=step)
+
+
+def execute_span(graph_hash: str, step: int):
+    """Context manager around running graph `graph_hash` during step `step`."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation("xladev.execute", graph=graph_hash, step=step)
+
+
+def barrier_begin(step: int, cause) -> None:
+    """Called as a step barrier starts: ends the step's tracing span, opens the barrier's span."""
+    global _tracing_span, _barrier_span
+    if _tracing_span is None and _barrier_span is None and (_forced_off or not _is_enabled()):
+        return
+    with _lock:
+        spans = (_tracing_span, _barrier_span)  # a barrier span still open here is from a barrier that raised
+        _tracing_span = _barrier_span = None
+        for span in spans:
+            if span is not None:
+                span.__exit__(None, None, None)
+        if not _forced_off and _is_enabled():
+            kind = getattr(cause, "kind", None)
+            _barrier_span = _Annotation("xladev.mark_step", step=step, cause=getattr(kind, "value", str(cause)))
+
+
+def barrier_end(ended: int) -> None:
+    """Called when the barrier ending step `ended` is done (closures included): closes its span, runs
+    the barrier hooks, then opens the tracing span of step `ended + 1`."""
+    global _tracing_span, _barrier_span
+    if _barrier_span is not None:
+        with _lock:
+            span, _barrier_span = _barrier_span, None
+        if span is not None:
+            span.__exit__(None, None, None)
+    if _hooks:
+        for hook in tuple(_hooks):
+            hook(ended)
+    if not _forced_off and _is_enabled():
+        with _lock:
+            if _tracing_span is None:
+                _tracing_span = _Annotation("xladev.tracing", step=ended + 1)
+
+
+def add_barrier_hook(hook: Callable[[int], None]) -> None:
+    """Calls `hook(ended_step)` at the end of every step barrier, before the next step's tracing span
+    opens. A hook must not raise (the barrier has already happened)."""
+    _hooks.append(hook)
+
+
+def remove_barrier_hook(hook: Callable[[int], None]) -> None:
+    try:
+        _hooks.remove(hook)
+    except ValueError:
+        pass
