@@ -147,6 +147,10 @@ def test_fast_path_and_line_reader_agree_even_around_a_dirty_record():
                for step in range(20)]
     records[7] = records[7].replace("Counter: MarkStep", "some log line\nCounter: MarkStep")
     records[9] = records[9].replace("  TotalSamples: 10\n", "  TotalSamples: ten\n", 1)
+    records[11] = records[11].replace("Counter: MarkStep\n", "Counter: MarkStep  \n")
+    records[12] = records[12].replace("  Value: 13\n", "  Value: 1\r3\n")
+    records[13] = records[13].replace("Metric: ExecuteTime\n  TotalSamples: 14\n", "Metric: ExecuteTime\n")
+    records[14] = records[14].replace("Counter: MarkStep\n  Value: 15\n", "Counter: MarkStep\n")
     text = metrics_file(records)
     fast, slow = _read(text, fast=True), _read(text, fast=False)
     assert fast.series.columns() == slow.series.columns()
@@ -204,3 +208,32 @@ def test_rank_files_are_found_and_lined_up(tmp_path):
     report = load(str(tmp_path / "metrics.txt"))
     assert sorted(report.ranks()) == [0, 1, 2]
     assert sorted(report.steps["rank"].unique()) == [0, 1, 2]
+
+
+def test_a_new_input_kind_plugs_in_before_the_text_reader(tmp_path):
+    from xladev.report import inputs
+
+    class Greeting:
+        """A toy reader for files starting with HELLO: one report with MarkStep = the number after it."""
+
+        name = "greeting"
+
+        def sniff(self, head, path):
+            return head.startswith(b"HELLO ")
+
+        def read(self, stream, source):
+            steps = int(stream.read().split()[1])
+            reader = TextReader(source)
+            reader.read_stream(io.BytesIO(counter_block("MarkStep", steps).encode()))
+            reader.finish()
+
+    inputs.register_input_kind(Greeting())
+    try:
+        greeted = read_source(write(tmp_path, "a.greeting", "HELLO 7\n"))
+        plain = read_source(write(tmp_path, "b.txt", counter_block("MarkStep", 3)))
+    finally:
+        inputs.unregister_input_kind("greeting")
+    assert greeted.input_kind == "greeting" and greeted.final.counters == {"MarkStep": 7}
+    assert plain.input_kind == "text" and plain.final.counters == {"MarkStep": 3}
+    names = [kind.name for kind in inputs.input_kinds()]
+    assert "greeting" not in names and names[-1] == "text"

@@ -25,9 +25,12 @@ _METRIC_RE = re.compile(
     rb"\nMetric: ([A-Za-z_][^\n\r ]*)\r?\n  TotalSamples: ([^\n\r]*)\r?"
     rb"(?:\n  (?:Accumulator|Counter): ([^\n\r]*)\r?)?(?=\n|\Z)")
 _COUNTER_RE = re.compile(rb"\nCounter: ([A-Za-z_][^\n\r ]*)\r?\n  Value: ([^\n\r]*)\r?(?=\n|\Z)")
+_ATEN_COUNTER_RE = re.compile(rb"\nCounter: ([^\n\r ]*aten::[^\n\r ]*)\r?\n  Value: ([^\n\r]*)\r?(?=\n|\Z)")
+# A line that is not an exact report line; headers count only when their first field follows, so
+# that _METRIC_RE and _COUNTER_RE are sure to find every block of a record without it.
 _UNCLEAN_RE = re.compile(
-    rb"\n(?!Metric: |Counter: |  (?:TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):"
-    rb"|\r?\n|\Z)")
+    rb"\n(?!Metric: [A-Za-z_][^\n\r ]*\r?\n  TotalSamples: |Counter: [A-Za-z_][^\n\r ]*\r?\n  Value: "
+    rb"|  (?:TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):|\r?\n|\Z)")
 
 
 class FastRecord:
@@ -67,13 +70,12 @@ def extract_record(piece: bytes) -> FastRecord | None:
         step = int(head[:-1])
     except ValueError:
         return None
-    body = piece[newline:]
-    if _UNCLEAN_RE.search(body) is not None:
+    if _UNCLEAN_RE.search(piece, newline) is not None:
         return None
-    metric_blocks = _METRIC_RE.findall(body)
-    counter_blocks = _COUNTER_RE.findall(body)
-    if len(metric_blocks) != body.count(b"\nMetric: ") or len(counter_blocks) != body.count(b"\nCounter: "):
-        return None
+    if b"\r" in piece and piece.count(b"\r") != piece.count(b"\r\n"):
+        return None  # a carriage return inside a line
+    metric_blocks = _METRIC_RE.findall(piece, newline)
+    counter_blocks = _COUNTER_RE.findall(piece, newline)
     all_counters = dict(counter_blocks)
     all_metrics = dict(zip(map(_first, metric_blocks), metric_blocks))
     if len(all_counters) != len(counter_blocks) or len(all_metrics) != len(metric_blocks):
@@ -86,10 +88,9 @@ def extract_record(piece: bytes) -> FastRecord | None:
             value = all_counters.get(name)
             if value is not None:
                 counters[name] = int(value)
-        if b"aten::" in body:
-            for name, value in all_counters.items():
-                if b"aten::" in name:
-                    counters[name] = int(value)
+        if b"aten::" in piece:
+            for name, value in _ATEN_COUNTER_RE.findall(piece, newline):
+                counters[name] = int(value)
         for name in SERIES_SAMPLES:
             block = all_metrics.get(name)
             if block is not None:

@@ -69,6 +69,11 @@ def register_input_kind(kind: InputKind) -> None:
     _INPUT_KINDS[:] = [kind] + [known for known in _INPUT_KINDS if known.name != kind.name]
 
 
+def unregister_input_kind(name: str) -> None:
+    """Removes the reader called ``name`` (the text reader cannot be removed)."""
+    _INPUT_KINDS[:] = [known for known in _INPUT_KINDS if known.name != name]
+
+
 def input_kinds(max_rows: int = DEFAULT_MAX_ROWS) -> list[InputKind]:
     """The readers in the order they are tried (the text reader last)."""
     return list(_INPUT_KINDS) + [TextInput(max_rows)]
