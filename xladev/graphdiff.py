@@ -75,6 +75,20 @@ def _where(node: NodeSummary) -> str:
     return f" at {node.location}" if node.location else ""
 
 
+def _inputs_added_removed(old: GraphSummary, new: GraphSummary) -> list[str]:
+    from collections import Counter
+
+    before = Counter(_meta_text(i.shape, i.dtype) for i in old.inputs)
+    after = Counter(_meta_text(i.shape, i.dtype) for i in new.inputs)
+    lines = []
+    for label, diff in (("added", after - before), ("removed", before - after)):
+        if diff:
+            items = ", ".join(f"{shape} x{n}" if n > 1 else shape for shape, n in diff.most_common(5))
+            more = f", ... ({sum(diff.values())} in all)" if len(diff) > 5 else ""
+            lines.append(f"inputs {label}: {items}{more}")
+    return lines
+
+
 def _only_sizes_changed(a: tuple, b: tuple) -> bool:
     """Integer constants (sizes, dims) that follow an input's new shape are consequences, not causes."""
     for (_, x), (_, y) in zip(a, b):
@@ -92,7 +106,10 @@ def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
     if old.num_outputs != new.num_outputs:
         lines.append(f"number of graph outputs changed: {old.num_outputs} -> {new.num_outputs}")
     shape_changed = False
-    for i, (a, b) in enumerate(zip(old.inputs, new.inputs)):
+    if len(old.inputs) != len(new.inputs):
+        # Positions no longer line up: say which inputs appeared or went away, by shape.
+        lines.extend(_inputs_added_removed(old, new))
+    for i, (a, b) in enumerate(zip(old.inputs, new.inputs) if len(old.inputs) == len(new.inputs) else ()):
         if (a.shape, a.dtype) == (b.shape, b.dtype):
             continue
         shape_changed = True

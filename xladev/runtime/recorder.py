@@ -16,8 +16,13 @@ _XLADEV_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__))
 
 
+_normalized: dict[str, str] = {}
+
+
 def is_library_frame(filename: str) -> bool:
     """True for frames of xladev, torch, the standard library and site-packages (not the user's code)."""
+    # Module paths may hold `..` (a sys.path entry like `examples/..`): compare normalised paths.
+    filename = _normalized.get(filename) or _normalized.setdefault(filename, os.path.abspath(filename))
     return (
         filename.startswith(_XLADEV_DIR)
         or filename.startswith(_TORCH_DIR)
