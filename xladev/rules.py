@@ -17,20 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-
-__all__ = [
-    "INFO", "WARNING", "ERROR", "SEVERITIES", "severity_rank", "Finding",
-    "WARMUP_STEPS", "COMPILE_FREQUENCY_RATIO", "TRANSFER_FREQUENCY_RATIO",
-    "COMPILE_TOO_SLOW_NS", "EXECUTE_TOO_SLOW_NS", "HUGE_GRAPH_NODES",
-    "PROFILER_PREFIX", "auto_metrics_messages", "compile_too_frequent_message",
-    "transfer_too_frequent_message", "too_slow_message", "ops_not_lowered_message",
-    "fallback_ops", "recompilation_finding", "host_transfer_finding", "fallback_findings",
-    "slow_compile_finding", "slow_execute_finding", "huge_graph_finding", "graph_growth_finding",
-    "device_data_cache_miss_finding", "early_sync_finding", "rank_divergence_finding",
-    "healthy_finding", "LOWER_IS_BETTER", "metric_preference", "ITEM_COUNTER",
-    "DATA_DEPENDENT_SHAPE_OPS", "FALLBACK_REMEDIES", "fallback_remedy", "op_base_name",
-]
-
 INFO = "info"
 WARNING = "warning"
 ERROR = "error"
@@ -50,12 +36,11 @@ GRAPH_GROWTH_RATIO = 1.5
 CACHE_MISS_PER_STEP = 1.0
 FALLBACK_PER_STEP_WARNING = 0.5
 
-
 ITEM_COUNTER = "aten::_local_scalar_dense"
 
 # Ops whose output shape depends on tensor values: each new shape is a new graph.
 DATA_DEPENDENT_SHAPE_OPS = frozenset({
-    "nonzero", "nonzero_static", "masked_select", "masked_scatter", "unique", "_unique", "_unique2",
+    "nonzero", "masked_select", "masked_scatter", "unique", "_unique", "_unique2",
     "unique_dim", "unique_consecutive", "repeat_interleave", "argwhere",
 })
 
@@ -70,7 +55,7 @@ _MEDIAN_ADVICE = ("Compute it with lowered ops: x.sort(dim).values.select(dim, (
 FALLBACK_REMEDIES = {
     "nonzero": _MASK_ADVICE, "masked_select": _MASK_ADVICE, "argwhere": _MASK_ADVICE,
     "masked_scatter": _MASK_ADVICE.replace("masked_select", "masked_scatter"),
-    "median": _MEDIAN_ADVICE, "nanmedian": _MEDIAN_ADVICE.replace("x.sort", "x.nan_to_num(inf).sort"),
+    "median": _MEDIAN_ADVICE, "nanmedian": "Mask the NaNs out first, then: " + _MEDIAN_ADVICE,
     "quantile": "Sort once and index (x.sort(dim).values) instead of torch.quantile.",
     "unique": ("torch.unique has a data-dependent size. If the value range is known, count with "
                "one_hot(x, num_classes).sum(0) or scatter_add into a fixed-size tensor."),
@@ -101,17 +86,7 @@ def fallback_remedy(counter_name: str) -> str:
 
 
 def severity_rank(severity: str) -> int:
-    """Orders severities: info < warning < error.
-
-    Args:
-      severity: one of SEVERITIES.
-
-    Returns:
-      0, 1 or 2.
-
-    Raises:
-      ValueError: for an unknown severity.
-    """
+    """0, 1 or 2 for info, warning or error (raises ValueError for anything else)."""
     return SEVERITIES.index(severity)
 
 
@@ -150,9 +125,8 @@ def _per_step(count: float, steps: int) -> float:
     return count / steps if steps > 0 else float(count)
 
 
-def _plural(count: float, word: str) -> str:
-    count_text = f"{count:g}" if isinstance(count, float) else str(count)
-    return f"{count_text} {word}" + ("" if count == 1 else "s")
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 # ---------------------------------------------------------------- PyTorch/XLA's auto-metrics lines
@@ -173,17 +147,10 @@ def transfer_too_frequent_message(transfers: int, steps: int, name: str = "Trans
 
 
 def too_slow_message(metric: str, longest_ns: float, threshold_ns: float, formatted_longest: str) -> str | None:
-    """PyTorch/XLA's ``<metric> too slow`` line when the longest sample exceeds the threshold.
+    """PyTorch/XLA's ``<metric> too slow`` line when the longest sample exceeds ``threshold_ns``.
 
-    Args:
-      metric: ``CompileTime`` or ``ExecuteTime``.
-      longest_ns: the longest sample in nanoseconds.
-      threshold_ns: COMPILE_TOO_SLOW_NS or EXECUTE_TOO_SLOW_NS.
-      formatted_longest: ``longest_ns`` printed as a metrics time (the caller formats it, so this
-        module stays free of the report package).
-
-    Returns:
-      The line, or None when the metric is fast enough.
+    ``formatted_longest`` is ``longest_ns`` printed as a metrics time: the caller formats it, so this
+    module needs nothing from the report package.
     """
     if not longest_ns > threshold_ns:
         return None

@@ -87,7 +87,7 @@ def test_json_schema(capsys, tmp_path):
     assert code == 0 and out == ""
     data = json.loads(out_path.read_text())
     assert data["schema"] == "xladev.report/1" and data["verdict"] == "warning"
-    assert [item["contents"][0].split(" ")[0] for item in data["inputs"]] == ["XLA_METRICS_FILE", "PT_XLA_DEBUG"]
+    assert [item["contents"] for item in data["inputs"]] == [["XLA_METRICS_FILE, 24 step records"], ["PT_XLA_DEBUG log"]]
     assert data["summary"]["steps"] == 24 and data["summary"]["fallback_calls"] == 48
     finding = next(f for f in data["findings"] if f["subject"] == "aten::nonzero")
     assert set(finding) == {"rule", "severity", "title", "detail", "fix", "evidence", "numbers", "sources", "subject"}

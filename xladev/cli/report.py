@@ -70,7 +70,7 @@ def _is_comparison(args, sources_by_input: list[list]) -> bool:
     return a.final.counters != b.final.counters  # the same run printed twice has the same last counters
 
 
-def _render(args, document_or_json, kind: str) -> str:
+def _render(args, document_or_json) -> str:
     from xladev.report import jsonout, markup, terminal
 
     if args.format == "json":
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         rendered_from, decisive = _build(args)
-        text = _render(args, rendered_from, args.format)
+        text = _render(args, rendered_from)
     except UnreadableInputError as error:
         print(f"xladev report: error: {error}", file=sys.stderr)
         return 2

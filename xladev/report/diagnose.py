@@ -190,8 +190,7 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
     return sites, first_lines
 
 
-def _debug_evidence(findings: list[Finding], sources: list[SourceResult], facts: RunFacts | None,
-                    steps: int) -> list[Finding]:
+def _debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: int) -> list[Finding]:
     """Adds where-from evidence of the debug logs to findings, or makes debug-only findings."""
     extra: list[Finding] = []
     logs = [source for source in sources if source.has_debug]
@@ -271,7 +270,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         debug_hashes = {event.graph_hash for source in sources if source.has_debug
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
-    findings.extend(_debug_evidence(findings, sources, facts, facts.steps if facts else 0))
+    findings.extend(_debug_evidence(findings, sources, facts.steps if facts else 0))
     return findings, facts
 
 

@@ -101,7 +101,7 @@ def _headline(verdict: str, findings: list[rules.Finding]) -> str:
 
 
 def _summary(report) -> list[tuple[str, str]]:
-    inputs = [f"{source.name} ({', '.join(source.describe_kinds())})" for source in report.sources]
+    inputs = [f"{source.name} ({'; '.join(source.describe_kinds())})" for source in report.sources]
     summary = [("Input" if len(inputs) == 1 else "Inputs", "; ".join(inputs))]
     primary = report.primary_metrics(report.sources)
     if primary is not None:

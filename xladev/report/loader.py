@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from xladev.report import units
 from xladev.report.inputs import expand_rank_paths, read_source
 from xladev.report.model import ParseWarning, SourceResult, UnreadableInputError
 from xladev.report.names import canonical_numbers, counter_category
@@ -225,13 +224,6 @@ class Report:
 def _site_entry(site: str) -> dict:
     return {"site": site, "compiles": 0, "graphs": set(), "signatures": set(), "executions": 0, "causes": set(),
             "first_line": math.inf}
-
-
-def format_number(kind: str, value: float | None) -> str:
-    """Formats a table value of a metric kind, with ``-`` for missing values."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return units.format_kind(kind, value)
 
 
 def load(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], max_rows: int = DEFAULT_MAX_ROWS) -> Report:

@@ -155,10 +155,10 @@ class SourceResult:
         return self.debug is not None and not self.debug.is_empty()
 
     def describe_kinds(self) -> list[str]:
-        """What the input contained, e.g. ``["XLA_METRICS_FILE (24 steps)", "PT_XLA_DEBUG log"]``."""
+        """What the input contained, e.g. ``["XLA_METRICS_FILE, 24 step records", "PT_XLA_DEBUG log"]``."""
         kinds = []
         if self.step_records:
-            kinds.append(f"XLA_METRICS_FILE ({self.step_records} step records)")
+            kinds.append(f"XLA_METRICS_FILE, {self.step_records} step records")
         elif self.snapshots > 1:
             kinds.append(f"{self.snapshots} metrics reports")
         elif self.snapshots == 1:
