@@ -100,6 +100,10 @@ def test_debug_log_blocks_are_all_read(scenario):
     printed = [line.split("pt-xla-profiler: ", 1)[1].rstrip() for line in text.splitlines()
                if line.startswith("pt-xla-profiler: ")]
     assert sum(times for _, _, times in debug.profiler.values()) == len(printed)
+    sizes = re.findall(r"Post Compilation Analysis: Graph input size: (\S+) GB", text)
+    assert [f"{event.sizes['input_bytes'] / 1024**3:.6f}" for event in debug.compile_events] == sizes
+    inputs = re.findall(r"Compilation Analysis:   Number of Graph Inputs: (\d+)", text)
+    assert [event.inputs for event in debug.compile_events] == [int(n) for n in inputs]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

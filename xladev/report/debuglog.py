@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
+MAX_PROFILER_KINDS = 100
 
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
 _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
@@ -276,6 +277,8 @@ class DebugLog:
             self.not_lowered_ops.update(op.strip() for op in match.group(1).split(",") if op.strip())
         else:
             kind = message.split(":", 1)[0][:80]
+        if kind not in self.profiler and len(self.profiler) >= MAX_PROFILER_KINDS:
+            return
         seen = self.profiler.get(kind, (0, "", 0))[2]
         self.profiler[kind] = (lineno, message, seen + 1)
         if numbers:
