@@ -48,9 +48,19 @@ def _start_sinks() -> None:
         from xladev.sinks import dumps
 
         dumps.start_from_flags()
+    if config.event_log:
+        from xladev.sinks import eventlog
+
+        eventlog.start_from_flags()
+    if config.profile_steps:
+        from xladev.debug import _profiler_steps
+
+        _profiler_steps.start_from_flags()
 
 
 _start_sinks()
+if config.compilation_cache_dir:
+    initialize_cache(config.compilation_cache_dir)
 
 __all__ = [
     "ConfigError", "DeviceLoader", "debug", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
