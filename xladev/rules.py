@@ -219,7 +219,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
       warmup_steps: the steps allowed to compile freely.
       compile_steps_after_warmup: how many steps after warm-up compiled at least one graph.
       last_compile_step: the last step (1-based) that compiled.
-      stable_graph_size: True when every step traced the same number of IR nodes.
+      stable_graph_size: True when every step traced a graph of the same size (IR nodes) or the
+        same signature (inputs and outputs) from the same site.
       data_dependent_ops: fallback ops whose output shape depends on the data (nonzero...).
 
     Returns:
@@ -274,8 +275,8 @@ def _recompile_cause(stable_graph_size: bool | None, data_dependent_ops: Sequenc
         return (f"{', '.join(data_dependent_ops)} {verb} data-dependent output shapes: each new count of "
                 "selected elements is a new graph")
     if stable_graph_size:
-        return ("every step traces the same number of IR nodes, so the code is the same and what changes "
-                "is an input shape (or a constant baked into the graph)")
+        return ("every step traces a graph of the same size and signature, so the code is the same and what "
+                "changes is an input shape (or a constant baked into the graph)")
     return ""
 
 

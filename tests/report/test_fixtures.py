@@ -156,6 +156,7 @@ def test_dynamic_shape_from_debug_log_alone():
     report = load(str(fixture_path("dynamic_shape.debug.txt")))
     finding = next(f for f in _problems(report) if f.rule == "recompilation")
     assert finding.severity == rules.ERROR and finding.numbers["compiles"] == 24
+    assert "shape" in " ".join(finding.evidence) and "Pad" in finding.fix
 
 
 @pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug"), ("stdout",)])

@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("xladev.cli.report", "diagnose metrics files, debug logs and event logs"),
     "coverage": ("xladev.cli.coverage", "print the op coverage table (lowered, fallback, failing)"),
+    "tui": ("xladev.cli.tui", "live terminal UI of a run (or a replay of its event log)"),
     "diff": ("xladev.cli.diff", "compare graphs from XLA_SAVE_TENSORS_FILE dumps"),
 }
 

@@ -13,5 +13,6 @@ without the run. The formatters in `xladev.report.units` are shared with the run
 
 from xladev.report.loader import Report, load
 from xladev.report.model import ParseWarning, UnreadableInputError
+from xladev.report import eventlog_input  # noqa: E402,F401  (registers the event-log reader)
 
 __all__ = ["Report", "load", "ParseWarning", "UnreadableInputError"]

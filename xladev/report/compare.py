@@ -162,7 +162,11 @@ def comparison_document(comparison: Comparison) -> Document:
                                                           & rows["item"].str.contains("aten::")).sum())
     better = int((rows["verdict"] == "better").sum())
     only_a, only_b = comparison.findings_only_in("a"), comparison.findings_only_in("b")
-    sections = [Section("Key numbers", [key])]
+    if len(rows):
+        sections = [Section("Key numbers", [key])]
+    else:
+        sections = [Section("Key numbers", ["Only runs with a metrics report can be compared number by number; "
+                                            "the findings of both runs are compared below."])]
     if len(other):
         sections.append(Section("Changes", [changes]))
     sections.append(Section("Findings", [

@@ -78,9 +78,12 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
                      graph_hashes={event.graph_hash for event in events})
     if steps > facts.warmup_steps:
         facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
-        after = {event.steps_before for event in events if event.steps_before >= facts.warmup_steps}
+        late = [event for event in events if event.steps_before >= facts.warmup_steps]
+        after = {event.steps_before for event in late}
         facts.compile_steps_after_warmup = len(after)
         facts.last_compile_step = max(after) + 1 if after else None
+        if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
+            facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
     return facts
 
 

@@ -1,0 +1,294 @@
+"""The Textual app: a background reader feeds the model; the screen redraws from snapshots.
+
+The reader thread applies every item a source returns to a `RunModel` and posts a snapshot at
+most every `refresh_interval` seconds (100 ms), and never more than one at a time: at thousands of
+records a second the screen is redrawn ten times a second from the latest state, so the lag
+between a record written and a record shown stays bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Footer, Label, Static, TabbedContent, TabPane
+
+from tui.model import DISCONNECTED, ERROR, EXITED, RunModel, Snapshot, WAITING
+from tui.sources import Source
+from tui.widgets import (
+    CompilePanel, CountersPanel, FallbackPanel, GraphBrowser, LogPane, RunHeader, TransfersPanel,
+)
+
+WIDE_COLUMNS = 120
+TALL_ROWS = 40
+
+
+class SnapshotReady(Message):
+    """The reader has a newer snapshot (read it from `XladevTUI.latest`)."""
+
+
+class ConfirmQuit(ModalScreen[bool]):
+    """Asks before stopping a child the UI started."""
+
+    DEFAULT_CSS = """
+    ConfirmQuit { align: center middle; }
+    ConfirmQuit > Vertical { width: 60; max-width: 90%; height: auto; border: thick $error; background: $surface;
+                             padding: 1 2; }
+    ConfirmQuit Label { width: 100%; margin-bottom: 1; }
+    ConfirmQuit Horizontal { height: auto; align: center middle; }
+    ConfirmQuit Button { margin: 0 1; }
+    """
+    BINDINGS = [Binding("y", "answer(True)", "stop it"), Binding("n,escape", "answer(False)", "keep running")]
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"{self.what} is still running. Stop it and quit?")
+            with Horizontal():
+                yield Button("Stop and quit (y)", variant="error", id="yes")
+                yield Button("Keep running (n)", variant="primary", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class XladevTUI(App):
+    """The live (or replayed) view of one run.
+
+    Args:
+      source: where records come from (`tui.sources`).
+      clock: monotonic seconds for the model (tests pass a fixed one).
+      refresh_interval: the most often the screen is redrawn, in seconds.
+    """
+
+    TITLE = "xladev tui"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen { layout: vertical; }
+    #body { height: 1fr; }
+    #overview-scroll { height: 1fr; }
+    #overview { layout: vertical; height: auto; }
+    #overview.wide { layout: grid; grid-size: 2; grid-columns: 1fr 1fr; grid-gutter: 0 2; }
+    #overview.wide > .column { height: auto; }
+    #notice { height: auto; display: none; padding: 0 1; }
+    #notice.shown { display: block; }
+    #notice.bad { background: $error 20%; }
+    #notice.info { background: $warning 15%; }
+    #bottom-log { display: none; height: 10; border-top: solid $primary; }
+    Screen.tall #bottom-log { display: block; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("1", "show_tab('overview')", "Overview"),
+        Binding("2", "show_tab('counters')", "Counters"),
+        Binding("3", "show_tab('graphs')", "Graphs"),
+        Binding("4", "show_tab('log')", "Log"),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("escape", "back", "Back", show=False),
+    ]
+
+    def __init__(self, source: Source, clock: Callable[[], float] = time.monotonic,
+                 refresh_interval: float = 0.1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.model = RunModel(source.label, clock=clock)
+        self.refresh_interval = refresh_interval
+        self.latest: Snapshot = self.model.snapshot()
+        self.shown: Snapshot = self.latest
+        self.shown_at = 0.0
+        self.paused = False
+        self.renders = 0
+        self._stop = threading.Event()
+        self._pending = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._source_stopped = False
+
+    # ---- layout -------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with TabbedContent(initial="tab-overview", id="body"):
+            with TabPane("Overview", id="tab-overview"):
+                with VerticalScroll(id="overview-scroll"):
+                    yield Static(id="notice")
+                    with Grid(id="overview"):
+                        with Vertical(classes="column"):
+                            yield CompilePanel(id="compiles")
+                        with Vertical(classes="column"):
+                            yield TransfersPanel(id="transfers-panel")
+                            yield FallbackPanel(id="fallbacks-panel")
+            with TabPane("Counters", id="tab-counters"):
+                yield CountersPanel(id="counters-panel")
+            with TabPane("Graphs", id="tab-graphs"):
+                yield GraphBrowser(id="graph-browser")
+            with TabPane("Log", id="tab-log"):
+                yield LogPane(id="log-pane")
+        yield LogPane(id="bottom-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._layout_for(self.size.width, self.size.height)
+        self._render(self.latest)
+        self._reader = threading.Thread(target=self._read_loop, name="xladev-tui-reader", daemon=True)
+        self._reader.start()
+
+    def on_resize(self, event) -> None:
+        self._layout_for(event.size.width, event.size.height)
+
+    def _layout_for(self, width: int, height: int) -> None:
+        wide = width >= WIDE_COLUMNS
+        self.query_one("#overview").set_class(wide, "wide")
+        self.query_one(GraphBrowser).set_class(wide, "wide")
+        self.screen.set_class(height >= TALL_ROWS, "tall")
+
+    # ---- the reader thread --------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        try:
+            self.source.start()
+        except Exception as exc:  # a source that cannot start is a state, not a crash
+            self.model.set_state(ERROR, f"cannot start {self.source.label}: {exc}")
+        last_post = 0.0
+        model = self.model
+        while not self._stop.is_set():
+            try:
+                items = self.source.read(0.05)
+            except Exception as exc:
+                model.set_state(DISCONNECTED, f"reading {self.source.label} failed: {type(exc).__name__}: {exc}")
+                items = []
+                self._stop.wait(0.5)
+            if items:
+                model.apply_all(items)
+            now = time.monotonic()
+            if model.version != self.latest.version and now - last_post >= self.refresh_interval:
+                self.latest = model.snapshot()
+                last_post = now
+                if not self._pending.is_set():
+                    self._pending.set()
+                    self.post_message(SnapshotReady())
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self._pending.clear()
+        snap = self.latest
+        if self.paused:
+            self.query_one(RunHeader).show(self.shown, paused=True, pending=snap.records - self.shown.records)
+            return
+        self._render(snap)
+
+    def _render(self, snap: Snapshot) -> None:
+        self.query_one(RunHeader).show(snap, paused=self.paused)
+        self._show_notice(snap)
+        self.query_one(CompilePanel).show(snap)
+        self.query_one(TransfersPanel).show(snap)
+        self.query_one(FallbackPanel).show(snap)
+        self.query_one(CountersPanel).show(snap)
+        self.query_one(GraphBrowser).show(snap)
+        for pane in self.query(LogPane):
+            pane.show(snap)
+        self.shown = snap
+        self.shown_at = time.monotonic()
+        self.renders += 1
+
+    def _show_notice(self, snap: Snapshot) -> None:
+        notice = self.query_one("#notice", Static)
+        text = Text()
+        bad = False
+        if snap.state == WAITING:
+            text.append(f"Waiting: {self.model.state_detail}", style="bold")
+        elif snap.state == ERROR:
+            text.append(f"Error: {self.model.state_detail}", style="bold")
+            bad = True
+        elif snap.state == DISCONNECTED:
+            text.append(f"Disconnected: {self.model.state_detail}", style="bold")
+            bad = True
+        elif snap.state == EXITED and snap.exit_code != 0:
+            text.append(f"The job {snap.state_text}. Its last output:", style="bold")
+            for line in snap.log[-8:]:
+                text.append("\n  " + line)
+            bad = True
+        if snap.truncated and snap.state != EXITED:
+            text.append("\n" if text else "")
+            text.append("The log's last line was cut short (ignored).")
+        notice.update(text)
+        notice.set_class(bool(text), "shown")
+        notice.set_class(bad, "bad")
+        notice.set_class(bool(text) and not bad, "info")
+
+    # ---- actions ------------------------------------------------------------------------------
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = f"tab-{tab}"
+        if tab == "graphs":
+            self.query_one("#graphs", DataTable).focus()
+        elif tab == "counters":
+            self.query_one("#counters", DataTable).focus()
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if self.paused:
+            self.query_one(RunHeader).show(self.shown, paused=True)
+        else:
+            self._render(self.latest)
+
+    def action_filter(self) -> None:
+        self.query_one(TabbedContent).active = "tab-counters"
+        self.query_one(CountersPanel).focus_filter()
+
+    def action_sort(self) -> None:
+        self.query_one(TabbedContent).active = "tab-counters"
+        self.query_one(CountersPanel).cycle_sort()
+
+    def action_back(self) -> None:
+        if self.query_one(TabbedContent).active == "tab-graphs":
+            self.query_one(GraphBrowser).back_to_list()
+        elif self.focused is not None and self.focused.id == "counter-filter":
+            self.query_one("#counters", DataTable).focus()
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        # While typing in the filter box the single-letter keys are text, not commands.
+        if action in ("quit_app", "show_tab", "toggle_pause", "sort", "filter") and self._typing():
+            return False
+        return True
+
+    def _typing(self) -> bool:
+        focused = self.focused
+        return focused is not None and focused.id == "counter-filter"
+
+    def action_quit_app(self) -> None:
+        if self.source.owns_child and self.source.child_running():
+            self.push_screen(ConfirmQuit(self.source.label), self._quit_answer)
+            return
+        self._stop_and_exit()
+
+    def _quit_answer(self, stop: bool | None) -> None:
+        if stop:
+            self._stop_and_exit()
+
+    def _stop_and_exit(self) -> None:
+        self._stop.set()
+        if not self._source_stopped:
+            self._source_stopped = True
+            self.source.stop()
+        self.exit(self.model.exit_code)
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        if not self._source_stopped:  # the UI is gone: release the file, stop a child it started
+            self._source_stopped = True
+            self.source.stop()

@@ -1,0 +1,579 @@
+"""The TUI's state: event-log records in, an immutable `Snapshot` out. No Textual here.
+
+`RunModel.apply` takes what a source reads (log lines, the child's output, state changes) and
+keeps running aggregates: steps and step times, compiles grouped by trigger site with their
+recompilation alerts, device→host transfer hot spots, CPU fallback ops, graphs by hash (IR text,
+memory analysis, compile time, the steps that ran them), counters and metrics named as the
+runtime's metrics registry names them, and the run's state. `snapshot()` copies what the screen
+shows; the UI only ever reads snapshots, so the model can live in a reader thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from typing import Callable
+
+from tui.schema import SCHEMA_NAME, SCHEMA_VERSION, is_header, parse_record
+
+# Run states.
+WAITING = "waiting"
+RUNNING = "running"
+FINISHED = "finished"
+EXITED = "exited"
+DISCONNECTED = "disconnected"
+ERROR = "error"
+
+# What a source hands the model (tuples, to stay cheap at thousands of records a second).
+LINE = "line"          # (LINE, text): one complete log line
+OUTPUT = "output"      # (OUTPUT, stream, text): a line the child printed
+STATUS = "status"      # (STATUS, state, detail, exit_code)
+TRUNCATED = "truncated"  # (TRUNCATED, text): the incomplete last line of a log whose writer is gone
+NOTICE = "notice"      # (NOTICE, text): a message for the log pane
+
+MAX_STEP_TIMES = 600
+MAX_LOG_LINES = 2000
+MAX_ALERTS = 200
+MAX_STEP_RANGES = 64
+SCALAR_READS = frozenset({".item()", "bool() in control flow", "float()", "int()", "used as an index"})
+TIME, BYTES, VALUE, COUNT = "time", "bytes", "value", "counter"
+
+
+def short_site(site: str | None) -> str:
+    """`/a/b/train.py:12 (step)` -> `train.py:12 (step)`."""
+    if not site:
+        return "<unknown>"
+    path, sep, rest = site.partition(":")
+    return f"{os.path.basename(path)}{sep}{rest}"
+
+
+def format_ns(ns: float | None) -> str:
+    """A compact duration: `850 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`, `2m05s`."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.3g} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.3g} ms"
+    if ns < 60e9:
+        return f"{ns / 1e9:.3g} s"
+    minutes, seconds = divmod(int(ns / 1e9), 60)
+    return f"{minutes}m{seconds:02d}s"
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} TiB"  # pragma: no cover
+
+
+def format_value(kind: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if kind == TIME:
+        return format_ns(value)
+    if kind == BYTES:
+        return format_bytes(value)
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.3g}"
+
+
+# ---------------------------------------------------------------- snapshot records (immutable)
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    """A recompilation: a site that had compiled before compiled a different graph."""
+
+    step: int
+    site: str
+    graph_hash: str
+    previous_hash: str
+    changes: tuple[str, ...]
+    cause: str
+    graphs_at_site: int
+    compile_ns: int
+
+    @property
+    def headline(self) -> str:
+        return self.changes[0] if self.changes else "graph changed"
+
+    def text(self) -> str:
+        """One line: where, when and what changed."""
+        more = f" (+{len(self.changes) - 1} more)" if len(self.changes) > 1 else ""
+        return f"step {self.step} {short_site(self.site)}: recompiled, {self.headline}{more}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteRow:
+    site: str
+    compiles: int
+    graphs: int
+    compile_ns: int
+    first_step: int
+    last_step: int
+    alerts: int
+    last_cause: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HotSpot:
+    kind: str
+    site: str
+    count: int
+    nbytes: int
+    per_step: float
+    last_step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackRow:
+    op: str
+    site: str
+    count: int
+    per_step: float
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphRow:
+    graph_hash: str
+    nodes: int
+    inputs: int
+    outputs: int
+    compile_ns: int | None
+    compiled_step: int | None
+    site: str
+    cause: str
+    memory: tuple[tuple[str, int], ...]
+    executions: int
+    execute_ns: int
+    steps: str
+    ir: str
+    recompile: Alert | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterRow:
+    name: str
+    kind: str
+    count: int
+    total: float
+    per_step: float | None
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.kind != COUNT and self.count else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the screen shows at one moment. Everything is a copy; nothing changes later."""
+
+    version: int
+    source: str
+    command: str
+    pid: int | None
+    device: str
+    state: str
+    state_text: str
+    exit_code: int | None
+    steps: int
+    last_step: int | None
+    step_times: tuple[float, ...]
+    last_step_ns: int | None
+    mean_step_ns: float | None
+    compiles: int
+    compile_ns: int
+    sites: tuple[SiteRow, ...]
+    alerts: tuple[Alert, ...]
+    hot_spots: tuple[HotSpot, ...]
+    fallbacks: tuple[FallbackRow, ...]
+    graphs: tuple[GraphRow, ...]
+    counters: tuple[CounterRow, ...]
+    log: tuple[str, ...]
+    log_total: int
+    records: int
+    bad_lines: int
+    truncated: bool
+    elapsed_ns: int
+    compile_failures: tuple[str, ...]
+
+
+# ---------------------------------------------------------------- mutable aggregates
+
+class _Graph:
+    __slots__ = ("hash", "nodes", "inputs", "outputs", "compile_ns", "compiled_step", "site", "cause", "memory",
+                 "executions", "execute_ns", "ranges", "ir", "recompile", "order")
+
+    def __init__(self, graph_hash: str, order: int):
+        self.hash = graph_hash
+        self.nodes = self.inputs = self.outputs = 0
+        self.compile_ns: int | None = None
+        self.compiled_step: int | None = None
+        self.site = ""
+        self.cause = ""
+        self.memory: dict = {}
+        self.executions = 0
+        self.execute_ns = 0
+        self.ranges: list[list[int]] = []
+        self.ir = ""
+        self.recompile: Alert | None = None
+        self.order = order
+
+    def ran_at(self, step: int) -> None:
+        ranges = self.ranges
+        if ranges and ranges[-1][0] <= step <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], step)
+            return
+        ranges.append([step, step])
+        if len(ranges) > MAX_STEP_RANGES:
+            del ranges[0]
+
+    def steps_text(self) -> str:
+        parts = [f"{a}" if a == b else f"{a}–{b}" for a, b in self.ranges]
+        return ", ".join(parts)
+
+    def row(self) -> GraphRow:
+        return GraphRow(self.hash, self.nodes, self.inputs, self.outputs, self.compile_ns, self.compiled_step,
+                        self.site, self.cause, tuple(sorted(self.memory.items())), self.executions, self.execute_ns,
+                        self.steps_text(), self.ir, self.recompile)
+
+
+class _Site:
+    __slots__ = ("compiles", "graphs", "compile_ns", "first_step", "last_step", "alerts", "last_cause")
+
+    def __init__(self, step: int):
+        self.compiles = 0
+        self.graphs: set[str] = set()
+        self.compile_ns = 0
+        self.first_step = step
+        self.last_step = step
+        self.alerts = 0
+        self.last_cause = ""
+
+
+class RunModel:
+    """Aggregates of one run's event log, fed record by record.
+
+    Args:
+      source: what is followed (a path or a command), shown until the header arrives.
+      clock: seconds, monotonic; only used to time state changes (tests pass a fake one).
+    """
+
+    def __init__(self, source: str = "", clock: Callable[[], float] = time.monotonic):
+        self.source = source
+        self.clock = clock
+        self.version = 0
+        self.header: dict | None = None
+        self.state = WAITING
+        self.state_detail = "waiting for the event log"
+        self.exit_code: int | None = None
+        self.ended = False
+        self.steps = 0
+        self.last_step: int | None = None
+        self.step_times: collections.deque = collections.deque(maxlen=MAX_STEP_TIMES)
+        self.step_ns_total = 0
+        self.compiles = 0
+        self.compile_ns = 0
+        self.sites: dict[str, _Site] = {}
+        self.alerts: collections.deque = collections.deque(maxlen=MAX_ALERTS)
+        self.transfers: dict[tuple[str, str], list] = {}
+        self.fallbacks: dict[tuple[str, str], int] = {}
+        self.graphs: dict[str, _Graph] = {}
+        self.counters: dict[str, int] = {}
+        self.metrics: dict[str, list] = {}   # name -> [kind, count, total]
+        self.log: collections.deque = collections.deque(maxlen=MAX_LOG_LINES)
+        self.log_total = 0
+        self.records = 0
+        self.bad_lines = 0
+        self.truncated = False
+        self.last_t = 0
+        self.compile_failures: list[str] = []
+        self._snapshot: Snapshot | None = None
+
+    # ---- input ------------------------------------------------------------------------------
+    def apply(self, item: tuple) -> None:
+        """Applies one item a source read (see LINE, OUTPUT, STATUS, TRUNCATED, NOTICE)."""
+        tag = item[0]
+        if tag is LINE or tag == LINE:
+            self.feed_line(item[1])
+        elif tag == OUTPUT:
+            self.add_log(item[2] if item[1] == "stdout" else f"[{item[1]}] {item[2]}")
+        elif tag == STATUS:
+            self.set_state(item[1], item[2], item[3] if len(item) > 3 else None)
+        elif tag == TRUNCATED:
+            self.truncated = True
+            self.add_log(f"[xladev tui] the log's last line is incomplete ({len(item[1])} bytes, ignored): "
+                         "the writer stopped in the middle of a line")
+        elif tag == NOTICE:
+            self.add_log(f"[xladev tui] {item[1]}")
+
+    def apply_all(self, items) -> None:
+        for item in items:
+            self.apply(item)
+
+    def add_log(self, text: str) -> None:
+        self.log.append(text.rstrip("\n"))
+        self.log_total += 1
+        self.version += 1
+
+    def set_state(self, state: str, detail: str = "", exit_code: int | None = None) -> None:
+        if state == RUNNING and self.state in (FINISHED, EXITED, DISCONNECTED):
+            return  # a late "running" never hides how the run ended
+        if state == EXITED:
+            self.exit_code = exit_code
+        if state != self.state or detail != self.state_detail:
+            self.state = state
+            self.state_detail = detail
+            self.version += 1
+            if detail and state in (EXITED, DISCONNECTED, ERROR, FINISHED):
+                self.add_log(f"[xladev tui] {self.state_text()}: {detail}" if detail != self.state_text()
+                             else f"[xladev tui] {detail}")
+
+    def state_text(self) -> str:
+        if self.state == EXITED:
+            return f"exited {self.exit_code}" if self.exit_code == 0 else f"exited with code {self.exit_code}"
+        return self.state
+
+    def feed_line(self, text: str) -> None:
+        """One complete line of the event log."""
+        if not text.strip():
+            return
+        record = parse_record(text)
+        if record is None:
+            self.bad_lines += 1
+            self.version += 1
+            return
+        self.feed_record(record)
+
+    def feed_record(self, record: dict) -> None:
+        self.records += 1
+        self.version += 1
+        kind = record.get("type")
+        t = record.get("t")
+        if isinstance(t, int) and t > self.last_t:
+            self.last_t = t
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            try:
+                handler(self, record)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                self.bad_lines += 1
+
+    # ---- records ----------------------------------------------------------------------------
+    def _count(self, name: str, amount: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + amount
+
+    def _metric(self, name: str, kind: str, value) -> None:
+        entry = self.metrics.get(name)
+        if entry is None:
+            entry = self.metrics[name] = [kind, 0, 0]
+        entry[1] += 1
+        entry[2] += value or 0
+
+    def _graph(self, graph_hash: str) -> _Graph:
+        graph = self.graphs.get(graph_hash)
+        if graph is None:
+            graph = self.graphs[graph_hash] = _Graph(graph_hash, len(self.graphs))
+        return graph
+
+    def _on_header(self, record: dict) -> None:
+        if self.header is not None:
+            self.add_log("[xladev tui] a second header: two runs in one file; counting on")
+            return
+        self.header = record
+        version = record.get("version")
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            self.add_log(f"[xladev tui] log schema {record.get('schema')} is newer than {SCHEMA_NAME}/{SCHEMA_VERSION}"
+                         "; unknown records are ignored")
+        if self.state == WAITING:
+            self.set_state(RUNNING, "")
+
+    def _on_ops(self, record: dict) -> None:
+        for name, count in (record.get("counts") or {}).items():
+            self._count("xla::" + str(name).split("::", 1)[-1], int(count))
+
+    def _on_graph(self, record: dict) -> None:
+        graph = self._graph(record["hash"])
+        graph.ir = record.get("ir") or graph.ir
+        graph.nodes = record.get("nodes", graph.nodes)
+        graph.inputs = record.get("inputs", graph.inputs)
+        graph.outputs = record.get("outputs", graph.outputs)
+
+    def _on_compile(self, record: dict) -> None:
+        graph_hash = str(record["hash"])
+        step = int(record.get("step", 0))
+        compile_ns = int(record.get("compile_ns", 0))
+        site = record.get("site") or "<unknown>"
+        cause = (record.get("cause") or {}).get("text", "")
+        self.compiles += 1
+        self.compile_ns += compile_ns
+        self._metric("CompileTime", TIME, compile_ns)
+        self._count("UncachedCompile")
+        graph = self._graph(graph_hash)
+        graph.nodes = record.get("nodes", graph.nodes)
+        graph.inputs = record.get("inputs", graph.inputs)
+        graph.outputs = record.get("outputs", graph.outputs)
+        graph.compile_ns = compile_ns
+        graph.compiled_step = step
+        graph.site = site
+        graph.cause = cause
+        graph.memory = dict(record.get("memory") or {})
+        entry = self.sites.get(site)
+        if entry is None:
+            entry = self.sites[site] = _Site(step)
+        entry.compiles += 1
+        entry.graphs.add(graph.hash)
+        entry.compile_ns += compile_ns
+        entry.last_step = step
+        entry.last_cause = cause
+        recompile = record.get("recompile")
+        if recompile:
+            alert = Alert(step, site, graph.hash, str(recompile.get("previous", "")),
+                          tuple(str(c) for c in recompile.get("changes") or ()), cause,
+                          int(recompile.get("graphs_at_site", entry.compiles)), compile_ns)
+            graph.recompile = alert
+            entry.alerts += 1
+            self.alerts.append(alert)
+
+    def _on_compile_failed(self, record: dict) -> None:
+        self._count("CompileFailed")
+        message = str(record.get("message", "")).splitlines()
+        text = (f"step {record.get('step')} {short_site(record.get('site'))}: graph {str(record.get('hash', ''))[:12]} "
+                f"failed to compile: {message[0] if message else ''} (HLO: {record.get('hlo_path', '?')})")
+        self.compile_failures.append(text)
+        self.add_log(f"[xladev tui] {text}")
+
+    def _on_execute(self, record: dict) -> None:
+        graph_hash = str(record["hash"])
+        execute_ns = int(record.get("execute_ns", 0))
+        self._metric("ExecuteTime", TIME, execute_ns)
+        self._metric("TensorsGraphSize", VALUE, record.get("nodes", 0))
+        self._count("ExecuteGraph")
+        if record.get("cached"):
+            self._count("CachedCompile")
+        kind = (record.get("cause") or {}).get("kind")
+        if kind == "VALUE_ACCESS":
+            self._count("ValueAccessSync")
+        elif kind == "FALLBACK":
+            self._count("FallbackSync")
+        graph = self._graph(graph_hash)
+        if not graph.nodes:
+            graph.nodes = record.get("nodes", 0)
+            graph.inputs = record.get("inputs", 0)
+            graph.outputs = record.get("outputs", 0)
+        if not graph.site:
+            graph.site = record.get("site") or ""
+        graph.executions += 1
+        graph.execute_ns += execute_ns
+        graph.ran_at(int(record.get("step", 0)))
+
+    def _on_transfer(self, record: dict) -> None:
+        nbytes = int(record.get("bytes", 0))
+        if record.get("dir") == "to_device":
+            self._metric("TransferToDeviceTime", TIME, record.get("ns", 0))
+            self._metric("OutboundData", BYTES, nbytes)
+            return
+        self._metric("TransferFromDeviceTime", TIME, record.get("ns", 0))
+        self._metric("InboundData", BYTES, nbytes)
+        kind = str(record.get("kind", "?"))
+        if kind in SCALAR_READS:
+            self._count("aten::_local_scalar_dense")
+        key = (kind, record.get("site") or "<unknown>")
+        spot = self.transfers.get(key)
+        if spot is None:
+            spot = self.transfers[key] = [0, 0, 0]
+        spot[0] += 1
+        spot[1] += nbytes
+        spot[2] = int(record.get("step", 0))
+
+    def _on_fallback(self, record: dict) -> None:
+        op = str(record.get("op", "?"))
+        self._count(op)
+        key = (op, record.get("site") or "<unknown>")
+        self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
+
+    def _on_cache_miss(self, record: dict) -> None:
+        self._count("DeviceDataCacheMiss")
+
+    def _on_step(self, record: dict) -> None:
+        self.steps += 1
+        self._count("MarkStep")
+        self.last_step = int(record.get("step", self.steps - 1))
+        interval = int(record.get("interval_ns", 0))
+        self.step_times.append(interval)
+        self.step_ns_total += interval
+        self._metric("StepTime", TIME, interval)
+
+    def _on_end(self, record: dict) -> None:
+        self.ended = True
+        if self.state in (WAITING, RUNNING):
+            self.set_state(FINISHED, f"the log ended ({record.get('reason', 'exit')}) after {self.steps} steps")
+
+    # ---- output -----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The current view (cached until something changes)."""
+        if self._snapshot is not None and self._snapshot.version == self.version:
+            return self._snapshot
+        steps = max(self.steps, 1)
+        header = self.header or {}
+        sites = tuple(sorted((SiteRow(site, s.compiles, len(s.graphs), s.compile_ns, s.first_step, s.last_step,
+                                      s.alerts, s.last_cause) for site, s in self.sites.items()),
+                             key=lambda r: (-r.compiles, -r.compile_ns, r.site)))
+        spots = tuple(sorted((HotSpot(kind, site, v[0], v[1], v[0] / steps, v[2])
+                              for (kind, site), v in self.transfers.items()), key=lambda s: (-s.count, s.site)))
+        fallbacks = tuple(sorted((FallbackRow(op, site, n, n / steps) for (op, site), n in self.fallbacks.items()),
+                                 key=lambda r: (-r.count, r.op, r.site)))
+        graphs = tuple(g.row() for g in sorted(self.graphs.values(), key=lambda g: g.order))
+        counters = [CounterRow(name, COUNT, value, value, value / steps if self.steps else None)
+                    for name, value in self.counters.items()]
+        counters += [CounterRow(name, kind, count, total, total / steps if self.steps else None)
+                     for name, (kind, count, total) in self.metrics.items()]
+        counters.sort(key=lambda r: r.name)
+        times = tuple(self.step_times)
+        snapshot = Snapshot(
+            version=self.version, source=self.source,
+            command=str(header.get("command") or self.source), pid=header.get("pid"),
+            device=str(header.get("device") or ""), state=self.state, state_text=self.state_text(),
+            exit_code=self.exit_code, steps=self.steps, last_step=self.last_step, step_times=times,
+            last_step_ns=times[-1] if times else None,
+            mean_step_ns=(sum(times[-50:]) / len(times[-50:])) if times else None,
+            compiles=self.compiles, compile_ns=self.compile_ns, sites=sites, alerts=tuple(self.alerts),
+            hot_spots=spots, fallbacks=fallbacks, graphs=graphs, counters=tuple(counters), log=tuple(self.log),
+            log_total=self.log_total, records=self.records, bad_lines=self.bad_lines, truncated=self.truncated,
+            elapsed_ns=self.last_t, compile_failures=tuple(self.compile_failures[-20:]))
+        self._snapshot = snapshot
+        return snapshot
+
+
+_HANDLERS = {
+    "header": RunModel._on_header, "ops": RunModel._on_ops, "graph": RunModel._on_graph,
+    "compile": RunModel._on_compile, "compile_failed": RunModel._on_compile_failed,
+    "execute": RunModel._on_execute, "transfer": RunModel._on_transfer, "fallback": RunModel._on_fallback,
+    "cache_miss": RunModel._on_cache_miss, "step": RunModel._on_step, "end": RunModel._on_end,
+}
+
+
+def model_from_lines(lines, source: str = "") -> RunModel:
+    """A model fed with these complete log lines (tests, replays)."""
+    model = RunModel(source)
+    for line in lines:
+        model.feed_line(line)
+    return model
+
+
+__all__ = [
+    "Alert", "CounterRow", "DISCONNECTED", "ERROR", "EXITED", "FINISHED", "FallbackRow", "GraphRow", "HotSpot",
+    "LINE", "NOTICE", "OUTPUT", "RUNNING", "RunModel", "STATUS", "SiteRow", "Snapshot", "TRUNCATED", "WAITING",
+    "format_bytes", "format_ns", "format_value", "is_header", "model_from_lines", "short_site",
+]

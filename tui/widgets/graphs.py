@@ -1,0 +1,114 @@
+"""The graph browser: graphs by hash; select one for its IR, memory analysis, compile time and steps."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from tui.model import GraphRow, Snapshot, format_bytes, format_ns, short_site
+from tui.widgets.common import sync_rows
+
+MEMORY_LABELS = {"argument": "inputs", "output": "outputs", "alias": "aliased", "temp": "temporaries",
+                 "generated_code": "program"}
+
+
+class GraphBrowser(Horizontal):
+    """Graph list on one side (above at 80 columns), the selected graph's details on the other."""
+
+    DEFAULT_CSS = """
+    GraphBrowser { height: 1fr; layout: vertical; }
+    GraphBrowser.wide { layout: horizontal; }
+    GraphBrowser #graphs { height: auto; max-height: 7; }
+    GraphBrowser.wide #graphs { width: 2fr; height: 1fr; max-height: 100%; }
+    GraphBrowser #graph-detail { height: 1fr; border-top: solid $primary; }
+    GraphBrowser.wide #graph-detail { width: 3fr; border-top: none; border-left: solid $primary; }
+    GraphBrowser #graph-detail:focus { border-top: solid $accent; }
+    GraphBrowser.wide #graph-detail:focus { border-left: solid $accent; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.selected: str | None = None
+        self._rows: dict[str, GraphRow] = {}
+        self._shown: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        table = DataTable(id="graphs", cursor_type="row", zebra_stripes=True)
+        table.add_columns("Graph", "Nodes", "In/Out", "Compile", "Runs", "Site")
+        yield table
+        with VerticalScroll(id="graph-detail", can_focus=True):
+            yield Static("select a graph (↑/↓, Enter opens its IR)", id="graph-text")
+
+    def show(self, snap: Snapshot) -> None:
+        self._rows = {g.graph_hash: g for g in snap.graphs}
+        rows = [(g.graph_hash, (g.graph_hash[:12], str(g.nodes), f"{g.inputs}/{g.outputs}",
+                                format_ns(g.compile_ns) if g.compile_ns is not None else "-",
+                                str(g.executions), short_site(g.site) if g.site else "-")) for g in snap.graphs]
+        table = self.query_one("#graphs", DataTable)
+        sync_rows(table, rows)
+        if self.selected is None and snap.graphs:
+            self.selected = snap.graphs[table.cursor_row if 0 <= table.cursor_row < len(snap.graphs) else 0].graph_hash
+        self._show_detail()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "graphs" and event.row_key is not None:
+            event.stop()
+            self.selected = event.row_key.value
+            self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "graphs" and event.row_key is not None:
+            event.stop()
+            self.open(event.row_key.value)
+
+    def open(self, graph_hash: str) -> None:
+        """Shows this graph's details and IR and moves the focus there (scroll with ↑/↓, Esc back)."""
+        self.selected = graph_hash
+        self._show_detail()
+        detail = self.query_one("#graph-detail", VerticalScroll)
+        detail.scroll_home(animate=False)
+        detail.focus()
+
+    def back_to_list(self) -> None:
+        self.query_one("#graphs", DataTable).focus()
+
+    def _show_detail(self) -> None:
+        graph = self._rows.get(self.selected) if self.selected else None
+        key = (graph.graph_hash, graph.executions, graph.steps, graph.compile_ns) if graph else None
+        if key == self._shown:
+            return
+        self._shown = key
+        self.query_one("#graph-text", Static).update(detail_text(graph) if graph else
+                                                     Text("no graph yet: graphs appear when the first step compiles",
+                                                          style="dim"))
+
+
+def detail_text(graph: GraphRow) -> Text:
+    """Everything known about one graph, then its IR text."""
+    text = Text()
+    text.append(f"Graph {graph.graph_hash}\n", style="bold")
+    text.append(f"{graph.nodes} nodes, {graph.inputs} inputs, {graph.outputs} outputs\n")
+    if graph.compile_ns is not None:
+        text.append(f"compiled in {format_ns(graph.compile_ns)} at step {graph.compiled_step}, "
+                    f"{short_site(graph.site)}; cause: {graph.cause}\n")
+    else:
+        text.append("compiled before the log started\n", style="dim")
+    if graph.recompile is not None:
+        text.append(f"recompiled (vs graph {graph.recompile.previous_hash[:12]}): ", style="bold red")
+        text.append("; ".join(graph.recompile.changes) + "\n", style="yellow")
+    if graph.memory:
+        memory = ", ".join(f"{MEMORY_LABELS.get(k, k)} {format_bytes(v)}" for k, v in graph.memory)
+        text.append(f"memory: {memory}\n")
+    mean = graph.execute_ns / graph.executions if graph.executions else None
+    text.append(f"executed {graph.executions} times, {format_ns(graph.execute_ns)} in total"
+                + (f" ({format_ns(mean)} each)" if mean is not None else "") + "\n")
+    if graph.steps:
+        text.append(f"steps: {graph.steps}\n")
+    text.append("\n")
+    if graph.ir:
+        text.append(graph.ir, style="green")
+    else:
+        text.append("(no IR text in the log for this graph)", style="dim")
+    return text

@@ -1,0 +1,57 @@
+"""Device→host transfer hot spots and CPU fallback ops, by user line."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from tui.model import Snapshot, format_bytes, short_site
+from tui.widgets.common import sync_rows
+
+
+class TransfersPanel(Vertical):
+    """Device→host transfers grouped by (kind, user line): count, per step, bytes, last step."""
+
+    DEFAULT_CSS = """
+    TransfersPanel { height: auto; }
+    TransfersPanel .title { height: 1; text-style: bold; color: $accent; }
+    TransfersPanel DataTable { height: auto; max-height: 8; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("Transfer hot spots (device → host)", classes="title", id="transfers-title")
+        table = DataTable(id="transfers", cursor_type="row", zebra_stripes=True)
+        table.add_columns("Kind", "User line", "Count", "Per step", "Bytes", "Last step")
+        yield table
+
+    def show(self, snap: Snapshot) -> None:
+        rows = [(f"{s.kind}|{s.site}", (s.kind, short_site(s.site), str(s.count), f"{s.per_step:.2f}",
+                                         format_bytes(s.nbytes), str(s.last_step))) for s in snap.hot_spots]
+        sync_rows(self.query_one("#transfers", DataTable), rows)
+        total = sum(s.count for s in snap.hot_spots)
+        self.query_one("#transfers-title", Static).update(
+            f"Transfer hot spots (device → host): {total}" if total else "Transfer hot spots (device → host): none")
+
+
+class FallbackPanel(Vertical):
+    """Ops that ran on the CPU fallback, by op and user line."""
+
+    DEFAULT_CSS = """
+    FallbackPanel { height: auto; }
+    FallbackPanel .title { height: 1; text-style: bold; color: $accent; }
+    FallbackPanel DataTable { height: auto; max-height: 8; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("CPU fallback ops", classes="title", id="fallbacks-title")
+        table = DataTable(id="fallbacks", cursor_type="row", zebra_stripes=True)
+        table.add_columns("Op", "User line", "Calls", "Per step")
+        yield table
+
+    def show(self, snap: Snapshot) -> None:
+        rows = [(f"{f.op}|{f.site}", (f.op, short_site(f.site), str(f.count), f"{f.per_step:.2f}"))
+                for f in snap.fallbacks]
+        sync_rows(self.query_one("#fallbacks", DataTable), rows)
+        self.query_one("#fallbacks-title", Static).update(
+            f"CPU fallback ops: {len({f.op for f in snap.fallbacks})}" if snap.fallbacks else "CPU fallback ops: none")
