@@ -246,7 +246,7 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
     recompile = rules.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
-        last_compile_step=facts.last_compile_step, stable_graph_size=None)
+        last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size)
     if recompile is not None:
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
                                      f"{facts.steps} step syncs")
