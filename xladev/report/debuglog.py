@@ -51,6 +51,7 @@ class GraphEvent:
       site: the first frame outside torch, torch_xla, jax and xladev, as ``file:line``.
       function: the function of that frame.
       frames_cut: True when PT_XLA_DEBUG_MAX_FRAME cut the frame list.
+      recompilation: xladev's "Recompilation Cause" lines (what changed), when present.
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
       steps_before: step syncs seen in the log before this event (its 0-based step).
@@ -63,6 +64,7 @@ class GraphEvent:
     inputs: int | None = None
     outputs: int | None = None
     frames: list[str] = dataclasses.field(default_factory=list)
+    recompilation: list[str] = dataclasses.field(default_factory=list)
     site: str = ""
     function: str = ""
     frames_cut: bool = False
@@ -216,6 +218,11 @@ class DebugLog:
             self._section[prefix] = "closing"
         elif stripped in ("Compilation Cause", "Execution Cause"):
             self._section[prefix] = "cause"
+        elif stripped == "Recompilation Cause":
+            # xladev's section saying what changed since the site's previous graph.
+            self._section[prefix] = "recompilation"
+        elif section == "recompilation" and stripped:
+            event.recompilation.append(stripped)
         elif stripped.startswith("Graph Info:"):
             self._section[prefix] = "graph"
         elif stripped.startswith("Python Frame Triggered Execution:"):
@@ -228,7 +235,8 @@ class DebugLog:
             if set(stripped) == {"."}:
                 event.frames_cut = True
             else:
-                event.frames.append(stripped)
+                # xladev marks the first user frame with "> ".
+                event.frames.append(stripped[2:] if stripped.startswith("> ") else stripped)
 
     def _feed_graph_info(self, lineno: int, event: GraphEvent, stripped: str) -> None:
         key, _, value = stripped.partition(":")

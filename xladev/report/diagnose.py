@@ -217,6 +217,15 @@ def _debug_evidence(findings: list[Finding], sources: list[SourceResult], steps:
                          "different shapes")
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
+        # xladev's debug logs say what changed at each recompilation: quote the latest per site.
+        latest: dict[str, list[str]] = {}
+        for source in logs:
+            for event in source.debug.compile_events:
+                changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
+                if changes:
+                    latest[event.site or "?"] = changes
+        for site, changes in list(latest.items())[:3]:
+            recompile.evidence.append(f"what changed at {site} (last recompile): " + "; ".join(changes[:2]))
     reads, first_lines = _value_read_sites(logs)
     target = by_rule.get("host-transfers") or by_rule.get("cpu-fallback")
     for key, count in reads.most_common(3):
