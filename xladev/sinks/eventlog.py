@@ -92,6 +92,7 @@ class EventLog:
         self._oldest_ns = 0
         self._graphs: set[str] = set()
         self._user_file: dict[str, bool] = {}
+        self._causes: dict = {}
         self._last_step_ns: int | None = None
         self._steps = 0
         self._closed = False
@@ -188,9 +189,11 @@ class EventLog:
         return (f"{chosen.file}:{chosen.line} ({chosen.name})",
                 {"file": chosen.file, "line": chosen.line, "name": chosen.name})
 
-    @staticmethod
-    def _cause(cause) -> dict:
-        return {"kind": cause.kind.name, "text": cause_text(cause), "detail": cause.detail}
+    def _cause(self, cause) -> dict:
+        record = self._causes.get(cause)
+        if record is None:  # causes repeat every step: build each one's record once
+            record = self._causes[cause] = {"kind": cause.kind.name, "text": cause_text(cause), "detail": cause.detail}
+        return record
 
     def _graph_record(self, event, t: int) -> dict | None:
         if event.graph_hash in self._graphs or event.graph is None:
