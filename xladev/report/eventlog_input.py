@@ -7,8 +7,8 @@ report applies unchanged:
   ``ExecuteTime``, ``MarkStep``, ``aten::`` fallback counters ...), one snapshot per ``step``
   record (the per-step series) and the last one in full;
 - a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
-  for a recompilation, what changed), executions by site, cause and graph, and the CPU fallback
-  calls by site.
+  for a recompilation, the "Recompilation Cause" lines saying what changed), executions by site,
+  cause and graph, and the CPU fallback calls by site.
 
 This module reads files only: it never imports torch, jax or the runtime. The schema is described
 in docs/event-log.md; `SCHEMA_NAME` and `SCHEMA_VERSION` are the one definition the writer uses.
@@ -139,16 +139,19 @@ class EventLogReplay:
             self._count("PersistentCacheHit" if record["persistent_cache_hit"] else "PersistentCacheMiss")
         site, function = _split_site(record.get("site"))
         cause = (record.get("cause") or {}).get("text", "")
-        recompile = record.get("recompile")
-        if recompile:
-            changes = recompile.get("changes") or ["graph changed"]
-            cause = f"{cause}; recompiled (vs graph {recompile.get('previous', '?')}): " + "; ".join(changes)
         event = GraphEvent("compile", self.line, cause=cause, graph_hash=str(record.get("hash", "")),
                            inputs=record.get("inputs"), outputs=record.get("outputs"),
                            frames=[record["site"]] if record.get("site") else [], site=site, function=function,
                            sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in (record.get("memory") or {}).items()
                                   if k in _POST_COMPILE_SIZES},
                            steps_before=self.steps)
+        recompile = record.get("recompile")
+        if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
+            event.recompilation = (
+                [f"compared with graph {recompile.get('previous', '?')} from the same site:"]
+                + [f"- {change}" for change in recompile.get("changes") or ["graph changed"]]
+                + [f"{record.get('site') or '?'} has compiled {recompile.get('graphs_at_site', '?')} graphs so far, "
+                   f"{units.format_time_ns(recompile.get('compile_ns_at_site', 0))} compile time in total"])
         debug = self.source.debug
         debug.compiles += 1
         debug._last_compile = event
