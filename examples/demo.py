@@ -66,7 +66,7 @@ def excerpt(debug: str) -> None:
 
 
 def report(*paths: str) -> int:
-    command = [sys.executable, "-m", "xladev.cli.main", "report", "--single-run", "--width", "100", *paths]
+    command = [sys.executable, "-m", "xladev_cli", "report", "--single-run", "--width", "100", *paths]
     return subprocess.run(command).returncode
 
 

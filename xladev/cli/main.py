@@ -17,7 +17,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coverage": ("xladev.cli.coverage", "print the op coverage table (lowered, fallback, failing)"),
     "tui": ("xladev.cli.tui", "live terminal UI of a run (or a replay of its event log)"),
     "diff": ("xladev.cli.diff", "compare graphs from XLA_SAVE_TENSORS_FILE dumps"),
+    "capture": ("xladev.cli.capture", "capture profiles from a profiler server (xp.start_server) for TensorBoard"),
+    "doctor": ("xladev.cli.doctor", "check the profiling stack: versions, duplicate plugins, a real capture"),
 }
+
+
+# Commands that run code on the xla device; the others only read files and never import torch or jax.
+RUNTIME_COMMANDS = {"coverage", "doctor", "capture"}
 
 
 def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, dict]:
@@ -58,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     module = modules.get(args.command)
     if module is None:
         parser.error(f"command {args.command!r} is not available in this build")
+    if args.command in RUNTIME_COMMANDS:
+        import xladev
+
+        xladev._load_runtime()
     return int(module.run(args) or 0)
 
 

@@ -1,0 +1,38 @@
+"""The `xladev` command reads files without importing the runtime (torch, jax)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+_PROBE = """
+import sys, xladev_cli
+sys.argv = ["xladev"] + sys.argv[1:]
+code = xladev_cli.main()
+print("RUNTIME" if any(m in sys.modules for m in ("torch", "jax")) else "LIGHT", code)
+"""
+
+
+def _run(*args, **env):
+    return subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, **env))
+
+
+def test_report_and_diff_do_not_import_torch_or_jax(tmp_path):
+    # Regression: `import xladev` started the runtime, so `xladev report` took seconds and broke
+    # whenever the runtime or a debug variable did.
+    report = tmp_path / "m.txt"
+    report.write_text("Metric: CompileTime\n  TotalSamples: 1\n  Accumulator: 001ms000.000us\n"
+                      "  Percentiles: 50%=001ms000.000us\nCounter: MarkStep\n  Value: 3\n")
+    result = _run("report", str(report), "--width", "80", PT_XLA_DEBUG_LEVEL="abc")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "LIGHT 0"
+    result = _run("diff", "--file", str(tmp_path / "missing.txt"))
+    assert result.stdout.strip().splitlines()[-1] == "LIGHT 2"
+
+
+def test_import_xladev_still_registers_the_device_in_child_processes():
+    code = "import torch, xladev; print((torch.ones(2, device='xla') + 1).tolist())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[2.0, 2.0]", result.stderr
