@@ -23,10 +23,11 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--broken", action="store_true")
     mode.add_argument("--fixed", action="store_true")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=int(os.environ.get("XLADEV_DEMO_STEPS", 20)))
+    parser.add_argument("--layers", type=int, default=int(os.environ.get("XLADEV_DEMO_LAYERS", 2)))
     args = parser.parse_args()
 
-    cfg = transformer.Config(dropout=0.0)
+    cfg = transformer.Config(dropout=0.0, layers=args.layers)
     device = xladev.device()
     model = transformer.build(0, cfg).to(device)
     optimizer = transformer.make_optimizer(model, cfg)
