@@ -121,6 +121,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1GB", help="size of the large file (default 1GB)")
     parser.add_argument("--small-size", default=None, help="size of the small file (default: a quarter of --size)")
+    parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -149,6 +150,9 @@ def main() -> int:
     flat = results[1]["rss_growth_mb"] <= max(2 * results[0]["rss_growth_mb"], results[0]["rss_growth_mb"] + 32)
     print(f"target >= 50 MB/s (per CPU-second): {'met' if speed_ok else 'NOT met'}; "
           f"memory flat: {'yes' if flat else 'NO'}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"runs": results, "speed_ok": speed_ok, "memory_flat": flat}, fh, indent=2)
     return 0 if speed_ok and flat else 1
 
 

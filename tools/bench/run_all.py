@@ -1,0 +1,117 @@
+"""`make bench`: every benchmark, one table, and a JSON copy for tracking.
+
+Each benchmark is its own script (run it alone for details); this runs them in turn with `--json`,
+then prints the figures that matter against their targets (DESIGN.md). Ratios are taken within one
+run of one script, so machine speed cancels out. Writes bench-results.json (or --json PATH).
+
+    python tools/bench/run_all.py [--quick] [--json bench-results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "tools", "bench")
+
+# name, script, arguments (quick, full)
+SUITE = [
+    ("runtime", "bench_runtime.py", ["--steps", "15"], ["--steps", "30"]),
+    ("instrumentation", "bench_instrumentation.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "5", "--steps", "20"]),
+    ("event log", "bench_eventlog_overhead.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "7", "--steps", "30"]),
+    ("profiler annotations", "bench_profiler_overhead.py", [], []),
+    ("report parse", "bench_report_parse.py", ["--size", "128MB"], ["--size", "512MB"]),
+    ("tui", "bench_tui.py", [], []),
+]
+
+
+def _get(data, *path, default=None):
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return default
+        data = data[key]
+    return data
+
+
+def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
+    """(figure, value, target) rows from a benchmark's JSON; unknown shapes are shown raw."""
+    rows = []
+    if name == "runtime":
+        for model in ("mlp", "transformer"):
+            m = _get(data, model) or {}
+            if m:
+                rows.append((f"{model} step: xladev / jax.jit", f"{_num(m.get('ratio_vs_jax'))}x", "<= 1.3x"))
+                rows.append((f"{model} step: xladev / torch eager", f"{_num(m.get('ratio_vs_eager'))}x", ""))
+                rows.append((f"{model} ms/step (xladev, jax.jit, eager)",
+                             f"{_num(m.get('xladev_ms'))}, {_num(m.get('jax_ms'))}, {_num(m.get('eager_ms'))}", ""))
+        rec = _get(data, "recording") or {}
+        if rec:
+            rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 15 us"))
+            rows.append(("recording: matmul", f"{_num(rec.get('matmul_us'))} us", ""))
+    elif name in ("instrumentation", "event log"):
+        for config, figures in data.items():
+            if isinstance(figures, dict) and "overhead_pct" in figures and config not in ("bare", "off"):
+                target = {"metrics": "< 2%", "debug2": "< 10%"}.get(config, "< 3%")
+                rows.append((f"{name}: {config}", f"{figures['overhead_pct']:+.1f}%", target))
+    elif name == "report parse":
+        for run in data.get("runs", []):
+            rows.append((f"report parse {run['bytes'] / 1e6:.0f} MB",
+                         f"{run['read_mb_per_cpu_s']:.1f} MB/CPU-s, +{run['rss_growth_mb']:.1f} MB RSS", ">= 50 MB/s, flat"))
+    if not rows:
+        flat = {k: v for k, v in data.items() if isinstance(v, (int, float, str))}
+        for key, value in list(flat.items())[:6]:
+            rows.append((f"{name}: {key}", _num(value) if isinstance(value, float) else str(value), ""))
+    return rows
+
+
+def _num(value) -> str:
+    if isinstance(value, (int, float)):
+        return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    return "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a few minutes)")
+    parser.add_argument("--json", default=os.path.join(ROOT, "bench-results.json"))
+    args = parser.parse_args()
+    results, table = {}, []
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, script, quick, full in SUITE:
+            path = os.path.join(BENCH, script)
+            if not os.path.exists(path):
+                table.append((name, "missing", ""))
+                continue
+            out = os.path.join(tmp, script + ".json")
+            t0 = time.time()
+            proc = subprocess.run([sys.executable, path, *(quick if args.quick else full), "--json", out],
+                                  capture_output=True, text=True, cwd=ROOT)
+            seconds = time.time() - t0
+            if not os.path.exists(out):
+                table.append((name, f"failed (exit {proc.returncode})", ""))
+                print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+                continue
+            with open(out) as fh:
+                data = json.load(fh)
+            results[name] = {"figures": data, "seconds": seconds}
+            table.extend(rows_for(name, data))
+    width = max(len(r[0]) for r in table) + 2
+    print(f"\n{'figure':<{width}}{'value':<34}target")
+    print("-" * (width + 44))
+    for figure, value, target in table:
+        print(f"{figure:<{width}}{value:<34}{target}")
+    print(f"\n{time.time() - started:.0f} s in all; JSON: {os.path.relpath(args.json, ROOT)}")
+    with open(args.json, "w") as fh:
+        json.dump({"time": time.time(), "quick": args.quick, "results": results}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
