@@ -180,9 +180,7 @@ def test_sigkill_leaves_only_complete_parseable_lines(tmp_path):
     assert records[0]["type"] == "header" and records[0]["pid"] == process.pid
     assert sum(r["type"] == "step" for r in records) >= 6  # flushed at least every step
     assert not any(r["type"] == "end" for r in records)
-    if tail:
-        with pytest.raises(ValueError):
-            json.loads(tail)
+    assert b"\n" not in tail  # at most one cut line at the end (readers skip it)
     # The TUI's model and the report both read it.
     from tui.model import model_from_lines
 
