@@ -107,3 +107,15 @@ def get_tensors_dot(tensors) -> str:
 
 
 __all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot"]
+
+
+_SUBMODULES = ("metrics", "profiler", "event_log")
+
+
+def __getattr__(name: str):
+    # `xladev.debug.metrics`, `.profiler` and `.event_log` without importing each one first.
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"xladev.debug.{name}")
+    raise AttributeError(f"module 'xladev.debug' has no attribute {name!r}")
