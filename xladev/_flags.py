@@ -191,6 +191,19 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def _parse_step_window(text: str) -> tuple[int, int] | None:
+    word = text.strip()
+    if not word:
+        return None
+    first, sep, last = word.partition(":")
+    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+        raise ValueError("expected START:STOP step numbers, e.g. 5:8 (profiles steps 5, 6 and 7)")
+    start, stop = int(first), int(last)
+    if stop <= start:
+        raise ValueError(f"STOP must be greater than START (steps START..STOP-1 are profiled), got {text!r}")
+    return start, stop
+
+
 config = Config()
 
 _DEFINITIONS = [
@@ -217,6 +230,9 @@ _DEFINITIONS = [
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
     Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),
     Flag("compilation_cache_dir", "XLADEV_COMPILATION_CACHE", _parse_str, "", "persistent compilation cache directory"),
+    Flag("profile_steps", "XLADEV_PROFILE_STEPS", _parse_step_window, None,
+         "profile steps START..STOP-1 in-process (START:STOP, e.g. 5:8) into XLADEV_PROFILE_DIR"),
+    Flag("profile_dir", "XLADEV_PROFILE_DIR", _parse_str, "xladev_profile", "log directory of XLADEV_PROFILE_STEPS"),
 ]
 for _flag in _DEFINITIONS:
     config.define(_flag)

@@ -22,8 +22,8 @@ import threading
 from typing import Callable
 
 __all__ = [
-    "add_barrier_hook", "barrier_begin", "barrier_end", "compile_span", "enabled", "execute_span",
-    "remove_barrier_hook", "set_enabled",
+    "add_barrier_hook", "barrier_begin", "barrier_end", "compile_span", "enabled", "execute_span", "hold_hooks",
+    "release_hooks", "remove_barrier_hook", "set_enabled", "tracing_pause", "tracing_resume",
 ]
 
 
@@ -44,8 +44,11 @@ _forced_off = False
 _Annotation = None  # jax.profiler.TraceAnnotation, bound on first use (jax is imported lazily)
 _lock = threading.Lock()
 _tracing_span = None  # the open `xladev.tracing` span of the current step
+_tracing_thread = 0  # the thread that opened it
 _barrier_span = None  # the open `xladev.mark_step` span
 _hooks: list[Callable[[int], None]] = []
+_held = 0  # > 0 while a StepTrace holds the hooks back
+_held_steps: list[int] = []
 
 
 def _is_enabled() -> bool:  # rebound to jax's TraceMe.is_enabled on first call
@@ -101,19 +104,62 @@ def barrier_begin(step: int, cause) -> None:
 def barrier_end(ended: int) -> None:
     """Called when the barrier ending step `ended` is done (closures included): closes its span, runs
     the barrier hooks, then opens the tracing span of step `ended + 1`."""
-    global _tracing_span, _barrier_span
+    global _barrier_span
     if _barrier_span is not None:
         with _lock:
             span, _barrier_span = _barrier_span, None
         if span is not None:
             span.__exit__(None, None, None)
     if _hooks:
+        if _held:
+            _held_steps.append(ended)
+        else:
+            for hook in tuple(_hooks):
+                hook(ended)
+    tracing_resume(ended + 1)
+
+
+def hold_hooks() -> None:
+    """Defers barrier hooks until `release_hooks()`: a `StepTrace` ends its step with a barrier inside its
+    own span, and a step window must start or stop after that span is closed, not inside it."""
+    global _held
+    _held += 1
+
+
+def release_hooks() -> None:
+    """Ends a `hold_hooks()`; runs the hooks of the barriers that happened meanwhile."""
+    global _held
+    _held = max(0, _held - 1)
+    if _held or not _held_steps:
+        return
+    steps = list(_held_steps)
+    _held_steps.clear()
+    for ended in steps:
         for hook in tuple(_hooks):
             hook(ended)
-    if not _forced_off and _is_enabled():
-        with _lock:
-            if _tracing_span is None:
-                _tracing_span = _Annotation("xladev.tracing", step=ended + 1)
+
+
+def tracing_pause() -> None:
+    """Closes the open tracing span (user `Trace` regions call this before opening or closing their own
+    span, so spans on the timeline nest instead of overlapping)."""
+    global _tracing_span
+    if _tracing_span is None or _tracing_thread != threading.get_ident():
+        return
+    with _lock:
+        span, _tracing_span = _tracing_span, None
+    if span is not None:
+        span.__exit__(None, None, None)
+
+
+def tracing_resume(step: int) -> None:
+    """Opens a tracing span for `step` again after `tracing_pause`, when a capture is recording."""
+    global _tracing_span, _tracing_thread
+    if _tracing_span is not None or _forced_off or not _is_enabled():
+        return
+    with _lock:
+        if _tracing_span is None:
+            _tracing_span = _Annotation("xladev.tracing", step=step)
+            _tracing_thread = threading.get_ident()
 
 
 def add_barrier_hook(hook: Callable[[int], None]) -> None:
