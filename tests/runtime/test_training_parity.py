@@ -8,8 +8,6 @@ graph; a shape seen before compiles nothing. Real compiles, no mocks.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 

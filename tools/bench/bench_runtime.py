@@ -1,0 +1,486 @@
+"""Runtime benchmark: xladev training steps against the same step in `jax.jit` and in PyTorch eager.
+
+    python tools/bench/bench_runtime.py [--steps N] [--warmup W] [--block K] [--ops N]
+                                        [--only mlp|transformer|recording] [--json OUT]
+
+Prints, from one process and one run:
+- steady-state ms/step of an MLP step (SGD momentum) and a transformer LM step (AdamW),
+  each as (a) xladev: forward + backward + optimizer + `mark_step`, (b) a hand-written jax version
+  of the same model, loss and optimizer math in one `jax.jit` train step (parameters as a pytree,
+  `block_until_ready` each step), (c) PyTorch eager on the CPU; with the ratios xladev / jax.jit
+  and xladev / eager. Steps run in blocks of K that end when the device is done; a column's figure is
+  the median over its blocks of the mean step time, and the three columns alternate block by block.
+  The xladev step is also split into recording (Python → IR) and the barrier.
+- the recording cost per op in µs of a hot elementwise op and of a matmul, against the target.
+
+The jax models start from the torch models' weights; their first loss is checked against eager
+PyTorch so the three columns time the same computation. The batch lives on the device throughout
+(no host transfer is timed). The models and data come from `examples/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+if __package__ in (None, ""):  # run as a script: make `examples` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np
+import torch
+
+import xladev  # noqa: F401  (registers the device; turns on jax_enable_x64, so jax code below says float32)
+from examples import mlp, transformer
+from examples._common import train_step
+from xladev.events import GraphExecuted, OpsRecorded, bus
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+ELEMENTWISE_TARGET_US = 15.0
+STEP_RATIO_TARGET = 1.3
+
+MLP_CFG = mlp.Config(in_features=1024, hidden=1024, depth=2, classes=10, batch=256, lr=0.01, momentum=0.9)
+TLM_CFG = transformer.Config(vocab=256, d_model=128, heads=4, layers=2, seq=128, batch=8, dropout=0.0,
+                             lr=1e-3, weight_decay=0.01)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing helpers
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    samples: int
+
+    @classmethod
+    def of(cls, seconds: list[float], steps: int | None = None) -> "Timing":
+        ms = sorted(s * 1e3 for s in seconds)
+        q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
+        return cls(statistics.median(ms), q(0.1), q(0.9), steps or len(ms))
+
+
+def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], None]]], warmup: int, total: int,
+                     block: int = 5, settle: float = 0.3) -> dict[str, list[float]]:
+    """Seconds per step of each implementation: the mean of each block of `block` steps, blocks alternating.
+
+    `steps` maps a name to (step, wait): `wait` returns once every dispatched step has finished, so a
+    runtime that returns from a step before the device is done is still charged in full. Alternating
+    blocks spread any drift in machine load (other processes, frequency scaling) over all columns
+    alike, instead of charging it to whichever ran during the disturbance. A pause of `settle` seconds
+    before each block lets the previous column's worker threads (XLA's pool, torch's OpenMP team)
+    stop spinning; on a small machine they otherwise slow the next column down severalfold.
+    """
+    for step, wait in steps.values():
+        for _ in range(warmup):
+            step()
+        wait()
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    gc.collect()
+    for _ in range(max(1, total // block)):
+        for name, (step, wait) in steps.items():
+            time.sleep(settle)
+            start = time.perf_counter()
+            for _ in range(block):
+                step()
+            wait()
+            samples[name].append((time.perf_counter() - start) / block)
+    return samples
+
+
+# ---------------------------------------------------------------------------------------------
+# jax references, written by hand: same layers, loss and optimizer math as the torch models
+# ---------------------------------------------------------------------------------------------
+
+def torch_params(model: torch.nn.Module) -> dict:
+    """The model's parameters as float32 jax arrays, by name (torch layouts: Linear weight is [out, in])."""
+    return {name: jnp.asarray(p.detach().cpu().numpy(), dtype=F32) for name, p in model.named_parameters()}
+
+
+def linear(p: dict, prefix: str, x):
+    return x @ p[prefix + ".weight"].T + p[prefix + ".bias"]
+
+
+def cross_entropy(logits, labels):
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+
+def mlp_loss(p: dict, x, y, cfg: mlp.Config):
+    h = x
+    for i in range(cfg.depth):
+        h = jax.nn.relu(linear(p, str(2 * i), h))
+    return cross_entropy(linear(p, str(2 * cfg.depth), h), y)
+
+
+def layer_norm(p: dict, prefix: str, x, eps: float = 1e-5):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * p[prefix + ".weight"] + p[prefix + ".bias"]
+
+
+def tlm_loss(p: dict, idx, targets, cfg: transformer.Config):
+    B, T = idx.shape
+    D, H = cfg.d_model, cfg.heads
+    x = p["tok.weight"][idx] + p["pos.weight"][:T]
+    causal = jnp.tril(jnp.ones((T, T), dtype=bool))
+    for i in range(cfg.layers):
+        b = f"blocks.{i}"
+        q, k, v = jnp.split(linear(p, b + ".qkv", layer_norm(p, b + ".ln1", x)), 3, axis=-1)
+        q, k, v = (t.reshape(B, T, H, D // H).transpose(0, 2, 1, 3) for t in (q, k, v))
+        scores = (q @ k.transpose(0, 1, 3, 2)) * F32(1.0 / np.sqrt(D // H))
+        scores = jnp.where(causal, scores, F32(-jnp.inf))
+        a = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(B, T, D)
+        x = x + linear(p, b + ".proj", a)
+        h = jax.nn.gelu(linear(p, b + ".mlp.0", layer_norm(p, b + ".ln2", x)), approximate=False)
+        x = x + linear(p, b + ".mlp.2", h)
+    logits = linear(p, "head", layer_norm(p, "ln", x))
+    return cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+
+
+def sgd_momentum_step(loss_fn, lr: float, momentum: float):
+    """torch.optim.SGD(momentum): buf = momentum * buf + g (buf = g on step 1, the same as from zeros); p -= lr * buf."""
+
+    def step(params, bufs, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        bufs = jax.tree.map(lambda b, g: momentum * b + g, bufs, grads)
+        params = jax.tree.map(lambda p, b: p - lr * b, params, bufs)
+        return params, bufs, loss
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def adamw_step(loss_fn, lr: float, weight_decay: float, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    """torch.optim.AdamW (defaults): decoupled decay, then Adam with bias corrections; `t` counts from 1."""
+
+    def step(params, m, v, t, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        m = jax.tree.map(lambda m_, g: b1 * m_ + (1 - b1) * g, m, grads)
+        v = jax.tree.map(lambda v_, g: b2 * v_ + (1 - b2) * g * g, v, grads)
+        step_size = lr / (1 - b1 ** t)
+        sqrt_c2 = jnp.sqrt(1 - b2 ** t)
+
+        def update(p, m_, v_):
+            p = p * (1 - lr * weight_decay)
+            return p - step_size * m_ / (jnp.sqrt(v_) / sqrt_c2 + eps)
+
+        params = jax.tree.map(update, params, m, v)
+        return params, m, v, loss
+
+    return jax.jit(step, donate_argnums=(0, 1, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# The three ways to run one model's step
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ModelResult:
+    name: str
+    sizes: str
+    xladev: Timing
+    xladev_record_ms: float
+    xladev_barrier_ms: float
+    xladev_execute_ms: float
+    xladev_ops_per_step: int
+    jax_jit: Timing
+    eager: Timing
+    first_loss: dict
+
+    @property
+    def ratio_jax(self) -> float:
+        return self.xladev.median_ms / self.jax_jit.median_ms
+
+    @property
+    def ratio_eager(self) -> float:
+        return self.xladev.median_ms / self.eager.median_ms
+
+
+def bench_model(name: str, module, cfg, sizes: str, jax_loss, make_jax_step, args) -> ModelResult:
+    x_cpu, y_cpu = next(iter(module.make_batches(0, 1, cfg)))
+    first_loss = {}
+
+    # (c) PyTorch eager on the CPU.
+    eager_model = module.build(0, cfg)
+    eager_opt = module.make_optimizer(eager_model, cfg)
+    with torch.no_grad():
+        first_loss["eager"] = module.loss_fn(eager_model(x_cpu), y_cpu).item()
+
+    def eager_step():
+        train_step(eager_model, eager_opt, module.loss_fn, x_cpu, y_cpu)
+
+    # (b) jax.jit, from the same initial weights.
+    params = torch_params(module.build(0, cfg))
+    xj, yj = jnp.asarray(x_cpu.numpy()), jnp.asarray(y_cpu.numpy())
+    first_loss["jax"] = float(jax_loss(params, xj, yj, cfg))
+    jax_step = make_jax_step(params, xj, yj)
+
+    # (a) xladev: record the step, then the barrier compiles (first steps) or reuses the graph and runs it.
+    dev = xladev.device()
+    model = module.build(0, cfg).to(dev)
+    opt = module.make_optimizer(model, cfg)
+    x, y = x_cpu.to(dev), y_cpu.to(dev)
+    xladev.mark_step()
+    phases: list[tuple[float, float]] = []
+    first: list = []
+    last: list = []
+
+    def xla_step():
+        start = time.perf_counter()
+        loss = train_step(model, opt, module.loss_fn, x, y)
+        recorded = time.perf_counter()
+        xladev.mark_step()
+        phases.append((recorded - start, time.perf_counter() - recorded))
+        if not first:
+            first.append(loss)
+        last[:] = [loss]
+
+    def xla_wait():
+        last[0].cpu()  # a value read waits for the step's graph (a no-op wait while mark_step blocks)
+
+    # The bus costs one small event per barrier; it gives the device execution time and the op count.
+    executed, ops = [], []
+
+    def on_event(event):
+        if isinstance(event, GraphExecuted):
+            executed.append(event.execute_ns)
+        else:
+            ops.append(sum(event.counts.values()))
+
+    with bus.subscribe(on_event, (GraphExecuted, OpsRecorded)):
+        samples = time_interleaved(
+            {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None), "eager": (eager_step, lambda: None)},
+            args.warmup, args.steps, args.block, args.settle)
+    first_loss["xladev"] = first[0].item()
+    steady = phases[args.warmup:]
+    return ModelResult(
+        name, sizes, Timing.of(samples["xladev"], args.steps),
+        statistics.median(p[0] for p in steady) * 1e3, statistics.median(p[1] for p in steady) * 1e3,
+        statistics.median(executed[args.warmup:]) / 1e6, int(statistics.median(ops[args.warmup:])),
+        Timing.of(samples["jax"], args.steps), Timing.of(samples["eager"], args.steps), first_loss)
+
+
+def bench_mlp(args) -> ModelResult:
+    cfg = MLP_CFG
+    loss = lambda p, x, y, c=cfg: mlp_loss(p, x, y, c)  # noqa: E731
+
+    def make_step(params, x, y):
+        step = sgd_momentum_step(lambda p, x_, y_: mlp_loss(p, x_, y_, cfg), cfg.lr, cfg.momentum)
+        state = {"p": params, "b": jax.tree.map(jnp.zeros_like, params)}
+
+        def run():
+            state["p"], state["b"], l = step(state["p"], state["b"], x, y)
+            l.block_until_ready()
+
+        return run
+
+    sizes = (f"batch {cfg.batch}, {cfg.in_features} -> {cfg.depth} x [Linear {cfg.hidden} + ReLU] -> {cfg.classes}, "
+             f"cross-entropy, SGD momentum {cfg.momentum}")
+    return bench_model("mlp", mlp, cfg, sizes, loss, make_step, args)
+
+
+def bench_transformer(args) -> ModelResult:
+    cfg = TLM_CFG
+    loss = lambda p, x, y, c=cfg: tlm_loss(p, x, y, c)  # noqa: E731
+
+    def make_step(params, x, y):
+        step = adamw_step(lambda p, x_, y_: tlm_loss(p, x_, y_, cfg), cfg.lr, cfg.weight_decay)
+        zeros = lambda: jax.tree.map(jnp.zeros_like, params)  # noqa: E731
+        state = {"p": params, "m": zeros(), "v": zeros(), "t": 0}
+
+        def run():
+            state["t"] += 1
+            state["p"], state["m"], state["v"], l = step(state["p"], state["m"], state["v"],
+                                                         jnp.asarray(state["t"], F32), x, y)
+            l.block_until_ready()
+
+        return run
+
+    sizes = (f"batch {cfg.batch}, seq {cfg.seq}, d_model {cfg.d_model}, {cfg.heads} heads, {cfg.layers} layers, "
+             f"vocab {cfg.vocab}, dropout 0, AdamW")
+    return bench_model("transformer", transformer, cfg, sizes, loss, make_step, args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording cost per op
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class OpCost:
+    name: str
+    wall_us: float  # Python loop wall time per op
+    dispatch_us: float  # time inside xladev's __torch_dispatch__ per op (the recorder's own clock)
+    target_us: float | None
+
+
+def record_cost(name: str, fn: Callable[[], object], n: int, repeats: int = 5, target: float | None = None) -> OpCost:
+    """Median over `repeats` of (time to record `fn()` n times, without syncing) / n."""
+    walls, traced = [], []
+    for _ in range(max(1, n // 10)):  # warm the shape caches
+        y = fn()
+    xladev.mark_step()
+    with bus.subscribe(lambda e: traced.append(e.tracing_ns / sum(e.counts.values())), OpsRecorded):
+        for _ in range(repeats):
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter_ns()
+                for _ in range(n):
+                    y = fn()
+                walls.append((time.perf_counter_ns() - start) / n / 1e3)
+            finally:
+                gc.enable()
+            # A live pending result (a view has none of its own, hence `marker`) makes the barrier run a
+            # tiny graph (cached after the first time), and the recorder's totals arrive as OpsRecorded.
+            marker = torch.zeros(1, device=xladev.device()) + 1  # noqa: F841  (2 ops of n, in the totals)
+            xladev.mark_step()
+    del y, marker
+    inside = [ns / 1e3 for ns in traced[-repeats:]]
+    return OpCost(name, statistics.median(walls), statistics.median(inside) if inside else float("nan"), target)
+
+
+def bench_recording(n: int) -> list[OpCost]:
+    dev = xladev.device()
+    x = torch.randn(128, 128).to(dev)
+    w = torch.randn(128, 128).to(dev)
+    xladev.mark_step()
+    p, g = torch.randn(128, 128).to(dev), torch.randn(128, 128).to(dev)
+    costs = [
+        record_cost("x + x (elementwise)", lambda: x + x, n, target=ELEMENTWISE_TARGET_US),
+        record_cost("x * 2 (elementwise, Python scalar)", lambda: x * 2, n, target=ELEMENTWISE_TARGET_US),
+        record_cost("torch.relu(x) (elementwise, unary)", lambda: torch.relu(x), n, target=ELEMENTWISE_TARGET_US),
+        record_cost("x @ w (matmul)", lambda: x @ w, n),
+        record_cost("x.t() (view)", lambda: x.t(), n),
+        # In place ops chain on one storage: a short chain keeps the one graph it builds cheap to compile.
+        record_cost("p.lerp_(g, 0.1) (in-place, as in Adam)", lambda: p.lerp_(g, 0.1), min(n, 300)),
+    ]
+    # The floor: the same calls on CPU tensors (real compute on 128x128) for scale.
+    xc, wc = x.cpu(), w.cpu()
+    eager = []
+    for label, fn in (("x + x", lambda: xc + xc), ("x @ w", lambda: xc @ wc)):
+        for _ in range(max(1, n // 10)):
+            fn()
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        eager.append((label, (time.perf_counter_ns() - start) / n / 1e3))
+    return costs, eager
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+def print_report(models: list[ModelResult], costs: list[OpCost], eager_ops, args) -> None:
+    print(f"\nxladev runtime benchmark  ({platform.python_implementation()} {platform.python_version()}, "
+          f"torch {torch.__version__}, jax {jax.__version__}, {os.cpu_count()} CPUs, "
+          f"torch threads {torch.get_num_threads()}; median over blocks of {args.block} steps, {args.steps} steps per column after "
+          f"{args.warmup} warm-up, the three columns in alternating blocks; load average before {args.load_before})")
+    for m in models:
+        print(f"\n{m.name}: {m.sizes}")
+        print("  first loss (same weights, same batch): " +
+              ", ".join(f"{k} {v:.6f}" for k, v in m.first_loss.items()))
+    print(f"\n{'ms/step: median [p10-p90]':<28}{'xladev':>22}{'jax.jit':>22}{'eager CPU':>22}"
+          f"{'xladev/jax':>12}{'xladev/eager':>14}")
+    for m in models:
+        cell = lambda t: f"{t.median_ms:8.2f} [{t.p10_ms:.1f}-{t.p90_ms:.1f}]"  # noqa: E731
+        flag = "" if m.ratio_jax <= STEP_RATIO_TARGET else f"  (> {STEP_RATIO_TARGET}x target)"
+        print(f"{m.name:<28}{cell(m.xladev):>22}{cell(m.jax_jit):>22}{cell(m.eager):>22}"
+              f"{m.ratio_jax:>11.2f}x{m.ratio_eager:>13.2f}x{flag}")
+    print("\nxladev step split (medians):")
+    for m in models:
+        print(f"  {m.name:<12} record {m.xladev_record_ms:7.2f} ms ({m.xladev_ops_per_step} ops, "
+              f"{m.xladev_record_ms * 1e3 / max(1, m.xladev_ops_per_step):.1f} us/op)   barrier {m.xladev_barrier_ms:7.2f} ms "
+              f"(device execution {m.xladev_execute_ms:.2f} ms, host side {m.xladev_barrier_ms - m.xladev_execute_ms:.2f} ms)")
+    print(f"\nrecording cost per op ({args.ops} ops (in-place: 300) per sample, median of 5 samples; "
+          "'in dispatch' is xladev's own tracing clock inside __torch_dispatch__)")
+    print(f"  {'op':<40}{'wall us/op':>12}{'in dispatch':>13}{'target':>10}")
+    for c in costs:
+        target = f"{c.target_us:.0f} us" if c.target_us else "-"
+        flag = "" if c.target_us is None or c.wall_us <= c.target_us else "  OVER"
+        print(f"  {c.name:<40}{c.wall_us:>12.2f}{c.dispatch_us:>13.2f}{target:>10}{flag}")
+    print("  eager CPU, same calls for scale: " + ", ".join(f"{k} {v:.2f} us" for k, v in eager_ops))
+
+
+def to_json(models, costs, eager_ops, args) -> dict:
+    # Flat summary keys first (read by tools/bench/run_all.py), then the details.
+    summary: dict = {
+        m.name: {"xladev_ms": m.xladev.median_ms, "jax_ms": m.jax_jit.median_ms, "eager_ms": m.eager.median_ms,
+                 "ratio_vs_jax": m.ratio_jax, "ratio_vs_eager": m.ratio_eager} for m in models
+    }
+    by_name = {c.name: c for c in costs}
+    if costs:
+        summary["recording"] = {"elementwise_us": by_name["x + x (elementwise)"].wall_us,
+                                "matmul_us": by_name["x @ w (matmul)"].wall_us,
+                                "elementwise_target_us": ELEMENTWISE_TARGET_US}
+    return summary | {
+        "config": {"steps": args.steps, "warmup": args.warmup, "ops": args.ops, "cpus": os.cpu_count(),
+                   "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "jax": jax.__version__,
+                   "load_average_before": args.load_before},
+        "targets": {"step_ratio_vs_jax": STEP_RATIO_TARGET, "elementwise_record_us": ELEMENTWISE_TARGET_US},
+        "models": {
+            m.name: {
+                "sizes": m.sizes,
+                "ms_per_step": {"xladev": dataclasses.asdict(m.xladev), "jax_jit": dataclasses.asdict(m.jax_jit),
+                                "eager": dataclasses.asdict(m.eager)},
+                "ratio_xladev_over_jax": m.ratio_jax,
+                "ratio_xladev_over_eager": m.ratio_eager,
+                "xladev_split_ms": {"record": m.xladev_record_ms, "barrier": m.xladev_barrier_ms,
+                                    "device_execute": m.xladev_execute_ms},
+                "xladev_ops_per_step": m.xladev_ops_per_step,
+                "first_loss": m.first_loss,
+            } for m in models
+        },
+        "recording_us_per_op": {c.name: {"wall": c.wall_us, "in_dispatch": c.dispatch_us, "target": c.target_us}
+                                for c in costs},
+        "eager_us_per_op": dict(eager_ops),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per model and column (default 40)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (compiles; default 5)")
+    parser.add_argument("--block", type=int, default=5, help="steps per timed block (default 5)")
+    parser.add_argument("--settle", type=float, default=0.3, help="pause before each timed block, s (default 0.3)")
+    parser.add_argument("--ops", type=int, default=20000, help="ops recorded per recording-cost sample")
+    parser.add_argument("--only", choices=("mlp", "transformer", "recording"), help="run one part only")
+    parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON to OUT")
+    args = parser.parse_args(argv)
+    args.load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    if args.warmup < 3:
+        parser.error("--warmup must be at least 3 (the first two xladev steps compile)")
+
+    models = []
+    if args.only in (None, "mlp"):
+        models.append(bench_mlp(args))
+    if args.only in (None, "transformer"):
+        models.append(bench_transformer(args))
+    costs, eager_ops = bench_recording(args.ops) if args.only in (None, "recording") else ([], [])
+    for m in models:  # the three implementations must compute the same thing
+        ref = m.first_loss["eager"]
+        for k, v in m.first_loss.items():
+            if abs(v - ref) > 1e-4 * max(1.0, abs(ref)):
+                print(f"warning: {m.name} first loss of {k} ({v}) differs from eager ({ref})", file=sys.stderr)
+    print_report(models, costs, eager_ops, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(models, costs, eager_ops, args), indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
