@@ -1,4 +1,11 @@
-"""PyTorch's own decompositions, used for ops without a lowering so the lowered op set stays small."""
+"""PyTorch's own decompositions, used for ops without a lowering so the lowered op set stays small.
+
+Two sources, in order:
+  1. an explicit table: `core_aten_decompositions()` plus a few more from `torch._decomp`;
+  2. any op with a CompositeImplicitAutograd kernel (`movedim`, `flatten`, `to.dtype`, `real`...).
+     Such ops normally decompose above the device, but one called from inside another decomposition
+     (which runs below autograd) reaches the device whole; its own composite kernel decomposes it.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +28,108 @@ _table.update(get_decompositions([
     aten.nll_loss2d_backward, aten.upsample_nearest2d, aten.upsample_bilinear2d,
     aten.im2col, aten.col2im, aten.reflection_pad1d, aten.reflection_pad2d, aten.replication_pad1d,
     aten.replication_pad2d, aten.linalg_vector_norm, aten.norm,
+    # Composites of lowered ops: fewer lowerings, same numbers.
+    aten.native_group_norm, aten.native_group_norm_backward, aten._native_batch_norm_legit,
+    aten._batch_norm_with_update, aten.batch_norm_backward, aten.adaptive_max_pool2d,
+    aten.grid_sampler_2d, aten.upsample_bicubic2d, aten.upsample_trilinear3d, aten.upsample_nearest1d,
+    aten.upsample_nearest3d, aten.upsample_linear1d, aten._upsample_nearest_exact1d,
+    aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
+    aten.special_i1, aten.special_i0e, aten.special_i1e, aten.special_erfcx, aten.special_ndtri,
+    aten.special_log_ndtr, aten.special_xlog1py, aten.special_entr, aten.igamma, aten.igammac,
+    aten.lcm, aten.gcd, aten.bitwise_left_shift, aten.bitwise_right_shift, aten.frexp, aten.ldexp,
+    aten.narrow_copy, aten.unbind_copy, aten.as_strided_scatter, aten.logspace, aten.take,
+    aten.native_dropout_backward, aten.multi_margin_loss, aten.embedding_bag,
 ]))
 
+# Decompositions that are worse than the CPU fallback or than the op's own lowering path:
+# data-dependent outputs must fall back (their meta kernel refuses them anyway).
+_EXCLUDED: set = set()
+
+
+def _composite_implicit(op):
+    """`op.decompose` when `op` has a CompositeImplicitAutograd kernel, else None."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    try:
+        has = torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.CompositeImplicitAutograd)
+    except RuntimeError:
+        return None
+    return op.decompose if has else None
+
+
+class _Composites(torch.utils._python_dispatch.TorchDispatchMode):
+    """Active while a decomposition runs: decomposes the composite-implicit ops it calls.
+
+    Below autograd, `x.to(dtype)`, `movedim`, `flatten`, `real`... are not decomposed by PyTorch and
+    would reach the device whole (the view-like ones then fall back to the CPU). Everything else
+    passes through to the device unchanged.
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in LOWERINGS and _is_composite(func):
+            with self:  # the composite's own inner ops decompose too (`type_as` calls `to`)
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return func(*args, **kwargs)
+
+
+_composite_cache: dict = {}
+
+
+def _is_composite(func) -> bool:
+    found = _composite_cache.get(func)
+    if found is None:
+        found = _composite_cache[func] = _composite_implicit(func) is not None and not _is_special(func)
+    return found
+
+
+def _is_special(func) -> bool:
+    from xladev.runtime.dispatch import SPECIAL_HANDLERS
+
+    return func in SPECIAL_HANDLERS
+
+
+def _with_composites(op, fn):
+    """`fn` run with `_Composites` active (a decomposition's inner ops decompose fully).
+
+    A decomposition may decline some arguments (it returns NotImplemented): the op then runs on the CPU.
+    """
+
+    def run(*args, **kwargs):
+        with _Composites():
+            out = fn(*args, **kwargs)
+        if out is NotImplemented:
+            from xladev.runtime.fallback import run_on_cpu
+
+            return run_on_cpu(op, args, kwargs)
+        return out
+
+    run.__wrapped__ = fn
+    return run
+
+
+class _Decompositions(dict):
+    """The explicit table, completed lazily by composite-implicit kernels. Lowered ops never decompose."""
+
+    def get(self, op, default=None):
+        try:
+            return self[op]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: not an op
+            return default
+        fn = None if op in LOWERINGS or op in _EXCLUDED else _composite_implicit(op)
+        if fn is None:
+            return default
+        self[op] = fn
+        return fn
+
+    def __contains__(self, op) -> bool:
+        return self.get(op) is not None
+
+
 # Lowered ops keep their lowering; decompositions only fill gaps.
-DECOMPOSITIONS = {op: fn for op, fn in _table.items() if op not in LOWERINGS}
+DECOMPOSITIONS = _Decompositions({op: _with_composites(op, fn) for op, fn in _table.items()
+                                  if op not in LOWERINGS and op not in _EXCLUDED})

@@ -6,7 +6,9 @@ from xladev.runtime.lowering import (  # noqa: F401
     linalg,
     nn,
     reductions,
+    resample,
     shape,
+    special,
 )
 from xladev.runtime.lowering.registry import LOWERINGS, LoweringContext, lowers
 

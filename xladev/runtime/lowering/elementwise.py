@@ -99,7 +99,16 @@ def _fmod(ctx, x, y):
 @lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(ctx, x, y):
     x, y = _as(ctx, x, y)
-    return jnp.power(x, y)
+    if ctx.out_dtype == jnp.bool_:
+        return jnp.logical_or(x, jnp.logical_not(y))
+    if not jnp.issubdtype(ctx.out_dtype, jnp.integer):
+        return jnp.power(x, y)
+    # Integer powers: a negative exponent gives 0 except for bases 1 and -1 (as in eager PyTorch).
+    positive = jnp.power(x, jnp.maximum(y, 0))
+    one = jnp.ones_like(x)
+    odd = (y % 2) != 0
+    negative = jnp.where(x == 1, one, jnp.where(x == -1, jnp.where(odd, -one, one), jnp.zeros_like(x)))
+    return jnp.where(y < 0, negative, positive)
 
 
 @lowers(aten.maximum.default)
@@ -206,7 +215,7 @@ _UNARY_FLOAT = {
     "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh,
     "sigmoid": jax.nn.sigmoid, "erf": jax.scipy.special.erf, "erfc": jax.scipy.special.erfc,
     "erfinv": jax.scipy.special.erfinv, "reciprocal": jnp.reciprocal, "lgamma": jax.scipy.special.gammaln,
-    "digamma": jax.scipy.special.digamma, "sinc": jnp.sinc, "i0": jnp.i0,
+    "sinc": jnp.sinc, "i0": jnp.i0,
 }
 for _name, _fn in _UNARY_FLOAT.items():
     def _unary_float(ctx, x, _fn=_fn):
@@ -242,7 +251,7 @@ def _round_decimals(ctx, x, decimals=0):
 
 @lowers(aten.sgn.default)
 def _sgn(ctx, x):
-    return jnp.sign(x)
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)
 
 
 @lowers(aten.signbit.default)

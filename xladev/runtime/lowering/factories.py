@@ -13,7 +13,8 @@ aten = torch.ops.aten
 
 
 @lowers(aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default, aten.new_empty.default,
-        aten.new_zeros.default, aten.zeros_like.default, aten.empty_like.default, aten.new_empty_strided.default)
+        aten.new_zeros.default, aten.zeros_like.default, aten.empty_like.default, aten.new_empty_strided.default,
+        aten._efficientzerotensor.default)
 def _zeros(ctx, *args, **kwargs):
     # `empty` is uninitialised in eager; zeros keeps graphs deterministic and costs XLA nothing.
     return jnp.zeros(ctx.out_shape, ctx.out_dtype)

@@ -86,8 +86,9 @@ def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training
         out = out * weight.reshape(shape)
     if bias is not None:
         out = out + bias.reshape(shape)
-    empty = jnp.zeros((0,), x.dtype)
-    return out.astype(dtype), empty, empty, running_mean, running_var
+    # Evaluation mode saves no statistics; the meta kernel's shapes are kept (the values are unused).
+    unused = jnp.zeros(ctx.meta[1].shape, ctx.dtype_of(1))
+    return out.astype(dtype), unused, unused, running_mean, running_var
 
 
 @lowers(aten.native_batch_norm_backward.default)
@@ -178,6 +179,16 @@ def _ceil_extra(size, k, s, p, d):
 @lowers(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
 def _max_pool_backward(ctx, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     spatial = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
+    return _scatter_to_plane(grad, x, indices, spatial)
+
+
+@lowers(aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default)
+def _adaptive_max_pool_backward(ctx, grad, x, indices):
+    return _scatter_to_plane(grad, x, indices, 2 if ctx.node.op.aten is aten.adaptive_max_pool2d_backward.default else 3)
+
+
+def _scatter_to_plane(grad, x, indices, spatial):
+    """Adds each output gradient at its max's flat position within the input plane (indices from the forward)."""
     lead_shape = x.shape[:-spatial]
     plane = 1
     for d in x.shape[-spatial:]:
@@ -190,6 +201,11 @@ def _max_pool_backward(ctx, grad, x, kernel_size, stride, padding, dilation, cei
     return out.reshape(x.shape)
 
 
+def _zero(dtype):
+    """A Python zero: reduce_window recognises a sum (and can differentiate it) only with a literal init."""
+    return 0.0 if jnp.issubdtype(dtype, jnp.inexact) else 0
+
+
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     spatial, kernel, stride, padding, _ = _pool_args(x, kernel_size, stride, padding)
     lead = x.ndim - spatial
@@ -198,17 +214,17 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
         for i in range(spatial)]
     window = (1,) * lead + kernel
     strides = (1,) * lead + stride
-    summed = lax.reduce_window(x, jnp.asarray(0, x.dtype), lax.add, window, strides, pads)
+    summed = lax.reduce_window(x, _zero(x.dtype), lax.add, window, strides, pads)
     if divisor_override:
         return summed / divisor_override
+    plane = x.shape[lead:]
     if count_include_pad:
-        # Padding counts, but the ceil-mode overhang beyond the padding does not.
-        ones = jnp.pad(jnp.ones(x.shape[lead:], x.dtype), [(p, p) for p in padding])
-        extra = [(0, 0)] * spatial if not ceil_mode else [(0, pads[lead + i][1] - padding[i]) for i in range(spatial)]
-        counts = lax.reduce_window(ones, jnp.asarray(0, x.dtype), lax.add, kernel, stride, extra)
+        # The window is clipped to the padded input: padding counts, the ceil-mode overhang does not.
+        ones = jnp.ones(tuple(n + 2 * p for n, p in zip(plane, padding)), x.dtype)
+        extra = [(0, pads[lead + i][1] - padding[i]) for i in range(spatial)]
+        counts = lax.reduce_window(ones, _zero(x.dtype), lax.add, kernel, stride, extra)
     else:
-        counts = lax.reduce_window(jnp.ones(x.shape[lead:], x.dtype), jnp.asarray(0, x.dtype), lax.add, kernel,
-                                   stride, pads[lead:])
+        counts = lax.reduce_window(jnp.ones(plane, x.dtype), _zero(x.dtype), lax.add, kernel, stride, pads[lead:])
     return summed / counts
 
 

@@ -168,3 +168,74 @@ def _topk(ctx, x, k, dim=-1, largest=True, sorted=True):
     if not largest:
         values = -values
     return jnp.moveaxis(values, -1, dim), jnp.moveaxis(indices, -1, dim).astype(jnp.int64)
+
+
+@lowers(aten.var_mean.correction)
+def _var_mean(ctx, x, dim=None, correction=None, keepdim=False):
+    ddof = 1 if correction is None else correction
+    x = x.astype(ctx.dtype_of(0))
+    axes = _axes(x, dim)
+    return jnp.var(x, axis=axes, ddof=ddof, keepdims=keepdim), jnp.mean(x, axis=axes, keepdims=keepdim)
+
+
+def _cumulative_extreme(x, dim, better):
+    """Running max/min with the index where it was reached; ties and NaN take the later index, as eager does."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    dim = dim % x.ndim
+    shape = [1] * x.ndim
+    shape[dim] = x.shape[dim]
+    index = jnp.broadcast_to(jnp.arange(x.shape[dim], dtype=jnp.int64).reshape(shape), x.shape)
+
+    def combine(a, b):
+        av, ai = a
+        bv, bi = b
+        take_b = better(bv, av)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            take_b = jnp.isnan(bv) | (take_b & ~jnp.isnan(av))
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    return lax.associative_scan(combine, (x, index), axis=dim)
+
+
+@lowers(aten.cummax.default)
+def _cummax(ctx, x, dim):
+    return _cumulative_extreme(x, dim, lambda b, a: b >= a)
+
+
+@lowers(aten.cummin.default)
+def _cummin(ctx, x, dim):
+    return _cumulative_extreme(x, dim, lambda b, a: b <= a)
+
+
+@lowers(aten.logcumsumexp.default)
+def _logcumsumexp(ctx, x, dim):
+    x = x.astype(ctx.out_dtype)
+    if x.ndim == 0:
+        return x
+    return lax.cumlogsumexp(x, axis=dim % x.ndim)
+
+
+def _searchsorted_impl(sequence, values, right, side, sorter, out_dtype):
+    side = side or ("right" if right else "left")
+    if sorter is not None:
+        sequence = jnp.take_along_axis(sequence, sorter, axis=-1)
+    values = jnp.asarray(values)
+    if sequence.ndim <= 1:
+        out = jnp.searchsorted(sequence, values, side=side)
+    else:  # one sorted row per leading index of `values`
+        lead = sequence.shape[:-1]
+        rows = sequence.reshape((-1, sequence.shape[-1]))
+        queries = values.reshape((rows.shape[0], -1))
+        out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, queries).reshape(lead + values.shape[-1:])
+    return out.astype(out_dtype)
+
+
+@lowers(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted(ctx, sequence, values, out_int32=False, right=False, side=None, sorter=None):
+    return _searchsorted_impl(sequence, values, right, side, sorter, ctx.out_dtype)
+
+
+@lowers(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize(ctx, values, boundaries, out_int32=False, right=False):
+    return _searchsorted_impl(boundaries, values, right, None, None, ctx.out_dtype)

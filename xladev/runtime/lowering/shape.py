@@ -70,6 +70,11 @@ def _permute(ctx, x, dims):
     return jnp.transpose(x, tuple(d % x.ndim for d in dims)) if x.ndim else x
 
 
+@lowers(aten.movedim.intlist)
+def _movedim(ctx, x, source, destination):
+    return jnp.moveaxis(x, tuple(source), tuple(destination)) if x.ndim else x
+
+
 @lowers(aten.expand.default)
 def _expand(ctx, x, size, implicit=False):
     return jnp.broadcast_to(x, ctx.out_shape)
@@ -182,9 +187,20 @@ def _gather(ctx, x, dim, index, sparse_grad=False):
     return x[_grid(index, dim)]
 
 
+# Reductions of bool values: addition saturates (or), multiplication is and.
+_BOOL_MODES = {"add": "amax", "sum": "amax", "multiply": "amin", "prod": "amin"}
+
+
 def _scatter(x, dim, index, src, mode):
+    if x.dtype == jnp.bool_:
+        mode = _BOOL_MODES.get(mode, mode)
     if x.ndim == 0:
-        return jnp.asarray(src).astype(x.dtype).reshape(()) if mode == "set" else x + src
+        if index.size == 0:
+            return x
+        value = jnp.asarray(src).astype(x.dtype).reshape(-1)[0]
+        return {"set": lambda: value, "add": lambda: x + value, "sum": lambda: x + value, "multiply": lambda: x * value,
+                "prod": lambda: x * value, "amax": lambda: jnp.maximum(x, value), "amin": lambda: jnp.minimum(x, value),
+                }[mode]()
     dim = dim % x.ndim
     src = jnp.asarray(src).astype(x.dtype)
     if src.ndim:
@@ -211,12 +227,90 @@ def _scatter_add(ctx, x, dim, index, src):
     return _scatter(x, dim, index, src, "add")
 
 
+@lowers(aten.scatter_reduce.two)
+def _scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
+    if x.ndim == 0 or index.size == 0:
+        return _scatter_reduce_0d(x, index, src, reduce, include_self)
+    dim = dim % x.ndim
+    src = jnp.asarray(src).astype(x.dtype)[tuple(slice(0, n) for n in index.shape)]
+    grid = _grid(index, dim)
+    counts = jnp.zeros(x.shape, jnp.int64).at[grid].add(1)
+    hit = counts > 0
+    base = x
+    if not include_self:
+        identity = {"sum": 0, "mean": 0, "prod": 1, "amax": _lowest(x.dtype), "amin": _highest(x.dtype)}[reduce]
+        base = jnp.where(hit, jnp.asarray(identity, x.dtype), x)
+    mode = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "amax", "amin": "amin"}[reduce]
+    if x.dtype == jnp.bool_:
+        mode = _BOOL_MODES.get(mode, mode)
+    at = base.at[grid]
+    out = {"add": at.add, "multiply": at.multiply, "amax": at.max, "amin": at.min}[mode](src)
+    if reduce == "mean":
+        n = counts + (1 if include_self else 0)
+        n = jnp.maximum(n, 1).astype(x.dtype)
+        out = jnp.where(hit, jnp.floor_divide(out, n) if jnp.issubdtype(x.dtype, jnp.integer) else out / n, x)
+    return out
+
+
+def _scatter_reduce_0d(x, index, src, reduce, include_self):
+    if index.size == 0:
+        return x
+    return _scatter(x, 0, index, src, {"sum": "add", "prod": "multiply", "mean": "set" if not include_self else "add"}
+                    .get(reduce, reduce)) if reduce != "mean" or not include_self else \
+        (x + jnp.asarray(src).astype(x.dtype).reshape(-1)[0]) / 2
+
+
+def _lowest(dtype):
+    if dtype == jnp.bool_:
+        return False
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else jnp.iinfo(dtype).min
+
+
+def _highest(dtype):
+    if dtype == jnp.bool_:
+        return True
+    return jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else jnp.iinfo(dtype).max
+
+
+@lowers(aten.masked_scatter.default)
+def _masked_scatter(ctx, x, mask, source):
+    """Fills positions where `mask` holds with consecutive elements of `source` (row-major order)."""
+    mask = jnp.broadcast_to(mask, x.shape)
+    flat = mask.reshape(-1)
+    position = jnp.clip(jnp.cumsum(flat) - 1, 0, max(source.size - 1, 0))
+    picked = source.reshape(-1).astype(x.dtype)[position] if source.size else jnp.zeros_like(x.reshape(-1))
+    return jnp.where(flat, picked, x.reshape(-1)).reshape(x.shape)
+
+
+@lowers(aten.masked_scatter_backward.default)
+def _masked_scatter_backward(ctx, grad, mask, sizes):
+    """The gradient of masked_scatter's `source`: the masked gradients in order, zeros after them."""
+    n = 1
+    for d in sizes:
+        n *= d
+    flat_mask = jnp.broadcast_to(mask, grad.shape).reshape(-1)
+    (positions,) = jnp.nonzero(flat_mask, size=n, fill_value=-1)
+    picked = jnp.where(positions >= 0, grad.reshape(-1)[jnp.maximum(positions, 0)], jnp.zeros((), grad.dtype))
+    return picked.reshape(tuple(sizes))
+
+
+@lowers(torch.ops.prims.copy_strided.default)
+def _copy_strided(ctx, x, stride):
+    return x  # a copy with other strides: the same values (the device has no strides)
+
+
 @lowers(aten.index_add.default)
 def _index_add(ctx, x, dim, index, source, alpha=1):
-    dim = dim % max(x.ndim, 1)
     source = source * alpha if not (isinstance(alpha, (int, float)) and alpha == 1) else source
+    source = source.astype(x.dtype)
+    if x.ndim == 0:  # a 0-dim self takes a one-element index
+        total = jnp.sum(jnp.broadcast_to(source.reshape(-1), index.reshape(-1).shape))
+        return jnp.logical_or(x, total) if x.dtype == jnp.bool_ else x + total
+    dim = dim % x.ndim
     moved = jnp.moveaxis(x, dim, 0)
-    return jnp.moveaxis(moved.at[index].add(jnp.moveaxis(source.astype(x.dtype), dim, 0)), 0, dim)
+    source = jnp.moveaxis(source.reshape(source.shape or (1,)), dim if source.ndim else 0, 0)
+    at = moved.at[index.reshape(-1)]
+    return jnp.moveaxis(at.max(source) if x.dtype == jnp.bool_ else at.add(source), 0, dim)
 
 
 def _index_tuple(indices):
@@ -232,11 +326,33 @@ def _index(ctx, x, indices):
 def _index_put(ctx, x, indices, values, accumulate=False):
     values = jnp.asarray(values).astype(x.dtype)
     if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
-        mask = indices[0]
-        mask = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
-        return jnp.where(mask, x + values if accumulate else values, x)
+        return _mask_put(x, indices[0], values, accumulate)
     at = x.at[_index_tuple(indices)]
-    return at.add(values) if accumulate else at.set(values)
+    if not accumulate:
+        return at.set(values)
+    return at.max(values) if x.dtype == jnp.bool_ else at.add(values)
+
+
+def _mask_put(x, mask, values, accumulate):
+    """`x[mask] = values` (or `+=`): values broadcast to (count(mask), *rest) where rest = x.shape[mask.ndim:]."""
+    rest = x.shape[mask.ndim:]
+    lead = values.ndim - len(rest)  # values' dims in front of `rest`: they cover the count axis
+    combine = (jnp.logical_or if x.dtype == jnp.bool_ else jnp.add) if accumulate else (lambda old, new: new)
+    if lead <= 0 or all(d == 1 for d in values.shape[:lead]):
+        # One value row for every selected position: no need to know how many there are.
+        row = values.reshape(values.shape[max(lead, 0):]) if lead > 0 else values
+        row = jnp.broadcast_to(row, rest)
+        where = mask.reshape(mask.shape + (1,) * len(rest))
+        return jnp.where(where, combine(x, row), x)
+    count = 1
+    for d in values.shape[:lead]:
+        count *= d
+    rows = jnp.broadcast_to(values.reshape((count,) + values.shape[lead:]), (count,) + rest)
+    positions = jnp.nonzero(mask, size=count)  # PyTorch requires count == mask.sum()
+    at = x.at[positions]
+    if not accumulate:
+        return at.set(rows)
+    return at.max(rows) if x.dtype == jnp.bool_ else at.add(rows)
 
 
 @lowers(aten.slice_scatter.default)
