@@ -200,3 +200,47 @@ def test_state_dict_roundtrip_via_cpu(dev, tmp_path):
     torch.save(model.weight.detach(), tmp_path / "w.pt")
     loaded = torch.load(tmp_path / "w.pt", weights_only=False)
     assert loaded.device == dev and torch.equal(loaded.cpu(), model.weight.cpu())
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True),
+    lambda p: torch.optim.AdamW(p, lr=0.01, foreach=True),
+], ids=["sgd-foreach", "adamw-foreach"])
+def test_foreach_optimizers_train_on_device(dev, make_opt):
+    # Regression: the in-place _foreach_ ops fell back to the CPU and wrote back only single tensors,
+    # so foreach optimizers left the weights unchanged.
+    import xladev.debug.metrics as met
+
+    def train(device):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3).to(device)
+        opt = make_opt(model.parameters())
+        for step in range(3):
+            opt.zero_grad()
+            model(torch.arange(8.0).reshape(2, 4).to(device)).pow(2).mean().backward()
+            opt.step()
+            if device != "cpu":
+                xladev.mark_step()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    before = set(met.executed_fallback_ops())
+    cpu, xla = train("cpu"), train(dev)
+    for a, b in zip(cpu, xla):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert not {n for n in met.executed_fallback_ops() if "_foreach" in n} - before
+
+
+def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
+    # Regression: a storage assigned uploaded data stayed "pending", and a step with nothing to run
+    # dropped the OpsRecorded event, so op counts and tracing time went unreported.
+    from xladev.events import OpsRecorded
+
+    t = torch.zeros(3, device=dev)
+    xladev.mark_step()
+    events.clear()
+    t.copy_(torch.ones(3))            # the value becomes uploaded data: nothing to compute
+    view = t[1:]                      # a recorded view op
+    xladev.mark_step()
+    recorded = events.of(OpsRecorded)
+    assert recorded and sum(e.counts.get("aten::slice", 0) for e in recorded) == 1
+    assert t._st.sid not in __import__("xladev.runtime.tensor", fromlist=["pending"]).pending

@@ -35,12 +35,46 @@ def _mismatch(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
 
+_PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_format, torch.layout))
+
+
 def _flatten(args, kwargs, traits, device_ref):
     """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
 
     Returns:
       (operands, template, key) where template is (args, kwargs-items) with SLOT for operands.
     """
+    if not kwargs:
+        # Fast path, same results as `walk` below: positional device tensors, Python scalars and
+        # plain constants (most ops). Anything else (lists, CPU tensors, devices) takes the general walk.
+        operands = []
+        key = []
+        template = []
+        device = device_ref[0]
+        scalar_pos = traits.scalar_positions
+        for i, value in enumerate(args):
+            kind = type(value)
+            if kind is XlaTensor:
+                st = value._st
+                if device is None:
+                    device = st.device_index
+                elif device != st.device_index:
+                    raise _mismatch(f"xla:{device}", f"xla:{st.device_index}")
+                operands.append(st.value if value._chain is None else value._node())
+                key.append((value.shape, value.dtype))
+                template.append(SLOT)
+            elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
+                operands.append(ScalarNode(value, torch.float64 if kind is float else torch.int64))
+                key.append(ScalarType(kind))
+                template.append(SLOT)
+            elif kind is int or kind is float or kind in _PLAIN_TYPES:
+                key.append(value)
+                template.append(value)
+            else:
+                break
+        else:
+            device_ref[0] = device
+            return operands, (tuple(template), ()), tuple(key)
     operands: list[Node] = []
     key: list = []
 

@@ -328,8 +328,8 @@ class Executor:
             storages = sorted(list(pending.values()), key=lambda s: s.sid)
             if storages:
                 self.sync_storages(storages, cause, frames)
-            else:
-                self._flush_ops()
+            # Ops recorded in a step that ran no graph (everything already data) still count.
+            self._flush_ops()
             ended = self.step
             self.step += 1
         if bus.active:

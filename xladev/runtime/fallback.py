@@ -89,10 +89,12 @@ def run_on_cpu(func, args, kwargs):
     for i, arg in enumerate(func._schema.arguments):
         if arg.alias_info is not None and arg.alias_info.is_write:
             original = args[i] if i < len(args) else kwargs.get(arg.name)
-            if isinstance(original, XlaTensor):
-                fresh = new_tensor(upload(to_cpu[id(original)], device_index), device_index)
-                write_into(original, fresh)
-                written[id(to_cpu[id(original)])] = original
+            # `Tensor(a!)[]` (the in-place _foreach_ ops) mutates every tensor of the list.
+            for target in (original if isinstance(original, (list, tuple)) else (original,)):
+                if isinstance(target, XlaTensor):
+                    fresh = new_tensor(upload(to_cpu[id(target)], device_index), device_index)
+                    write_into(target, fresh)
+                    written[id(to_cpu[id(target)])] = target
 
     def up(v):
         if isinstance(v, torch.Tensor):

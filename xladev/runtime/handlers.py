@@ -169,3 +169,49 @@ def _native_batch_norm(func, args, kwargs):
     write_into(running_mean, new_mean)
     write_into(running_var, new_var)
     return out, save_mean, save_invstd
+
+
+# Scalars that the _foreach_ schemas take positionally but the per-tensor methods take by keyword.
+_FOREACH_KEYWORD = {"addcdiv": "value", "addcmul": "value"}
+
+
+def _foreach(func, args, kwargs):
+    """`_foreach_<op>[_]` as one lazy per-tensor op per list element (no CPU fallback, no sync)."""
+    if not args or not isinstance(args[0], (list, tuple)):
+        from xladev.runtime.fallback import run_on_cpu  # e.g. _foreach_pow.ScalarAndTensor
+
+        return run_on_cpu(func, args, kwargs)
+    name = func._schema.name.split("::")[1]
+    inplace = name.endswith("_")
+    op = name[len("_foreach_"):].rstrip("_")
+    keyword = _FOREACH_KEYWORD.get(op)
+
+    # The `.Tensor` overloads pass per-tensor scalars as one 1-D tensor: read them as numbers.
+    names = [a.name for a in func._schema.arguments]
+    args = [a.tolist() if isinstance(a, torch.Tensor) and names[i] == "scalars" else a for i, a in enumerate(args)]
+
+    def pick(value, i):
+        return value[i] if isinstance(value, (list, tuple)) else value
+
+    results = []
+    for i in range(len(args[0])):
+        call = [pick(a, i) for a in args]
+        call_kwargs = {k: pick(v, i) for k, v in kwargs.items()}
+        if keyword is not None and len(call) > 3:
+            call_kwargs[keyword] = call.pop(3)
+        method = getattr(call[0], op + "_" if inplace else op, None)
+        if method is not None:
+            results.append(method(*call[1:], **call_kwargs))
+        else:  # no in-place method (maximum_, minimum_...): compute, then write into the tensor
+            results.append(call[0].copy_(getattr(torch, op)(*call, **call_kwargs)))
+    return None if inplace else results
+
+
+def _register_foreach() -> None:
+    for schema in torch._C._jit_get_all_schemas():  # `dir(aten)` only lists packets already loaded
+        if schema.name.startswith("aten::_foreach_"):
+            packet = getattr(aten, schema.name[len("aten::"):])
+            special(getattr(packet, schema.overload_name or "default"))(_foreach)
+
+
+_register_foreach()

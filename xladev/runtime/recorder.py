@@ -54,6 +54,7 @@ class Recorder:
         self.tracing_ns = 0
         self.tracing_samples: list[int] = []
         self.scope_stack = threading.local()
+        self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
         self.eager_debug = config.eager_debug_mode
         config.on_update(self._on_flag)
@@ -76,6 +77,8 @@ class Recorder:
 
     def debug_info(self) -> tuple:
         """(location, scope) for a new node: empty unless XLA_IR_DEBUG or a profiler scope is active."""
+        if not self.scopes_used and not self.ir_debug:
+            return None, None  # the common case: no thread-local lookup per op
         scopes = getattr(self.scope_stack, "names", None)
         scope = "/".join(scopes) if scopes else None
         if self.ir_debug:
@@ -91,6 +94,7 @@ class Recorder:
         return counts, ns, samples
 
     def push_scope(self, name: str) -> None:
+        self.scopes_used = True
         names = getattr(self.scope_stack, "names", None)
         if names is None:
             names = self.scope_stack.names = []

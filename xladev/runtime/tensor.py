@@ -57,6 +57,8 @@ class Storage:
         self.version += 1
         if type(value) is not DataNode:
             pending[self.sid] = self
+        else:  # e.g. `copy_` of uploaded data: nothing left to compute
+            pending.pop(self.sid, None)
 
     def set_data(self, value: DataNode) -> None:
         """Replaces a pending value by its computed data (same value, so no version bump for aliases)."""
