@@ -54,7 +54,28 @@ FALLBACK_FORWARD: dict[str, str] = {
 }
 
 # Full op_db sweep: known failures outside the default subset (forward or backward): op -> reason.
-XFAIL_FULL: dict[str, str] = {}
+XFAIL_FULL: dict[str, str] = {
+    "__rmatmul__": _CORE_INPLACE_VIEW + " (vector @ matrix squeezes its result in place)",
+    "quantile": _CORE_INPLACE_VIEW + " (the scalar result is squeezed in place)",
+    "nanquantile": _CORE_INPLACE_VIEW + " (the scalar result is squeezed in place)",
+    "stft": _CORE_INPLACE_VIEW + " (the frames are transposed in place)",
+    "native_group_norm": _CORE_INPLACE_VIEW + " (the backward of mean/rstd unsqueezes in place); the error, "
+                         "raised inside a native autograd node, aborts the process (core bug: exceptions in "
+                         "backward on xla reach std::terminate)",
+    "dist": _CORE_POW_SCALAR,
+    "nn.functional.linear_cross_entropy.chunked_none": (
+        "core bug: op_traits maps div.out to div.default (two Scalars) instead of div.Tensor, so "
+        "torch.div(a, b, out=c) fails"),
+    "bucketize": ("core bug: the meta cache key leaves out keyword names, so bucketize(out_int32=True, right=False) "
+                  "reuses the int64 result of an earlier bucketize(out_int32=False, right=True)"),
+    "native_batch_norm": ("PyTorch's meta and CPU kernels disagree in evaluation mode: save_mean/save_invstd are (C,) "
+                          "in meta, (0,) on the CPU; the device follows the meta kernel"),
+    "_native_batch_norm_legit": ("PyTorch's meta and CPU kernels disagree in evaluation mode: save_mean/save_invstd "
+                                 "are (C,) in meta, (0,) on the CPU; the device follows the meta kernel"),
+    "chalf": "complex32 (ComplexHalf) has no XLA dtype; the conversion is recorded and the compile fails",
+    "nn.functional.feature_alpha_dropout.without_train": _CORE_RNG_STATE,
+    "nn.functional.multi_head_attention_forward": _CORE_RNG_STATE,
+}
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +155,7 @@ def _full_params():
 def test_full_op_db(opinfo_pool, op_name):
     """Every other OpInfo: forward and backward must pass (a CPU fallback is fine) or be a reasoned xfail."""
     result = opinfo_pool.result(op_name)
-    if result.forward.status == "skipped":
-        pytest.skip(f"nothing to compare: {result.forward.reason}")  # random output, no float/int samples...
+    if result.forward.status == "skipped" and (op_name in coverage.SKIP or result.forward.reason == coverage.NO_SAMPLES):
+        pytest.skip(f"nothing to compare: {result.forward.reason}")
     assert result.forward.passed, f"{op_name} forward {_describe(result.forward)}"
     assert result.backward.status != "failing", f"{op_name} backward {_describe(result.backward)}"
