@@ -36,7 +36,7 @@ _table.update(get_decompositions([
     aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
     aten.special_i1, aten.special_i0e, aten.special_i1e, aten.special_erfcx, aten.special_ndtri,
     aten.special_log_ndtr, aten.special_xlog1py, aten.special_entr, aten.igamma, aten.igammac,
-    aten.lcm, aten.gcd, aten.bitwise_left_shift, aten.bitwise_right_shift, aten.frexp, aten.ldexp,
+    aten.ldexp,
     aten.narrow_copy, aten.unbind_copy, aten.as_strided_scatter, aten.logspace, aten.take,
     aten.native_dropout_backward, aten.multi_margin_loss, aten.embedding_bag,
 ]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 import torch
@@ -241,27 +242,79 @@ def _avg_pool_backward(ctx, grad, x, kernel_size, stride, padding, ceil_mode, co
     return vjp(grad.astype(x.dtype))[0]
 
 
-@lowers(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(ctx, x, output_size):
-    h, w = x.shape[-2:]
-    oh, ow = output_size
-    if h % oh == 0 and w % ow == 0:
-        return x.reshape(x.shape[:-2] + (oh, h // oh, ow, w // ow)).mean(axis=(-3, -1))
-    rows = []
-    for i in range(oh):
-        h0, h1 = (i * h) // oh, -(-((i + 1) * h) // oh)
-        cols = []
-        for j in range(ow):
-            w0, w1 = (j * w) // ow, -(-((j + 1) * w) // ow)
-            cols.append(x[..., h0:h1, w0:w1].mean(axis=(-2, -1)))
-        rows.append(jnp.stack(cols, axis=-1))
-    return jnp.stack(rows, axis=-2)
+def _adaptive_windows(in_size: int, out_size: int):
+    """Window i covers [floor(i*in/out), ceil((i+1)*in/out)): (indices (out, K) clamped, valid mask (out, K))."""
+    starts = np.array([(i * in_size) // out_size for i in range(out_size)])
+    ends = np.array([-(-((i + 1) * in_size) // out_size) for i in range(out_size)])
+    width = int((ends - starts).max()) if out_size else 0
+    index = starts[:, None] + np.arange(width)[None, :]
+    valid = index < ends[:, None]
+    return np.minimum(index, in_size - 1), valid
 
 
-@lowers(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool2d_backward(ctx, grad, x):
-    _, vjp = jax.vjp(lambda v: _adaptive_avg_pool2d(ctx, v, grad.shape[-2:]), x)
+def _adaptive_gather(x, output_size):
+    """x's spatial dims replaced by (out, K) window pairs: (windows, valid mask), both (..., o1, K1, o2, K2...)."""
+    spatial = len(output_size)
+    lead = x.ndim - spatial
+    valid = np.ones((), bool)
+    for i, out in enumerate(output_size):
+        axis = lead + 2 * i  # each earlier spatial dim became two
+        index, mask = _adaptive_windows(x.shape[axis], out)
+        x = jnp.take(x, index, axis=axis)
+        valid = valid[..., None, None] & mask.reshape((1, 1) * i + mask.shape) if i else mask
+    return x, jnp.asarray(valid)
+
+
+def _adaptive_avg(x, output_size):
+    windows, valid = _adaptive_gather(x, output_size)
+    axes = tuple(range(x.ndim - len(output_size) + 1, windows.ndim, 2))
+    total = jnp.sum(jnp.where(valid, windows, jnp.zeros((), x.dtype)), axis=axes)
+    return total / jnp.sum(valid, axis=tuple(a - (x.ndim - len(output_size)) for a in axes)).astype(x.dtype)
+
+
+def _adaptive_max(x, output_size):
+    """Max of each window and its flat index in the input plane (first maximum; NaN wins)."""
+    spatial = len(output_size)
+    lead = x.ndim - spatial
+    windows, valid = _adaptive_gather(x, output_size)
+    low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
+    windows = jnp.where(valid, windows, jnp.asarray(low, x.dtype))
+    # Bring the K axes last and flatten them: (..., o1, o2, K1*K2).
+    perm = tuple(range(lead)) + tuple(lead + 2 * i for i in range(spatial)) + tuple(lead + 2 * i + 1 for i in range(spatial))
+    moved = jnp.transpose(windows, perm)
+    flat = moved.reshape(moved.shape[:lead + spatial] + (-1,))
+    best = jnp.argmax(flat, axis=-1)
+    values = jnp.take_along_axis(flat, best[..., None], axis=-1)[..., 0]
+    # Flat input-plane index of each window's best position.
+    plane_index = np.zeros((), np.int64)
+    widths = []
+    for i, out in enumerate(output_size):
+        index, _ = _adaptive_windows(x.shape[lead + i], out)
+        widths.append(index.shape[1])
+        stride = int(np.prod(x.shape[lead + i + 1:], dtype=np.int64))
+        term = (index * stride).reshape((1,) * i + (out,) + (1,) * (spatial - i - 1) + (1,) * i + (index.shape[1],)
+                                        + (1,) * (spatial - i - 1))
+        plane_index = plane_index + term
+    plane_index = jnp.asarray(plane_index.reshape(tuple(output_size) + (-1,)))
+    indices = jnp.take_along_axis(jnp.broadcast_to(plane_index, flat.shape), best[..., None], axis=-1)[..., 0]
+    return values, indices.astype(jnp.int64)
+
+
+@lowers(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def _adaptive_avg_pool(ctx, x, output_size):
+    return _adaptive_avg(x, tuple(output_size))
+
+
+@lowers(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool_backward(ctx, grad, x):
+    spatial = 2 if ctx.node.op.aten is aten._adaptive_avg_pool2d_backward.default else 3
+    _, vjp = jax.vjp(lambda v: _adaptive_avg(v, grad.shape[-spatial:]), x)
     return vjp(grad.astype(x.dtype))[0]
+
+
+@lowers(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def _adaptive_max_pool(ctx, x, output_size):
+    return _adaptive_max(x, tuple(output_size))
 
 
 def _nll(x, target, weight, reduction, ignore_index):

@@ -192,3 +192,45 @@ def _softshrink(ctx, x, lambd=0.5):
 @lowers(aten.softshrink_backward.default)
 def _softshrink_backward(ctx, grad, x, lambd):
     return jnp.where(jnp.abs(x) > lambd, grad, jnp.zeros_like(grad))
+
+
+# ---- integer bit and number theory ops ----------------------------------------------------------------
+def _bits(dtype) -> int:
+    return jnp.iinfo(dtype).bits
+
+
+@lowers(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor)
+def _left_shift(ctx, x, y):
+    x, y = _as(ctx, x, y)
+    # Shifting by the width or more (or by a negative amount) gives 0, as eager does.
+    in_range = (y >= 0) & (y < _bits(x.dtype))
+    return jnp.where(in_range, jnp.left_shift(x, jnp.where(in_range, y, 0)), jnp.zeros_like(x))
+
+
+@lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+        aten.bitwise_right_shift.Scalar_Tensor)
+def _right_shift(ctx, x, y):
+    x, y = _as(ctx, x, y)
+    # Arithmetic shift; by the width or more (or a negative amount): the sign fill (0 or -1).
+    in_range = (y >= 0) & (y < _bits(x.dtype))
+    fill = jnp.where(x < 0, -jnp.ones_like(x), jnp.zeros_like(x)) if jnp.issubdtype(x.dtype, jnp.signedinteger) \
+        else jnp.zeros_like(x)
+    return jnp.where(in_range, jnp.right_shift(x, jnp.where(in_range, y, 0)), fill)
+
+
+@lowers(aten.gcd.default)
+def _gcd(ctx, x, y):
+    x, y = _as(ctx, x, y)
+    return jnp.gcd(x, y)
+
+
+@lowers(aten.lcm.default)
+def _lcm(ctx, x, y):
+    x, y = _as(ctx, x, y)
+    return jnp.lcm(x, y)
+
+
+@lowers(aten.frexp.Tensor)
+def _frexp(ctx, x):
+    mantissa, exponent = jnp.frexp(x.astype(ctx.dtype_of(0)))
+    return mantissa, exponent.astype(ctx.dtype_of(1))
