@@ -34,8 +34,7 @@ from torch.utils import _pytree as pytree
 # ---- what is compared, and how closely ---------------------------------------------------------
 TOLERANCES = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-7)}
 
-# Per-op float32 tolerances where XLA's CPU math library differs from eager's in the last bits and a
-# sample's values are large (the tolerance is relative to the value, so this is about conditioning).
+# Per-op float32 tolerances (rtol, atol), each with its reason.
 TOLERANCE_OVERRIDES: dict[str, tuple[float, float]] = {
     # softmax(QK^T)V backward sums over the key sequence twice; XLA and eager order the sums
     # differently, which moves near-zero gradients by ~1e-5.
@@ -680,6 +679,8 @@ class Worker:
         """Checks one OpInfo by `full_name`; a crash or a timeout comes back as a failing result."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
+        self._log.seek(0)
+        self._log.truncate()  # keep only this op's stderr (the child shares the file offset)
         start = time.perf_counter()
         forward = None
         try:
@@ -711,9 +712,8 @@ class Worker:
         code = self.proc.wait(timeout=30) if self.proc else None
         self._log.seek(0)
         lines = [line.strip() for line in self._log.read().splitlines() if line.strip()]
-        interesting = [line for line in lines if "terminate called" in line or "Fatal Python error" in line
-                       or "Error" in line]
-        detail = (interesting or lines or ["no output"])[0]
+        fatal = [line for line in lines if "terminate called" in line or "Fatal Python error" in line]
+        detail = (fatal or lines[-1:] or ["no output"])[0]
         return f"exit status {code}: {detail}"[:300]
 
     def close(self) -> None:
@@ -802,7 +802,11 @@ class Pool:
                 name = self._queue.get()
                 if name is None:
                     return
-                result = worker.check(name, self.timeout_s)
+                try:
+                    result = worker.check(name, self.timeout_s)
+                except Exception as exc:  # a harness error must not leave result() waiting forever
+                    worker.close()
+                    result = OpResult(name, CheckResult("failing", f"coverage harness error: {_short(exc)}"))
                 with self._done:
                     self.results[name] = result
                     self._done.notify_all()

@@ -132,14 +132,16 @@ def _polygamma_value(n: int, x):
         series = series * cot + c
     sign = -1.0 if n % 2 else 1.0  # (-1)^n
     reflected = -sign * (sign * math.pi * series - jsp.polygamma(n, reflected_arg))
-    pole = (x <= 0) & (x == jnp.floor(x))
+    pole = (x <= 0) & (x == jnp.floor(x)) & jnp.isfinite(x)
     out = jnp.where(x > 0, direct, reflected)
-    return jnp.where(pole, jnp.asarray(jnp.inf if n % 2 else -jnp.inf, x.dtype), out)
+    out = jnp.where(pole, jnp.asarray(jnp.inf if n % 2 else -jnp.inf, x.dtype), out)
+    # psi_n tends to 0 at +inf and has no limit at -inf.
+    return jnp.where(x == jnp.inf, jnp.zeros_like(x), jnp.where(x == -jnp.inf, jnp.nan, out))
 
 
 def _digamma_value(x):
-    # PyTorch: digamma(0) is -inf (numpy/jax say NaN); negative integers stay NaN.
-    return jnp.where(x == 0, jnp.asarray(-jnp.inf, x.dtype), jsp.digamma(x))
+    # PyTorch: digamma(+-0) is -+inf (numpy/jax say NaN); negative integers stay NaN.
+    return jnp.where(x == 0, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), -x), jsp.digamma(x))
 
 
 @lowers(aten.digamma.default)
@@ -164,34 +166,35 @@ for _name, _fn in _SPECIAL.items():
 @lowers(aten.igamma.default)
 def _igamma(ctx, a, x):
     a, x = _as(ctx, a, x)
-    return jsp.gammainc(a, x)
+    # An infinite shape puts all the mass at infinity: P(inf, x) = 0 for finite x (jax says NaN).
+    return jnp.where((a == jnp.inf) & jnp.isfinite(x), jnp.zeros_like(a), jsp.gammainc(a, x))
 
 
 @lowers(aten.igammac.default)
 def _igammac(ctx, a, x):
     a, x = _as(ctx, a, x)
-    return jsp.gammaincc(a, x)
+    return jnp.where((a == jnp.inf) & jnp.isfinite(x), jnp.ones_like(a), jsp.gammaincc(a, x))
 
 
 # ---- shrinkage and their gradients --------------------------------------------------------------------
+# Written as "inside [-lambd, lambd]" tests, as ATen does, so NaN (never inside) passes through.
+def _inside(x, lambd):
+    return (x >= -lambd) & (x <= lambd)
+
+
 @lowers(aten.hardshrink.default)
 def _hardshrink(ctx, x, lambd=0.5):
-    return jnp.where(jnp.abs(x) > lambd, x, jnp.zeros_like(x))
+    return jnp.where(_inside(x, lambd), jnp.zeros_like(x), x)
 
 
-@lowers(aten.hardshrink_backward.default)
-def _hardshrink_backward(ctx, grad, x, lambd):
-    return jnp.where(jnp.abs(x) > lambd, grad, jnp.zeros_like(grad))
+@lowers(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+def _shrink_backward(ctx, grad, x, lambd):
+    return jnp.where(_inside(x, lambd), jnp.zeros_like(grad), grad)
 
 
 @lowers(aten.softshrink.default)
 def _softshrink(ctx, x, lambd=0.5):
-    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, jnp.zeros_like(x)))
-
-
-@lowers(aten.softshrink_backward.default)
-def _softshrink_backward(ctx, grad, x, lambd):
-    return jnp.where(jnp.abs(x) > lambd, grad, jnp.zeros_like(grad))
+    return jnp.where(_inside(x, lambd), jnp.zeros_like(x), x - jnp.sign(x) * lambd)
 
 
 # ---- integer bit and number theory ops ----------------------------------------------------------------
