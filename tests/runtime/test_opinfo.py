@@ -28,8 +28,6 @@ WORKERS = int(os.environ.get("XLADEV_OPINFO_WORKERS") or max(1, min(2, os.cpu_co
 
 _CORE_INPLACE_VIEW = ("core bug: in-place view ops (squeeze_, unsqueeze_, transpose_, t_, as_strided_) are treated "
                       "as value writes, so the tensor keeps its old shape")
-_CORE_POW_SCALAR = ("core bug: op_traits maps pow_.Scalar to pow.Scalar (Scalar base) instead of pow.Tensor_Scalar, "
-                    "so x.pow_(2.0) fails (norm backward uses it)")
 _CORE_ZEROTENSOR = "core bug: aten::_efficientzerotensor (a factory used by sgn's backward) has no xla kernel"
 _CORE_RNG_STATE = ("core bug: torch.xla has no get_rng_state/set_rng_state, so freeze_rng_state (used by the "
                    "OpInfo sample) fails even on the CPU")
@@ -43,7 +41,6 @@ XFAIL_FORWARD: dict[str, str] = {
 # Known backward failures in the default subset: op -> reason.
 XFAIL_BACKWARD: dict[str, str] = {
     "sgn": _CORE_ZEROTENSOR,
-    "linalg.vector_norm": _CORE_POW_SCALAR,
 }
 
 # Ops of the default subset that fall back to the CPU in the forward pass, and why that is right.
@@ -63,7 +60,6 @@ XFAIL_FULL: dict[str, str] = {
     "native_group_norm": _CORE_INPLACE_VIEW + " (the backward of mean/rstd unsqueezes in place); the error, "
                          "raised inside a native autograd node, aborts the process (core bug: exceptions in "
                          "backward on xla reach std::terminate)",
-    "dist": _CORE_POW_SCALAR,
     "nn.functional.linear_cross_entropy.chunked_none": (
         "core bug: op_traits maps div.out to div.default (two Scalars) instead of div.Tensor, so "
         "torch.div(a, b, out=c) fails"),
