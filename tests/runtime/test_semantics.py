@@ -244,3 +244,14 @@ def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
     recorded = events.of(OpsRecorded)
     assert recorded and sum(e.counts.get("aten::slice", 0) for e in recorded) == 1
     assert t._st.sid not in __import__("xladev.runtime.tensor", fromlist=["pending"]).pending
+
+
+def test_inplace_ops_pick_the_functional_overload_by_argument_types(dev):
+    # Regression: pow_.Scalar was mapped to pow.Scalar (a Scalar base) instead of pow.Tensor_Scalar.
+    cpu = torch.arange(1.0, 4.0)
+    xla = cpu.to(dev)
+    for t in (cpu, xla):
+        t.pow_(2.0)
+        t.pow_(torch.full((3,), 0.5, device=t.device))
+        t.sub_(1, alpha=2)
+    torch.testing.assert_close(xla.cpu(), cpu)

@@ -48,7 +48,18 @@ def _functional_for(func, schema, is_inplace: bool, out_names):
     name = schema.name.split("::")[1]
     overload = schema.overload_name or "default"
     if is_inplace and name.endswith("_"):
-        return _find_overload(name[:-1], overload)
+        # Same overload name first, but only if its arguments have the same types: `pow_.Scalar`
+        # (Tensor self, Scalar exponent) is `pow.Tensor_Scalar`, not `pow.Scalar` (Scalar self).
+        wanted = [str(a.type) for a in schema.arguments]
+        packet = getattr(torch.ops.aten, name[:-1], None)
+        if packet is None:
+            return None
+        names = [overload] + [o for o in packet.overloads() if o != overload]
+        for candidate in names:
+            found = _find_overload(name[:-1], candidate)
+            if found is not None and [str(a.type) for a in found._schema.arguments] == wanted:
+                return found
+        return None
     if out_names:
         candidates = []
         if overload == "out":
