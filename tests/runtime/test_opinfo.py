@@ -26,22 +26,11 @@ from xladev.runtime import coverage
 FULL = os.environ.get("XLADEV_OPINFO_FULL") == "1"
 WORKERS = int(os.environ.get("XLADEV_OPINFO_WORKERS") or max(1, min(2, os.cpu_count() or 1)))
 
-_CORE_INPLACE_VIEW = ("core bug: in-place view ops (squeeze_, unsqueeze_, transpose_, t_, as_strided_) are treated "
-                      "as value writes, so the tensor keeps its old shape")
-_CORE_ZEROTENSOR = "core bug: aten::_efficientzerotensor (a factory used by sgn's backward) has no xla kernel"
-_CORE_RNG_STATE = ("core bug: torch.xla has no get_rng_state/set_rng_state, so freeze_rng_state (used by the "
-                   "OpInfo sample) fails even on the CPU")
-
 # Known forward failures in the default subset: op -> reason.
-XFAIL_FORWARD: dict[str, str] = {
-    "matmul": _CORE_INPLACE_VIEW + " (matmul of a vector squeezes its result in place)",
-    "nn.functional.scaled_dot_product_attention": _CORE_RNG_STATE,
-}
+XFAIL_FORWARD: dict[str, str] = {}
 
 # Known backward failures in the default subset: op -> reason.
-XFAIL_BACKWARD: dict[str, str] = {
-    "sgn": _CORE_ZEROTENSOR,
-}
+XFAIL_BACKWARD: dict[str, str] = {}
 
 # Ops of the default subset that fall back to the CPU in the forward pass, and why that is right.
 _DATA_DEPENDENT = "output shape depends on the values (data-dependent), so it runs on the CPU"
@@ -53,25 +42,11 @@ FALLBACK_FORWARD: dict[str, str] = {
 
 # Full op_db sweep: known failures outside the default subset (forward or backward): op -> reason.
 XFAIL_FULL: dict[str, str] = {
-    "__rmatmul__": _CORE_INPLACE_VIEW + " (vector @ matrix squeezes its result in place)",
-    "quantile": _CORE_INPLACE_VIEW + " (the scalar result is squeezed in place)",
-    "nanquantile": _CORE_INPLACE_VIEW + " (the scalar result is squeezed in place)",
-    "stft": _CORE_INPLACE_VIEW + " (the frames are transposed in place)",
-    "native_group_norm": _CORE_INPLACE_VIEW + " (the backward of mean/rstd unsqueezes in place); the error, "
-                         "raised inside a native autograd node, aborts the process (core bug: exceptions in "
-                         "backward on xla reach std::terminate)",
-    "nn.functional.linear_cross_entropy.chunked_none": (
-        "core bug: op_traits maps div.out to div.default (two Scalars) instead of div.Tensor, so "
-        "torch.div(a, b, out=c) fails"),
-    "bucketize": ("core bug: the meta cache key leaves out keyword names, so bucketize(out_int32=True, right=False) "
-                  "reuses the int64 result of an earlier bucketize(out_int32=False, right=True)"),
     "native_batch_norm": ("PyTorch's meta and CPU kernels disagree in evaluation mode: save_mean/save_invstd are (C,) "
                           "in meta, (0,) on the CPU; the device follows the meta kernel"),
     "_native_batch_norm_legit": ("PyTorch's meta and CPU kernels disagree in evaluation mode: save_mean/save_invstd "
                                  "are (C,) in meta, (0,) on the CPU; the device follows the meta kernel"),
     "chalf": "complex32 (ComplexHalf) has no XLA dtype; the conversion is recorded and the compile fails",
-    "nn.functional.feature_alpha_dropout.without_train": _CORE_RNG_STATE,
-    "nn.functional.multi_head_attention_forward": _CORE_RNG_STATE,
 }
 
 

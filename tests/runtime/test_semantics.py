@@ -255,3 +255,29 @@ def test_inplace_ops_pick_the_functional_overload_by_argument_types(dev):
         t.pow_(torch.full((3,), 0.5, device=t.device))
         t.sub_(1, alpha=2)
     torch.testing.assert_close(xla.cpu(), cpu)
+
+
+def test_meta_cache_keeps_argument_structure(dev):
+    # Regression: the memoised meta key dropped keyword names, list nesting and True-vs-1, so a
+    # later call reused an earlier call's output shape or dtype.
+    x = torch.ones(4, 5, device=dev)
+    assert torch.sum(x, [1]).shape == (4,)
+    assert torch.sum(x, [], True).shape == (1, 1)
+    b = torch.tensor([0.5, 2.5], device=dev)
+    edges = torch.tensor([1.0, 2.0, 3.0], device=dev)
+    assert torch.bucketize(b, edges, out_int32=False, right=True).dtype == torch.int64
+    assert torch.bucketize(b, edges, out_int32=True, right=False).dtype == torch.int32
+
+
+def test_inplace_view_ops_change_the_shape(dev):
+    # Regression: squeeze_/t_/unsqueeze_ were treated as value writes and kept the old shape.
+    cpu = torch.arange(6.0).reshape(1, 2, 3)
+    xla = cpu.to(dev)
+    for t in (cpu, xla):
+        t.squeeze_(0)
+        t.t_()
+        t.unsqueeze_(1)
+    assert xla.shape == cpu.shape == (3, 1, 2)
+    torch.testing.assert_close(xla.cpu(), cpu)
+    v = torch.ones(3, device=dev)
+    assert (torch.ones(2, 4, 3, device=dev) @ v).shape == (2, 4)

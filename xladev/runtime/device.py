@@ -42,8 +42,26 @@ class _BackendModule:
     manual_seed_all = manual_seed
 
     @staticmethod
+    def get_rng_state(device="xla") -> torch.Tensor:
+        from xladev.runtime.rng import get_rng_state
+
+        return get_rng_state(_device_index(device))
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device="xla") -> None:
+        from xladev.runtime.rng import set_rng_state
+
+        set_rng_state(new_state, _device_index(device))
+
+    @staticmethod
     def get_amp_supported_dtype():
         return [torch.float16, torch.bfloat16]
+
+
+def _device_index(device) -> int:
+    if isinstance(device, int):
+        return device
+    return torch.device(device).index or 0
 
 
 def register() -> None:

@@ -68,7 +68,7 @@ def _flatten(args, kwargs, traits, device_ref):
                 key.append(ScalarType(kind))
                 template.append(SLOT)
             elif kind is int or kind is float or kind in _PLAIN_TYPES:
-                key.append(value)
+                key.append((kind, value))  # True == 1 == 1.0 as dict keys, not as arguments
                 template.append(value)
             else:
                 break
@@ -96,6 +96,7 @@ def _flatten(args, kwargs, traits, device_ref):
             key.append(((), value.dtype))
             return SLOT
         if isinstance(value, (list, tuple)):
+            key.append((list, len(value)))  # keeps the nesting: sum(x, [1]) is not sum(x, [], True)
             out = tuple(walk(v, False) for v in value)
             return out
         if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
@@ -107,12 +108,14 @@ def _flatten(args, kwargs, traits, device_ref):
         if isinstance(value, torch.device):
             key.append("device")
             return None
-        key.append(value)
+        key.append((type(value), value))
         return value
 
     scalar_pos = traits.scalar_positions
     template_args = tuple([walk(a, i in scalar_pos) for i, a in enumerate(args)])
-    template_kwargs = tuple((k, walk(v, k in traits.scalar_names)) for k, v in kwargs.items()) if kwargs else ()
+    # Keyword names are part of the key: f(x, a=True, b=False) is not f(x, b=True, a=False).
+    template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
+                            for k, v in kwargs.items()) if kwargs else ()
     return operands, (template_args, template_kwargs), tuple(key)
 
 
@@ -189,6 +192,8 @@ def _inplace(func, args, kwargs):
 
     self = args[0]
     target = op_traits(func).functional
+    if torch.Tag.inplace_view in func.tags:
+        return _inplace_view(func, target, args, kwargs)
     if target is not None and (target in LOWERINGS or target in SPECIAL_HANDLERS or target in DECOMPOSITIONS):
         result = handle(target, args, kwargs)
     elif func in LOWERINGS:  # a lowering of the in-place op itself computes the new value
@@ -196,6 +201,28 @@ def _inplace(func, args, kwargs):
     else:
         return decompose_or_fallback(func, args, kwargs)
     write_into(self, result, func)
+    return self
+
+
+_INPLACE_VIEW_TARGETS = {aten.swapdims_.default: aten.transpose.int, aten.swapaxes_.default: aten.transpose.int}
+
+
+def _inplace_view(func, target, args, kwargs):
+    """`squeeze_`, `unsqueeze_`, `transpose_`, `t_`, `as_strided_`...: `self` becomes a view of itself.
+
+    The value does not change, only the metadata: the functional view op gives the new view chain,
+    shape and strides, which are set on `self` below the Python key, as eager PyTorch does.
+    """
+    self = args[0]
+    target = _INPLACE_VIEW_TARGETS.get(func, target)
+    if target is None or target not in LOWERINGS or not op_traits(target).is_view:
+        return _fallback(func, args, kwargs)
+    view = record_view(target, args, kwargs)
+    self._chain = view._chain
+    self._vnode = None
+    self._vver = -1
+    with torch._C._DisableTorchDispatch():
+        torch.ops.aten.as_strided_.default(self, tuple(view.shape), view.stride(), view.storage_offset())
     return self
 
 

@@ -151,7 +151,7 @@ FACTORY_OPS = [
     aten.empty.memory_format, aten.empty_strided.default, aten.arange.start_step, aten.arange.start,
     aten.arange.default, aten.full.default, aten.zeros.default, aten.ones.default, aten.eye.default,
     aten.eye.m, aten.linspace.default, aten.scalar_tensor.default, aten.randperm.default,
-    aten.tril_indices.default, aten.triu_indices.default,
+    aten.tril_indices.default, aten.triu_indices.default, aten._efficientzerotensor.default,
 ]
 
 

@@ -80,12 +80,14 @@ def infer_meta(func, key, args, kwargs):
         found = None
     if found is not None:
         return found
-    if func in _unsupported:
+    # Remembered per signature, not per op: `x[mask]` has no meta (data-dependent), `x[indices]` has.
+    if full_key is not None and full_key in _unsupported:
         raise MetaUnsupported(str(func))
     try:
         out = _run_meta(func, args, kwargs)
     except MetaUnsupported:
-        _unsupported.add(func)
+        if full_key is not None:
+            _unsupported.add(full_key)
         raise
     meta = _meta_of(out)
     if isinstance(meta, list):

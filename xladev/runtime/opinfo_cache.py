@@ -68,9 +68,14 @@ def _functional_for(func, schema, is_inplace: bool, out_names):
             if overload.endswith(suffix):
                 candidates.append(overload[: -len(suffix)].rstrip("_") or "default")
         candidates.append("default")
-        for candidate in candidates:
+        # Same argument types as the out variant minus `out`: `div.out` is `div.Tensor`, not
+        # `div.default` (two Scalars, returns a float).
+        wanted = [str(a.type) for a in schema.arguments if not a.is_out]
+        packet = getattr(torch.ops.aten, name, None)
+        others = [o for o in packet.overloads() if o not in candidates] if packet is not None else []
+        for candidate in candidates + others:
             found = _find_overload(name, candidate)
-            if found is not None and not any(a.is_out for a in found._schema.arguments):
+            if found is not None and [str(a.type) for a in found._schema.arguments] == wanted:
                 return found
     return None
 

@@ -44,6 +44,31 @@ def manual_seed(seed: int, device_index: int | None = None) -> None:
             state.set_data(_seed_node(seed, index))
 
 
+def get_rng_state(device_index: int = 0) -> torch.Tensor:
+    """The device generator's state as a CPU uint8 tensor (its threefry key): `torch.xla.get_rng_state()`."""
+    import numpy as np
+
+    from xladev.events import Cause, CauseKind
+    from xladev.runtime.access import arrays_of
+
+    key = XlaTensor(_state(device_index), _KEY_META)
+    array = np.asarray(arrays_of([key], Cause(CauseKind.VALUE_ACCESS, "get_rng_state()"))[0], dtype=np.uint32)
+    return torch.from_numpy(array.copy().view(np.uint8))
+
+
+def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
+    """Restores a state returned by `get_rng_state`."""
+    import numpy as np
+
+    from xladev.runtime import backend
+    from xladev.runtime.ir import DataNode
+
+    key = np.frombuffer(state.detach().cpu().contiguous().numpy().tobytes(), dtype=np.uint32)
+    if key.shape != (2,):
+        raise ValueError(f"an xla RNG state is 8 bytes (a threefry key), got {state.numel()} elements")
+    _state(device_index).set_data(DataNode(backend.put(key.copy(), device_index), _KEY_META))
+
+
 def _state(device_index: int) -> Storage:
     state = _states.get(device_index)
     if state is None:
