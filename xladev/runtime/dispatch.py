@@ -13,7 +13,6 @@ import time
 import torch
 
 from xladev._flags import config
-from xladev.runtime import tensor as _tensor_mod
 from xladev.runtime.ir import SLOT, Meta, Node, ScalarNode, ScalarType, getitem
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
@@ -25,10 +24,6 @@ aten = torch.ops.aten
 # 0 and 1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
 _SPECIAL_SCALARS = () if config.no_special_scalars else (0, 1)
 _local = threading.local()
-
-
-class DeviceMismatch(RuntimeError):
-    pass
 
 
 def _mismatch(a: str, b: str) -> RuntimeError:
@@ -293,6 +288,11 @@ def handle(func, args, kwargs):
     special = SPECIAL_HANDLERS.get(func)
     if special is not None:
         return special(func, args, kwargs)
+    return handle_regular(func, args, kwargs)
+
+
+def handle_regular(func, args, kwargs):
+    """Routes an op past its special handler (for handlers that prepare arguments, then record)."""
     traits = op_traits(func)
     try:
         if traits.is_view:
@@ -378,6 +378,5 @@ def device_of(args, kwargs) -> int:
     return 0
 
 
-# Kept in one place so handlers.py can import these names.
-__all__ = ["handle", "record", "record_view", "alias_of", "write_into", "convert", "special",
-           "SPECIAL_HANDLERS", "torch_device", "_tensor_mod"]
+__all__ = ["handle", "handle_regular", "record", "record_view", "alias_of", "write_into", "convert", "special",
+           "SPECIAL_HANDLERS"]

@@ -106,13 +106,9 @@ def _index_with_cpu_indices(func, args, kwargs):
         from xladev.runtime.fallback import run_on_cpu
 
         return run_on_cpu(func, (self, indices) + rest, kwargs)
-    from xladev.runtime.dispatch import SPECIAL_HANDLERS
+    from xladev.runtime.dispatch import handle_regular
 
-    saved = SPECIAL_HANDLERS.pop(func)
-    try:
-        return handle(func, (self, indices) + rest, kwargs)
-    finally:
-        SPECIAL_HANDLERS[func] = saved
+    return handle_regular(func, (self, indices) + rest, kwargs)
 
 
 def _needs_mask_count(indices, rest) -> bool:
