@@ -28,6 +28,7 @@ from xladev.events import (
     TransferFromDevice, TransferToDevice, bus,
 )
 from xladev.report.eventlog_input import SCHEMA_NAME, SCHEMA_VERSION
+from xladev.sinks._ranks import per_rank_path, rank_and_world
 from xladev.sinks.analysis.blocks import cause_text
 from xladev.sinks.analysis.frames import is_user
 
@@ -37,23 +38,9 @@ FLUSH_INTERVAL_NS = 250_000_000  # ...or when the oldest buffered line is this o
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
-def _rank() -> tuple[int, int]:
-    def env_int(*names):
-        for name in names:
-            value = os.environ.get(name, "").strip()
-            if value.isdigit():
-                return int(value)
-        return None
-
-    world = env_int("WORLD_SIZE") or 1
-    rank = env_int("RANK", "LOCAL_RANK") or 0
-    return rank, world
-
-
 def log_path(path: str) -> str:
     """The file this process writes for `path`: `path.<rank>` when WORLD_SIZE > 1."""
-    rank, world = _rank()
-    return f"{path}.{rank}" if world > 1 else path
+    return per_rank_path(path)
 
 
 def _versions() -> dict:
@@ -102,7 +89,7 @@ class EventLog:
 
     # ---- life cycle ---------------------------------------------------------------------------
     def _write_header(self) -> None:
-        rank, world = _rank()
+        rank, world = rank_and_world()
         now = time.time()
         header = {
             "type": "header", "schema": f"{SCHEMA_NAME}/{SCHEMA_VERSION}", "version": SCHEMA_VERSION,

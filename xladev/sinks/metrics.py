@@ -21,6 +21,7 @@ from xladev.events import (
     TransferFromDevice, TransferToDevice, CauseKind, bus,
 )
 from xladev.report.units import BYTES, TIME, VALUE, format_kind
+from xladev.sinks._ranks import per_rank_path
 
 SNAPSHOT_SCHEMA = "xladev.metrics/1"
 _SCALAR_READS = {".item()", "bool() in control flow", "float()", "int()", "used as an index"}
@@ -125,18 +126,6 @@ def report_text(counters: dict, metrics: dict, metric_names=None, counter_names=
     return "".join(out)
 
 
-def _rank() -> tuple[int, int]:
-    def env_int(*names):
-        for n in names:
-            if os.environ.get(n, "").isdigit():
-                return int(os.environ[n])
-        return None
-
-    world = env_int("WORLD_SIZE") or 1
-    rank = env_int("RANK", "LOCAL_RANK") or 0
-    return rank, world
-
-
 class MetricsFileWriter:
     """Appends `[MetricsData; step=N]` + the report on every step, one atomic write per record."""
 
@@ -144,8 +133,7 @@ class MetricsFileWriter:
         self.target = target
         self._fd = None
         if target.upper() not in ("STDOUT", "STDERR"):
-            rank, world = _rank()
-            path = f"{target}.{rank}" if world > 1 else target
+            path = per_rank_path(target)
             try:
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             except OSError as exc:

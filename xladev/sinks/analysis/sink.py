@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 
@@ -13,8 +12,9 @@ from xladev.events import (
     CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, StepMarked, TransferFromDevice, bus,
 )
 from xladev.report.units import format_bytes, format_time_ns
-from xladev.sinks.analysis.blocks import analysis_block, cause_text, post_compilation_block
+from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
 from xladev.sinks.analysis.frames import short_site
+from xladev.sinks._ranks import is_local_rank0
 from xladev.sinks.analysis.history import RunStats
 
 
@@ -24,14 +24,6 @@ def debug_level() -> int:
     if config.debug and level == 0:
         return 2
     return level
-
-
-def is_local_rank0() -> bool:
-    for name in ("LOCAL_RANK", "RANK"):
-        value = os.environ.get(name)
-        if value is not None and value.strip().isdigit():
-            return int(value) == 0
-    return True
 
 
 class DebugOutput:
