@@ -140,7 +140,21 @@ def test_two_runs_are_compared(capsys):
     assert data["a"]["verdict"] == "healthy" and data["b"]["verdict"] == "error"
     code, out, _ = _run(capsys, fixture_path("dynamic_shape.metrics.txt"), fixture_path("healthy.metrics.txt"),
                         "--fail-on", "warning")
-    assert code == 0 and " vs " in out  # B (healthy) decides the exit status
+    assert code == 0  # B (healthy) decides the exit status
+    # The title names the runs by what tells them apart, so it fits one line however deep the folders are.
+    assert out.splitlines()[0].strip() == "xladev report: dynamic_shape.metrics.txt vs healthy.metrics.txt"
+    assert str(fixture_path("healthy.metrics.txt")) in " ".join(out.split())
+
+
+def test_compare_title_keeps_what_tells_runs_apart(capsys, tmp_path):
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6)
+    first, second = deep / "run1" / "metrics.txt", deep / "run2" / "metrics.txt"
+    for path, compiles in ((first, lambda s: 1), (second, lambda s: s + 1)):
+        path.parent.mkdir(parents=True)
+        path.write_text(metrics_file([step_report(s, compiles=compiles(s)) for s in range(3)]))
+    code, out, _ = _run(capsys, str(first), str(second))
+    assert code == 0
+    assert out.splitlines()[0].strip() == "xladev report: run1/metrics.txt vs run2/metrics.txt"
 
 
 def test_same_run_inputs_are_not_compared(capsys):

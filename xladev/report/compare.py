@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import PurePath
 
 import pandas as pd
 
@@ -182,5 +183,27 @@ def comparison_document(comparison: Comparison) -> Document:
         if len(frame) > 1 and "compiles" in frame:
             values = frame[frame["source"] == frame["source"].iloc[0]]["compiles"].tolist()
             summary.append((label, sparkline([max(0.0, y - x) for x, y in zip([0.0] + values, values)]) or "-"))
-    return Document(f"xladev report: {comparison.a.name} vs {comparison.b.name}", verdict, headline, summary,
-                    only_b, sections)
+    label_a, label_b = distinguishing_labels(str(comparison.a.name), str(comparison.b.name))
+    return Document(f"xladev report: {label_a} vs {label_b}", verdict, headline, summary, only_b, sections)
+
+
+def distinguishing_labels(path_a: str, path_b: str) -> tuple[str, str]:
+    """Short labels for two run paths: the parts after the folders they share.
+
+    The title must fit one terminal line; the full paths stay in the summary rows A and B.
+
+    Args:
+      path_a: the first run's path (or name).
+      path_b: the second run's path (or name).
+
+    Returns:
+      ``(label_a, label_b)``; ``runs/1/metrics.txt`` and ``runs/2/metrics.txt`` give
+      ``1/metrics.txt`` and ``2/metrics.txt``.
+    """
+    parts_a, parts_b = PurePath(path_a).parts, PurePath(path_b).parts
+    if not parts_a or not parts_b:
+        return path_a, path_b
+    shared = 0
+    while shared < min(len(parts_a), len(parts_b)) - 1 and parts_a[shared] == parts_b[shared]:
+        shared += 1
+    return str(PurePath(*parts_a[shared:])), str(PurePath(*parts_b[shared:]))
