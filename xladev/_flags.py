@@ -227,6 +227,8 @@ _DEFINITIONS = [
     Flag("no_special_scalars", "XLA_NO_SPECIAL_SCALARS", _parse_bool, False,
          "feed 0 and 1 as graph inputs too, instead of baking them in as constants"),
     Flag("eager_debug_mode", "XLA_USE_EAGER_DEBUG_MODE", _parse_bool, False, "run every op as soon as it is recorded"),
+    Flag("sync_execution", "XLADEV_SYNC_EXECUTION", _parse_bool, False,
+         "wait for each graph to finish inside the barrier instead of overlapping it with the next step"),
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
     Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),
     Flag("compilation_cache_dir", "XLADEV_COMPILATION_CACHE", _parse_str, "", "persistent compilation cache directory"),

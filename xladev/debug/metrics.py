@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -23,9 +24,21 @@ _SHORT_COUNTERS = ("CachedCompile", "MarkStep")
 _SHORT_METRICS = ("CompileTime", "ExecuteTime", "TransferToDeviceTime", "TransferFromDeviceTime")
 
 
+def _settle_executions() -> None:
+    """Counts the graphs still running first, so a query right after `mark_step()` sees its execution."""
+    executor_module = sys.modules.get("xladev.runtime.executor")
+    if executor_module is not None:
+        executor_module.executor.settle()
+
+
+def _settled_copy():
+    _settle_executions()
+    return registry.copy()
+
+
 def metrics_report() -> str:
     """The full report: every metric block, then every non-zero counter."""
-    counters, metrics = registry.copy()
+    counters, metrics = _settled_copy()
     return report_text(counters, metrics)
 
 
@@ -36,7 +49,7 @@ def short_metrics_report(counter_names: list[str] | None = None, metric_names: l
       counter_names: counters to show; CachedCompile and MarkStep when None.
       metric_names: metrics to show; CompileTime, ExecuteTime and the transfer times when None.
     """
-    counters, metrics = registry.copy()
+    counters, metrics = _settled_copy()
     wanted_counters = set(counter_names if counter_names is not None else _SHORT_COUNTERS)
     wanted_counters |= {n for n in counters if n.startswith("aten::")}
     wanted_metrics = set(metric_names if metric_names is not None else _SHORT_METRICS)
@@ -45,42 +58,45 @@ def short_metrics_report(counter_names: list[str] | None = None, metric_names: l
 
 def counter_names() -> list[str]:
     """Names of the counters that have been incremented."""
-    return sorted(registry.copy()[0])
+    return sorted(_settled_copy()[0])
 
 
 def counter_value(name: str) -> int | None:
     """The value of a counter, or None if it was never incremented."""
-    return registry.copy()[0].get(name)
+    return _settled_copy()[0].get(name)
 
 
 def metric_names() -> list[str]:
-    return sorted(registry.copy()[1])
+    return sorted(_settled_copy()[1])
 
 
 def metric_data(name: str) -> tuple[int, float, list[tuple[int, float]]] | None:
     """`(total_samples, accumulator, samples)` of a metric, samples as `(timestamp_ns, value)`; None if unknown."""
-    metric = registry.copy()[1].get(name)
+    metric = _settled_copy()[1].get(name)
     if metric is None:
         return None
     return metric.total_samples, metric.accumulator, list(metric.samples)
 
 
 def clear_counters() -> None:
+    _settle_executions()
     registry.clear_counters()
 
 
 def clear_metrics() -> None:
+    _settle_executions()
     registry.clear_metrics()
 
 
 def clear_all() -> None:
+    _settle_executions()
     registry.clear_counters()
     registry.clear_metrics()
 
 
 def executed_fallback_ops() -> list[str]:
     """Ops that ran on the CPU fallback, as `aten::op.overload` counter names."""
-    return sorted(n for n, v in registry.copy()[0].items() if n.startswith("aten::") and v)
+    return sorted(n for n, v in _settled_copy()[0].items() if n.startswith("aten::") and v)
 
 
 @dataclasses.dataclass
@@ -122,7 +138,7 @@ class Snapshot:
 
 def snapshot() -> Snapshot:
     """Every counter and metric now, as a Snapshot."""
-    counters, metrics = registry.copy()
+    counters, metrics = _settled_copy()
     return Snapshot(
         time.time_ns(), counters,
         {k: {"kind": m.kind, "total_samples": m.total_samples, "accumulator": m.accumulator,

@@ -6,7 +6,7 @@ import dataclasses
 import threading
 from typing import Callable
 
-from xladev.events._types import Event
+from xladev.events._types import Event, GraphExecuted
 
 Handler = Callable[[Event], None]
 
@@ -23,6 +23,7 @@ class Subscription:
     handler: Handler
     kinds: tuple[type, ...] | None
     wants_frames: bool
+    late_executions_ok: bool = False
 
     def close(self) -> None:
         self.bus.unsubscribe(self)
@@ -40,6 +41,8 @@ class Bus:
     Attributes:
       active: True when anyone listens. The runtime checks it before building an event.
       wants_frames: True when some subscriber asked for Python frames of barriers and transfers.
+      executions_may_lag: True when no subscriber needs a step's `GraphExecuted` before its barrier
+        returns, so the runtime may let the graph run while the next step records.
     """
 
     def __init__(self) -> None:
@@ -47,9 +50,13 @@ class Bus:
         self._subs: tuple[Subscription, ...] = ()
         self.active = False
         self.wants_frames = False
+        self.executions_may_lag = True
+        # Called before a subscriber is added: the runtime announces the executions still in flight, so
+        # a new subscriber never receives events of graphs dispatched before it subscribed.
+        self.before_subscribe: list[Callable[[], None]] = []
 
     def subscribe(self, handler: Handler, kinds: tuple[type, ...] | type | None = None,
-                  wants_frames: bool = False) -> Subscription:
+                  wants_frames: bool = False, late_executions_ok: bool = False) -> Subscription:
         """Adds a handler.
 
         Args:
@@ -57,13 +64,18 @@ class Bus:
             an exception is reported on stderr once and the handler is kept.
           kinds: event classes to receive; all when None.
           wants_frames: ask the runtime to capture Python frames for barriers and transfers.
+          late_executions_ok: the handler accepts a step's `GraphExecuted` later than the barrier
+            (at the next graph run, value read or metrics query), so execution may overlap the
+            next step. Subscribers that order events by barrier (per-step records, dumps) keep False.
 
         Returns:
           The subscription handle.
         """
         if isinstance(kinds, type):
             kinds = (kinds,)
-        sub = Subscription(self, handler, tuple(kinds) if kinds else None, wants_frames)
+        for hook in self.before_subscribe:
+            hook()
+        sub = Subscription(self, handler, tuple(kinds) if kinds else None, wants_frames, late_executions_ok)
         with self._lock:
             self._subs = self._subs + (sub,)
             self._refresh()
@@ -77,6 +89,8 @@ class Bus:
     def _refresh(self) -> None:
         self.active = bool(self._subs)
         self.wants_frames = any(s.wants_frames for s in self._subs)
+        self.executions_may_lag = all(
+            s.late_executions_ok or not (s.kinds is None or issubclass(GraphExecuted, s.kinds)) for s in self._subs)
 
     def wants(self, kind: type) -> bool:
         """True when some subscriber would receive an event of this class."""

@@ -73,8 +73,11 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
     """CPU copies of device tensors, each read counted as a device→host transfer with its cause."""
     import numpy as np
 
+    from xladev.runtime.executor import executor
+
     cause = current_cause(default_kind)
     arrays = arrays_of(tensors, cause)
+    executor.settle()  # the transfer's time is the copy's, not the wait for a graph still running
     out = []
     for t, array in zip(tensors, arrays):
         start = time.perf_counter_ns()

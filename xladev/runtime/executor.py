@@ -22,6 +22,7 @@ from xladev.events import (
     bus,
 )
 from xladev.runtime import annotate, backend
+from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Node, ScalarNode
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.recorder import is_library_frame, recorder
@@ -158,6 +159,7 @@ class Executor:
         self.persistent_misses = 0
         self._listener_installed = False
         self._last_step_end = time.perf_counter_ns()
+        self.in_flight = InFlight()
 
     # ---- inputs ------------------------------------------------------------------------------
     def _scalar_array(self, node: ScalarNode, device_index: int):
@@ -244,8 +246,13 @@ class Executor:
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, roots: list[Node], cause: Cause, frames=None) -> list:
-        """Computes `roots` and returns their jax arrays (computed roots only run once)."""
+        """Computes `roots` and returns their jax arrays (computed roots only run once).
+
+        The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
+        are ready when read. The previous graphs are settled first, so events keep their order.
+        """
         with _lock:
+            self.in_flight.settle()
             self._flush_ops()
             graph = Graph(roots)
             device_index = _device_index_of(graph)
@@ -256,26 +263,51 @@ class Executor:
                 self.cache[graph.key] = entry
                 self.by_hash[entry.hash] = entry
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
+            step = self.step
             start = time.perf_counter_ns()
             try:
-                with annotate.execute_span(entry.hash, self.step):
+                with annotate.execute_span(entry.hash, step):
                     outputs = entry.executable(*arrays)
-                    for out in outputs:
-                        out.block_until_ready()
             except Exception as exc:
-                from xladev.runtime.introspect import lowered
-
-                path = self._save_failed(graph, lowered(graph), exc)
-                raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
-                                        f"{str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}") from exc
-            execute_ns = time.perf_counter_ns() - start
+                self._execution_failed(graph, entry, exc)
             entry.runs += 1
-            if bus.active:
-                bus.emit(GraphExecuted(
-                    time.perf_counter_ns(), self.step, entry.hash, execute_ns, cached, entry.num_nodes,
-                    entry.num_inputs, entry.num_outputs, cause, frames, graph,
-                ))
+
+            def announce(execute_ns: int, error: BaseException | None) -> None:
+                if error is not None:
+                    self._execution_failed(graph, entry, error)
+                if bus.active:
+                    bus.emit(GraphExecuted(
+                        time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
+                        entry.num_inputs, entry.num_outputs, cause, frames, graph,
+                    ))
+
+            dispatched = Dispatched(outputs, start, announce)
+            if config.sync_execution or not bus.executions_may_lag:
+                try:
+                    dispatched.wait()
+                except Exception as exc:
+                    dispatched.error = exc
+                announce(time.perf_counter_ns() - start, dispatched.error)
+            else:
+                self.in_flight.add(dispatched)
             return list(outputs)
+
+    def settle(self) -> None:
+        """Waits for the dispatched graphs and announces their executions (GraphExecuted).
+
+        Raises:
+          XlaExecutionError: a dispatched graph failed while running.
+        """
+        if self.in_flight:
+            with _lock:
+                self.in_flight.settle()
+
+    def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException):
+        from xladev.runtime.introspect import lowered
+
+        path = self._save_failed(graph, lowered(graph), exc)
+        raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}") from exc
 
     def _flush_ops(self) -> None:
         counts, ns, samples = recorder.drain()
@@ -395,3 +427,4 @@ def wait_async_closures() -> None:
 
 
 executor = Executor()
+bus.before_subscribe.append(executor.settle)

@@ -12,15 +12,21 @@ from xladev._flags import config
 from xladev.events import Cause, CauseKind
 
 
-def mark_step(cause: Cause | None = None) -> None:
-    """Ends the step: compiles (or reuses) and runs the graph of every pending tensor.
+def mark_step(cause: Cause | None = None, wait: bool = False) -> None:
+    """Ends the step: compiles (or reuses) the graph of every pending tensor and starts it.
+
+    The graph runs while the next step records (as PyTorch/XLA's `mark_step`); reading a value waits
+    for it.
 
     Args:
       cause: why the barrier runs; `user mark_step` when called by the user.
+      wait: block until the step's graph has finished running.
     """
     from xladev.runtime.executor import executor
 
     executor.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
+    if wait:
+        executor.settle()
 
 
 sync = mark_step
@@ -63,8 +69,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, opti
 
 def wait_device_ops() -> None:
     """Blocks until every pending device execution and asynchronous step closure has finished."""
-    from xladev.runtime.executor import wait_async_closures
+    from xladev.runtime.executor import executor, wait_async_closures
 
+    executor.settle()
     wait_async_closures()
 
 

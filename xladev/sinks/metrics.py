@@ -162,10 +162,12 @@ class MetricsSink:
         self.subscription = None
 
     def start(self) -> None:
-        if self.subscription is None:
-            self.subscription = bus.subscribe(self.on_event)
         if config.metrics_file and self.file is None:
             self.file = MetricsFileWriter(config.metrics_file)
+            self.stop()  # a per-step record must include its step's execution: subscribe again, not lag-tolerant
+        if self.subscription is None:
+            # Counters alone may count an execution when it finishes (queries settle first), as PyTorch/XLA's do.
+            self.subscription = bus.subscribe(self.on_event, late_executions_ok=self.file is None)
 
     def stop(self) -> None:
         if self.subscription is not None:

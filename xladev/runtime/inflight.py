@@ -1,0 +1,105 @@
+"""Graphs that were dispatched but may still be running: asynchronous execution, as PyTorch/XLA's.
+
+A barrier hands its compiled graph to XLA and returns; the user's next step records while the device
+computes. A watcher thread waits on each dispatched graph's outputs (waiting releases the GIL) and
+stamps when they were ready, so `ExecuteTime` is the real time until the results existed, not the
+dispatch time.
+
+Events stay on the thread that records: a finished execution is announced (`GraphExecuted`) at the
+next point that needs it settled: the next graph run, a value read, a metrics query,
+`wait_device_ops()`, or the end of the process. `XLADEV_SYNC_EXECUTION=1` waits in the barrier instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import sys
+import threading
+import time
+
+
+class Dispatched:
+    """One dispatched graph: its outputs, when it started, and when its outputs were ready."""
+
+    __slots__ = ("outputs", "start_ns", "ready_ns", "error", "done", "announce")
+
+    def __init__(self, outputs, start_ns: int, announce) -> None:
+        self.outputs = outputs
+        self.start_ns = start_ns
+        self.ready_ns = 0
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.announce = announce  # called as announce(execute_ns, error) on the settling thread
+
+    def wait(self) -> None:
+        for out in self.outputs:
+            out.block_until_ready()
+
+
+class InFlight:
+    """The dispatched graphs not yet announced, oldest first, and the thread that watches them."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._unannounced: list[Dispatched] = []
+        self._thread: threading.Thread | None = None
+        self._settling = False
+
+    def add(self, item: Dispatched) -> None:
+        """Starts watching a dispatched graph."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="xladev-execution-watcher", daemon=True)
+            self._thread.start()
+            _settle_before_exit(self)
+        self._unannounced.append(item)
+        self._queue.put(item)
+
+    def _watch(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                item.wait()
+            except BaseException as exc:  # reported on the recording thread by settle()
+                item.error = exc
+            item.ready_ns = time.perf_counter_ns()
+            item.done.set()
+
+    def __bool__(self) -> bool:
+        return bool(self._unannounced)
+
+    def settle(self) -> None:
+        """Waits for every dispatched graph and announces each; re-raises the first failure.
+
+        Raises:
+          Whatever the graph's `announce` raises for a failed execution (XlaExecutionError).
+        """
+        if self._settling or not self._unannounced:
+            return
+        self._settling = True  # an announcement's subscribers may read values; they must not re-enter
+        try:
+            while self._unannounced:
+                item = self._unannounced.pop(0)
+                item.done.wait()
+                item.announce(item.ready_ns - item.start_ns, item.error)
+        finally:
+            self._settling = False
+
+
+def _settle_before_exit(in_flight: InFlight) -> None:
+    """Announces the last step's execution before the sinks write their end-of-run output.
+
+    Threading's exit callbacks run before `atexit`'s, so this runs before every sink's atexit handler,
+    however late that sink was started.
+    """
+
+    def settle_quietly() -> None:
+        try:
+            in_flight.settle()
+        except Exception as exc:  # the process is ending: report, do not raise into interpreter shutdown
+            sys.stderr.write(f"xladev: {exc}\n")
+
+    try:
+        threading._register_atexit(settle_quietly)
+    except (AttributeError, RuntimeError):  # no such hook, or shutdown already began
+        atexit.register(settle_quietly)
