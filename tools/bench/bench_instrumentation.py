@@ -87,8 +87,10 @@ class HandlerClock:
                     self.ns += time.perf_counter_ns() - start
 
             timed.__wrapped_by_clock__ = handler
-            wrapped.append(type(sub)(sub.bus, timed, sub.kinds, sub.wants_frames))
-        bus._subs = tuple(wrapped)
+            wrapped.append(type(sub)(sub.bus, timed, sub.kinds, sub.wants_frames, sub.late_executions_ok))
+        with bus._lock:
+            bus._subs = tuple(wrapped)
+            bus._refresh()
 
 
 def main() -> int:
