@@ -214,7 +214,7 @@ class Executor:
                 bus.emit(CompileFailed(time.perf_counter_ns(), self.step, graph.hash, str(exc), path, cause, frames))
             raise XlaCompileError(
                 f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}"
+                f"{type(exc).__name__}: {_error_summary(exc)}. HLO saved to {path}"
             ) from exc
         compile_ns = time.perf_counter_ns() - start
         memory = _memory_analysis(compiled)
@@ -307,7 +307,7 @@ class Executor:
 
         path = self._save_failed(graph, lowered(graph), exc)
         raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
-                                f"{str(exc).splitlines()[0] if str(exc) else ''}. HLO saved to {path}") from exc
+                                f"{_error_summary(exc)}. HLO saved to {path}") from exc
 
     def _flush_ops(self) -> None:
         counts, ns, samples = recorder.drain()
@@ -329,6 +329,8 @@ class Executor:
         if not storages:
             return
         roots = [s.value for s in storages]
+        # An earlier graph that failed while running raises here, before these storages are involved.
+        self.settle()
         try:
             arrays = self.run(roots, cause, frames)
         except (XlaCompileError, XlaExecutionError):
@@ -376,6 +378,16 @@ class Executor:
                 _async_closures().submit(fn, *args)
             else:
                 fn(*args)
+
+
+def _error_summary(exc: BaseException) -> str:
+    """The line of an XLA error worth showing: its first, or for a Python traceback inside it, its last."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith("Traceback (most recent call last):"):
+        return f"{lines[0].removesuffix('Traceback (most recent call last):').rstrip()} {lines[-1]}"
+    return lines[0]
 
 
 def _persistent_cache_on() -> bool:
