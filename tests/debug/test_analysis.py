@@ -46,6 +46,7 @@ def analysis(tmp_path):
         return (tmp_path / f"debug{index % len(sinks)}.txt").read_text()
 
     start.text = text
+    start.path = lambda index=-1: str(tmp_path / f"debug{index % len(sinks)}.txt")
     yield start
     for sink in sinks:
         sink.stop()
@@ -141,13 +142,26 @@ def test_batch_size_change_names_input_dim_and_line(analysis):
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
-        xladev.mark_step()
+        xladev.mark_step()  # batch barrier
     text = analysis.text()
     line = _line_of("# batch grows each step")
     assert "Recompilation Cause" in text
     assert re.search(rf"- input \d+, created at test_batch_size_change_names_input_dim_and_line@test_analysis.py:{line}: "
                      r"shape f32\[9,4\] -> f32\[10,4\] \(dim 0: 9 -> 10\)", text)
     assert re.search(r"has compiled \d+ graphs so far, .*us compile time in total", text)
+    # `xladev report` reads those blocks back whole: the Recompilation Cause section must not swallow
+    # the graph info and frames after it (every recompiled graph lost its hash and site that way).
+    from xladev.report.inputs import read_source
+
+    path = analysis.path()
+    debug = read_source(path).debug
+    hashes = re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text)
+    assert [event.graph_hash for event in debug.compile_events] == hashes
+    recompiled = [event for event in debug.compile_events if event.recompilation]
+    assert recompiled and all(event.site == f"{HERE}:{_line_of('xladev.mark_step()  # batch barrier')}"
+                              and event.frames for event in recompiled)
+    assert all(not any(r.startswith(("Graph Hash", "Graph Info", "Python Frame")) for r in event.recompilation)
+               for event in recompiled)
 
 
 def test_changed_baked_constant_is_named(analysis):

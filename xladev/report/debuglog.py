@@ -221,12 +221,12 @@ class DebugLog:
         elif stripped == "Recompilation Cause":
             # xladev's section saying what changed since the site's previous graph.
             self._section[prefix] = "recompilation"
-        elif section == "recompilation" and stripped:
-            event.recompilation.append(stripped)
         elif stripped.startswith("Graph Info:"):
             self._section[prefix] = "graph"
         elif stripped.startswith("Python Frame Triggered Execution:"):
             self._section[prefix] = "frames"
+        elif section == "recompilation" and stripped:
+            event.recompilation.append(stripped)
         elif section == "cause" and stripped:
             event.cause = f"{event.cause}; {stripped}" if event.cause else stripped
         elif section == "graph":
