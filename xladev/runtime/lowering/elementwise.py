@@ -8,15 +8,9 @@ from jax import lax
 
 import torch
 
-from xladev.runtime.lowering.registry import lowers
+from xladev.runtime.lowering.registry import lowers, lowers_promoted, promote
 
 aten = torch.ops.aten
-
-
-def _as(ctx, *values):
-    """Casts operands to the op's output dtype (PyTorch computes arithmetic in the promoted type)."""
-    dtype = ctx.out_dtype
-    return tuple(jnp.asarray(v).astype(dtype) for v in values)
 
 
 def _scaled(y, alpha):
@@ -33,7 +27,7 @@ def _common(*values):
 # ---- arithmetic ------------------------------------------------------------------------------
 @lowers(aten.add.Tensor, aten.add.Scalar)
 def _add(ctx, x, y, alpha=1):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     if ctx.out_dtype == jnp.bool_:
         return jnp.logical_or(x, y)
     return x + _scaled(y, alpha)
@@ -41,19 +35,19 @@ def _add(ctx, x, y, alpha=1):
 
 @lowers(aten.sub.Tensor, aten.sub.Scalar)
 def _sub(ctx, x, y, alpha=1):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     return x - _scaled(y, alpha)
 
 
 @lowers(aten.rsub.Tensor, aten.rsub.Scalar)
 def _rsub(ctx, x, y, alpha=1):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     return y - _scaled(x, alpha)
 
 
 @lowers(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     if ctx.out_dtype == jnp.bool_:
         return jnp.logical_and(x, y)
     return x * y
@@ -61,13 +55,13 @@ def _mul(ctx, x, y):
 
 @lowers(aten.div.Tensor, aten.div.Scalar)
 def _div(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     return x / y
 
 
 @lowers(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(ctx, x, y, rounding_mode=None):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     if rounding_mode is None:
         return x / y
     if jnp.issubdtype(ctx.out_dtype, jnp.integer):
@@ -78,27 +72,14 @@ def _div_mode(ctx, x, y, rounding_mode=None):
     return jnp.floor(q) if rounding_mode == "floor" else jnp.trunc(q)
 
 
-@lowers(aten.floor_divide.default, aten.floor_divide.Scalar)
-def _floor_divide(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.floor_divide(x, y)
-
-
-@lowers(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
-def _remainder(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.remainder(x, y)
-
-
-@lowers(aten.fmod.Tensor, aten.fmod.Scalar)
-def _fmod(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.fmod(x, y)
+lowers_promoted(jnp.floor_divide, aten.floor_divide.default, aten.floor_divide.Scalar)
+lowers_promoted(jnp.remainder, aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+lowers_promoted(jnp.fmod, aten.fmod.Tensor, aten.fmod.Scalar)
 
 
 @lowers(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def _pow(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     if ctx.out_dtype == jnp.bool_:
         return jnp.logical_or(x, jnp.logical_not(y))
     if not jnp.issubdtype(ctx.out_dtype, jnp.integer):
@@ -111,39 +92,26 @@ def _pow(ctx, x, y):
     return jnp.where(y < 0, negative, positive)
 
 
-@lowers(aten.maximum.default)
-def _maximum(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.maximum(x, y)
-
-
-@lowers(aten.minimum.default)
-def _minimum(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.minimum(x, y)
-
-
-@lowers(aten.atan2.default)
-def _atan2(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.arctan2(x, y)
+lowers_promoted(jnp.maximum, aten.maximum.default)
+lowers_promoted(jnp.minimum, aten.minimum.default)
+lowers_promoted(jnp.arctan2, aten.atan2.default)
 
 
 @lowers(aten.lerp.Scalar, aten.lerp.Tensor)
 def _lerp(ctx, start, end, weight):
-    start, end, weight = _as(ctx, start, end, weight)
+    start, end, weight = promote(ctx, start, end, weight)
     return start + weight * (end - start)
 
 
 @lowers(aten.addcmul.default)
 def _addcmul(ctx, x, t1, t2, value=1):
-    x, t1, t2 = _as(ctx, x, t1, t2)
+    x, t1, t2 = promote(ctx, x, t1, t2)
     return x + value * t1 * t2
 
 
 @lowers(aten.addcdiv.default)
 def _addcdiv(ctx, x, t1, t2, value=1):
-    x, t1, t2 = _as(ctx, x, t1, t2)
+    x, t1, t2 = promote(ctx, x, t1, t2)
     return x + value * (t1 / t2)
 
 
@@ -170,7 +138,7 @@ for _name, _fn in [("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_
     _packet = getattr(aten, _name)
 
     def _bitwise(ctx, x, y, _fn=_fn):
-        x, y = _as(ctx, x, y)
+        x, y = promote(ctx, x, y)
         return _fn(x, y)
 
     lowers(_packet.Tensor, _packet.Scalar)(_bitwise)
@@ -188,7 +156,7 @@ def _bitwise_not(ctx, x):
 
 @lowers(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx, cond, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     return jnp.where(cond, x, y)
 
 
@@ -218,11 +186,7 @@ _UNARY_FLOAT = {
     "sinc": jnp.sinc, "i0": jnp.i0,
 }
 for _name, _fn in _UNARY_FLOAT.items():
-    def _unary_float(ctx, x, _fn=_fn):
-        (x,) = _as(ctx, x)
-        return _fn(x)
-
-    lowers(getattr(aten, _name).default)(_unary_float)
+    lowers_promoted(_fn, getattr(aten, _name).default)
 
 
 _UNARY_SAME = {
@@ -261,7 +225,7 @@ def _signbit(ctx, x):
 
 @lowers(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(ctx, x, min=None, max=None):
-    (x,) = _as(ctx, x)
+    (x,) = promote(ctx, x)
     if min is not None:
         x = jnp.maximum(x, jnp.asarray(min).astype(x.dtype))
     if max is not None:
@@ -271,13 +235,13 @@ def _clamp(ctx, x, min=None, max=None):
 
 @lowers(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(ctx, x, min):
-    (x, min) = _as(ctx, x, min)
+    (x, min) = promote(ctx, x, min)
     return jnp.maximum(x, min)
 
 
 @lowers(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(ctx, x, max):
-    (x, max) = _as(ctx, x, max)
+    (x, max) = promote(ctx, x, max)
     return jnp.minimum(x, max)
 
 
@@ -356,7 +320,7 @@ def _mish(ctx, x):
 
 @lowers(aten.logit.default)
 def _logit(ctx, x, eps=None):
-    (x,) = _as(ctx, x)
+    (x,) = promote(ctx, x)
     if eps is not None:
         x = jnp.clip(x, eps, 1 - eps)
     return jnp.log(x / (1 - x))

@@ -31,6 +31,24 @@ def lowers(*ops) -> Callable:
     return register
 
 
+def promote(ctx, *values) -> tuple:
+    """Casts operands to the op's output dtype (PyTorch computes arithmetic in the promoted type)."""
+    import jax.numpy as jnp
+
+    dtype = ctx.out_dtype
+    return tuple(jnp.asarray(v).astype(dtype) for v in values)
+
+
+def lowers_promoted(fn: Callable, *ops) -> None:
+    """Registers `fn` applied to the operands cast to the output dtype as the lowering of each of `ops`."""
+
+    def lower(ctx, *operands):
+        return fn(*promote(ctx, *operands))
+
+    lower.__name__ = lower.__qualname__ = f"promoted_{getattr(fn, '__name__', 'fn')}"
+    lowers(*ops)(lower)
+
+
 class LoweringContext:
     """What a lowering may know about the node it lowers.
 

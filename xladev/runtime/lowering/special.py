@@ -13,50 +13,22 @@ import jax.scipy.special as jsp
 
 import torch
 
-from xladev.runtime.lowering.registry import lowers
+from xladev.runtime.lowering.registry import lowers, lowers_promoted, promote
 
 aten = torch.ops.aten
 
 
-def _as(ctx, *values):
-    dtype = ctx.out_dtype
-    return tuple(jnp.asarray(v).astype(dtype) for v in values)
-
-
 # ---- binary ----------------------------------------------------------------------------------------
-@lowers(aten.fmax.default)
-def _fmax(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.fmax(x, y)  # NaN loses unless both are NaN
-
-
-@lowers(aten.fmin.default)
-def _fmin(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.fmin(x, y)
-
-
-@lowers(aten.copysign.Tensor, aten.copysign.Scalar)
-def _copysign(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.copysign(x, y)
-
-
-@lowers(aten.hypot.default)
-def _hypot(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.hypot(x, y)
-
-
-@lowers(aten.nextafter.default)
-def _nextafter(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.nextafter(x, y)
+lowers_promoted(jnp.fmax, aten.fmax.default)  # NaN loses unless both are NaN
+lowers_promoted(jnp.fmin, aten.fmin.default)
+lowers_promoted(jnp.copysign, aten.copysign.Tensor, aten.copysign.Scalar)
+lowers_promoted(jnp.hypot, aten.hypot.default)
+lowers_promoted(jnp.nextafter, aten.nextafter.default)
 
 
 @lowers(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self)
 def _xlogy(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     # PyTorch: 0 where x == 0 (unless y is NaN), NaN where y is NaN.
     out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log(y))
     return jnp.where(jnp.isnan(y), jnp.nan, out)
@@ -64,33 +36,25 @@ def _xlogy(ctx, x, y):
 
 @lowers(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar)
 def _xlog1py(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     out = jnp.where(x == 0, jnp.zeros_like(x), x * jnp.log1p(y))
     return jnp.where(jnp.isnan(y), jnp.nan, out)
 
 
 @lowers(aten.heaviside.default)
 def _heaviside(ctx, x, values):
-    x, values = _as(ctx, x, values)
+    x, values = promote(ctx, x, values)
     return jnp.where(x == 0, values, (x > 0).astype(x.dtype))
 
 
-@lowers(aten.logaddexp.default)
-def _logaddexp(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.logaddexp(x, y)
-
-
-@lowers(aten.logaddexp2.default)
-def _logaddexp2(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.logaddexp2(x, y)
+lowers_promoted(jnp.logaddexp, aten.logaddexp.default)
+lowers_promoted(jnp.logaddexp2, aten.logaddexp2.default)
 
 
 # ---- unary -----------------------------------------------------------------------------------------
 @lowers(aten.angle.default)
 def _angle(ctx, x):
-    (x,) = _as(ctx, x)
+    (x,) = promote(ctx, x)
     # For real numbers: pi for negatives, 0 otherwise, NaN stays NaN.
     out = jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros_like(x))
     return jnp.where(jnp.isnan(x), x, out)
@@ -98,7 +62,7 @@ def _angle(ctx, x):
 
 @lowers(aten.polygamma.default)
 def _polygamma(ctx, n, x):
-    (x,) = _as(ctx, x)
+    (x,) = promote(ctx, x)
     if n == 0:
         return _digamma_value(x)
     # In float64: the reflection subtracts large, nearly equal terms for negative x.
@@ -146,7 +110,7 @@ def _digamma_value(x):
 
 @lowers(aten.digamma.default)
 def _digamma(ctx, x):
-    (x,) = _as(ctx, x)
+    (x,) = promote(ctx, x)
     return _digamma_value(x)
 
 
@@ -157,7 +121,7 @@ _SPECIAL = {
 }
 for _name, _fn in _SPECIAL.items():
     def _special(ctx, x, _fn=_fn):
-        (x,) = _as(ctx, x)
+        (x,) = promote(ctx, x)
         return _fn(x)
 
     lowers(getattr(aten, _name).default)(_special)
@@ -165,14 +129,14 @@ for _name, _fn in _SPECIAL.items():
 
 @lowers(aten.igamma.default)
 def _igamma(ctx, a, x):
-    a, x = _as(ctx, a, x)
+    a, x = promote(ctx, a, x)
     # An infinite shape puts all the mass at infinity: P(inf, x) = 0 for finite x (jax says NaN).
     return jnp.where((a == jnp.inf) & jnp.isfinite(x), jnp.zeros_like(a), jsp.gammainc(a, x))
 
 
 @lowers(aten.igammac.default)
 def _igammac(ctx, a, x):
-    a, x = _as(ctx, a, x)
+    a, x = promote(ctx, a, x)
     return jnp.where((a == jnp.inf) & jnp.isfinite(x), jnp.ones_like(a), jsp.gammaincc(a, x))
 
 
@@ -204,7 +168,7 @@ def _bits(dtype) -> int:
 
 @lowers(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor)
 def _left_shift(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     # Shifting by the width or more (or by a negative amount) gives 0, as eager does.
     in_range = (y >= 0) & (y < _bits(x.dtype))
     return jnp.where(in_range, jnp.left_shift(x, jnp.where(in_range, y, 0)), jnp.zeros_like(x))
@@ -213,7 +177,7 @@ def _left_shift(ctx, x, y):
 @lowers(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
         aten.bitwise_right_shift.Scalar_Tensor)
 def _right_shift(ctx, x, y):
-    x, y = _as(ctx, x, y)
+    x, y = promote(ctx, x, y)
     # Arithmetic shift; by the width or more (or a negative amount): the sign fill (0 or -1).
     in_range = (y >= 0) & (y < _bits(x.dtype))
     fill = jnp.where(x < 0, -jnp.ones_like(x), jnp.zeros_like(x)) if jnp.issubdtype(x.dtype, jnp.signedinteger) \
@@ -221,16 +185,8 @@ def _right_shift(ctx, x, y):
     return jnp.where(in_range, jnp.right_shift(x, jnp.where(in_range, y, 0)), fill)
 
 
-@lowers(aten.gcd.default)
-def _gcd(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.gcd(x, y)
-
-
-@lowers(aten.lcm.default)
-def _lcm(ctx, x, y):
-    x, y = _as(ctx, x, y)
-    return jnp.lcm(x, y)
+lowers_promoted(jnp.gcd, aten.gcd.default)
+lowers_promoted(jnp.lcm, aten.lcm.default)
 
 
 @lowers(aten.frexp.Tensor)
