@@ -25,8 +25,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import xladev  # noqa: E402
-from examples import transformer  # noqa: E402
-from examples._common import train_step  # noqa: E402
+from _workload import example_transformer  # noqa: E402
 from xladev.events import bus  # noqa: E402
 from xladev.sinks import eventlog  # noqa: E402
 
@@ -38,21 +37,17 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
-    cfg = transformer.Config(dropout=0.0)
-    device = xladev.device()
-    model = transformer.build(0, cfg).to(device)
-    optimizer = transformer.make_optimizer(model, cfg)
-    cpu_batches = list(transformer.make_batches(0, 4, cfg))
-    xladev.mark_step()
+    work = example_transformer()
+    cfg = work.cfg
 
     cpu_times: dict[str, list[float]] = {"off": [], "on": []}
 
     def run(steps: int, cpu: list | None = None) -> list[float]:
         times = []
         for i in range(steps):
-            x, y = cpu_batches[i % len(cpu_batches)]
+            x, y = work.cpu_batches[i % len(work.cpu_batches)]
             start, start_cpu = time.perf_counter(), time.process_time()
-            loss = train_step(model, optimizer, transformer.loss_fn, x.to(device), y.to(device))
+            loss = work.step(x.to(work.device), y.to(work.device))  # uploads too: transfer records
             xladev.mark_step()
             loss.item()
             times.append(time.perf_counter() - start)

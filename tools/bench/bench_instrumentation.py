@@ -23,11 +23,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-import torch  # noqa: E402
 
 import xladev  # noqa: E402
-from examples import transformer  # noqa: E402
-from examples._common import train_step  # noqa: E402
+from _workload import example_transformer  # noqa: E402
 from xladev.sinks.analysis.history import site_history  # noqa: E402
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput  # noqa: E402
 from xladev.sinks.metrics import sink as metrics_sink  # noqa: E402
@@ -100,19 +98,15 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
-    cfg = transformer.Config(dropout=0.0)
-    device = xladev.device()
-    model = transformer.build(0, cfg).to(device)
-    optimizer = transformer.make_optimizer(model, cfg)
-    batches = [(x.to(device), y.to(device)) for x, y in transformer.make_batches(0, 4, cfg)]
-    xladev.mark_step()
+    work = example_transformer()
+    cfg = work.cfg
 
     def run(steps: int) -> list[float]:
         times = []
         for i in range(steps):
-            x, y = batches[i % len(batches)]
+            x, y = work.batch(i)
             start = time.perf_counter()
-            train_step(model, optimizer, transformer.loss_fn, x, y)
+            work.step(x, y)
             xladev.mark_step()
             times.append(time.perf_counter() - start)
         return times

@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 import xladev  # noqa: E402
+from _workload import example_transformer  # noqa: E402
 import xladev.debug.profiler as xp  # noqa: E402
 from examples import transformer  # noqa: E402
 from xladev.runtime import annotate  # noqa: E402
@@ -54,18 +55,12 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
-    cfg = transformer.Config(dropout=0.0)
-    device = xladev.device()
-    model = transformer.build(0, cfg).to(device)
-    optimizer = transformer.make_optimizer(model, cfg)
-    batches = [(x.to(device), y.to(device)) for x, y in transformer.make_batches(0, 4, cfg)]
-    xladev.mark_step()
+    work = example_transformer()
+    cfg = work.cfg
+    model, optimizer = work.model, work.optimizer
 
     def plain_step(x, y) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = transformer.loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        work.step(x, y)
         xladev.mark_step()
 
     def annotated_step(x, y) -> None:
@@ -79,7 +74,7 @@ def main() -> int:
     def run(step, steps: int) -> list[float]:
         times = []
         for i in range(steps):
-            x, y = batches[i % len(batches)]
+            x, y = work.batch(i)
             start = time.perf_counter()
             step(x, y)
             times.append(time.perf_counter() - start)

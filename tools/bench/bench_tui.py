@@ -20,7 +20,6 @@ import asyncio
 import bisect
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
