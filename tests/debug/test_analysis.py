@@ -42,11 +42,11 @@ def analysis(tmp_path):
         sinks.append(sink)
         return sink
 
-    def text(index=-1):
-        return (tmp_path / f"debug{index % len(sinks)}.txt").read_text()
+    def path(index=-1):
+        return tmp_path / f"debug{index % len(sinks)}.txt"
 
-    start.text = text
-    start.path = lambda index=-1: str(tmp_path / f"debug{index % len(sinks)}.txt")
+    start.path = path
+    start.text = lambda index=-1: path(index).read_text()
     yield start
     for sink in sinks:
         sink.stop()
@@ -153,8 +153,7 @@ def test_batch_size_change_names_input_dim_and_line(analysis):
     # the graph info and frames after it (every recompiled graph lost its hash and site that way).
     from xladev.report.inputs import read_source
 
-    path = analysis.path()
-    debug = read_source(path).debug
+    debug = read_source(str(analysis.path())).debug
     hashes = re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text)
     assert [event.graph_hash for event in debug.compile_events] == hashes
     recompiled = [event for event in debug.compile_events if event.recompilation]

@@ -14,6 +14,7 @@ Prints the median ms/step of each and the overhead against `bare`. Targets (DESI
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -85,7 +86,7 @@ class HandlerClock:
                     self.ns += time.perf_counter_ns() - start
 
             timed.__wrapped_by_clock__ = handler
-            wrapped.append(type(sub)(sub.bus, timed, sub.kinds, sub.wants_frames, sub.late_executions_ok))
+            wrapped.append(dataclasses.replace(sub, handler=timed))
         with bus._lock:
             bus._subs = tuple(wrapped)
             bus._refresh()
