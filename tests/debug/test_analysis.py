@@ -17,17 +17,10 @@ import torch.nn.functional as F
 import xladev
 from xladev.debug import RecompilationError, assert_no_recompiles
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)
 _sizes = itertools.count(101)   # every test uses shapes no other test compiled (the compile cache is process-wide)
-
-
-def _line_of(marker: str) -> int:
-    with open(HERE) as fh:
-        for number, line in enumerate(fh, 1):
-            if marker in line and "_line_of" not in line:
-                return number
-    raise AssertionError(marker)
 
 
 @pytest.fixture
@@ -100,7 +93,7 @@ def test_golden_format_of_every_block(analysis):
     assert block[info + 4] == "Python Frame Triggered Execution: "
     frames = block[info + 5:-1]
     assert frames[0].startswith("  mark_step (") and "xladev/runtime/training.py:" in frames[0]
-    assert frames[1] == f"> test_golden_format_of_every_block ({HERE}:{_line_of('xladev.mark_step()  # golden')})"
+    assert frames[1] == f"> test_golden_format_of_every_block ({HERE}:{line_of(HERE, 'xladev.mark_step()  # golden')})"
     assert all(re.fullmatch(r"[ >] \S.* \(.+:\d+\)|  \.{10}", f) for f in frames)
     assert block[-1] == "-" * 80
     p = post[-1]
@@ -144,7 +137,7 @@ def test_batch_size_change_names_input_dim_and_line(analysis):
         opt.step()
         xladev.mark_step()  # batch barrier
     text = analysis.text()
-    line = _line_of("# batch grows each step")
+    line = line_of(HERE, "# batch grows each step")
     assert "Recompilation Cause" in text
     assert re.search(rf"- input \d+, created at test_batch_size_change_names_input_dim_and_line@test_analysis.py:{line}: "
                      r"shape f32\[9,4\] -> f32\[10,4\] \(dim 0: 9 -> 10\)", text)
@@ -157,7 +150,7 @@ def test_batch_size_change_names_input_dim_and_line(analysis):
     hashes = re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text)
     assert [event.graph_hash for event in debug.compile_events] == hashes
     recompiled = [event for event in debug.compile_events if event.recompilation]
-    assert recompiled and all(event.site == f"{HERE}:{_line_of('xladev.mark_step()  # batch barrier')}"
+    assert recompiled and all(event.site == f"{HERE}:{line_of(HERE, 'xladev.mark_step()  # batch barrier')}"
                               and event.frames for event in recompiled)
     assert all(not any(r.startswith(("Graph Hash", "Graph Info", "Python Frame")) for r in event.recompilation)
                for event in recompiled)
@@ -202,7 +195,7 @@ def test_branch_adding_an_op_names_first_differing_op_and_line(analysis):
             y = y.sum()
             xladev.mark_step()
     text = analysis.text()
-    line = _line_of("# the extra op on some steps")
+    line = line_of(HERE, "# the extra op on some steps")
     assert f"aten::tanh at test_branch_adding_an_op_names_first_differing_op_and_line@test_analysis.py:{line}" in text
     assert "op sequence differs at node" in text or "more op(s), starting with aten::tanh" in text
 
@@ -218,7 +211,7 @@ def test_item_every_step_is_a_transfer_hot_spot(analysis):
         opt.step()
         xladev.mark_step()
         value = loss.item()                    # read every step
-    line = _line_of("# read every step")
+    line = line_of(HERE, "# read every step")
     text = analysis.text()
     warnings = [l for l in text.splitlines() if l.startswith("pt-xla-profiler: TransferFromDeviceTime too frequent")]
     assert len(warnings) == 1, "stated once, not on every step"
@@ -242,7 +235,7 @@ def test_fallback_is_named_with_the_op(analysis):
     torch.median(x, dim=1)                     # no lowering: runs on the CPU
     text = analysis.text()
     assert "CPU fallback op aten::median.dim needs its inputs on the host" in text
-    line = _line_of("# no lowering: runs on the CPU")
+    line = line_of(HERE, "# no lowering: runs on the CPU")
     assert f"aten::median.dim at test_analysis.py:{line}" in sink.summary_text()
 
 

@@ -21,14 +21,10 @@ from xladev import debug
 from xladev.cli.main import main as cli
 from xladev.events import GraphExecuted, bus
 from xladev.sinks.dumps import DumpSink
+from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)
 _widths = itertools.count(301)
-
-
-def _line_of(marker):
-    with open(HERE) as fh:
-        return next(n for n, line in enumerate(fh, 1) if marker in line and "_line_of" not in line)
 
 
 def _model_output(width):
@@ -78,7 +74,7 @@ def test_ir_debug_and_hlo_debug_show_the_user_line():
         y = torch.tanh(x * 3)   # the traced line
         text = debug.get_tensors_text([y])
         hlo = debug.get_tensors_hlo([y])
-    line = _line_of("# the traced line")
+    line = line_of(HERE, "# the traced line")
     assert re.search(rf"aten::tanh\(%\d+\), xla_shape=f32\[2,{width}\]\{{1,0\}}, "
                      rf"location=test_ir_debug_and_hlo_debug_show_the_user_line@test_dumps.py:{line}", text)
     assert re.search(rf'op_name="[^"]*aten::tanh\[test_ir_debug_and_hlo_debug_show_the_user_line at test_dumps.py:{line}\]', hlo)

@@ -17,6 +17,7 @@ import torch.nn as nn
 import xladev
 from xladev.debug import event_log
 from xladev.sinks import eventlog
+from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -41,14 +42,6 @@ def _train(steps: int, widths, dev) -> None:
         opt.step()
         xladev.mark_step()
         loss.item()  # EVENTLOG_ITEM_LINE
-
-
-def _line_of(marker: str) -> int:
-    with open(HERE) as fh:
-        for number, line in enumerate(fh, 1):
-            if marker in line and "_line_of" not in line:
-                return number
-    raise AssertionError(marker)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +83,7 @@ def test_every_event_kind_is_recorded(training_log):
     reads = [r for r in records if r["type"] == "transfer" and r["dir"] == "from_device"]
     assert len(reads) == 6
     assert all(r["kind"] == ".item()" and r["bytes"] == 4 for r in reads)
-    line = _line_of("EVENTLOG_ITEM_LINE")
+    line = line_of(HERE, "EVENTLOG_ITEM_LINE")
     assert all(r["site"] == f"{HERE}:{line} (_train)" and r["frame"] == {"file": HERE, "line": line, "name": "_train"}
                for r in reads)
     uploads = [r for r in records if r["type"] == "transfer" and r["dir"] == "to_device"]
