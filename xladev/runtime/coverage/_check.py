@@ -1,0 +1,383 @@
+"""Checking one op: its OpInfo samples on the CPU (the oracle) and on `xla`, forward and backward."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+import torch
+from torch.utils import _pytree as pytree
+
+from xladev.runtime.coverage._plan import (
+    CPU_ARGS, FLOAT_ONLY, NO_SAMPLES, SKIP, TOLERANCE_OVERRIDES, TOLERANCES, CheckResult, OpResult,
+)
+
+
+# ---- running one sample ------------------------------------------------------------------------------
+class _Incomparable(Exception):
+    """The CPU itself rejects the sample (or it has nothing to differentiate): not counted."""
+
+
+class _Random(Exception):
+    """Two CPU runs of the same sample differ: the op is random and cannot be compared."""
+
+
+class _Watch:
+    """Collects CPU fallbacks and lowered op names from the event bus while active.
+
+    Lowered ops are only counted inside `ops_of_interest()`: the op under test, not the transfers
+    around it (uploading an input records `empty_strided`, for instance).
+    """
+
+    def __init__(self) -> None:
+        self.fallbacks: set[str] = set()
+        self.lowered: set[str] = set()
+        self.random_draws = 0
+        self._counting = False
+
+    def __call__(self, event) -> None:
+        from xladev.events import FallbackOp, OpsRecorded
+
+        if isinstance(event, FallbackOp):
+            self.fallbacks.add(event.name)
+        elif isinstance(event, OpsRecorded) and self._counting:
+            self.lowered.update(n for n in event.counts if n.startswith("aten::"))
+            self.random_draws += event.counts.get("xla::rng", 0)  # random ops record as xla::rng
+
+    @contextlib.contextmanager
+    def active(self):
+        import xladev
+        from xladev.events import FallbackOp, OpsRecorded, bus
+
+        xladev.mark_step()  # flush what earlier code recorded, so it is not counted here
+        sub = bus.subscribe(self, (FallbackOp, OpsRecorded))
+        try:
+            yield self
+        finally:
+            try:
+                xladev.mark_step()
+            finally:
+                sub.close()
+
+    @contextlib.contextmanager
+    def ops_of_interest(self):
+        """Counts the ops recorded inside the block; a barrier on each side delimits them."""
+        import xladev
+
+        xladev.mark_step()  # the inputs' uploads are flushed uncounted
+        self._counting = True
+        try:
+            yield
+            xladev.mark_step()  # a barrier always flushes the op counts into an OpsRecorded event
+        finally:
+            self._counting = False
+
+
+def _is_xla(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "xla"
+
+
+def _xla_device_arg(value):
+    """`device='cpu'` in a factory sample becomes the xla device."""
+    if isinstance(value, torch.device) and value.type == "cpu":
+        return torch.device("xla", 0)
+    if isinstance(value, str) and value == "cpu":
+        return "xla"
+    return value
+
+
+def _to_xla(sample, requires_grad: bool = False, keep_args_on_cpu: bool = False):
+    def move(t):
+        if isinstance(t, torch.dtype):
+            return t
+        out = t.detach().to("xla")
+        if requires_grad and t.requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    args = sample.args
+    moved = sample.transform(move)
+    if keep_args_on_cpu:
+        moved.args = args
+    moved.args = tuple(_xla_device_arg(a) for a in moved.args)
+    if "device" in moved.kwargs:
+        moved.kwargs = dict(moved.kwargs, device=_xla_device_arg(moved.kwargs["device"]))
+    return moved
+
+
+def _fresh_cpu(sample):
+    """A copy of the sample, so that an op writing to its inputs cannot change the next run."""
+
+    def copy(t):
+        if isinstance(t, torch.dtype):
+            return t
+        out = t.detach().clone()
+        if t.requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    return sample.transform(copy)
+
+
+def _call(op, sample):
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def _read_back(value, what: str):
+    """CPU copies of the device tensors in `value` (a tensor, a number or a nest of them)."""
+
+    def down(v):
+        if isinstance(v, torch.Tensor):
+            if not _is_xla(v):
+                raise AssertionError(f"{what} is on {v.device}, not on xla")
+            return v.detach().cpu()
+        return v
+
+    return pytree.tree_map(down, value)
+
+
+def _tolerance(value, name: str) -> tuple[float, float]:
+    dtype = value.dtype if isinstance(value, torch.Tensor) else (torch.float32 if isinstance(value, float) else None)
+    if dtype in TOLERANCES:
+        return TOLERANCE_OVERRIDES.get(name, TOLERANCES[dtype]) if dtype == torch.float32 else TOLERANCES[dtype]
+    return 0.0, 0.0  # integers and bools are exact; other dtypes fall to assert_close's defaults below
+
+
+def _compare(actual, expected, name: str) -> None:
+    """assert_close on each leaf, with the tolerance of the expected leaf's dtype (exact for integers)."""
+    exp_leaves, exp_spec = pytree.tree_flatten(expected)
+    act_leaves, act_spec = pytree.tree_flatten(actual)
+    if len(exp_leaves) != len(act_leaves):
+        raise AssertionError(f"output structure differs: {act_spec} != {exp_spec}")
+    for i, (a, e) in enumerate(zip(act_leaves, exp_leaves)):
+        rtol, atol = _tolerance(e, name)
+        kwargs = {} if isinstance(e, torch.Tensor) and e.dtype not in TOLERANCES and e.is_floating_point() \
+            else {"rtol": rtol, "atol": atol}
+        try:
+            torch.testing.assert_close(a, e, equal_nan=True, **kwargs)
+        except AssertionError as exc:
+            where = f"output {i}: " if len(exp_leaves) > 1 else ""
+            raise AssertionError(where + str(exc)) from None
+
+
+def short_error(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = " ".join(lines[:4]) if isinstance(exc, AssertionError) else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+def _same(a, b) -> bool:
+    try:
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+        return True
+    except Exception:
+        return False
+
+
+def _tensors(sample) -> list[torch.Tensor]:
+    leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def _forward_sample(op, sample, watch) -> str | None:
+    """Compares one sample's outputs; returns None when they match, else why not."""
+    try:
+        expected = _call(op, _fresh_cpu(sample))
+    except Exception as exc:
+        raise _Incomparable(f"the CPU rejects the sample: {short_error(exc)}") from None
+    if not _same(expected, _call(op, _fresh_cpu(sample))):
+        raise _Random("random output: two CPU runs of the same sample differ")
+    def run_on_xla():
+        xla_sample = _to_xla(sample, keep_args_on_cpu=op.full_name in CPU_ARGS)
+        with watch.ops_of_interest():
+            result = _call(op, xla_sample)
+        return _read_back(result, "an output")
+
+    return _mismatch(op, run_on_xla, expected, watch)
+
+
+def _mismatch(op, run_on_xla, expected, watch) -> str | None:
+    """Runs the xla side and compares it with `expected`; None when they match, else why not.
+
+    Raises:
+      _Incomparable: the mismatch comes from device random numbers the CPU cannot reproduce.
+    """
+    draws = watch.random_draws
+    try:
+        _compare(run_on_xla(), expected, op.full_name)
+    except KeyboardInterrupt:
+        raise
+    except AssertionError as exc:
+        _raise_if_random(watch, draws)
+        return short_error(exc)
+    except Exception as exc:
+        return short_error(exc)
+    return None
+
+
+def _raise_if_random(watch, draws_before: int) -> None:
+    """After a mismatch: a sample that drew device random numbers (attention with dropout_p > 0; the
+    OpInfo seeds the CPU generator, which the device RNG cannot follow) cannot be compared."""
+    if watch.random_draws > draws_before:
+        raise _Incomparable("a random sample: it draws device random numbers (the CPU's stream cannot be reproduced)")
+
+
+def _differentiable_outputs(sample, out) -> list[torch.Tensor]:
+    out = sample.output_process_fn_grad(out)
+    return [t for t in pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+
+
+def _gradients(op, sample, leaves) -> tuple:
+    outputs = _differentiable_outputs(sample, _call(op, sample))
+    if not outputs:
+        raise _Incomparable("no differentiable output")
+    return torch.autograd.grad(sum(o.sum() for o in outputs), leaves, allow_unused=True)
+
+
+def _backward_sample(op, sample, watch) -> str | None:
+    """Compares the input gradients of sum(outputs); returns None when they match, else why not."""
+    cpu_sample = _fresh_cpu(sample)
+    cpu_leaves = [t for t in _tensors(cpu_sample) if t.requires_grad]
+    if not cpu_leaves:
+        raise _Incomparable("no input requires grad")
+    try:
+        expected = _gradients(op, cpu_sample, cpu_leaves)
+    except _Incomparable:
+        raise
+    except Exception as exc:
+        raise _Incomparable(f"the CPU backward rejects the sample: {short_error(exc)}") from None
+
+    def run_on_xla():
+        xla = _to_xla(sample, requires_grad=True, keep_args_on_cpu=op.full_name in CPU_ARGS)
+        leaves = [t for t in _tensors(xla) if t.requires_grad]
+        with watch.ops_of_interest():
+            grads = list(_gradients(op, xla, leaves))
+        return _read_back(grads, "a gradient")
+
+    return _mismatch(op, run_on_xla, list(expected), watch)
+
+
+_SEED = 1234
+
+
+def _samples(op, dtype, requires_grad: bool, limit: int) -> list:
+    """The first `limit` samples, seeded before each one as `OpInfo.sample_inputs` does.
+
+    `sample_inputs_func` is called directly: `OpInfo.sample_inputs` inspects the Python stack to find
+    the calling test (a quarter of a second per call), which a sweep does not need.
+    """
+    torch.manual_seed(_SEED)
+    samples = iter(op.sample_inputs_func(op, "cpu", dtype, requires_grad))
+    out = []
+    while len(out) < limit:
+        torch.manual_seed(_SEED + len(out))
+        try:
+            out.append(next(samples))
+        except StopIteration:
+            break
+    return out
+
+
+def _run_check(op, plan, runner, budget_s: float) -> CheckResult:
+    """Runs `runner(op, sample, watch)` over the (dtype, samples) pairs of `plan` and classifies the outcome."""
+    result = CheckResult()
+    watch = _Watch()
+    start = time.perf_counter()
+    notes: list[str] = []
+    failure = None
+    with watch.active():
+        for dtype, samples in plan:
+            for i, sample in enumerate(samples):
+                if result.samples and time.perf_counter() - start > budget_s:
+                    break  # the time guard: enough evidence, keep the sweep bounded
+                try:
+                    why = runner(op, sample, watch)
+                except _Incomparable as exc:
+                    notes.append(str(exc))
+                    continue
+                except _Random as exc:
+                    return CheckResult("skipped", str(exc))
+                if why is not None:
+                    failure = f"{_dtype_name(dtype)} sample {i}: {why}"
+                    break
+                result.samples += 1
+            if failure:
+                break
+    if failure:
+        gc.collect()  # drop device tensors a failed sample left in reference cycles
+    result.fallbacks = sorted(watch.fallbacks)
+    result.lowered = sorted(watch.lowered)
+    if failure:
+        result.status, result.reason = "failing", failure
+    elif not result.samples:
+        result.status, result.reason = "skipped", (notes[0] if notes else "no samples")
+    elif result.fallbacks:
+        result.status, result.reason = "fallback", ", ".join(result.fallbacks)
+    else:
+        result.status = "lowered"
+    return result
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _isolate() -> None:
+    """Starts each op from empty meta memos, so that its result never depends on the ops checked before
+    it in the same process. Two runtime memos leak between unrelated calls: the ops found without a
+    meta kernel are remembered per op, not per signature (after one `x[mask]`, every later
+    `x[indices]` falls back), and the meta cache key flattens arguments (`sum(x, [1])` and
+    `sum(x, [], True)` share a key). Clearing them costs some meta inference, nothing else."""
+    from xladev.runtime import meta
+
+    meta._unsupported.clear()
+    meta._cache.clear()
+    meta._view_cache.clear()
+
+
+def check_op(op, *, max_samples: int = 3, extra_dtypes: bool = True, backward: bool = True,
+             max_backward_samples: int = 2, budget_s: float = 20.0, on_forward=None) -> OpResult:
+    """Checks one OpInfo forward (and backward when differentiable) against the CPU, in this process.
+
+    Args:
+      op: the OpInfo.
+      max_samples: samples compared forward in the op's main dtype (float32 where supported).
+      extra_dtypes: also compare one int64 and one bool sample where the op supports them.
+      backward: run the gradient check for differentiable ops.
+      max_backward_samples: float32 samples compared backward.
+      budget_s: no further sample starts after this many seconds (per direction).
+      on_forward: called with the forward CheckResult before the backward check starts.
+    """
+    start = time.perf_counter()
+    name = op.full_name
+    _isolate()
+    if name in SKIP:
+        return OpResult(name, CheckResult("skipped", SKIP[name]), CheckResult("skipped", SKIP[name]))
+    supported = op.supported_dtypes("cpu")
+    primary = next((d for d in (torch.float32, torch.int64, torch.bool) if d in supported), None)
+    if primary is None:
+        reason = NO_SAMPLES
+        return OpResult(name, CheckResult("skipped", reason), CheckResult("skipped", reason))
+    plan = [(primary, max_samples)]
+    if extra_dtypes and primary is torch.float32 and name not in FLOAT_ONLY:
+        plan += [(d, 1) for d in (torch.int64, torch.bool) if d in supported]
+    try:
+        forward_plan = [(d, _samples(op, d, False, n)) for d, n in plan]
+    except Exception as exc:
+        forward = CheckResult("skipped", f"sample generation failed: {short_error(exc)}")
+    else:
+        forward = _run_check(op, forward_plan, _forward_sample, budget_s)
+    if on_forward is not None:
+        on_forward(forward)
+    back = CheckResult()
+    if backward and op.supports_autograd and torch.float32 in op.supported_backward_dtypes("cpu") \
+            and forward.status != "skipped":
+        try:
+            backward_plan = [(torch.float32, _samples(op, torch.float32, True, max_backward_samples))]
+        except Exception as exc:
+            back = CheckResult("skipped", f"sample generation failed: {short_error(exc)}")
+        else:
+            back = _run_check(op, backward_plan, _backward_sample, budget_s)
+    return OpResult(name, forward, back, [_dtype_name(d) for d, _ in plan], time.perf_counter() - start)
