@@ -49,6 +49,9 @@ def load() -> dict:
     )
 
     register()
+    from xladev.runtime.module_conversion import install
+
+    install()
     start_sinks()
     if config.compilation_cache_dir:
         initialize_cache(config.compilation_cache_dir)

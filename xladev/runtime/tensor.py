@@ -70,7 +70,8 @@ class Storage:
 class XlaTensor(torch.Tensor):
     """A tensor on `xla:N`. Ops on it are recorded, not run, until a barrier or a value read."""
 
-    __slots__ = ("_st", "_chain", "_vnode", "_vver")
+    # No __slots__: `torch.utils.swap_tensors` (how `module.to` keeps Parameters, see module_conversion)
+    # needs the same slots on both sides, and a CPU Parameter has none. The fields live in __dict__.
 
     @staticmethod
     def __new__(cls, storage: Storage, meta: Meta, chain=None, strides=None, offset=0, requires_grad=False):
@@ -192,12 +193,83 @@ class XlaTensor(torch.Tensor):
             self._vver = -1
 
     def __reduce_ex__(self, protocol):
-        # torch.save of a device tensor goes through the CPU, as PyTorch/XLA users expect.
-        return (_rebuild_on_device, (self.detach().cpu(), self.device.index, self.requires_grad))
+        # torch.save of a device tensor goes through the CPU, as PyTorch/XLA users expect. Pickle's memo
+        # keeps a tensor saved under two names (tied weights) one tensor when loaded.
+        is_param = self.__dict__.get("_is_param", False)
+        if self._chain is None:
+            # Tensors over one storage (a state_dict's tied entries) share one saved value, so that after
+            # torch.load they share storage again, as CPU tensors do.
+            return (_rebuild_alias, (_saved_value(self._st), self.requires_grad, is_param))
+        return (_rebuild_on_device, (self.detach().cpu(), self.device.index, self.requires_grad, is_param))
+
+    def __deepcopy__(self, memo):
+        # torch.Tensor's deepcopy would also deep-copy the lazy-value fields (a Storage, IR nodes); a copy
+        # is instead a new tensor holding a recorded clone, with the user's attributes copied.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        import copy
+
+        with torch.no_grad():
+            new = self.clone(memory_format=torch.preserve_format)
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        extra = {k: v for k, v in self.__dict__.items() if k not in _LAZY_FIELDS}
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        return new
 
 
-def _rebuild_on_device(cpu_tensor, index, requires_grad):
-    return cpu_tensor.to(torch_device(index)).requires_grad_(requires_grad)
+_LAZY_FIELDS = frozenset(("_st", "_chain", "_vnode", "_vver"))
+
+
+class _SavedValue:
+    """Pickles a storage's current value through the CPU; one per storage, so pickle's memo dedupes it."""
+
+    __slots__ = ("storage", "__weakref__")
+
+    def __init__(self, storage: Storage):
+        self.storage = weakref.ref(storage)  # a strong reference would keep the cache's key alive
+
+    def __reduce__(self):
+        storage = self.storage()
+        if storage is None:
+            raise RuntimeError("the device tensor being saved was freed while pickling")
+        base = XlaTensor(storage, storage.value.meta)
+        return (_rebuild_on_device, (base.detach().cpu(), storage.device_index, False, False))
+
+
+_saved_values: "weakref.WeakKeyDictionary[Storage, _SavedValue]" = weakref.WeakKeyDictionary()
+
+
+def _saved_value(storage: Storage) -> _SavedValue:
+    with _lock:
+        saved = _saved_values.get(storage)
+        if saved is None:
+            saved = _saved_values[storage] = _SavedValue(storage)
+        return saved
+
+
+def _rebuild_alias(base, requires_grad, is_param):
+    from xladev.runtime.dispatch import alias_of
+
+    tensor = alias_of(base).requires_grad_(requires_grad)
+    if is_param:
+        tensor._is_param = True
+    return tensor
+
+
+def _rebuild_on_device(cpu_tensor, index, requires_grad, is_param=False):
+    tensor = cpu_tensor.to(torch_device(index)).requires_grad_(requires_grad)
+    if is_param:
+        tensor._is_param = True  # what `nn.Parameter(device_tensor)` marks: isinstance(t, Parameter) holds
+    return tensor
 
 
 def new_tensor(node: Node, device_index: int, requires_grad: bool = False) -> XlaTensor:
