@@ -14,6 +14,11 @@ from xladev.runtime.ir import SLOT, Meta, ScalarType
 _cache: dict = {}
 _unsupported: set = set()
 
+# Shape rules for ops whose PyTorch meta kernel is missing or rejects valid arguments: op → a function
+# with the op's signature taking and returning meta tensors, as a meta kernel would. Lowering modules
+# register them next to their lowerings (the fused RNN cells in lowering/rnn.py).
+SHAPE_RULES: dict = {}
+
 
 class MetaUnsupported(Exception):
     """This op cannot be recorded lazily (no meta kernel, or a data-dependent output shape)."""
@@ -49,7 +54,7 @@ def _run_meta(func, args, kwargs):
     if "device" in meta_kwargs or _is_factory(func):
         meta_kwargs["device"] = torch.device("meta")
     try:
-        return func(*meta_args, **meta_kwargs)
+        return SHAPE_RULES.get(func, func)(*meta_args, **meta_kwargs)
     except (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException,
             torch._subclasses.fake_tensor.DataDependentOutputException) as exc:
         raise MetaUnsupported(str(exc)) from None

@@ -7,6 +7,7 @@ from xladev.runtime.lowering import (  # noqa: F401
     nn,
     reductions,
     resample,
+    rnn,
     shape,
     special,
 )
