@@ -3,10 +3,17 @@
 It never gives a wrong answer: inputs are synced and copied down, the op runs on the CPU exactly as
 eager PyTorch would, arguments the op mutates are written back through their aliases, and new results
 are uploaded. Each run emits a FallbackOp event named `aten::op.overload`, as PyTorch/XLA counts it.
+
+Some ops have no CPU kernel at all (CUDA-only ops such as `_fused_dropout`, or the fused RNN cells
+before they were lowered). Such an op runs as PyTorch's decomposition of it, on the device; without
+one it raises UnsupportedOpError naming the op, never the dispatcher's "Could not run ... 'CPU'
+backend" from deep inside.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 
 import torch
@@ -14,6 +21,22 @@ import torch
 from xladev.events import Cause, CauseKind, FallbackOp, bus
 from xladev.runtime.access import download, sync_cause, upload
 from xladev.runtime.tensor import XlaTensor, new_tensor
+
+
+_local = threading.local()
+_NO_CPU_KERNEL = re.compile(r"Could not run '([^']+)' with arguments from the 'CPU' backend")
+
+
+class UnsupportedOpError(NotImplementedError):
+    """An op has no xladev lowering, no CPU kernel and no PyTorch decomposition.
+
+    Attributes:
+      op_name: the op, `aten::name.overload`.
+    """
+
+    def __init__(self, message: str, op_name: str):
+        super().__init__(message)
+        self.op_name = op_name
 
 
 def fallback_name(func) -> str:
@@ -51,8 +74,74 @@ def _check_devices(args, kwargs) -> int:
     return device_index or 0
 
 
+def _has_cpu_kernel(func) -> bool:
+    try:
+        return torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "CPU")
+    except (AttributeError, RuntimeError):  # not a registered aten overload: let the call itself decide
+        return True
+
+
+def _decomposition(func):
+    """PyTorch's decomposition of `func` (its table, else the op's composite kernel), or None."""
+    from torch._decomp import decomposition_table
+
+    from xladev.runtime.decompositions import _composite_implicit
+
+    return decomposition_table.get(func) or _composite_implicit(func)
+
+
+def _without_cpu_kernel(func, args, kwargs, missing: str | None = None):
+    """Runs `func` as its decomposition on the device, since the CPU cannot run it.
+
+    Args:
+      missing: the op the dispatcher could not run on the CPU, when it is not `func` itself
+        (a CPU kernel of `func` calls it).
+
+    Raises:
+      UnsupportedOpError: there is no decomposition, or it needs `func` itself again.
+    """
+    from xladev.runtime.decompositions import _with_composites
+
+    name = fallback_name(func)
+    active = getattr(_local, "decomposing", None)
+    if active is None:
+        active = _local.decomposing = set()
+    if func in active:
+        raise UnsupportedOpError(_unsupported_message(func, name, missing, "its PyTorch decomposition calls it "
+                                                      "again"), name)
+    decomposition = _decomposition(func)
+    if decomposition is None:
+        raise UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch has no decomposition of it"),
+                                 name)
+    active.add(func)
+    try:
+        return _with_composites(func, decomposition)(*args, **kwargs)
+    finally:
+        active.discard(func)
+
+
+def _unsupported_message(func, name: str, missing: str | None, why_not_decomposed: str) -> str:
+    from xladev.runtime.lowering.registry import LOWERINGS
+
+    if func in LOWERINGS:  # lowered, but it fell back: no shape rule for these arguments
+        head = f"{name} has no CPU kernel, and its xladev lowering has no shape rule for these arguments"
+    elif missing and missing != name:
+        head = f"{name} has no xladev lowering, and its CPU kernel calls {missing}, which has no CPU kernel"
+    else:
+        head = f"{name} has neither an xladev lowering nor a CPU kernel"
+    return f"{head}; {why_not_decomposed}, so it cannot run on the xla device"
+
+
 def run_on_cpu(func, args, kwargs):
-    """Runs `func` on CPU copies of its device arguments and returns device results."""
+    """Runs `func` on CPU copies of its device arguments and returns device results.
+
+    An op the CPU cannot run runs as its PyTorch decomposition on the device instead.
+
+    Raises:
+      UnsupportedOpError: the op has no CPU kernel and no decomposition.
+    """
+    if not _has_cpu_kernel(func):
+        return _without_cpu_kernel(func, args, kwargs)
     name = fallback_name(func)
     device_index = _check_devices(args, kwargs)
     found: list[XlaTensor] = []
@@ -80,7 +169,18 @@ def run_on_cpu(func, args, kwargs):
 
     cpu_args = down(tuple(args))
     cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
-    result = func(*cpu_args, **cpu_kwargs)
+    missing = None
+    try:
+        result = func(*cpu_args, **cpu_kwargs)
+    except NotImplementedError as exc:
+        found = _NO_CPU_KERNEL.search(str(exc))
+        if found is None:
+            raise
+        missing = found.group(1)
+    if missing is not None:
+        # The op's CPU kernel calls one without a CPU kernel. Nothing was written back yet, so the op
+        # can still decompose; outside the `except`, so an error does not drag the dispatcher's along.
+        return _without_cpu_kernel(func, args, kwargs, missing)
 
     # Write back every argument the op mutated, so aliases on the device see the change.
     from xladev.runtime.dispatch import write_into
