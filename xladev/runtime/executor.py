@@ -26,7 +26,7 @@ from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Node, ScalarNode
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.recorder import is_library_frame, recorder
-from xladev.runtime.tensor import pending
+from xladev.runtime.tensor import pending, pending_storages
 
 _lock = threading.RLock()
 
@@ -344,12 +344,12 @@ class Executor:
             data = made.get(id(root))
             if data is None:
                 data = made[id(root)] = DataNode(array, root.meta)
-            storage.set_data(data)
+            storage.set_data(data, root)
 
     def flush(self, cause: Cause) -> None:
         """Runs every pending tensor now, without ending the step (eager debug mode)."""
         with _lock:
-            storages = sorted(list(pending.values()), key=lambda s: s.sid)
+            storages = pending_storages()
             if storages:
                 self.sync_storages(storages, cause, capture_frames() if bus.wants_frames else None)
 
@@ -359,7 +359,7 @@ class Executor:
         annotate.barrier_begin(self.step, cause)
         frames = capture_frames() if bus.wants_frames else None
         with _lock:
-            storages = sorted(list(pending.values()), key=lambda s: s.sid)
+            storages = pending_storages()
             if storages:
                 self.sync_storages(storages, cause, frames)
             # Ops recorded in a step that ran no graph (everything already data) still count.

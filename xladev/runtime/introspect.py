@@ -22,9 +22,9 @@ def graph_of(tensors) -> Graph:
 
 def pending_graph() -> Graph:
     """The graph the next `mark_step` would run (every live tensor with pending IR)."""
-    from xladev.runtime.tensor import pending
+    from xladev.runtime.tensor import pending_storages
 
-    storages = sorted(list(pending.values()), key=lambda s: s.sid)
+    storages = pending_storages()
     return Graph([s.value for s in storages])
 
 

@@ -41,7 +41,7 @@ def manual_seed(seed: int, device_index: int | None = None) -> None:
         if state is None:
             _states[index] = Storage(_seed_node(seed, index), index)
         else:
-            state.set_data(_seed_node(seed, index))
+            state.set(_seed_node(seed, index))
 
 
 def get_rng_state(device_index: int = 0) -> torch.Tensor:
@@ -66,7 +66,7 @@ def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     key = np.frombuffer(state.detach().cpu().contiguous().numpy().tobytes(), dtype=np.uint32)
     if key.shape != (2,):
         raise ValueError(f"an xla RNG state is 8 bytes (a threefry key), got {state.numel()} elements")
-    _state(device_index).set_data(DataNode(backend.put(key.copy(), device_index), _KEY_META))
+    _state(device_index).set(DataNode(backend.put(key.copy(), device_index), _KEY_META))
 
 
 def _state(device_index: int) -> Storage:

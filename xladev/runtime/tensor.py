@@ -17,6 +17,8 @@ from xladev.runtime.ir import DataNode, Meta, Node
 
 _storage_ids = itertools.count()
 _lock = threading.RLock()
+# Serialises writes to a storage's value with a barrier's check-and-replace (Storage.set/set_data).
+_write_lock = threading.Lock()
 
 # Storages whose value is a pending IR node (not device data), keyed by creation id so that the
 # order of graph outputs is deterministic. Weak: a dead tensor is never synced.
@@ -53,18 +55,43 @@ class Storage:
             pending[self.sid] = self
 
     def set(self, value: Node) -> None:
-        self.value = value
-        self.version += 1
-        if type(value) is not DataNode:
-            pending[self.sid] = self
-        else:  # e.g. `copy_` of uploaded data: nothing left to compute
-            pending.pop(self.sid, None)
+        # Under the lock: a barrier on another thread must not replace this write by older data.
+        with _write_lock:
+            self.value = value
+            self.version += 1
+            if type(value) is not DataNode:
+                pending[self.sid] = self
+            else:  # e.g. `copy_` of uploaded data: nothing left to compute
+                pending.pop(self.sid, None)
 
-    def set_data(self, value: DataNode) -> None:
-        """Replaces a pending value by its computed data (same value, so no version bump for aliases)."""
-        self.value = value
-        self.version += 1
-        pending.pop(self.sid, None)
+    def set_data(self, value: DataNode, computed: Node) -> bool:
+        """Replaces the pending value `computed` by its data; False if another thread wrote since.
+
+        A write recorded on another thread while the barrier ran is newer than the data: it stays
+        pending (it reads `computed`, so it is still right) and the next barrier computes it.
+        """
+        with _write_lock:
+            if self.value is not computed:
+                return False
+            self.value = value
+            self.version += 1
+            pending.pop(self.sid, None)
+            return True
+
+
+def pending_storages() -> list[Storage]:
+    """The live storages with a pending value, in creation order (deterministic graph outputs).
+
+    Safe while other threads record: the weak dictionary is copied in one step, not iterated.
+    """
+    refs = list(pending.data.values())
+    storages = [s for s in (r() for r in refs) if s is not None]
+    storages.sort(key=_by_sid)
+    return storages
+
+
+def _by_sid(storage: Storage) -> int:
+    return storage.sid
 
 
 class XlaTensor(torch.Tensor):
