@@ -29,6 +29,7 @@ SUITE = [
     ("profiler annotations", "bench_profiler_overhead.py", [], []),
     ("report parse", "bench_report_parse.py", ["--size", "128MB"], ["--size", "512MB"]),
     ("tui", "bench_tui.py", [], []),
+    ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
 ]
 
 
@@ -72,6 +73,9 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         for run in data.get("runs", []):
             rows.append((f"report parse {run['bytes'] / 1e6:.0f} MB",
                          f"{run['read_mb_per_cpu_s']:.1f} MB/CPU-s, +{run['rss_growth_mb']:.1f} MB RSS", ">= 50 MB/s, flat"))
+    elif name == "graph build" and "ratio_vs_jax" in data:
+        rows.append((f"graph build: {data['ops']}-op chain, xladev / jax.jit", f"{_num(data['ratio_vs_jax'])}x "
+                     f"({_num(data['xladev']['total_s'])} s vs {_num(data['jax']['total_s'])} s)", "<= 3x"))
     if not rows:
         flat = {k: v for k, v in data.items() if isinstance(v, (int, float, str))}
         for key, value in list(flat.items())[:6]:

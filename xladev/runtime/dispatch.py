@@ -13,7 +13,7 @@ import time
 import torch
 
 from xladev._flags import config
-from xladev.runtime.ir import SLOT, Meta, Node, ScalarNode, ScalarType, getitem
+from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, getitem, scalar_node
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
 from xladev.runtime.opinfo_cache import op_traits
@@ -59,7 +59,7 @@ def _flatten(args, kwargs, traits, device_ref):
                 key.append((value.shape, value.dtype))
                 template.append(SLOT)
             elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
-                operands.append(ScalarNode(value, torch.float64 if kind is float else torch.int64))
+                operands.append(scalar_node(value, torch.float64 if kind is float else torch.int64))
                 key.append(ScalarType(kind))
                 template.append(SLOT)
             elif kind is int or kind is float or kind in _PLAIN_TYPES:
@@ -87,7 +87,7 @@ def _flatten(args, kwargs, traits, device_ref):
             if value.dim() != 0 or value.device.type != "cpu":
                 raise _mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
             # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
-            operands.append(ScalarNode(value.item(), value.dtype))
+            operands.append(scalar_node(value.item(), value.dtype))
             key.append(((), value.dtype))
             return SLOT
         if isinstance(value, (list, tuple)):
@@ -97,7 +97,7 @@ def _flatten(args, kwargs, traits, device_ref):
         if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
             # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
             # bias correction) reuses the compiled graph instead of recompiling it.
-            operands.append(ScalarNode(value, _scalar_dtype(value)))
+            operands.append(scalar_node(value, _scalar_dtype(value)))
             key.append(ScalarType(type(value)))
             return SLOT
         if isinstance(value, torch.device):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -134,6 +135,29 @@ class ScalarNode(Node):
 
     def signature(self) -> tuple:
         return ("xla::device_data", self.meta)
+
+
+_scalar_nodes: dict = {}
+_SCALAR_CACHE_SIZE = 4096
+
+
+def scalar_node(value: Any, dtype: torch.dtype) -> ScalarNode:
+    """The graph input for a Python scalar: one node per (value, dtype), as PyTorch/XLA caches device data.
+
+    Reusing the node makes every use of one value in a graph one input (a chain of `x + 1.5` has one
+    scalar input, not one per use; XLA's compile time grows with the number of parameters). A graph
+    whose scalars happen to be equal is a different graph from one whose scalars differ, as in
+    PyTorch/XLA.
+    """
+    # The value's type is in the key: 2 and 2.0 hash alike but are different inputs. -0.0 == 0.0 too,
+    # but zeros never get here (special scalars are constants) unless XLA_NO_SPECIAL_SCALARS is set.
+    key = (type(value), value, dtype, math.copysign(1.0, value) if type(value) is float else 0)
+    node = _scalar_nodes.get(key)
+    if node is None:
+        if len(_scalar_nodes) >= _SCALAR_CACHE_SIZE:
+            _scalar_nodes.clear()  # cheap bound on memory; a cleared value is simply re-created
+        node = _scalar_nodes[key] = ScalarNode(value, dtype)
+    return node
 
 
 def _no_lowering(ctx, *args, **kwargs):  # leaves are bound to inputs, never lowered
