@@ -59,9 +59,34 @@ class _BackendModule:
 
 
 def _device_index(device) -> int:
-    if isinstance(device, int):
-        return device
-    return torch.device(device).index or 0
+    return check_index(device if isinstance(device, int) else device_index(device))
+
+
+def device_index(device) -> int:
+    """The index of an `xla` device argument (`device=`, `.to()`), checked against the devices that exist.
+
+    Args:
+      device: a torch.device, a string such as "xla:1", or None (xla:0).
+
+    Raises:
+      ValueError: that device does not exist in this process.
+    """
+    index = None if device is None else torch.device(device).index
+    # xla:0 always exists (or jax_devices raises); not asking keeps lazy factories from starting jax.
+    return 0 if not index else check_index(index)
+
+
+def check_index(index: int) -> int:
+    """`index`, if `xla:index` is one of this process's devices.
+
+    Raises:
+      ValueError: it is not (the one place that words this error).
+      ConfigError: PJRT_DEVICE names a backend jax cannot provide.
+    """
+    count = len(backend.jax_devices())
+    if not 0 <= index < count:
+        raise ValueError(f"xla:{index} does not exist: this process has {count} xla device(s)")
+    return index
 
 
 def register() -> None:
@@ -109,11 +134,7 @@ def device(n: int | None = None) -> torch.device:
     """
     from xladev.runtime.tensor import torch_device
 
-    index = 0 if n is None else int(n)
-    count = len(backend.jax_devices())
-    if not 0 <= index < count:
-        raise ValueError(f"xla:{index} does not exist: this process has {count} xla device(s)")
-    return torch_device(index)
+    return torch_device(0 if n is None else check_index(int(n)))
 
 
 def devices() -> list[torch.device]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from xladev.runtime.access import download, upload
+from xladev.runtime.device import device_index
 from xladev.runtime.dispatch import alias_of, convert, handle, record, special, write_into
 from xladev.runtime.ir import Meta
 from xladev.runtime.lowering.registry import LOWERINGS
@@ -49,15 +50,39 @@ def _to_copy(func, args, kwargs):
         cpu = download([src], ".cpu()")[0]
         return cpu.to(device=device, dtype=dtype)
     if isinstance(src, XlaTensor):
-        target_index = torch.device(device).index if device is not None else None
+        target_index = None if device is None or torch.device(device).index is None else device_index(device)
         if target_index is not None and target_index != src._st.device_index:
             cpu = download([src], f".to({device})")[0]
             return new_tensor(upload(cpu.to(dtype), target_index), target_index)
         if dtype == src.dtype:
             return _clone(func, (src,), {})
         return record(func, (src,), {"dtype": dtype})
-    index = torch.device(device).index or 0
+    index = device_index(device)
     return new_tensor(upload(src.to(dtype), index), index)
+
+
+@special(aten.new_empty.default, aten.new_empty_strided.default, aten.new_full.default, aten.new_ones.default,
+         aten.new_zeros.default, aten.empty_like.default, aten.full_like.default, aten.ones_like.default,
+         aten.zeros_like.default, aten.rand_like.default, aten.randn_like.default, aten.randint_like.default)
+def _like(func, args, kwargs):
+    """`zeros_like(x, device=d)`, `x.new_zeros(n, device=d)`: the result goes to `d`, not to `x`'s device.
+
+    Raises:
+      ValueError: `d` names an xla device that does not exist.
+    """
+    from xladev.runtime.dispatch import handle_regular
+
+    device, self = kwargs.get("device"), args[0]
+    if device is None or not isinstance(self, XlaTensor):
+        return handle_regular(func, args, kwargs)
+    if not _is_xla_device(device):
+        # Only the shape, strides and dtype of `self` matter: make the result from a CPU stand-in.
+        return func(torch.empty_strided(self.shape, self.stride(), dtype=self.dtype), *args[1:], **kwargs)
+    index = self._st.device_index if torch.device(device).index is None else device_index(device)
+    result = handle_regular(func, args, kwargs)
+    if index == self._st.device_index:
+        return result
+    return _to_copy(aten._to_copy.default, (result,), {"device": device})
 
 
 @special(aten.copy_.default)
@@ -125,22 +150,30 @@ def factory_kernel(func):
     """A PrivateUse1 kernel for a factory op: record it lazily on the device named by `device=`."""
 
     def kernel(*args, **kwargs):
-        device = kwargs.get("device")
-        index = torch.device(device).index or 0 if device is not None else 0
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
-        if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
-            kwargs.pop("layout")
-        if func in LOWERINGS:
-            try:
-                return record(func, args, kwargs, device_index=index)
-            except MetaUnsupported:
-                pass
-        from xladev.runtime.fallback import run_on_cpu
-
-        cpu = run_on_cpu(func, args, kwargs)
-        return cpu
+        # Looked up at each call, so that a forked child can swap it for one that raises (fork_guard).
+        return create(func, args, kwargs)
 
     return kernel
+
+
+def create(func, args, kwargs):
+    """Runs factory op `func` for the device in `kwargs["device"]`: every new device tensor starts here.
+
+    Raises:
+      ValueError: `device=` names an xla device that does not exist.
+    """
+    index = device_index(kwargs.get("device"))
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
+    if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
+        kwargs.pop("layout")
+    if func in LOWERINGS:
+        try:
+            return record(func, args, kwargs, device_index=index)
+        except MetaUnsupported:
+            pass
+    from xladev.runtime.fallback import run_on_cpu
+
+    return run_on_cpu(func, args, kwargs)
 
 
 FACTORY_OPS = [
