@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import torch
@@ -42,6 +43,17 @@ def jax_devices() -> tuple:
     if not devices:
         raise ConfigError(f"PJRT_DEVICE={wanted}: jax found no {platform} devices")
     return tuple(devices)
+
+
+def initialised() -> bool:
+    """Whether this process has started jax's runtime (PJRT client, thread pools), here or by the user.
+
+    Takes no lock: it is asked in a freshly forked child (fork_guard).
+    """
+    if jax_devices.cache_info().currsize:
+        return True
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
 
 
 def device_kind() -> str:

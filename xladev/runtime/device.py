@@ -31,7 +31,11 @@ class _BackendModule:
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
-        return False
+        # True in a forked child of a process that used the device: `torch.manual_seed` (called by every
+        # DataLoader worker) then leaves the xla generator alone instead of touching the parent's runtime.
+        from xladev.runtime.fork_guard import in_bad_fork
+
+        return in_bad_fork()
 
     @staticmethod
     def manual_seed(seed: int) -> None:
@@ -116,6 +120,9 @@ def register() -> None:
         name = op._schema.name.split("::")[1] + (f".{op._schema.overload_name}" if op._schema.overload_name else "")
         _lib.impl(name, handlers.factory_kernel(op), "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    from xladev.runtime import fork_guard
+
+    fork_guard.install()
     _registered = True
 
 
