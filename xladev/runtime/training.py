@@ -122,6 +122,10 @@ class DeviceLoader:
     Like PyTorch/XLA's `MpDeviceLoader`, each `next()` first ends the previous step with a barrier
     (cause "DeviceLoader at step end"), so the loop needs no explicit `mark_step()`.
 
+    Host-side loading runs ahead on a thread named `xladev-loader`. Leaving the loop early (`break`,
+    an exception, or dropping the iterator) stops that thread and shuts the loader's iterator down, so
+    a `torch.utils.data.DataLoader`'s worker processes exit too (unless it has `persistent_workers`).
+
     Args:
       loader: any iterable of batches (tensors, or tuples/lists/dicts of them).
       device: the xla device.
@@ -148,27 +152,74 @@ class DeviceLoader:
     def __iter__(self):
         # Host-side loading runs ahead on a thread; device copies happen on this thread, in order.
         q: queue.Queue = queue.Queue(maxsize=self._prefetch)
-        done = object()
+        stop = threading.Event()
         errors: list[BaseException] = []
+        producer = threading.Thread(target=self._produce, args=(q, stop, errors), daemon=True, name="xladev-loader")
+        producer.start()
+        try:
+            first = True
+            while True:
+                batch = q.get()
+                if not first:
+                    mark_step(Cause(CauseKind.DEVICE_LOADER))
+                first = False
+                if batch is _DONE:
+                    if errors:
+                        raise errors[0]
+                    return
+                yield self._to_device(batch)
+        finally:  # also on `break` or garbage collection: GeneratorExit arrives at the yield
+            _stop_producer(producer, q, stop)
 
-        def produce():
-            try:
-                for batch in self._loader:
-                    q.put(batch)
-            except BaseException as exc:  # re-raised in the consumer
-                errors.append(exc)
-            finally:
-                q.put(done)
+    def _produce(self, q: queue.Queue, stop: threading.Event, errors: list) -> None:
+        """The producer thread: iterates the loader into `q` until it ends, fails, or `stop` is set."""
+        it = None
+        try:
+            it = iter(self._loader)
+            for batch in it:
+                q.put(batch)
+                if stop.is_set():
+                    break
+        except BaseException as exc:  # re-raised in the consumer
+            errors.append(exc)
+        try:
+            if it is not None:
+                _close_iterator(it, self._loader)
+        except BaseException as exc:
+            errors.append(exc)
+        if not stop.is_set():  # once stopped, nobody reads the queue: the end marker could block
+            q.put(_DONE)
 
-        threading.Thread(target=produce, daemon=True, name="xladev-loader").start()
-        first = True
-        while True:
-            batch = q.get()
-            if not first:
-                mark_step(Cause(CauseKind.DEVICE_LOADER))
-            first = False
-            if batch is done:
-                if errors:
-                    raise errors[0]
-                return
-            yield self._to_device(batch)
+
+_DONE = object()
+# How long leaving a loop early waits for the producer to finish the batch it is loading and shut
+# the loader down; a slower loader finishes that in the background.
+_STOP_WAIT_S = 10.0
+
+
+def _stop_producer(producer: threading.Thread, q: queue.Queue, stop: threading.Event) -> None:
+    """Stops the producer thread of a `DeviceLoader` iteration and waits (bounded) for it to finish.
+
+    Setting `stop` before draining the queue means the producer puts at most one more item before it
+    sees the flag, so a producer blocked on the full queue is released and none blocks again.
+    """
+    stop.set()
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            break
+    if producer is not threading.current_thread():  # the generator may be collected on any thread
+        producer.join(_STOP_WAIT_S)
+
+
+def _close_iterator(it, loader) -> None:
+    """Shuts down an iterator the producer made: a DataLoader's workers exit, a generator runs its `finally`.
+
+    Done on every exit (a finished DataLoader iterator has already shut down; it does nothing twice).
+    """
+    if it is loader or it is getattr(loader, "_iterator", None):
+        return  # an iterator passed in is the caller's; a persistent-workers DataLoader reuses its own
+    shutdown = getattr(it, "_shutdown_workers", None) or getattr(it, "close", None)
+    if shutdown is not None:
+        shutdown()
