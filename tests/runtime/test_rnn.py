@@ -376,3 +376,18 @@ def test_decomposition_that_needs_an_unsupported_op_names_that_op(dev):
     a, b, c = (torch.ones(2, 2).to(dev) for _ in range(3))
     with pytest.raises(NotImplementedError, match=r"aten::mm\.dtype has neither an xladev lowering"):
         torch.ops.aten.addmm.dtype(a, b, c, torch.float32)
+
+
+_test_lib = torch.library.Library("xladev_rnn_test", "DEF")
+_test_lib.define("outer(Tensor x, Tensor grid) -> Tensor")
+_test_lib.impl("outer", lambda x, grid: torch.ops.aten.cudnn_grid_sampler(x, grid), "CPU")
+
+
+def test_cpu_kernel_that_needs_an_op_without_one_names_both(dev):
+    """An op whose CPU kernel calls one without a CPU kernel (a real custom op): the error names both."""
+    with pytest.raises(NotImplementedError) as raised:
+        torch.ops.xladev_rnn_test.outer(torch.ones(1, 1, 4, 4).to(dev), torch.zeros(1, 2, 2, 2).to(dev))
+    message = str(raised.value)
+    assert "xladev_rnn_test::outer has no xladev lowering" in message
+    assert "calls aten::cudnn_grid_sampler, which has no CPU kernel" in message
+    assert raised.value.__context__ is None

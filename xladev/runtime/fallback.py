@@ -75,8 +75,12 @@ def _check_devices(args, kwargs) -> int:
 
 
 def _has_cpu_kernel(func) -> bool:
+    """Whether the dispatcher can run `func` on CPU tensors (a CPU or composite kernel, or a factory's
+    BackendSelect kernel, which picks the backend from its arguments)."""
     try:
-        return torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "CPU")
+        name = func.name()
+        return (torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CPU")
+                or torch._C._dispatch_has_kernel_for_dispatch_key(name, torch._C.DispatchKey.BackendSelect))
     except (AttributeError, RuntimeError):  # not a registered aten overload: let the call itself decide
         return True
 
