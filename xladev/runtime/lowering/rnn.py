@@ -4,7 +4,8 @@ On any device but the CPU, PyTorch's composite `lstm`/`gru` (behind `nn.LSTM`/`n
 matmuls per time step and hand the gate pre-activations to `_thnn_fused_lstm_cell` or
 `_thnn_fused_gru_cell`; autograd then calls `_thnn_fused_lstm_cell_backward_impl` or
 `_thnn_fused_gru_cell_backward` with the forward's workspace. None of these has a CPU kernel, so all
-four are lowered here. `nn.RNN` uses plain linear ops and needs nothing of its own.
+four are lowered here. `nn.RNN` uses plain linear ops and needs nothing of its own. Packed sequences
+(`pack_padded_sequence`) keep their `batch_sizes` on the host; `_pack_padded_sequence` below makes them.
 
 The workspace layouts are this module's own (only these lowerings read them); their shapes are the
 ones PyTorch's CUDA kernels promise:
@@ -144,6 +145,8 @@ def _pack_padded_sequence(input, lengths, batch_first):
     with a CPU `lengths` and go to the CPU fallback, which would also move `batch_sizes` to the device,
     where `lstm.data` and friends cannot read it. Registered as the xla autograd kernel, it slices and
     concatenates with ordinary (differentiable, lowered) ops, so its backward needs nothing of its own.
+    Under `torch.inference_mode()` autograd kernels are skipped: the op then reaches the device itself
+    and fails the CPU fallback's same-device check (no_grad is fine).
 
     Raises:
       RuntimeError: the same checks as PyTorch's kernel (CPU int64 lengths, sorted, positive).
