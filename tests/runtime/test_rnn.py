@@ -2,7 +2,9 @@
 
 Each case builds the module on the CPU, copies it to the device, and runs the same inputs on both:
 outputs, final states, the first step's gradients of every parameter, the input and the initial state,
-then a few optimizer steps. Real compiles and runs, no mocks.
+then a few optimizer steps. No op of the training step may fall back to the CPU, packing included
+(`_pack_padded_sequence` runs as device ops and keeps `batch_sizes` on the host, see lowering/rnn.py).
+Real compiles and runs, no mocks.
 
 Tolerances come from float32 rounding, not from this machine. XLA and ATen round differently (other
 summation orders in the matmuls, other tanh/sigmoid/exp approximations), each by a few units in the
@@ -11,8 +13,8 @@ the sequence and the layers above. So a value may differ by at most ULPS · ε �
 float32's machine epsilon, depth the number of cell steps on the longest path (time steps × layers),
 scale the magnitude of the values compared (at least 1: the gates and states are O(1) whatever the
 output), and ULPS a budget for one step's rounding: its dot products have at most 2·hidden + input = 11
-terms (at most one rounding each), its activations a few ulp each, and a factor 2 spares accelerators'
-transcendental approximations. Gradients go the path once more backwards (twice the depth) and are
+terms (at most one rounding each), its five activations and products some 4 ulp each, about 32 ulp
+in all, doubled for accelerators' transcendental approximations. Gradients go the path once more backwards (twice the depth) and are
 judged against the largest gradient of the whole model: a true gradient entry may be ~0, and its error
 is rounding of the large terms that cancelled in it. Optimizer steps carry each step's gradient
 bound into the weights as the optimizer's update rule does (see `update_bounds`).
