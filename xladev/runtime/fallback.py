@@ -102,7 +102,7 @@ def _without_cpu_kernel(func, args, kwargs, missing: str | None = None):
         (a CPU kernel of `func` calls it).
 
     Raises:
-      UnsupportedOpError: there is no decomposition, or it needs `func` itself again.
+      UnsupportedOpError: there is no decomposition, or it needs `func` itself again (or declines).
     """
     from xladev.runtime.decompositions import _with_composites
 
@@ -111,8 +111,9 @@ def _without_cpu_kernel(func, args, kwargs, missing: str | None = None):
     if active is None:
         active = _local.decomposing = set()
     if func in active:
-        raise UnsupportedOpError(_unsupported_message(func, name, missing, "its PyTorch decomposition calls it "
-                                                      "again"), name)
+        # Its decomposition called it again, or declined these arguments (returned NotImplemented).
+        raise UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch's decomposition of it does "
+                                                      "not handle these arguments"), name)
     decomposition = _decomposition(func)
     if decomposition is None:
         raise UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch has no decomposition of it"),
