@@ -229,6 +229,8 @@ _DEFINITIONS = [
     Flag("eager_debug_mode", "XLA_USE_EAGER_DEBUG_MODE", _parse_bool, False, "run every op as soon as it is recorded"),
     Flag("sync_execution", "XLADEV_SYNC_EXECUTION", _parse_bool, False,
          "wait for each graph to finish inside the barrier instead of overlapping it with the next step"),
+    Flag("graph_growth_warning", "XLADEV_GRAPH_GROWTH_WARNING", _parse_int, 50_000,
+         "warn when this many ops are recorded with no barrier (0: never); the limit rises to 4x the largest step"),
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
     Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),
     Flag("compilation_cache_dir", "XLADEV_COMPILATION_CACHE", _parse_str, "", "persistent compilation cache directory"),

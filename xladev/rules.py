@@ -35,6 +35,12 @@ HUGE_GRAPH_NODES = 100_000
 GRAPH_GROWTH_RATIO = 1.5
 CACHE_MISS_PER_STEP = 1.0
 FALLBACK_PER_STEP_WARNING = 0.5
+# Ops recorded with no barrier before the runtime warns that the pending graph keeps growing (the
+# default of XLADEV_GRAPH_GROWTH_WARNING), or this many times the largest step seen so far, whichever
+# is larger: a legitimately big step must not trip it, a loop without a barrier always will.
+PENDING_OPS_WARNING = 50_000
+PENDING_OPS_STEP_FACTOR = 4
+GRAPH_GROWING = "Graph growing without a barrier"
 
 ITEM_COUNTER = "aten::_local_scalar_dense"
 
@@ -417,6 +423,49 @@ def graph_growth_finding(*, nodes_at_warmup: float, nodes_at_end: float, steps: 
                    evidence=[f"mean graph size {nodes_at_warmup:,.0f} nodes after warm-up, "
                              f"{nodes_at_end:,.0f} at step {steps}"],
                    numbers={"nodes_at_warmup": nodes_at_warmup, "nodes_at_end": nodes_at_end})
+
+
+def pending_ops_threshold(*, floor: int, largest_step_ops: int) -> int:
+    """How many ops may be recorded without a barrier before the growth warning (0 floor: never)."""
+    if floor <= 0:
+        return 1 << 62
+    return max(floor, PENDING_OPS_STEP_FACTOR * largest_step_ops)
+
+
+def graph_growing_message(*, ops: int, step: int, site: str) -> str:
+    """The runtime's warning (and PT_XLA_DEBUG line) when the pending graph passes the threshold."""
+    return (f"{GRAPH_GROWING}: {ops:,} ops recorded since step {step} began, the latest at {site}. "
+            "A loop with no mark_step() records one ever-larger graph: it is traced, compiled and held in memory "
+            "as a whole. Call xladev.mark_step() (torch_xla.sync()) once per iteration, or iterate a DeviceLoader.")
+
+
+_GROWING_RE = None
+
+
+def parse_graph_growing(message: str) -> dict | None:
+    """The numbers of a `graph_growing_message` (ops, step, site), or None for another line."""
+    global _GROWING_RE
+    if _GROWING_RE is None:
+        import re
+
+        _GROWING_RE = re.compile(re.escape(GRAPH_GROWING) + r": ([\d,]+) ops recorded since step (\d+) began, "
+                                 r"the latest at (.*?)\. A loop")
+    match = _GROWING_RE.search(message)
+    if match is None:
+        return None
+    return {"ops": int(match.group(1).replace(",", "")), "step": int(match.group(2)), "site": match.group(3)}
+
+
+def graph_growing_finding(*, ops: int, step: int, site: str, warnings: int) -> Finding:
+    """The report's finding for a run whose pending graph grew past the threshold without a barrier."""
+    return Finding("graph-growing", WARNING, f"{GRAPH_GROWING}: {ops:,} ops pending at {site}",
+                   "Ops were recorded for a long stretch with no mark_step(), so one graph kept growing: "
+                   "tracing, compiling and holding it costs more with every op, and nothing ran meanwhile.",
+                   "Call xladev.mark_step() (torch_xla.sync()) once per iteration of the loop at this line, "
+                   "or iterate a DeviceLoader (MpDeviceLoader), which marks each step.",
+                   evidence=[f"{ops:,} ops recorded since step {step} began, the latest at {site}",
+                             f"the runtime warned {_plural(warnings, 'time')}"],
+                   numbers={"ops": ops, "step": step, "warnings": warnings}, subject=site)
 
 
 def device_data_cache_miss_finding(*, misses: int, steps: int, misses_after_warmup: int | None = None,

@@ -20,10 +20,11 @@ from xladev.events._types import (
     StepMarked,
     CompileFailed,
     DeviceDataCacheMiss,
+    GraphGrowing,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed",
-    "DeviceDataCacheMiss",
+    "DeviceDataCacheMiss", "GraphGrowing",
 ]

@@ -159,3 +159,15 @@ class DeviceDataCacheMiss(Event):
 
     value: float
     dtype: str
+
+
+@dataclasses.dataclass(slots=True)
+class GraphGrowing(Event):
+    """The pending graph passed the growth threshold with no barrier: `ops` recorded since the last graph ran.
+
+    `step` is the step being recorded; `site` is the user's `file:line` that recorded the latest op.
+    """
+
+    ops: int
+    site: str
+    frames: tuple[Frame, ...] | None

@@ -292,6 +292,10 @@ class DebugLog:
         if numbers:
             self.profiler_numbers[kind] = numbers
 
+    def add_profiler_line(self, lineno: int, message: str) -> None:
+        """Records a ``pt-xla-profiler:`` message read from another format (the event log's replay)."""
+        self._feed_profiler(lineno, message)
+
     def _feed_summary(self, text: str) -> bool:
         stripped = text.strip()
         if stripped.startswith("====="):

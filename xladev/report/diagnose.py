@@ -283,7 +283,24 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
     findings.extend(_debug_evidence(findings, sources, facts.steps if facts else 0))
+    findings.extend(_growth_findings(sources))
     return findings, facts
+
+
+def _growth_findings(sources: list[SourceResult]) -> list[Finding]:
+    """The runtime's "graph growing without a barrier" warnings, from a debug log or an event log."""
+    findings = []
+    for source in sources:
+        if not source.has_debug:
+            continue
+        seen = source.debug.profiler.get(rules.GRAPH_GROWING)
+        numbers = rules.parse_graph_growing(seen[1]) if seen else None
+        if numbers is None:
+            continue
+        finding = rules.graph_growing_finding(warnings=seen[2], **numbers)
+        finding.sources.append(_where(source, seen[0]))
+        findings.append(finding)
+    return findings
 
 
 def _merge_ranks(per_rank: dict) -> list[Finding]:

@@ -27,6 +27,7 @@ from xladev.report.inputs import register_input_kind
 from xladev.report.model import MetricBlock, Snapshot, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
+from xladev import rules
 from xladev.rules import ITEM_COUNTER
 
 SCHEMA_NAME = "xladev.events"
@@ -200,6 +201,15 @@ class EventLogReplay:
         self.source.debug.not_lowered_ops.add(op)
         key = (op, record.get("site") or "")
         self._fallback_sites[key] = self._fallback_sites.get(key, 0) + 1
+
+    def _on_graph_growing(self, record: dict) -> None:
+        # The same words PT_XLA_DEBUG prints, so one reader and one rule serve both inputs.
+        ops, step = record.get("ops"), record.get("step")
+        if not isinstance(ops, int) or not isinstance(step, int):
+            self.source.warn(self.line, "graph_growing record without integer ops and step: skipped")
+            return
+        site = _split_site(record.get("site"))[0] or "?"
+        self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=ops, step=step, site=site))
 
     def _on_cache_miss(self, record: dict) -> None:
         self._count("DeviceDataCacheMiss")

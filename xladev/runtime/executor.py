@@ -23,7 +23,7 @@ from xladev.events import (
 )
 from xladev.runtime import annotate, backend
 from xladev.runtime.inflight import Dispatched, InFlight
-from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Node, ScalarNode
+from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Meta, Node, ScalarNode
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.recorder import is_library_frame, recorder
 from xladev.runtime.tensor import pending, pending_storages
@@ -122,6 +122,7 @@ def graph_function(graph: Graph):
             plan.append((node, tuple(index[id(o)] for o in node.operands), False))
     roots = tuple(index[id(r)] for r in graph.roots)
     hlo_debug = config.hlo_debug
+    cuts = _fusion_cuts(plan)
 
     def fn(*inputs):
         import jax
@@ -140,10 +141,36 @@ def graph_function(graph: Graph):
             else:
                 out = node.op.lower(ctx, *args, **kwargs)
             values[i] = _fit(out, node.meta, node.op.name)
+            if i in cuts:
+                values[i] = jax.lax.optimization_barrier(values[i])
         return tuple(values[r] for r in roots)
 
     fn.__name__ = fn.__qualname__ = f"xladev_{graph.hash[:16]}"
     return fn
+
+
+# XLA's CPU compiler walks a fusion recursively on one of its own threads: a chain some 25,000 ops deep
+# feeding a reduction overflows that thread's stack and kills the process (jaxlib 0.10.2). An
+# optimization barrier every FUSION_DEPTH_CUT ops of a chain bounds the depth of any fusion; graphs
+# shallower than that (every ordinary training step) are lowered exactly as before.
+FUSION_DEPTH_CUT = 4_096
+
+
+def _fusion_cuts(plan) -> frozenset[int]:
+    """Positions of the nodes after which a deep chain is cut (none for a graph shallower than the cut)."""
+    if len(plan) <= FUSION_DEPTH_CUT:
+        return frozenset()
+    depth = [0] * len(plan)
+    cuts = set()
+    for i, (node, operands, _) in enumerate(plan):
+        if node is None:
+            continue
+        d = 1 + max((depth[j] for j in operands), default=0)
+        if d >= FUSION_DEPTH_CUT and not node.op.multi_output and type(node.meta) is Meta:
+            cuts.add(i)
+            d = 0
+        depth[i] = d
+    return frozenset(cuts)
 
 
 class Executor:

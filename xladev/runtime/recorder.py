@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+import warnings
 
 from xladev._flags import config
 
@@ -45,6 +47,24 @@ def user_location() -> str | None:
     return None
 
 
+class GraphGrowthWarning(UserWarning):
+    """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
+
+
+def rules_threshold(floor: int, largest_ops: int) -> int:
+    from xladev import rules
+
+    return rules.pending_ops_threshold(floor=floor, largest_step_ops=largest_ops)
+
+
+def user_frame():
+    """The innermost frame of the user's code (outside xladev, torch and libraries), or None."""
+    frame = sys._getframe(1)
+    while frame is not None and is_library_frame(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 class Recorder:
     """Counts recorded ops and tracing time between barriers."""
 
@@ -57,6 +77,11 @@ class Recorder:
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
         self.eager_debug = config.eager_debug_mode
+        # Ops recorded since the last graph ran, and when to warn that the pending graph keeps growing.
+        self.pending_ops = 0
+        self.largest_ops = 0
+        self.growth_floor = config.graph_growth_warning
+        self.warn_at = rules_threshold(self.growth_floor, 0)
         config.on_update(self._on_flag)
 
     def _on_flag(self, name, value) -> None:
@@ -64,10 +89,36 @@ class Recorder:
             self.ir_debug = value
         elif name == "eager_debug_mode":
             self.eager_debug = value
+        elif name == "graph_growth_warning":
+            self.growth_floor = value
+            self.warn_at = max(self.pending_ops + 1, rules_threshold(value, self.largest_ops))
 
     def count(self, name: str) -> None:
         counts = self.counts
         counts[name] = counts.get(name, 0) + 1
+        self.pending_ops += 1
+        if self.pending_ops >= self.warn_at:
+            self._graph_growing()
+
+    def _graph_growing(self) -> None:
+        """The pending graph passed the threshold: warn at the user's line, then again at twice as many ops."""
+        from xladev import rules
+
+        ops = self.pending_ops
+        self.warn_at = 2 * ops
+        frame = user_frame()
+        site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+        from xladev.events import GraphGrowing, bus
+        from xladev.runtime.executor import capture_frames, executor
+
+        message = rules.graph_growing_message(ops=ops, step=executor.step, site=site)
+        if bus.active:
+            bus.emit(GraphGrowing(time.perf_counter_ns(), executor.step, ops, site,
+                                  capture_frames() if bus.wants_frames else None))
+        if frame is not None:
+            warnings.warn_explicit(message, GraphGrowthWarning, frame.f_code.co_filename, frame.f_lineno)
+        else:
+            warnings.warn(message, GraphGrowthWarning, stacklevel=2)
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns
@@ -86,8 +137,15 @@ class Recorder:
         return None, scope
 
     def drain(self) -> tuple[dict[str, int], int, list[int]]:
-        """Returns and resets the counts, total tracing ns and tracing samples since the last call."""
+        """Returns and resets the counts, total tracing ns and tracing samples since the last call.
+
+        Called when a graph is about to run: the pending op count starts again, and the growth threshold
+        follows the largest graph recorded so far.
+        """
         with self.lock:
+            self.largest_ops = max(self.largest_ops, self.pending_ops)
+            self.pending_ops = 0
+            self.warn_at = rules_threshold(self.growth_floor, self.largest_ops)
             counts, self.counts = self.counts, {}
             ns, self.tracing_ns = self.tracing_ns, 0
             samples, self.tracing_samples = self.tracing_samples, []

@@ -24,7 +24,7 @@ import time
 
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked,
+    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, StepMarked,
     TransferFromDevice, TransferToDevice, bus,
 )
 from xladev.report.eventlog_input import SCHEMA_NAME, SCHEMA_VERSION
@@ -236,6 +236,11 @@ class EventLog:
         elif kind is DeviceDataCacheMiss:
             records = ({"type": "cache_miss", "t": t, "step": event.step, "value": event.value,
                         "dtype": event.dtype},)
+        elif kind is GraphGrowing:
+            site, frame = self._site(event.frames)
+            records = ({"type": "graph_growing", "t": t, "step": event.step, "ops": event.ops,
+                        "site": site or event.site, "frame": frame},)
+            urgent = True
         elif kind is CompileFailed:
             site, frame = self._site(event.frames)
             records = ({"type": "compile_failed", "t": t, "step": event.step, "hash": event.graph_hash,

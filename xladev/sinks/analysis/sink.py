@@ -9,7 +9,7 @@ import threading
 from xladev import rules
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, StepMarked, TransferFromDevice, bus,
+    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, StepMarked, TransferFromDevice, bus,
 )
 from xladev.report.units import format_bytes, format_time_ns
 from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
@@ -55,6 +55,7 @@ class AnalysisSink:
         self.transfers = 0
         self.fallback_counts: dict[str, int] = {}
         self.stated: dict[str, str] = {}
+        self.growth: list[GraphGrowing] = []
         self.subscription = None
 
     def start(self) -> None:
@@ -85,6 +86,10 @@ class AnalysisSink:
         elif kind is StepMarked:
             self.history.on_step(event)
             self._auto_analysis()
+        elif kind is GraphGrowing:
+            self.growth.append(event)
+            self.out.write(f"{rules.PROFILER_PREFIX}"
+                           f"{rules.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
         elif kind is CompileFailed:
             self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
@@ -172,6 +177,10 @@ class AnalysisSink:
             lines.append(f"{p}CPU fallback ops:")
             for op, site, n in fallbacks[:10]:
                 lines.append(f"{p}  {op} at {short_site(site)}: {n} call(s)")
+        if self.growth:
+            lines.append(f"{p}Graphs that grew without a barrier:")
+            for event in self.growth[-5:]:
+                lines.append(f"{p}  step {event.step} at {event.site}: {event.ops:,} ops pending")
         lines.append(f"{p}{'=' * 80}")
         return "\n".join(lines) + "\n"
 
