@@ -38,8 +38,58 @@ def start_sinks() -> None:
         _profiler_steps.start_from_flags()
 
 
+def check_output_paths(config) -> None:
+    """Start-up check of files xladev writes only later (on a failure), so a typo shows now, not then.
+
+    Raises:
+      ConfigError: XLA_SAVE_HLO_FILE names a file that cannot be written.
+    """
+    import os
+
+    from xladev._flags import ConfigError
+
+    path = config.save_hlo_file
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        problem = "it is a directory"
+    elif os.path.exists(path):
+        problem = "" if os.access(path, os.W_OK) else "the file is not writable"
+    elif not os.path.isdir(folder):
+        problem = f"its directory {folder} does not exist"
+    else:
+        problem = "" if os.access(folder, os.W_OK) else f"its directory {folder} is not writable"
+    if problem:
+        raise ConfigError(f"XLA_SAVE_HLO_FILE={path!r} cannot be written: {problem}. "
+                          "(where the HLO of a failing graph is saved)")
+
+
+def install_config_error_hook() -> None:
+    """A `ConfigError` nobody caught (a bad environment variable) prints its message, not a traceback.
+
+    It is the user's setting that is wrong, not their code or xladev's, so the traceback only hides the
+    one line that says which variable and why. Other exceptions go to the previous hook unchanged.
+    """
+    import sys
+
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback):
+        # Matched by name: the flags module may have failed while importing (a bad variable read at import).
+        if any(c.__name__ == "ConfigError" and c.__module__ == "xladev._flags" for c in kind.__mro__):
+            sys.stderr.write(f"xladev: {value}\n")
+            return
+        previous(kind, value, traceback)
+
+    if getattr(previous, "__name__", "") != "xladev_config_error_hook":
+        hook.__name__ = "xladev_config_error_hook"
+        sys.excepthook = hook
+
+
 def load() -> dict:
     """Starts the runtime and returns the public names of `xladev`."""
+    install_config_error_hook()
     from xladev._flags import ConfigError, config
     from xladev.runtime.device import device, device_count, devices, register
     from xladev.runtime.executor import XlaCompileError
@@ -48,6 +98,7 @@ def load() -> dict:
         wait_device_ops,
     )
 
+    check_output_paths(config)
     register()
     from xladev.runtime.module_conversion import install
 

@@ -255,21 +255,34 @@ class Executor:
         return entry
 
     def _save_failed(self, graph: Graph, lowered, exc) -> str:
-        if lowered is not None:
-            text = lowered.as_text(dialect="hlo")
-        else:
+        """Saves a failing graph's HLO (or IR, when lowering failed) and says where; never raises.
+
+        A failure to save must not replace the compile or execution error the user needs to see.
+        """
+        try:
+            text = lowered.as_text(dialect="hlo") if lowered is not None else None
+        except Exception:
+            text = None
+        if text is None:
             from xladev.runtime.irtext import graph_to_text
 
             text = f"// lowering to HLO failed: {exc!r}\n// IR of graph {graph.hash}:\n" + graph_to_text(graph)
         path = config.save_hlo_file
+        note = ""
         if path:
-            with open(path, "w") as fh:
+            try:
+                with open(path, "w") as fh:
+                    fh.write(text)
+                return path
+            except OSError as err:
+                note = f" (XLA_SAVE_HLO_FILE={path!r} could not be written: {err.strerror})"
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"xladev_{graph.hash[:12]}_", suffix=".hlo.txt")
+            with os.fdopen(fd, "w") as fh:
                 fh.write(text)
-            return path
-        fd, path = tempfile.mkstemp(prefix=f"xladev_{graph.hash[:12]}_", suffix=".hlo.txt")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        return path
+            return tmp + note
+        except OSError as err:
+            return f"nowhere: no temporary file could be written ({err.strerror}){note}"
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, roots: list[Node], cause: Cause, frames=None) -> list:
@@ -399,10 +412,11 @@ class Executor:
         annotate.barrier_end(ended)
 
     def _run_closures(self) -> None:
+        raise_async_closure_error()
         closures, self.closures = self.closures, []
         for fn, args, run_async in closures:
             if run_async:
-                _async_closures().submit(fn, *args)
+                _async_closures().submit(_guarded, fn, args)
             else:
                 fn(*args)
 
@@ -460,9 +474,29 @@ def _async_closures():
     return _pool
 
 
+# The first exception raised by an asynchronous step closure, re-raised at the next barrier (or
+# wait_device_ops), as PyTorch/XLA's async closure handler does; later ones are dropped meanwhile.
+_async_errors: list[BaseException] = []
+
+
+def _guarded(fn, args) -> None:
+    try:
+        fn(*args)
+    except BaseException as exc:  # kept for the training thread; a pool thread has no one to tell
+        if not _async_errors:
+            _async_errors.append(exc)
+
+
+def raise_async_closure_error() -> None:
+    """Re-raises (once) the exception of an asynchronous step closure that failed since the last check."""
+    if _async_errors:
+        raise _async_errors.pop()
+
+
 def wait_async_closures() -> None:
     if _pool is not None:
         _pool.submit(lambda: None).result()
+    raise_async_closure_error()
 
 
 executor = Executor()

@@ -77,9 +77,10 @@ def wait_device_ops() -> None:
 
 def manual_seed(seed: int, device: torch.device | None = None) -> None:
     """Seeds the device RNG, so random ops on `xla` repeat exactly for the same seed."""
+    from xladev.runtime.device import device_index
     from xladev.runtime.rng import manual_seed as seed_device
 
-    seed_device(seed, None if device is None else torch.device(device).index)
+    seed_device(seed, None if device is None else device_index(device))
 
 
 _cache_state: dict = {}
