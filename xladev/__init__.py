@@ -12,7 +12,7 @@ import sys as _sys
 __version__ = "0.1.0"
 
 __all__ = [
-    "ConfigError", "DeviceLoader", "debug", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
+    "ConfigError", "DeviceLoader", "debug", "GraphGrowthWarning", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
     "devices", "initialize_cache", "manual_seed", "mark_step", "optimizer_step", "sync", "wait_device_ops",
 ]
 

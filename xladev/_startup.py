@@ -93,6 +93,7 @@ def load() -> dict:
     from xladev._flags import ConfigError, config
     from xladev.runtime.device import device, device_count, devices, register
     from xladev.runtime.executor import XlaCompileError
+    from xladev.runtime.recorder import GraphGrowthWarning
     from xladev.runtime.training import (
         DeviceLoader, add_step_closure, initialize_cache, manual_seed, mark_step, optimizer_step, sync,
         wait_device_ops,
@@ -110,7 +111,8 @@ def load() -> dict:
 
     return {
         "ConfigError": ConfigError, "config": config, "device": device, "device_count": device_count,
-        "devices": devices, "XlaCompileError": XlaCompileError, "DeviceLoader": DeviceLoader,
+        "devices": devices, "XlaCompileError": XlaCompileError, "GraphGrowthWarning": GraphGrowthWarning,
+        "DeviceLoader": DeviceLoader,
         "add_step_closure": add_step_closure, "initialize_cache": initialize_cache, "manual_seed": manual_seed,
         "mark_step": mark_step, "optimizer_step": optimizer_step, "sync": sync, "wait_device_ops": wait_device_ops,
         "debug": debug,
