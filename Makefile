@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow opinfo-full coverage bench clean
+.PHONY: install demo test test-slow test-models opinfo-full coverage bench clean
 
 # torch goes in first and alone: pip then takes the local CPU wheel, and nothing later can pull a CUDA build.
 $(STAMP): pyproject.toml
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+test-models: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow" tests/models
 
 opinfo-full: $(STAMP)
 	XLADEV_OPINFO_FULL=1 $(PY) -m pytest -q -m slow tests/runtime/test_opinfo.py

@@ -17,12 +17,9 @@ import pytest
 from tests.models import zoo
 from tests.models.conftest import assert_parity
 
-DEFAULT = ("resnet",)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=() if name in DEFAULT else pytest.mark.slow) for name in zoo.CNNS
-])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=zoo.marks(name)) for name in zoo.CNNS])
 def test_trains_like_eager_cpu(name, parity):
     summary = parity(name)
     xla = summary.xla

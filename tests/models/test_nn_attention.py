@@ -13,11 +13,8 @@ import pytest
 from tests.models import zoo
 from tests.models.conftest import assert_parity
 
-DEFAULT = ("transformer_encoder", "multihead_attention")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=() if name in DEFAULT else pytest.mark.slow) for name in zoo.NN_ATTENTION
-])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=zoo.marks(name)) for name in zoo.NN_ATTENTION])
 def test_trains_like_eager_cpu(name, parity):
     assert_parity(parity(name))

@@ -136,7 +136,7 @@ def test_state_dict_saved_from_device_loads_with_torch_load_defaults():
     assert state["lm_head.weight"] is state["transformer.wte.weight"]
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "gpt2" else pytest.mark.slow) for n in TIES])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=zoo.marks(name)) for name in TIES])
 def test_training_keeps_ties_and_matches_eager(name, parity):
     summary = parity(name)
     # parity checks that the trained xla model has the CPU model's ties; here the tied names must

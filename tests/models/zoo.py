@@ -281,3 +281,16 @@ CNNS = {c.name: c for c in (
 )}
 
 ALL = {**TRANSFORMERS, **NN_ATTENTION, **RNNS, **CNNS}
+
+# What `make test` runs (about two minutes on two cores: each case compiles two graphs); the rest is
+# marked slow. One of each family, the attention users get by default, SGD once, a padded batch,
+# a 4-way tie (T5), packed sequences, BatchNorm with both residual blocks, depthwise convolutions.
+DEFAULT = frozenset({"gpt2", "bert", "t5", "transformer_encoder", "multihead_attention", "lstm", "gru_packed",
+                     "resnet", "mobilenet_v3"})
+
+
+def marks(name: str):
+    """pytest marks of a zoo case: slow unless it is in DEFAULT."""
+    import pytest
+
+    return () if name in DEFAULT else pytest.mark.slow

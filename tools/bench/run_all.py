@@ -23,6 +23,7 @@ BENCH = os.path.join(ROOT, "tools", "bench")
 # name, script, arguments (quick, full)
 SUITE = [
     ("runtime", "bench_runtime.py", ["--steps", "15"], ["--steps", "30"]),
+    ("models", "bench_models.py", ["--quick", "--steps", "10"], ["--steps", "20"]),
     # instrumentation costs are timed inside the sinks; wall-clock differences are printed by each script
     ("instrumentation", "bench_instrumentation.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "5", "--steps", "20"]),
     ("event log", "bench_eventlog_overhead.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "7", "--steps", "30"]),
@@ -56,6 +57,14 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         if rec:
             rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 15 us"))
             rows.append(("recording: matmul", f"{_num(rec.get('matmul_us'))} us", ""))
+    elif name == "models":
+        for model, m in (_get(data, "cases") or {}).items():
+            first = m.get("first_step_s") or {}
+            rows.append((f"{model}: first step (compile)", f"{_num(first.get('total'))} s ({_num(first.get('compile'))} s)", ""))
+            rows.append((f"{model} step: xladev / torch eager", f"{_num(m.get('ratio_vs_eager'))}x "
+                         f"({_num(m.get('xladev_ms'))} / {_num(m.get('eager_ms'))} ms)", ""))
+            if m.get("ratio_vs_jax") is not None:
+                rows.append((f"{model} step: xladev / jax.jit", f"{_num(m.get('ratio_vs_jax'))}x", ""))
     elif name == "event log" and "sink_us_per_step" in data:
         own = data["sink_us_per_step"] / 1e3 / data["off_ms"] * 100
         rows.append(("event log: own cost per step", f"{own:.2f}% ({data['sink_us_per_step']:.0f} us)", "< 3%"))
