@@ -63,10 +63,6 @@ class Summary:
     def worst(self) -> Comparison:
         return max(self.comparisons.values(), key=lambda c: c.ratio)
 
-    @property
-    def max_loss_diff(self) -> float:
-        return max(abs(a - b) for a, b in zip(self.xla.losses, self.cpu32.losses))
-
 
 class _Checker:
     def __init__(self) -> None:
@@ -121,7 +117,7 @@ def _check_graphs(out: _Checker, case: Case, run: Run, warmup: int, label: str) 
 
 
 def _buffer_floors(model: torch.nn.Module, before: dict, after64: dict, eps_forward: float) -> dict:
-    """Per-element floors of the buffers after one step: BatchNorm's by rule 4, others by rule 1."""
+    """Per-element floors of the buffers after one step: BatchNorm's by rule 5, others by rule 1."""
     floors = {}
     for prefix, module in model.named_modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.track_running_stats:
@@ -202,7 +198,8 @@ def check_case(case: Case) -> Summary:
         if reach != float("inf"):
             out.bound("final reach", name, (x - x32).abs(),
                       reach + 2 * tol.update_rounding(x32, settings["lr"], case.steps))
-        out.bound("final rms", name, torch.tensor(tol.rms(x - x64)), torch.tensor(tol.ORACLE * tol.rms(x32 - x64) + floor))
+        out.bound("final rms", name, torch.tensor(tol.rms(x - x64)),
+                  torch.tensor(tol.ORACLE * tol.rms(x32 - x64) + floor))
     for name in cpu64.state:
         if not cpu64.state[name].is_floating_point() and not torch.equal(xla.state[name], cpu32.state[name]):
             out.fail(f"final {name}: xla {xla.state[name].tolist()} != cpu {cpu32.state[name].tolist()}")

@@ -39,7 +39,8 @@ import transformers  # noqa: E402
 
 import xladev  # noqa: E402  (turns on jax_enable_x64: the jax code below says float32)
 import xladev.debug.metrics as met  # noqa: E402
-from bench_runtime import F32, Timing, cross_entropy, layer_norm, linear, sgd_momentum_step, time_interleaved  # noqa: E402
+from bench_runtime import (  # noqa: E402
+    F32, Timing, cross_entropy, layer_norm, linear, sgd_momentum_step, time_interleaved)
 from tests.models import zoo  # noqa: E402
 from tests.models.harness import build, convert, to_device  # noqa: E402
 from xladev.events import GraphCompiled, bus  # noqa: E402

@@ -60,7 +60,8 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
     elif name == "models":
         for model, m in (_get(data, "cases") or {}).items():
             first = m.get("first_step_s") or {}
-            rows.append((f"{model}: first step (compile)", f"{_num(first.get('total'))} s ({_num(first.get('compile'))} s)", ""))
+            rows.append((f"{model}: first step (compile)",
+                         f"{_num(first.get('total'))} s ({_num(first.get('compile'))} s)", ""))
             rows.append((f"{model} step: xladev / torch eager", f"{_num(m.get('ratio_vs_eager'))}x "
                          f"({_num(m.get('xladev_ms'))} / {_num(m.get('eager_ms'))} ms)", ""))
             if m.get("ratio_vs_jax") is not None:
