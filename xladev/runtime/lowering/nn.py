@@ -385,3 +385,15 @@ def _mse_loss(ctx, x, y, reduction=1):
 def _mse_loss_backward(ctx, grad, x, y, reduction):
     scale = 2.0 / x.size if reduction == 1 else 2.0
     return grad * scale * (x - y)
+
+
+@lowers(aten._weight_norm_interface_backward.default)
+def _weight_norm_backward(ctx, grad_w, v, g, norms, dim):
+    # w = g·v/‖v‖, the norm taken over every axis but `dim` (all axes for dim=-1); g and norms keep
+    # v's rank with size 1 on the reduced axes. So ∂g = Σ(∂w·v)/‖v‖ and ∂v = (g/‖v‖)(∂w − v·∂g/‖v‖).
+    axes = tuple(a for a in range(v.ndim) if dim == -1 or a != dim % v.ndim)
+    grad_g = jnp.sum(grad_w * v, axis=axes, keepdims=True) / norms.reshape(
+        jnp.sum(v, axis=axes, keepdims=True).shape)
+    norms_b = norms.reshape(grad_g.shape)
+    grad_v = (g.reshape(grad_g.shape) / norms_b) * (grad_w - v * (grad_g / norms_b))
+    return grad_v, grad_g.reshape(g.shape)
