@@ -299,6 +299,11 @@ def _rebuild_on_device(cpu_tensor, index, requires_grad, is_param=False):
     return tensor
 
 
+# torch.load's default (weights_only=True) unpickler calls only the functions it was told are safe;
+# these two rebuild a device tensor from a CPU tensor and plain values, nothing else.
+torch.serialization.add_safe_globals([_rebuild_on_device, _rebuild_alias])
+
+
 def new_tensor(node: Node, device_index: int, requires_grad: bool = False) -> XlaTensor:
     """A fresh base tensor holding `node`."""
     return XlaTensor(Storage(node, device_index), node.meta)
