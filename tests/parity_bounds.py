@@ -28,7 +28,9 @@ import math
 
 import torch
 
-U32 = 2.0 ** -24
+from tests.models.tolerances import U as U32
+from tests.models.tolerances import adam_reach_terms
+
 GRAD_REL = 2.0 ** 10 * U32
 PARAM_REL = 8 * U32
 
@@ -57,12 +59,13 @@ def assert_gradients_close(xla: dict[str, torch.Tensor], cpu: dict[str, torch.Te
                                                          f"gradient scale {scale:.3g}\n{m}")
 
 
-def adam_bound(param: torch.Tensor, exp_avg_sq: torch.Tensor, *, lr: float, steps: int, beta2: float, eps: float,
+def adam_bound(param: torch.Tensor, exp_avg_sq: torch.Tensor, *, lr: float, steps: int, betas: tuple, eps: float,
                grad_scale: float) -> torch.Tensor:
     """Per-element bound on |θ_xla − θ_cpu| after `steps` Adam(W) steps (see the module docstring)."""
-    v_hat = exp_avg_sq.double() / (1.0 - beta2 ** steps)
+    v_hat = exp_avg_sq.double() / (1.0 - betas[1] ** steps)
     sensitivity = (2.0 * GRAD_REL * grad_scale) / (v_hat.sqrt() + eps)
-    drift = steps * lr * torch.clamp(sensitivity, max=2.0)
+    reach = 2.0 * sum(adam_reach_terms(steps, tuple(betas)))
+    drift = lr * torch.clamp(steps * sensitivity, max=reach)
     return drift + steps * PARAM_REL * param.double().abs()
 
 
@@ -77,7 +80,8 @@ def assert_adam_params_close(xla: dict[str, torch.Tensor], cpu: dict[str, torch.
       steps: optimizer steps taken.
     """
     group = optimizer.param_groups[0]
-    lr, (_, beta2), eps = group["lr"], group["betas"], group["eps"]
+    lr, betas, eps = group["lr"], group["betas"], group["eps"]
+    beta2 = betas[1]
     states = {names[id(p)]: optimizer.state[p] for p in optimizer.state}
     # The model's gradient scale from the optimizer's running RMS of each weight's gradient.
     v_correction = 1.0 - beta2 ** steps
@@ -87,7 +91,7 @@ def assert_adam_params_close(xla: dict[str, torch.Tensor], cpu: dict[str, torch.
         if name not in states:  # buffers, frozen weights: only rounding
             torch.testing.assert_close(have, want, rtol=steps * PARAM_REL * 16, atol=0, msg=name)
             continue
-        bound = adam_bound(want, states[name]["exp_avg_sq"], lr=lr, steps=steps, beta2=beta2, eps=eps,
+        bound = adam_bound(want, states[name]["exp_avg_sq"], lr=lr, steps=steps, betas=betas, eps=eps,
                            grad_scale=scale)
         excess = (have.double() - want.double()).abs() - bound
         worst = int(excess.argmax())
