@@ -22,6 +22,22 @@ def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
     return nn.Sequential(*layers)
 
 
+def init_like_torchvision(model: nn.Module, linear_weight) -> None:
+    """torchvision's initialisation of its mobile CNNs: Kaiming (fan-out) convolutions, unit BatchNorm,
+    zero biases; `linear_weight` initialises the classifier's weights (it differs between families)."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            linear_weight(m.weight)
+            nn.init.zeros_(m.bias)
+
+
 # ---------------------------------------------------------------------------------------------
 # ResNet (torchvision.models.resnet)
 # ---------------------------------------------------------------------------------------------
@@ -167,17 +183,7 @@ class TinyMobileNetV3(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(nn.Linear(64, 64), nn.Hardswish(inplace=True), nn.Dropout(0.0),
                                         nn.Linear(64, classes))
-        for m in self.modules():  # torchvision's initialisation
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
+        init_like_torchvision(self, lambda w: nn.init.normal_(w, 0, 0.01))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
@@ -235,18 +241,7 @@ class TinyEfficientNet(nn.Module):
         )
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(nn.Dropout(0.0), nn.Linear(64, classes))
-        for m in self.modules():  # torchvision's initialisation
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                bound = 1.0 / m.out_features ** 0.5
-                nn.init.uniform_(m.weight, -bound, bound)
-                nn.init.zeros_(m.bias)
+        init_like_torchvision(self, lambda w: nn.init.uniform_(w, -w.shape[0] ** -0.5, w.shape[0] ** -0.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
