@@ -412,11 +412,13 @@ class Executor:
         annotate.barrier_end(ended)
 
     def _run_closures(self) -> None:
-        raise_async_closure_error()
+        from xladev.runtime import closures as async_closures
+
+        async_closures.raise_error()
         closures, self.closures = self.closures, []
         for fn, args, run_async in closures:
             if run_async:
-                _async_closures().submit(_guarded, fn, args)
+                async_closures.submit(fn, args)
             else:
                 fn(*args)
 
@@ -460,43 +462,6 @@ def _memory_analysis(compiled) -> dict[str, int]:
         "generated_code": "generated_code_size_in_bytes",
     }
     return {k: int(getattr(m, v, 0) or 0) for k, v in fields.items()}
-
-
-_pool = None
-
-
-def _async_closures():
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="xladev-closure")
-    return _pool
-
-
-# The first exception raised by an asynchronous step closure, re-raised at the next barrier (or
-# wait_device_ops), as PyTorch/XLA's async closure handler does; later ones are dropped meanwhile.
-_async_errors: list[BaseException] = []
-
-
-def _guarded(fn, args) -> None:
-    try:
-        fn(*args)
-    except BaseException as exc:  # kept for the training thread; a pool thread has no one to tell
-        if not _async_errors:
-            _async_errors.append(exc)
-
-
-def raise_async_closure_error() -> None:
-    """Re-raises (once) the exception of an asynchronous step closure that failed since the last check."""
-    if _async_errors:
-        raise _async_errors.pop()
-
-
-def wait_async_closures() -> None:
-    if _pool is not None:
-        _pool.submit(lambda: None).result()
-    raise_async_closure_error()
 
 
 executor = Executor()

@@ -69,10 +69,11 @@ def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, opti
 
 def wait_device_ops() -> None:
     """Blocks until every pending device execution and asynchronous step closure has finished."""
-    from xladev.runtime.executor import executor, wait_async_closures
+    from xladev.runtime import closures
+    from xladev.runtime.executor import executor
 
     executor.settle()
-    wait_async_closures()
+    closures.wait()
 
 
 def manual_seed(seed: int, device: torch.device | None = None) -> None:
