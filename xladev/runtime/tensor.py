@@ -235,10 +235,9 @@ class XlaTensor(torch.Tensor):
         if id(self) in memo:
             return memo[id(self)]
         if not self.is_leaf:
-            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
-                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
-                               "because of a torch.nn.utils.weight_norm usage, see "
-                               "https://github.com/pytorch/pytorch/pull/103001")
+            # Eager PyTorch refuses this too: a copy of a tensor in an autograd graph has no meaning.
+            raise RuntimeError("deepcopy of an xla tensor that is not a graph leaf: as in eager PyTorch, only tensors "
+                               "the user created (leaves) can be deep-copied; detach() it first")
         import copy
 
         with torch.no_grad():
