@@ -196,7 +196,9 @@ def test_branch_adding_an_op_names_first_differing_op_and_line(analysis):
             xladev.mark_step()
     text = analysis.text()
     line = line_of(HERE, "# the extra op on some steps")
-    assert f"aten::tanh at test_branch_adding_an_op_names_first_differing_op_and_line@test_analysis.py:{line}" in text
+    # The whole analysis in the message: this failed once in a full-suite run and never alone (see the
+    # issue note); the text is what tells which graph the recompilation was compared against.
+    assert f"aten::tanh at test_branch_adding_an_op_names_first_differing_op_and_line@test_analysis.py:{line}" in text, text
     assert "op sequence differs at node" in text or "more op(s), starting with aten::tanh" in text
 
 
