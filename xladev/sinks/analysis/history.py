@@ -52,7 +52,7 @@ class SiteHistory:
         self.lock = threading.Lock()
         self.sites: dict[str, list[GraphSummary]] = {}
         self.recompilations: list[Recompilation] = []
-        self._by_event: dict[int, Recompilation | None] = {}
+        self._latest: tuple = (None, None)  # (the latest GraphCompiled, its Recompilation or None)
         self.subscription = None
 
     def start(self) -> None:
@@ -61,10 +61,12 @@ class SiteHistory:
 
     def result_for(self, event: GraphCompiled) -> Recompilation | None:
         """What changed for this compile event (computed once per event, whoever asks first)."""
-        key = id(event)
         with self.lock:
-            if key in self._by_event:
-                return self._by_event[key]
+            # The latest event is kept itself, not its id(): an event freed after its step can leave its
+            # address to the next one, which then read the old answer ("no recompilation").
+            cached_event, cached = self._latest
+            if cached_event is event:
+                return cached
         summary = summarize(event.graph)
         summary.compile_ns = event.compile_ns
         site = site_of(event.frames)
@@ -78,7 +80,7 @@ class SiteHistory:
                                        event.step)
                 self.recompilations.append(result)
             earlier.append(summary)
-            self._by_event = {key: result}  # only the latest event is asked about again
+            self._latest = (event, result)  # only the latest event is asked about again
         return result
 
     def compiles_per_site(self) -> list[tuple[str, int, int]]:
