@@ -45,18 +45,12 @@ def _is_device_tensor(t) -> bool:
 def _slots(module: nn.Module) -> list[tuple[nn.Module, str, str, torch.Tensor]]:
     """Every (module, table, name, tensor) below `module`, shared submodules and tensors included."""
     found = []
-    for sub in module.modules(remove_duplicate=False) if _accepts_remove_duplicate() else module.modules():
+    for sub in module.modules(remove_duplicate=False):
         for table in ("_parameters", "_buffers"):
             for name, t in getattr(sub, table).items():
                 if t is not None:
                     found.append((sub, table, name, t))
     return found
-
-
-def _accepts_remove_duplicate() -> bool:
-    import inspect
-
-    return "remove_duplicate" in inspect.signature(nn.Module.modules).parameters
 
 
 def _apply(self: nn.Module, fn, recurse: bool = True):

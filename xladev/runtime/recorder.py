@@ -12,6 +12,7 @@ import threading
 import time
 import warnings
 
+from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
 
 _XLADEV_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,12 +52,6 @@ class GraphGrowthWarning(UserWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
 
 
-def rules_threshold(floor: int, largest_ops: int) -> int:
-    from xladev import rules
-
-    return rules.pending_ops_threshold(floor=floor, largest_step_ops=largest_ops)
-
-
 def user_frame():
     """The innermost frame of the user's code (outside xladev, torch and libraries), or None."""
     frame = sys._getframe(1)
@@ -81,7 +76,7 @@ class Recorder:
         self.pending_ops = 0
         self.largest_ops = 0
         self.growth_floor = config.graph_growth_warning
-        self.warn_at = rules_threshold(self.growth_floor, 0)
+        self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=0)
         config.on_update(self._on_flag)
 
     def _on_flag(self, name, value) -> None:
@@ -91,7 +86,7 @@ class Recorder:
             self.eager_debug = value
         elif name == "graph_growth_warning":
             self.growth_floor = value
-            self.warn_at = max(self.pending_ops + 1, rules_threshold(value, self.largest_ops))
+            self.warn_at = max(self.pending_ops + 1, rules.pending_ops_threshold(floor=value, largest_step_ops=self.largest_ops))
 
     def count(self, name: str) -> None:
         counts = self.counts
@@ -102,8 +97,6 @@ class Recorder:
 
     def _graph_growing(self) -> None:
         """The pending graph passed the threshold: warn at the user's line, then again at twice as many ops."""
-        from xladev import rules
-
         ops = self.pending_ops
         self.warn_at = 2 * ops
         frame = user_frame()
@@ -145,7 +138,7 @@ class Recorder:
         with self.lock:
             self.largest_ops = max(self.largest_ops, self.pending_ops)
             self.pending_ops = 0
-            self.warn_at = rules_threshold(self.growth_floor, self.largest_ops)
+            self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             counts, self.counts = self.counts, {}
             ns, self.tracing_ns = self.tracing_ns, 0
             samples, self.tracing_samples = self.tracing_samples, []
