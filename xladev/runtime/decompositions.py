@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
-from xladev.runtime.lowering.registry import LOWERINGS
+from xladev.runtime.lowering.registry import LOWERINGS, PYTORCH_DECOMPOSED
 
 aten = torch.ops.aten
 
@@ -39,7 +39,7 @@ _table.update(get_decompositions([
     aten.ldexp,
     aten.narrow_copy, aten.unbind_copy, aten.as_strided_scatter, aten.logspace, aten.take,
     aten.native_dropout_backward, aten.multi_margin_loss, aten.embedding_bag,
-]))
+] + PYTORCH_DECOMPOSED))
 
 # Decompositions that are worse than the CPU fallback or than the op's own lowering path:
 # data-dependent outputs must fall back (their meta kernel refuses them anyway).

@@ -14,6 +14,15 @@ from xladev.runtime.ir import OpDef
 
 LOWERINGS: dict = {}
 
+# Ops that run as PyTorch's own decomposition (`torch._decomp`) rather than a lowering: registered by
+# the lowering module of their family, read once by runtime/decompositions.py.
+PYTORCH_DECOMPOSED: list = []
+
+
+def decompose_with_pytorch(*ops) -> None:
+    """Lets each of `ops` (aten overloads or packets) run as its `torch._decomp` decomposition."""
+    PYTORCH_DECOMPOSED.extend(ops)
+
 
 def op_name(op) -> str:
     """The IR name of an aten overload: `aten::add` (overloads are not shown, as in PyTorch/XLA)."""

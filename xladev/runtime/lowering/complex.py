@@ -1,0 +1,3 @@
+"""Complex numbers: building, viewing and conjugating them."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""The CTC loss and its backward."""
+
+from __future__ import annotations

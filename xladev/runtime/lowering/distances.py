@@ -1,0 +1,3 @@
+"""Distances: cdist, pdist, dist."""
+
+from __future__ import annotations

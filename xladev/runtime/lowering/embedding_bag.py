@@ -1,0 +1,3 @@
+"""embedding_bag and its backward."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""torch.fft, through jnp.fft."""
+
+from __future__ import annotations

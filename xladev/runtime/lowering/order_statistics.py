@@ -1,0 +1,3 @@
+"""Order statistics: median, nanmedian, kthvalue, mode."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Orthogonal polynomials of torch.special (Chebyshev, Hermite, Laguerre, Legendre)."""
+
+from __future__ import annotations
