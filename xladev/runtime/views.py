@@ -3,11 +3,16 @@
 Writing back is generic: applying a view's own lowering to an iota of the base's shape yields, for
 each element of the view, its flat index in the base; the new values are scattered there. This covers
 select, slice, transpose, permute, diagonal, unfold and as_strided alike.
+
+A few views are instead bijections of their input's whole value, possibly changing its dtype
+(`view_as_real`, `view_as_complex`, `_conj`, `_neg_view`): an iota cannot say where their elements
+go, nor how a written value maps back. They register their inverse with `invertible_view`, and
+writing through them replaces the whole input by the inverse of the new view value.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from xladev.runtime.ir import SLOT, Frozen, Meta, Node, OpDef, getitem
 from xladev.runtime.lowering.registry import LoweringContext
@@ -65,7 +70,26 @@ _VIEW_OPS: dict[str, OpDef] = {}
 VIEW_SCATTER = OpDef("xla::view_scatter", _lower_view_scatter)
 
 
+# View op name → OpDef of its inverse, `fn(ctx, view_value) -> input_value` (ctx.meta: the input's Meta).
+_INVERSES: dict[str, OpDef] = {}
+
+
+def invertible_view(op_name: str, inverse: Callable) -> None:
+    """Declares view op `op_name` a bijection of its whole input, written back through `inverse`.
+
+    Args:
+      op_name: the view op's IR name (`aten::view_as_real`).
+      inverse: `fn(ctx, new_view_value)` returning the input value whose view is `new_view_value`;
+        `ctx.meta` is the input's Meta (its shape and dtype).
+    """
+    _INVERSES[op_name] = OpDef(f"xla::inverse_of_{op_name.split('::')[-1]}", inverse)
+
+
 def _scatter(step: ViewStep, base: Node, new: Node) -> Node:
+    inverse = _INVERSES.get(step.opdef.name)
+    if inverse is not None:
+        # The view covers all of its input: the input's new value follows from the new view value alone.
+        return Node(inverse, (new,), ((SLOT,), ()), base.meta)
     _VIEW_OPS[step.opdef.name] = step.opdef
     template = ((SLOT, SLOT, step.opdef.name, Frozen((step.template,)), step.meta, step.index), ())
     return Node(VIEW_SCATTER, (base, new), template, base.meta)
