@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
+from xladev import fallback_reasons
+
 INFO = "info"
 WARNING = "warning"
 ERROR = "error"
@@ -44,51 +46,14 @@ GRAPH_GROWING = "Graph growing without a barrier"
 
 ITEM_COUNTER = "aten::_local_scalar_dense"
 
-# Ops whose output shape depends on tensor values: each new shape is a new graph.
-DATA_DEPENDENT_SHAPE_OPS = frozenset({
-    "nonzero", "masked_select", "masked_scatter", "unique", "_unique", "_unique2",
-    "unique_dim", "unique_consecutive", "repeat_interleave", "argwhere",
-})
-
-_MASK_ADVICE = ("Avoid data-dependent shapes: boolean-mask indexing (x[mask]), nonzero, masked_select "
-                "and one-argument torch.where all call nonzero. Keep the full tensor and mask it instead: "
-                "torch.where(mask, x, 0), (x * mask).sum() / mask.sum(); use nonzero_static(size=N) "
-                "if indices are really needed.")
-_MEDIAN_ADVICE = ("Compute it with lowered ops: x.sort(dim).values.select(dim, (n - 1) // 2) or "
-                  "torch.kthvalue(x, (n + 1) // 2, dim); use mean if a robust statistic is not needed.")
-
-# Base op name (no ``aten::``, no overload) to a concrete remedy.
-FALLBACK_REMEDIES = {
-    "nonzero": _MASK_ADVICE, "masked_select": _MASK_ADVICE, "argwhere": _MASK_ADVICE,
-    "masked_scatter": _MASK_ADVICE.replace("masked_select", "masked_scatter"),
-    "median": _MEDIAN_ADVICE, "nanmedian": "Mask the NaNs out first, then: " + _MEDIAN_ADVICE,
-    "quantile": "Sort once and index (x.sort(dim).values) instead of torch.quantile.",
-    "unique": ("torch.unique has a data-dependent size. If the value range is known, count with "
-               "one_hot(x, num_classes).sum(0) or scatter_add into a fixed-size tensor."),
-    "repeat_interleave": "Pass output_size= to repeat_interleave so the result shape is static.",
-    "bincount": "Use torch.zeros(n).scatter_add_(0, x, ones) with a fixed n instead of bincount.",
-    "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
-    "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
-    "allclose": "torch.allclose returns a Python bool; keep it on the device: torch.isclose(a, b).all().",
-}
-for _alias, _target in (("_unique", "unique"), ("_unique2", "unique"), ("unique_dim", "unique"),
-                        ("unique_consecutive", "unique")):
-    FALLBACK_REMEDIES[_alias] = FALLBACK_REMEDIES[_target]
-
-
 def op_base_name(counter_name: str) -> str:
     """``aten::median.dim_values`` -> ``median``."""
-    name = counter_name.split("::", 1)[-1]
-    return name.split(".", 1)[0]
+    return fallback_reasons.op_base_name(counter_name)
 
 
 def fallback_remedy(counter_name: str) -> str:
     """The concrete fix for a CPU-fallback op, or generic advice for ops with no known remedy."""
-    remedy = FALLBACK_REMEDIES.get(op_base_name(counter_name))
-    if remedy:
-        return remedy
-    return (f"{counter_name} has no XLA lowering. Rewrite it with lowered ops, move it out of the step "
-            "(or to the CPU explicitly, once), and open a PyTorch/XLA GitHub issue with the lowering request.")
+    return fallback_reasons.remedy(counter_name)
 
 
 def severity_rank(severity: str) -> int:
@@ -365,10 +330,10 @@ def fallback_findings(counters: Mapping[str, int], steps: int) -> list[Finding]:
         per_step = _per_step(count, steps)
         severity = WARNING if steps <= 0 or per_step >= FALLBACK_PER_STEP_WARNING else INFO
         when = f"{count} times in {steps} steps ({per_step:.2f} per step)" if steps else f"{count} times"
-        detail = ("No XLA lowering: each call copies its inputs to the host, runs on the CPU, copies the "
-                  "result back and splits the graph around it.")
-        if op_base_name(name) in DATA_DEPENDENT_SHAPE_OPS:
-            detail += " Its output shape depends on the data, so the graphs after it recompile for new shapes."
+        detail = (f"Runs on the CPU: {fallback_reasons.explanation(name)}. Each call copies its inputs to the host, "
+                  "runs on the CPU, copies the result back and splits the graph around it.")
+        if fallback_reasons.is_data_dependent(name):
+            detail += " Each new output shape also recompiles the graphs after it."
         findings.append(Finding("cpu-fallback", severity, f"{name} runs on the CPU ({_plural(count, 'call')})",
                                 detail, fallback_remedy(name), evidence=[f"counter {name} = {when}"],
                                 numbers={"count": count, "steps": steps, "per_step": round(per_step, 4)},

@@ -231,14 +231,16 @@ def test_print_is_named_as_the_cause(analysis, capsys):
     assert "Execution Cause\nExecution Analysis:   user code trying to access tensor value before mark_step: print" in text
 
 
-def test_fallback_is_named_with_the_op(analysis):
+def test_fallback_is_named_with_the_op_and_its_reason(analysis):
     sink = analysis(level=1)
     x = torch.randn(3, next(_sizes)).to("xla") * 2
-    torch.median(x, dim=1)                     # no lowering: runs on the CPU
+    torch.nonzero(x > 0)                       # data-dependent: runs on the CPU
     text = analysis.text()
-    assert "CPU fallback op aten::median.dim needs its inputs on the host" in text
-    line = line_of(HERE, "# no lowering: runs on the CPU")
-    assert f"aten::median.dim at test_analysis.py:{line}" in sink.summary_text()
+    assert ("CPU fallback op aten::nonzero needs its inputs on the host (data-dependent output shape)") in text
+    line = line_of(HERE, "# data-dependent: runs on the CPU")
+    summary = sink.summary_text()
+    entry = next(text for text in summary.splitlines() if f"aten::nonzero at test_analysis.py:{line}:" in text)
+    assert "call(s); data-dependent output shape (one row per nonzero element" in entry
 
 
 def test_healthy_loop_is_quiet_after_warmup(analysis):

@@ -16,6 +16,8 @@ import os
 import sys
 import time
 
+from xladev import fallback_reasons
+
 EPILOG = """\
 statuses: lowered (parity, no CPU fallback), fallback (parity, some aten op ran on the CPU),
 failing (mismatch or error: the reason says which), skipped (random or uninitialised output,
@@ -101,14 +103,21 @@ def _totals(summary, seconds: float):
     for direction in ("forward", "backward"):
         table.add_row(f"OpInfos, {direction}", *(str(totals[direction][s]) for s in ("lowered", "fallback", "failing",
                                                                                       "skipped")))
+    forward = totals["forward"]
+    share = 100.0 * forward["lowered"] / max(totals["ops"], 1)
     lines = [
-        f"{totals['ops']} OpInfos in {seconds:.0f}s: {totals['forward']['lowered']} lowered, "
-        f"{totals['forward']['fallback']} falling back, {totals['forward']['failing']} failing (forward)",
+        f"{totals['ops']} OpInfos in {seconds:.0f}s: {forward['lowered']} lowered ({share:.1f}%), "
+        f"{forward['fallback']} falling back, {forward['failing']} failing, {forward['skipped']} skipped (forward)",
         f"distinct aten ops lowered with forward parity: {totals['lowered_aten_ops']}",
     ]
     fallbacks = summary.fallback_aten_ops()
     if fallbacks:
-        lines.append(f"aten ops that ran on the CPU ({len(fallbacks)}): {', '.join(fallbacks)}")
+        lines.append(f"aten ops that ran on the CPU ({len(fallbacks)}), by reason (docs/ops.md):")
+        by_reason: dict[str, list[str]] = {}
+        for op in fallbacks:
+            by_reason.setdefault(fallback_reasons.reason(op), []).append(op)
+        for reason, ops in sorted(by_reason.items()):
+            lines.append(f"  {reason} ({len(ops)}): {', '.join(ops)}")
     return table, lines
 
 

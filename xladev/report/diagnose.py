@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from xladev import rules
+from xladev import fallback_reasons, rules
 from xladev.report import units
 from xladev.report.debuglog import is_step_cause
 from xladev.report.model import MetricBlock, SourceResult
@@ -102,7 +102,7 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
     series = source.series
     findings = []
     data_dependent = [name for name, count in facts.fallbacks.items()
-                      if rules.op_base_name(name) in rules.DATA_DEPENDENT_SHAPE_OPS]
+                      if fallback_reasons.is_data_dependent(name)]
     recompile = rules.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
@@ -263,7 +263,8 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
     ops = sorted({op for source in sources if source.has_debug for op in source.debug.not_lowered_ops})
     for op in ops:
         findings.append(Finding("cpu-fallback", rules.WARNING, f"{op} runs on the CPU",
-                                "PyTorch/XLA reported this op as not lowered: it runs on the CPU fallback.",
+                                "PyTorch/XLA reported this op as not lowered: it runs on the CPU fallback"
+                                + (f" ({fallback_reasons.explanation(op)})." if fallback_reasons.cpu_op(op) else "."),
                                 rules.fallback_remedy(op), evidence=["pt-xla-profiler: Op(s) not lowered"],
                                 subject=op))
     return findings

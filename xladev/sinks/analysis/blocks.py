@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from xladev import fallback_reasons
 from xladev.events import Cause, CauseKind
 from xladev.sinks.analysis.frames import first_user_index, shown_frames
 
@@ -16,7 +17,7 @@ def cause_text(cause: Cause) -> str:
     if kind is CauseKind.VALUE_ACCESS:
         return f"user code trying to access tensor value before mark_step: {cause.detail}"
     if kind is CauseKind.FALLBACK:
-        return f"CPU fallback op {cause.detail} needs its inputs on the host"
+        return f"CPU fallback op {cause.detail} needs its inputs on the host ({fallback_reasons.reason(cause.detail)})"
     return kind.value
 
 

@@ -6,7 +6,7 @@ import atexit
 import sys
 import threading
 
-from xladev import rules
+from xladev import fallback_reasons, rules
 from xladev._flags import ConfigError, config
 from xladev.events import (
     CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, StepMarked, TransferFromDevice, bus,
@@ -132,7 +132,9 @@ class AnalysisSink:
             sites = h.fallback_sites()
             if sites:
                 listed = sorted({(op, short_site(site)) for op, site, _ in sites})[:6]
-                return "; at " + ", ".join(f"{op} ({site})" for op, site in listed), repr(listed)
+                reasons = sorted({f"{op}: {fallback_reasons.reason(op)}" for op, _ in listed})
+                return ("; at " + ", ".join(f"{op} ({site})" for op, site in listed) + "; why: " + ", ".join(reasons),
+                        repr(listed))
         return "", ""
 
     def _auto_analysis(self) -> None:
@@ -176,7 +178,7 @@ class AnalysisSink:
         if fallbacks:
             lines.append(f"{p}CPU fallback ops:")
             for op, site, n in fallbacks[:10]:
-                lines.append(f"{p}  {op} at {short_site(site)}: {n} call(s)")
+                lines.append(f"{p}  {op} at {short_site(site)}: {n} call(s); {fallback_reasons.explanation(op)}")
         if self.growth:
             lines.append(f"{p}Graphs that grew without a barrier:")
             for event in self.growth[-5:]:

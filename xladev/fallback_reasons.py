@@ -1,0 +1,124 @@
+"""Why an op runs on the CPU, and what to do about it: the one table behind every fallback message.
+
+The runtime's debug analysis (PT_XLA_DEBUG_LEVEL), `xladev report`, `xladev coverage` and
+docs/ops.md all name a CPU-fallback op's reason from here, as one of three:
+
+* ``data-dependent output shape``: the output's size depends on the values (nonzero, unique...).
+  XLA compiles static shapes, so the op cannot be part of a graph; every new size would also be a
+  new graph after it.
+* ``no XLA equivalent``: XLA has no operation for it and no static-shape formulation exists.
+* ``not yet done``: it could be lowered; xladev has not done it yet (the entry says what is missing).
+
+An op missing from the table has no known reason: it is reported as not lowered yet, with generic
+advice. `REMEDIES` also holds advice for ops that xladev lowers but PyTorch/XLA reports as not
+lowered in its own logs, which `xladev report` reads too.
+
+Pure data and lookups: nothing here touches the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DATA_DEPENDENT = "data-dependent output shape"
+NO_XLA_EQUIVALENT = "no XLA equivalent"
+NOT_YET_DONE = "not yet done"
+REASONS = (DATA_DEPENDENT, NO_XLA_EQUIVALENT, NOT_YET_DONE)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuOp:
+    """An op that stays on the CPU in xladev.
+
+    Attributes:
+      reason: one of REASONS.
+      why: one sentence on what makes it so, for this op.
+    """
+
+    reason: str
+    why: str
+
+
+_MASK_ADVICE = ("Avoid data-dependent shapes: boolean-mask indexing (x[mask]), nonzero, masked_select "
+                "and one-argument torch.where all call nonzero. Rewrite with masked arithmetic on the full "
+                "tensor: torch.where(mask, x, 0), (x * mask).sum() / mask.sum(); use "
+                "torch.nonzero_static(x, size=N) if indices are really needed.")
+_MEDIAN_ADVICE = ("Compute it with lowered ops: x.sort(dim).values.select(dim, (n - 1) // 2) or "
+                  "torch.kthvalue(x, (n + 1) // 2, dim); use mean if a robust statistic is not needed.")
+_UNIQUE_ADVICE = ("torch.unique has a data-dependent size. If the value range is known, count with "
+                  "one_hot(x, num_classes).sum(0) or scatter_add into a fixed-size tensor.")
+_DATA = "its output has as many elements as the data says, which XLA cannot compile"
+
+# Base op name (no ``aten::``, no overload) -> why it stays on the CPU in xladev.
+STAYS_ON_CPU: dict[str, CpuOp] = {
+    "nonzero": CpuOp(DATA_DEPENDENT, "one row per nonzero element: " + _DATA),
+    "argwhere": CpuOp(DATA_DEPENDENT, "calls nonzero: " + _DATA),
+    "masked_select": CpuOp(DATA_DEPENDENT, "one element per True mask element: " + _DATA),
+    "unique": CpuOp(DATA_DEPENDENT, "one element per distinct value: " + _DATA),
+    "_unique": CpuOp(DATA_DEPENDENT, "one element per distinct value: " + _DATA),
+    "_unique2": CpuOp(DATA_DEPENDENT, "one element per distinct value: " + _DATA),
+    "unique_dim": CpuOp(DATA_DEPENDENT, "one slice per distinct slice: " + _DATA),
+    "unique_consecutive": CpuOp(DATA_DEPENDENT, "one element per run of equal values: " + _DATA),
+    "unique_dim_consecutive": CpuOp(DATA_DEPENDENT, "one slice per run of equal slices: " + _DATA),
+    "bincount": CpuOp(DATA_DEPENDENT, "max(x) + 1 bins: " + _DATA),
+    "repeat_interleave": CpuOp(DATA_DEPENDENT, "without output_size, the total of the repeats sets the size: " + _DATA),
+    "combinations": CpuOp(NOT_YET_DONE, "the size is static (n choose r), but PyTorch builds it with masked_select, "
+                                        "which is data-dependent; a lowering from static index tables is not written"),
+}
+
+# Base op name -> a concrete rewrite. Covers the ops above and ops PyTorch/XLA leaves on the CPU.
+REMEDIES: dict[str, str] = {
+    "nonzero": _MASK_ADVICE, "masked_select": _MASK_ADVICE, "argwhere": _MASK_ADVICE,
+    "masked_scatter": _MASK_ADVICE.replace("masked_select", "masked_scatter"),
+    "median": _MEDIAN_ADVICE, "nanmedian": "Mask the NaNs out first, then: " + _MEDIAN_ADVICE,
+    "quantile": "Sort once and index (x.sort(dim).values) instead of torch.quantile.",
+    "unique": _UNIQUE_ADVICE, "_unique": _UNIQUE_ADVICE, "_unique2": _UNIQUE_ADVICE, "unique_dim": _UNIQUE_ADVICE,
+    "unique_consecutive": _UNIQUE_ADVICE, "unique_dim_consecutive": _UNIQUE_ADVICE,
+    "repeat_interleave": "Pass output_size= to repeat_interleave so the result shape is static.",
+    "bincount": "Use torch.zeros(n).scatter_add_(0, x, ones) with a fixed n instead of bincount.",
+    "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
+    "combinations": "Index with precomputed index tables instead: torch.triu_indices(n, n, 1) for pairs.",
+    "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
+    "allclose": "torch.allclose returns a Python bool; keep it on the device: torch.isclose(a, b).all().",
+}
+
+
+def op_base_name(counter_name: str) -> str:
+    """``aten::median.dim_values`` -> ``median``."""
+    name = counter_name.split("::", 1)[-1]
+    return name.split(".", 1)[0]
+
+
+def cpu_op(counter_name: str) -> CpuOp | None:
+    """The table entry of an op (``aten::nonzero`` or ``nonzero``), or None when it has no known reason."""
+    return STAYS_ON_CPU.get(op_base_name(counter_name))
+
+
+def reason(counter_name: str) -> str:
+    """The op's reason for running on the CPU: one of REASONS, or ``not lowered yet`` when unknown."""
+    entry = cpu_op(counter_name)
+    return entry.reason if entry else "not lowered yet"
+
+
+def is_data_dependent(counter_name: str) -> bool:
+    """Whether the op's output shape depends on tensor values."""
+    entry = cpu_op(counter_name)
+    return entry is not None and entry.reason == DATA_DEPENDENT
+
+
+def explanation(counter_name: str) -> str:
+    """One sentence for messages: the reason and what makes it so, e.g. ``data-dependent output shape
+    (one row per nonzero element: ...)``."""
+    entry = cpu_op(counter_name)
+    if entry is None:
+        return "not lowered yet: xladev has no lowering for it"
+    return f"{entry.reason} ({entry.why})"
+
+
+def remedy(counter_name: str) -> str:
+    """The concrete fix for a CPU-fallback op, or generic advice for ops with no known remedy."""
+    found = REMEDIES.get(op_base_name(counter_name))
+    if found:
+        return found
+    return (f"{counter_name} has no XLA lowering. Rewrite it with lowered ops, move it out of the step "
+            "(or to the CPU explicitly, once), and open a PyTorch/XLA GitHub issue with the lowering request.")
