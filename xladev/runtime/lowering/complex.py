@@ -33,6 +33,10 @@ def _complex_dtype_of(real_dtype):
     return jnp.result_type(real_dtype, jnp.complex64)
 
 
+def _real_dtype_of(complex_dtype):
+    return jnp.finfo(complex_dtype).dtype
+
+
 # ---- dtype-changing views -------------------------------------------------------------------------
 @lowers(aten.view_as_real.default)
 def _view_as_real(ctx, z):
@@ -47,8 +51,7 @@ def _from_pairs(ctx, pairs):
 
 @lowers(aten.view_as_complex.default)
 def _view_as_complex(ctx, pairs):
-    real_dtype = jnp.real(jnp.zeros((), ctx.out_dtype)).dtype
-    pairs = pairs.astype(real_dtype)
+    pairs = pairs.astype(_real_dtype_of(ctx.out_dtype))
     return lax.complex(pairs[..., 0], pairs[..., 1])
 
 
@@ -83,15 +86,21 @@ invertible_view("aten::_neg_view", _neg_back)
 
 
 # ---- building complex numbers ---------------------------------------------------------------------------
+def _real_operands(ctx, *values) -> tuple:
+    """The operands in the real dtype of the complex output, broadcast to its shape (lax.complex does
+    not broadcast)."""
+    real_dtype = _real_dtype_of(ctx.out_dtype)
+    return tuple(jnp.broadcast_to(v.astype(real_dtype), ctx.out_shape) for v in values)
+
+
 @lowers(aten.complex.default)
 def _complex(ctx, real, imag):
-    real_dtype = jnp.real(jnp.zeros((), ctx.out_dtype)).dtype
-    return lax.complex(real.astype(real_dtype), imag.astype(real_dtype))
+    real, imag = _real_operands(ctx, real, imag)
+    return lax.complex(real, imag)
 
 
 @lowers(aten.polar.default)
 def _polar(ctx, magnitude, angle):
     """abs·(cos θ + i sin θ), with the product taken in the real dtype as eager PyTorch does."""
-    real_dtype = jnp.real(jnp.zeros((), ctx.out_dtype)).dtype
-    magnitude, angle = magnitude.astype(real_dtype), angle.astype(real_dtype)
+    magnitude, angle = _real_operands(ctx, magnitude, angle)
     return lax.complex(magnitude * jnp.cos(angle), magnitude * jnp.sin(angle))

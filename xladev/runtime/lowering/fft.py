@@ -52,7 +52,7 @@ def _axes(x, dim) -> tuple:
 def _fft_r2c(ctx, x, dim, normalization, onesided):
     """Forward FFT of a real input; one-sided (`rfftn`) or full (`fftn`) along the last of `dim`."""
     axes = _axes(x, dim)
-    x = x.astype(jnp.real(jnp.zeros((), ctx.out_dtype)).dtype)
+    x = x.astype(jnp.finfo(ctx.out_dtype).dtype)  # the real dtype of the complex output
     if not axes:
         return x
     norm = _jnp_norm(normalization, forward=True)
