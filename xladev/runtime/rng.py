@@ -77,30 +77,28 @@ def _state(device_index: int) -> Storage:
     return state
 
 
-def _lower_random(ctx, key, kind, shape, params):
+# kind -> fn(key, shape, dtype, params, *operands) returning the draw as a jax array of `dtype` (or
+# castable to it). `dtype` is the output's jnp dtype; `params` are recorded constants; `operands` are the
+# draw's tensor inputs (probabilities, rates) as jax arrays. random_ops.py registers more kinds.
+SAMPLERS: dict = {}
+
+
+def sampler(kind: str):
+    """Registers `fn` as the sampler of random kind `kind` (see SAMPLERS)."""
+
+    def register(fn):
+        SAMPLERS[kind] = fn
+        return fn
+
+    return register
+
+
+def _lower_random(ctx, key, kind, shape, params, *operands):
     import jax
 
     value_key, next_key = jax.random.split(key)
     dtype = ctx.dtype_of(0)
-    if kind == "normal":
-        mean, std = params
-        value = jax.random.normal(value_key, shape, dtype=_float_for(dtype)) * std + mean
-    elif kind == "uniform":
-        low, high = params
-        value = jax.random.uniform(value_key, shape, dtype=_float_for(dtype), minval=low, maxval=high)
-    elif kind == "bernoulli":
-        (p,) = params
-        value = jax.random.bernoulli(value_key, p, shape)
-    elif kind == "bernoulli_tensor":
-        value = jax.random.uniform(value_key, shape) < params
-    elif kind == "randint":
-        low, high = params
-        value = jax.random.randint(value_key, shape, low, high, dtype="int64")
-    elif kind == "exponential":
-        (lambd,) = params
-        value = jax.random.exponential(value_key, shape) / lambd
-    else:
-        raise AssertionError(kind)
+    value = SAMPLERS[kind](value_key, shape, dtype, params, *operands)
     return value.astype(dtype), next_key
 
 
@@ -110,18 +108,94 @@ def _float_for(dtype):
     return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
 
 
+def _real_parts(dtype, shape, draw):
+    """`draw(shape, real_dtype)` for a real `dtype`; for a complex one, real and imaginary parts drawn
+    independently (PyTorch fills a complex tensor as its real view: two real numbers per element)."""
+    import jax.numpy as jnp
+
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        real = jnp.finfo(dtype).dtype
+        parts = draw(tuple(shape) + (2,), real)
+        return parts[..., 0] + 1j * parts[..., 1]
+    return draw(shape, _float_for(dtype))
+
+
+@sampler("normal")
+def _normal(key, shape, dtype, params):
+    import jax
+    import jax.numpy as jnp
+
+    mean, std = params
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        std = std / 2 ** 0.5  # PyTorch: each part has variance std**2 / 2, so |z - mean| has variance std**2
+    return _real_parts(dtype, shape, lambda s, d: jax.random.normal(key, s, dtype=d) * std + mean)
+
+
+@sampler("uniform")
+def _uniform(key, shape, dtype, params):
+    import jax
+
+    low, high = params
+    return _real_parts(dtype, shape, lambda s, d: jax.random.uniform(key, s, dtype=d, minval=low, maxval=high))
+
+
+@sampler("bernoulli")
+def _bernoulli(key, shape, dtype, params):
+    import jax
+
+    (p,) = params
+    return jax.random.bernoulli(key, p, shape)
+
+
+@sampler("bernoulli_tensor")
+def _bernoulli_tensor(key, shape, dtype, params, p):
+    import jax
+
+    return jax.random.uniform(key, shape, dtype=_float_for(p.dtype)) < p
+
+
+@sampler("randint")
+def _randint(key, shape, dtype, params):
+    import jax
+
+    low, high = params
+    return jax.random.randint(key, shape, low, high, dtype="int64")
+
+
+@sampler("exponential")
+def _exponential(key, shape, dtype, params):
+    import jax
+
+    (lambd,) = params
+    return jax.random.exponential(key, shape, dtype=_float_for(dtype)) / lambd
+
+
 RANDOM_OP = OpDef("xla::rng", _lower_random)
 
 
 def random_node(kind: str, shape: tuple, dtype: torch.dtype, params, device_index: int, extra=()) -> Node:
-    """Records a random draw; advances the device's key."""
+    """Records a random draw; advances the device's key.
+
+    Args:
+      kind: a key of SAMPLERS.
+      shape, dtype: the draw's.
+      params: hashable constants for the sampler (recorded in the graph).
+      device_index: whose generator draws.
+      extra: operand nodes (device tensors' nodes) the sampler takes after `params`.
+    """
     state = _state(device_index)
-    template = ((SLOT, kind, tuple(shape), SLOT if extra else params), ())
+    template = ((SLOT, kind, tuple(shape), params) + (SLOT,) * len(extra), ())
     node = Node(RANDOM_OP, (state.value,) + tuple(extra), template, (Meta(tuple(shape), dtype), _KEY_META),
                 *recorder.debug_info())
     state.set(getitem(node, 1))
     recorder.count("xla::rng")
     return getitem(node, 0)
+
+
+def random_tensor(kind: str, shape: tuple, dtype: torch.dtype, params, device_index: int, extra=()) -> XlaTensor:
+    """`random_node`'s draw as a new device tensor."""
+    node = random_node(kind, shape, dtype, params, device_index, extra)
+    return XlaTensor(Storage(node, device_index), Meta(tuple(shape), dtype))
 
 
 def _fill_random(self: XlaTensor, kind: str, params, extra=()) -> XlaTensor:
@@ -155,23 +229,20 @@ def _bernoulli_float_(func, args, kwargs):
 @special(aten.bernoulli_.Tensor)
 def _bernoulli_tensor_(func, args, kwargs):
     self, p = args[0], args[1]
-    return _fill_random(self, "bernoulli_tensor", None, extra=(p._node(),))
+    return _fill_random(self, "bernoulli_tensor", None, extra=(_broadcast(p, self.shape)._node(),))
 
 
 @special(aten.bernoulli.default)
 def _bernoulli(func, args, kwargs):
     p = args[0]
-    out = XlaTensor(Storage(random_node("bernoulli_tensor", tuple(p.shape), p.dtype, None, p._st.device_index,
-                                        extra=(p._node(),)), p._st.device_index), Meta(tuple(p.shape), p.dtype))
-    return out
+    return random_tensor("bernoulli_tensor", tuple(p.shape), p.dtype, None, p._st.device_index, extra=(p._node(),))
 
 
 @special(aten.bernoulli.p)
 def _bernoulli_p(func, args, kwargs):
     self = args[0]
     p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-    node = random_node("bernoulli", tuple(self.shape), self.dtype, (float(p),), self._st.device_index)
-    return XlaTensor(Storage(node, self._st.device_index), Meta(tuple(self.shape), self.dtype))
+    return random_tensor("bernoulli", tuple(self.shape), self.dtype, (float(p),), self._st.device_index)
 
 
 @special(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default)
@@ -209,7 +280,16 @@ def _native_dropout(func, args, kwargs):
         ones = handle(aten.ones_like.default, (x,), {"dtype": torch.bool})
         return handle(aten.clone.default, (x,), {}), ones
     index = x._st.device_index
-    mask_node = random_node("bernoulli", tuple(x.shape), torch.bool, (1.0 - p,), index)
-    mask = XlaTensor(Storage(mask_node, index), Meta(tuple(x.shape), torch.bool))
+    mask = random_tensor("bernoulli", tuple(x.shape), torch.bool, (1.0 - p,), index)
     scaled = handle(aten.mul.Tensor, (handle(aten.mul.Tensor, (x, mask), {}), 1.0 / (1.0 - p)), {})
     return scaled, mask
+
+
+def _broadcast(t: XlaTensor, shape) -> XlaTensor:
+    """`t` broadcast to `shape` (a no-op when it already has it)."""
+    from xladev.runtime.dispatch import expand_to
+
+    return t if tuple(t.shape) == tuple(shape) else expand_to(t, tuple(shape))
+
+
+from xladev.runtime import random_ops  # noqa: E402,F401  (registers the distributions' samplers and handlers)
