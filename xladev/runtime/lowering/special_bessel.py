@@ -335,8 +335,10 @@ def _zeta(ctx, x, q):
     out_dtype = x.dtype
     x, q = x.astype(jnp.float64), q.astype(jnp.float64)
     out = jsp.zeta(x, q)
-    # x = inf leaves the first term q^-x alone: 0, 1 or inf as q is above, at or below 1.
-    out = jnp.where(x == jnp.inf, jnp.where(q > 1, 0.0, jnp.where(q == 1, 1.0, jnp.inf)), out)
+    # x = inf: the CPU's series gives inf for 0 < q < 1 and 1 at q = 1; above 1 its terms are all 0 and
+    # its Euler-Maclaurin correction inf * 0, so NaN (as for a NaN q).
+    at_inf = jnp.where(q < 1, jnp.inf, jnp.where(q == 1, 1.0, jnp.nan))
+    out = jnp.where(x == jnp.inf, at_inf, out)
     # q <= 0: a pole at the integers; elsewhere only an integer x is defined (the terms' powers).
     nonpositive = q <= 0
     out = jnp.where(nonpositive & (x != jnp.floor(x)), jnp.nan, out)

@@ -79,6 +79,18 @@ def _odd(n):
     return (n % 2) != 0
 
 
+def _arccos(y):
+    """acos correctly rounded to y's dtype.
+
+    The trigonometric forms multiply t = acos y by the degree, so t's rounding is amplified n times:
+    XLA's float32 acos is up to 2 ulp off (the CPU's, correctly rounded nearly always), which moves
+    T_100 by ~3e-5 where it crosses zero. Computed in float64 and rounded, t is the CPU's t.
+    """
+    if y.dtype == jnp.float32:
+        return jnp.arccos(y.astype(jnp.float64)).astype(jnp.float32)
+    return jnp.arccos(y)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Chebyshev:
     """One Chebyshev kind: P_n = 2y P_{n-1} - P_{n-2} from P_0 = 1, y = x or 2x - 1 (shifted).
@@ -170,7 +182,7 @@ def _chebyshev(kind: _Chebyshev, shifted: bool, x, n):
     first = kind.first(y)
     loop = _recurrence(y, n, first, lambda j, p, q: two_y * q - p, ~(plus_one | minus_one | inside))
     out = jnp.where(n == 0, jnp.ones_like(y), jnp.where(n == 1, first, loop))
-    out = jnp.where(inside, kind.trig(y, n, jnp.arccos(y)), out)
+    out = jnp.where(inside, kind.trig(y, n, _arccos(y)), out)
     out = jnp.where(minus_one, kind.at_minus_one(n, y), out)
     out = jnp.where(plus_one, kind.at_plus_one(n, y), out)
     return jnp.where(n < 0, jnp.zeros_like(y), out)
