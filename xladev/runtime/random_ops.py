@@ -242,6 +242,19 @@ def _standard_gamma_grad(ctx, alpha, sample):
     return jax.lax.random_gamma_grad(alpha.astype(dtype), sample.astype(dtype))
 
 
+# PyTorch has no meta kernel for it: elementwise, with the concentration's shape and dtype.
+SHAPE_RULES[aten._standard_gamma_grad.default] = lambda self, output: torch.empty_like(self)
+
+
+@lowers(aten._is_all_true.default)
+def _is_all_true(ctx, x):
+    """`torch.distributions`' argument validation (`constraint.check(value).all()` read as a bool):
+    reduced on the device, so only the answer is read back, not the whole tensor."""
+    import jax.numpy as jnp
+
+    return jnp.all(x)
+
+
 # ---- rrelu -------------------------------------------------------------------------------------------------
 def _rrelu(self, noise, lower, upper, training):
     """(output, new noise or None): training multiplies each x <= 0 by a U(lower, upper) draw, which is
@@ -282,6 +295,18 @@ def _rrelu_with_noise_functional(func, args, kwargs):
     self, noise, lower, upper, training = _rrelu_args(args, kwargs)
     out, new_noise = _rrelu(self, noise, lower, upper, training)
     return out, (new_noise if new_noise is not None else handle(aten.clone.default, (noise,), {}))
+
+
+@special(aten.rrelu_with_noise_backward.default)
+def _rrelu_with_noise_backward(func, args, kwargs):
+    """The gradient is the recorded slope: the noise when training drew one, else the mean slope."""
+    names = ("grad_output", "self", "noise", "lower", "upper", "training", "self_is_result")
+    grad, self, noise, lower, upper, training, self_is_result = (
+        _arg(args, kwargs, i, name, None) for i, name in enumerate(names))
+    if training and float(upper) - float(lower) > 1e-6:  # PyTorch's threshold for "a range was drawn from"
+        return handle(aten.mul.Tensor, (grad, noise), {})
+    slope = (float(lower) + float(upper)) / 2
+    return handle(aten.leaky_relu_backward.default, (grad, self, slope, bool(self_is_result)), {})
 
 
 # ---- fractional max pooling ------------------------------------------------------------------------------
