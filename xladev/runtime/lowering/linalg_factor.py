@@ -59,6 +59,8 @@ def lu_factor(a):
 def lu_info(lu):
     """getrf's info: the 1-based index of the first exactly-zero diagonal entry of U, or 0."""
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    if diag.shape[-1] == 0:  # empty matrices factor trivially
+        return jnp.zeros(diag.shape[:-1], jnp.int32)
     zero = diag == 0
     first = jnp.argmax(zero, axis=-1).astype(jnp.int32) + 1
     return jnp.where(jnp.any(zero, axis=-1), first, 0).astype(jnp.int32)
@@ -110,6 +112,8 @@ def _first_failing_minor(a):
 def _cholesky_lower(a):
     """(L, info) for the Hermitian matrices given by the lower triangles of `a` (..., n, n)."""
     low = linalg.cholesky(a, symmetrize_input=False)
+    if a.shape[-1] == 0:
+        return low, jnp.zeros(a.shape[:-2], jnp.int32)
     failed = jnp.any(jnp.isnan(low))
     info = lax.cond(failed, _first_failing_minor, lambda x: jnp.zeros(x.shape[:-2], jnp.int32), a)
     return low, info
