@@ -139,6 +139,8 @@ def _read_back(value, what: str):
 
 def _tolerance(value, name: str) -> tuple[float, float]:
     dtype = value.dtype if isinstance(value, torch.Tensor) else (torch.float32 if isinstance(value, float) else None)
+    if dtype is not None and dtype.is_complex:
+        dtype = dtype.to_real()  # complex64's components are float32s, rounded as float32s
     if dtype in TOLERANCES:
         return TOLERANCE_OVERRIDES.get(name, TOLERANCES[dtype]) if dtype == torch.float32 else TOLERANCES[dtype]
     return 0.0, 0.0  # integers and bools are exact; other dtypes fall to assert_close's defaults below
@@ -234,9 +236,10 @@ def _raise_if_random(watch, draws_before: int) -> None:
 
 
 def _differentiable_outputs(sample, out) -> list[torch.Tensor]:
+    """The outputs whose sum is differentiated; a complex output counts through its real and imaginary parts."""
     out = sample.output_process_fn_grad(out)
-    return [t for t in pytree.tree_leaves(out)
-            if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
+    return [torch.view_as_real(t) if t.is_complex() else t for t in pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())]
 
 
 def _gradients(op, sample, leaves) -> tuple:

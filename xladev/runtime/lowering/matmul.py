@@ -24,9 +24,15 @@ def _mm(ctx, a, b):
     return _matmul(a, b, ctx.out_dtype)
 
 
-@lowers(aten.dot.default, aten.vdot.default)
+@lowers(aten.dot.default)
 def _dot(ctx, a, b):
     return jnp.dot(a.astype(ctx.out_dtype), b.astype(ctx.out_dtype), precision=lax.Precision.HIGHEST)
+
+
+@lowers(aten.vdot.default)
+def _vdot(ctx, a, b):
+    # vdot conjugates its first argument (a no-op for real inputs).
+    return jnp.vdot(a.astype(ctx.out_dtype), b.astype(ctx.out_dtype), precision=lax.Precision.HIGHEST)
 
 
 @lowers(aten.mv.default)

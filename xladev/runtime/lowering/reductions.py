@@ -99,13 +99,16 @@ def _all(ctx, x, dim=None, keepdim=False):
 @lowers(aten.var.correction)
 def _var(ctx, x, dim=None, correction=None, keepdim=False):
     ddof = 1 if correction is None else correction
-    return jnp.var(x.astype(ctx.out_dtype), axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
+    # jnp.var of a complex input is real (the mean squared modulus); casting first would drop the imaginary part.
+    x = x if jnp.iscomplexobj(x) else x.astype(ctx.out_dtype)
+    return jnp.var(x, axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
 
 
 @lowers(aten.std.correction)
 def _std(ctx, x, dim=None, correction=None, keepdim=False):
     ddof = 1 if correction is None else correction
-    return jnp.std(x.astype(ctx.out_dtype), axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
+    x = x if jnp.iscomplexobj(x) else x.astype(ctx.out_dtype)
+    return jnp.std(x, axis=_axes(x, dim), ddof=ddof, keepdims=keepdim)
 
 
 @lowers(aten.logsumexp.default)

@@ -54,6 +54,8 @@ lowers_promoted(jnp.logaddexp2, aten.logaddexp2.default)
 # ---- unary -----------------------------------------------------------------------------------------
 @lowers(aten.angle.default)
 def _angle(ctx, x):
+    if jnp.iscomplexobj(x):
+        return jnp.angle(x)
     (x,) = promote(ctx, x)
     # For real numbers: pi for negatives, 0 otherwise, NaN stays NaN.
     out = jnp.where(x < 0, jnp.asarray(math.pi, x.dtype), jnp.zeros_like(x))
