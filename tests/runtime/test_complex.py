@@ -186,3 +186,18 @@ def test_gradient_through_view_as_complex(dev, events):
         (z * z).abs().sum().backward()  # |z|² summed: gradient 2·(re, im)
     _assert_close(d_pairs.grad, pairs.grad, 8 * _eps(torch.float32) * float(pairs.detach().abs().max()))
     _no_fallbacks(events)
+
+
+def test_reductions_and_angle_keep_the_imaginary_part(dev, events):
+    """Regression: angle, var, std and vdot once cast complex inputs to real (dropping the imaginary part)."""
+    torch.manual_seed(3)
+    z, w = torch.randn(16, dtype=torch.complex64), torch.randn(16, dtype=torch.complex64)
+    zx, wx = z.to(dev), w.to(dev)
+    eps = _eps(z.dtype)
+    scale = float(z.abs().max())
+    _assert_close(torch.angle(zx), torch.angle(z), 4 * eps * 3.2)  # |angle| <= pi, a few roundings
+    # var/std: 16 squared moduli summed (16·ε relative) around a mean of the same size.
+    _assert_close(torch.var(zx), torch.var(z), 16 * 4 * eps * scale ** 2)
+    _assert_close(torch.std(zx), torch.std(z), 16 * 4 * eps * scale)
+    _assert_close(torch.vdot(zx, wx), torch.vdot(z, w), _product_bound(z, w, 16))
+    _no_fallbacks(events)
