@@ -3,23 +3,506 @@
 The device RNG cannot reproduce the CPU generator's stream, so a random op is checked for what must
 hold of any correct sampler: no CPU fallback, the CPU's output shape and dtype, values in the
 distribution's support, moments within sampling error, and the same numbers again after the same
-`manual_seed`.
+`manual_seed` (different numbers after another).
+
+Each OpInfo's own samples give the shapes, dtypes, support and fallback checks (and an exact
+comparison with the CPU where the sample draws nothing: dropout with p = 0, rrelu in evaluation). A
+large draw through the same PyTorch function (`N` values) gives the distribution checks. Every
+statistic is bounded at Z standard errors: with Z = 6 a correct sampler fails one with probability
+< 2e-9 (the sample means are normal to within the CLT's error at this N).
 """
 
 from __future__ import annotations
 
-# OpInfo full_name -> how its samples are checked (filled in below).
-RANDOM_CHECKS: dict = {}
+import dataclasses
+import math
+import time
+from typing import Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from xladev.runtime.coverage._check import _samples, _to_xla, _Watch, short_error
+from xladev.runtime.coverage._plan import TOLERANCES, CheckResult, OpResult
+
+N = 1 << 16  # draws per distribution check
+Z = 6.0  # standard errors allowed per statistic
 
 
-def check_random(op, *, budget_s: float = 20.0):
+# ---- statistics -------------------------------------------------------------------------------------
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def mean_within(x: torch.Tensor, mean: float, std: float, what: str) -> None:
+    """The sample mean of `x` (iid draws) is within Z standard errors of `mean`."""
+    x = x.double().flatten()
+    bound = Z * std / math.sqrt(x.numel())
+    got = x.mean().item()
+    if not abs(got - mean) <= bound:
+        raise AssertionError(f"{what}: sample mean {got:.5g}, expected {mean:.5g} ± {bound:.3g}")
+
+
+def std_within(x: torch.Tensor, std: float, kurtosis: float, what: str) -> None:
+    """The sample variance is within Z standard errors of std**2 (its variance is (mu4 - s^4) / n)."""
+    x = x.double().flatten()
+    var = std * std
+    bound = Z * var * math.sqrt((kurtosis - 1.0) / x.numel())
+    got = x.var().item()
+    if not abs(got - var) <= bound:
+        raise AssertionError(f"{what}: sample variance {got:.5g}, expected {var:.5g} ± {bound:.3g}")
+
+
+def fraction_within(hits: torch.Tensor, p: float, what: str) -> None:
+    """The fraction of True in `hits` (iid Bernoulli(p)) is within Z standard errors of p."""
+    hits = hits.flatten()
+    bound = Z * math.sqrt(p * (1.0 - p) / hits.numel())
+    got = hits.double().mean().item()
+    if not abs(got - p) <= bound:
+        raise AssertionError(f"{what}: frequency {got:.5g}, expected {p:.5g} ± {bound:.3g}")
+
+
+def cdf_at(x: torch.Tensor, points: dict, what: str) -> None:
+    """P(X <= q) = F for each (q, F) in `points`: quantile checks, robust to heavy tails."""
+    for q, p in points.items():
+        fraction_within(x <= q, p, f"{what} P(X <= {q:.4g})")
+
+
+def pmf(x: torch.Tensor, probs: dict, what: str) -> None:
+    """The frequency of each value k in `probs` matches its probability."""
+    for k, p in probs.items():
+        fraction_within(x == k, p, f"{what} P(X = {k})")
+
+
+def require(condition, what: str) -> None:
+    ok = condition if isinstance(condition, bool) else bool(condition.all())
+    if not ok:
+        raise AssertionError(what)
+
+
+# ---- what is checked, per OpInfo ------------------------------------------------------------------------
+@dataclasses.dataclass
+class RandomCheck:
+    """How one random OpInfo is checked.
+
+    Attributes:
+      draw: fn(device) -> a large draw (N values) through the op's PyTorch function.
+      check: fn(values on the CPU) raising AssertionError when support or moments are off.
+      support: fn(sample, output on the CPU) raising AssertionError when an OpInfo sample's output
+        leaves the support (None: shape and dtype only).
+      deterministic: fn(sample) -> True when the sample draws nothing (its values are compared exactly).
+      grad_exact: the input gradients do not depend on the draw (compared with the CPU's by value).
+    """
+
+    draw: Callable
+    check: Callable
+    support: Callable | None = None
+    deterministic: Callable | None = None
+    grad_exact: bool = False
+
+
+def _full(value, device, n=N):
+    return torch.full((n,), value, device=device)
+
+
+def _unit_normal(x, mean=0.0, std=1.0, what="normal"):
+    mean_within(x, mean, std, what)
+    std_within(x, std, 3.0, what)
+    cdf_at(x, {mean: 0.5, mean - std: normal_cdf(-1.0), mean + 2 * std: normal_cdf(2.0)}, what)
+
+
+def _finite(sample, out):
+    require(torch.isfinite(out), "non-finite values")
+
+
+def _within(low, high):
+    def support(sample, out):
+        lo, hi = low(sample), high(sample)
+        require((out >= lo) & (out <= hi), f"values outside [{lo}, {hi}]")
+    return support
+
+
+def _uniform(low, high, what):
+    def check(x):
+        require((x >= low) & (x <= high), f"{what}: values outside [{low}, {high}]")
+        width = high - low
+        mean_within(x, (low + high) / 2, width / math.sqrt(12), what)
+        cdf_at(x, {low + width / 4: 0.25, low + width / 2: 0.5, low + 0.9 * width: 0.9}, what)
+    return check
+
+
+def _integers(low, high, what):
+    def check(x):
+        require((x >= low) & (x < high) & (x == x.round()), f"{what}: values outside the integers [{low}, {high})")
+        pmf(x, {k: 1.0 / (high - low) for k in range(low, high)}, what)
+    return check
+
+
+def _exponential(x, lambd=2.0):
+    require(x >= 0, "exponential: negative values")
+    mean_within(x, 1 / lambd, 1 / lambd, "exponential")
+    cdf_at(x, {math.log(2) / lambd: 0.5, 0.1: 1 - math.exp(-0.1 * lambd)}, "exponential")
+
+
+def _geometric(x, p=0.3):
+    require((x >= 1) & (x == x.round()), "geometric: values not integers >= 1")
+    mean_within(x, 1 / p, math.sqrt(1 - p) / p, "geometric")
+    pmf(x, {1: p, 2: p * (1 - p), 3: p * (1 - p) ** 2}, "geometric")
+
+
+def _log_normal(x, mean=0.5, std=0.75):
+    require(x > 0, "log_normal: values <= 0")
+    _unit_normal(x.double().log(), mean, std, "log of log_normal")
+
+
+def _cauchy(x, median=1.0, sigma=2.0):
+    # No mean or variance exists: the median and quartiles (and one tail point) instead.
+    cdf_at(x, {median: 0.5, median - sigma: 0.25, median + sigma: 0.75,
+               median + 5 * sigma: 0.5 + math.atan(5) / math.pi}, "cauchy")
+
+
+_WEIGHTS = [1.0, 2.0, 3.0, 4.0, 0.0]
+
+
+def _multinomial_draw(device):
+    w = torch.tensor(_WEIGHTS, device=device)
+    with_replacement = torch.multinomial(w, N, True)
+    without = torch.multinomial(w.expand(N // 4, len(_WEIGHTS)), 3, False)
+    return with_replacement, without
+
+
+def _multinomial(draws):
+    with_replacement, without = draws
+    p = [w / sum(_WEIGHTS) for w in _WEIGHTS]
+    require(with_replacement != 4, "multinomial: a zero-weight category was drawn")
+    pmf(with_replacement, dict(enumerate(p[:4])), "multinomial with replacement")
+    require(without != 4, "multinomial without replacement: a zero-weight category was drawn")
+    ordered = without.sort(dim=1).values
+    require(ordered[:, 1:] != ordered[:, :-1], "multinomial without replacement: repeated indices in a row")
+    pmf(without[:, 0], dict(enumerate(p[:4])), "multinomial without replacement, first pick")
+    second = {j: sum(p[i] * p[j] / (1 - p[i]) for i in range(4) if i != j) for j in range(4)}
+    pmf(without[:, 1], second, "multinomial without replacement, second pick")
+
+
+def _multinomial_support(sample, out):
+    probs, n = sample.input, sample.args[0]
+    replacement = sample.kwargs.get("replacement", sample.args[1] if len(sample.args) > 1 else False)
+    k = probs.shape[-1]
+    require((out >= 0) & (out < k), "indices out of range")
+    if not replacement:
+        ordered = out.sort(dim=-1).values
+        require(ordered[..., 1:] != ordered[..., :-1], "repeated indices without replacement")
+    if replacement or bool(((probs > 0).sum(-1) >= n).all()):
+        require(probs.gather(-1, out.reshape(probs.shape[:-1] + (-1,))) > 0, "a zero-weight category drawn")
+
+
+def _dropout_check(p, scale, dropped_value, what, group=None):
+    def check(x):
+        dropped = (x - dropped_value).abs() <= 1e-6 * max(1.0, abs(dropped_value))
+        kept = (x - scale).abs() <= 1e-6 * abs(scale)
+        require(dropped | kept, f"{what}: values other than {dropped_value:.6g} and {scale:.6g}")
+        if group is not None:  # a whole channel is dropped or kept
+            channels = dropped.reshape(dropped.shape[:2] + (-1,))
+            require(channels.all(-1) | ~channels.any(-1), f"{what}: a channel partly dropped")
+            dropped = channels[..., 0]
+        fraction_within(dropped, p, f"{what} dropped")
+    return check
+
+
+def _alpha_values(p):
+    """(kept value for an input of 1, dropped value) of alpha dropout: SELU's saturation -scale*alpha
+    and the affine correction a, b that keep zero mean and unit variance."""
+    saturation = -1.0507009873554805 * 1.6732632423543772
+    a = 1.0 / math.sqrt((1 - p) * (1 + p * saturation ** 2))
+    return a - a * saturation * p, a * saturation - a * saturation * p
+
+
+def _dropout_support(sample, out):
+    x, p = sample.input, sample.kwargs.get("p", 0.5)
+    scaled = x / (1 - p)
+    require((out == 0) | ((out - scaled).abs() <= 1e-6 * scaled.abs().clamp_min(1.0)), "not 0 or x / (1 - p)")
+
+
+def _draws_nothing(sample):
+    p, training = sample.kwargs.get("p", 0.5), sample.kwargs.get("training", True)
+    return not training or p == 0 or p == 1
+
+
+def _rrelu_draw(device):
+    x = torch.cat([torch.full((N,), -2.0, device=device), torch.full((16,), 3.0, device=device)])
+    return torch.nn.functional.rrelu(x, 0.1, 0.4, training=True)
+
+
+def _rrelu(y):
+    require(y[N:] == 3.0, "rrelu: a positive input changed")
+    slope = y[:N].double() / -2.0
+    _uniform(0.1, 0.4, "rrelu slope")(slope)
+
+
+def _rrelu_support(sample, out):
+    x = sample.input
+    lower, upper = sample.kwargs.get("lower", 1 / 8), sample.kwargs.get("upper", 1 / 3)
+    positive = x > 0
+    require(torch.where(positive, out == x, (out <= lower * x + 1e-6) & (out >= upper * x - 1e-6)),
+            "outside [upper * x, lower * x] for x <= 0")
+
+
+def _pool_draw(d):
+    def draw(device):
+        planes, size, out = (4096, 9, 4) if d == 2 else (2048, 5, 3)
+        x = torch.arange(size ** d, dtype=torch.float32).reshape((1,) + (size,) * d).expand((planes,) + (size,) * d)
+        pool = getattr(torch.nn.functional, f"fractional_max_pool{d}d")
+        return pool(x.contiguous().to(device), 2, output_size=out, return_indices=True)[1]
+    return draw
+
+
+def _pool_check(d):
+    """An increasing input puts each window's maximum at its last corner: the indices give the windows'
+    starts, whose distribution follows from the uniform samples (computed here on a fine grid of u)."""
+    size, out = (9, 4) if d == 2 else (5, 3)
+
+    def check(indices):
+        coords = []
+        for axis in range(d):
+            stride = size ** (d - 1 - axis)
+            coords.append((indices // stride) % size - 1)  # the window's start: its maximum minus (k - 1)
+        u = (torch.arange(100_000, dtype=torch.float64) + 0.5) / 100_000
+        alpha = torch.tensor((size - 2) / (out - 1), dtype=torch.float32)
+        u32 = u.float()
+        start1 = ((1 + u32) * alpha).long() - (u32 * alpha).long()
+        expected = {int(k): (start1 == k).double().mean().item() for k in start1.unique()}
+        for axis, c in enumerate(coords):
+            first = c[(slice(None),) + (0,) * d]
+            require(first == 0, "the first window does not start at 0")
+            last = c[(slice(None),) + (out - 1,) * d]
+            require(last == size - 2, "the last window does not end at the input's end")
+            index = [slice(None)] + [0] * d
+            index[1 + axis] = 1
+            pmf(c[tuple(index)], expected, f"window 1's start along axis {axis}")
+    return check
+
+
+def _pool_support(sample, out):
+    values = out[0] if isinstance(out, tuple) else out
+    require(torch.isin(values, sample.input), "pooled values that are not input elements")
+
+
+_normal_draw = lambda device: torch.normal(_full(1.5, device), _full(2.0, device))  # noqa: E731
+_std = lambda x: _unit_normal(x, 1.5, 2.0)  # noqa: E731
+_alpha_kept, _alpha_dropped = _alpha_values(0.3)
+
+RANDOM_CHECKS: dict[str, RandomCheck] = {
+    "bernoulli": RandomCheck(lambda dev: torch.bernoulli(_full(0.3, dev)),
+                             lambda x: (require((x == 0) | (x == 1), "bernoulli: not 0/1"),
+                                        fraction_within(x == 1, 0.3, "bernoulli")),
+                             lambda s, out: require((out == 0) | (out == 1), "not 0/1"), grad_exact=True),
+    "cauchy": RandomCheck(lambda dev: torch.empty(N, device=dev).cauchy_(1.0, 2.0), _cauchy),
+    "exponential": RandomCheck(lambda dev: torch.empty(N, device=dev).exponential_(2.0), _exponential,
+                               lambda s, out: require(out >= 0, "negative values")),
+    "geometric": RandomCheck(lambda dev: torch.empty(N, device=dev).geometric_(0.3), _geometric,
+                             lambda s, out: require((out >= 1) & (out == out.round()), "not integers >= 1")),
+    "log_normal": RandomCheck(lambda dev: torch.empty(N, device=dev).log_normal_(0.5, 0.75), _log_normal,
+                              lambda s, out: require(out > 0, "values <= 0")),
+    "multinomial": RandomCheck(_multinomial_draw, _multinomial, _multinomial_support),
+    "normal": RandomCheck(_normal_draw, _std, _finite, grad_exact=True),
+    "normal.in_place": RandomCheck(lambda dev: torch.empty(N, device=dev).normal_(1.5, 2.0), _std, _finite),
+    "normal.number_mean": RandomCheck(
+        lambda dev: torch.cat([torch.normal(1.5, _full(2.0, dev, N // 2)),
+                               torch.normal(1.5, 2.0, size=(N // 2,), device=dev)]), _std, _finite,
+        grad_exact=True),
+    "uniform": RandomCheck(lambda dev: torch.empty(N, device=dev).uniform_(-1.0, 3.0), _uniform(-1.0, 3.0, "uniform"),
+                           _within(lambda s: s.args[0], lambda s: s.args[1])),
+    # PyTorch's "rand_like" OpInfo calls randn_like: its samples are checked as normal draws, the
+    # distribution check draws from rand_like itself.
+    "rand_like": RandomCheck(lambda dev: torch.rand_like(_full(0.0, dev)), _uniform(0.0, 1.0, "rand_like"), _finite),
+    "randint": RandomCheck(lambda dev: torch.randint(3, 8, (N,), device=dev), _integers(3, 8, "randint"),
+                           _within(lambda s: s.input if isinstance(s.args[0], int) else 0,
+                                   lambda s: (s.args[0] if isinstance(s.args[0], int) else s.input) - 1)),
+    "randint_like": RandomCheck(lambda dev: torch.randint_like(_full(0.0, dev), 3, 8),
+                                _integers(3, 8, "randint_like"),
+                                _within(lambda s: s.args[0] if len(s.args) > 1 else 0, lambda s: s.args[-1] - 1)),
+    "randn": RandomCheck(lambda dev: torch.randn(N, device=dev), _unit_normal, _finite),
+    "randn_like": RandomCheck(lambda dev: torch.randn_like(_full(0.0, dev)), _unit_normal, _finite),
+    "nn.functional.dropout": RandomCheck(
+        lambda dev: torch.nn.functional.dropout(_full(1.0, dev), 0.3, True),
+        _dropout_check(0.3, 1 / 0.7, 0.0, "dropout"), _dropout_support, _draws_nothing),
+    "nn.functional.dropout2d": RandomCheck(
+        lambda dev: torch.nn.functional.dropout2d(torch.ones(N // 16, 16, 2, 2, device=dev), 0.3, True),
+        _dropout_check(0.3, 1 / 0.7, 0.0, "dropout2d", group=True), _dropout_support, _draws_nothing),
+    "nn.functional.dropout3d": RandomCheck(
+        lambda dev: torch.nn.functional.dropout3d(torch.ones(N // 16, 16, 1, 2, 2, device=dev), 0.3, True),
+        _dropout_check(0.3, 1 / 0.7, 0.0, "dropout3d", group=True), _dropout_support, _draws_nothing),
+    "nn.functional.alpha_dropout": RandomCheck(
+        lambda dev: torch.nn.functional.alpha_dropout(_full(1.0, dev), 0.3, True),
+        _dropout_check(0.3, _alpha_kept, _alpha_dropped, "alpha_dropout"), _finite, _draws_nothing),
+    "nn.functional.feature_alpha_dropout.with_train": RandomCheck(
+        lambda dev: torch.nn.functional.feature_alpha_dropout(torch.ones(N // 16, 16, 2, 2, device=dev), 0.3, True),
+        _dropout_check(0.3, _alpha_kept, _alpha_dropped, "feature_alpha_dropout", group=True), _finite,
+        _draws_nothing),
+    "nn.functional.rrelu": RandomCheck(_rrelu_draw, _rrelu, _rrelu_support,
+                                       lambda s: not s.kwargs.get("training", False)),
+    "nn.functional.fractional_max_pool2d": RandomCheck(_pool_draw(2), _pool_check(2), _pool_support),
+    "nn.functional.fractional_max_pool3d": RandomCheck(_pool_draw(3), _pool_check(3), _pool_support),
+}
+
+
+# ---- running the checks -----------------------------------------------------------------------------------
+def _leaves(value) -> list:
+    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+
+
+def _cpu(value):
+    return pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
+
+
+def _call(op, sample):
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def _same_layout(actual, expected, what: str) -> None:
+    """The same nest of tensors with the same shapes and dtypes."""
+    got, want = _leaves(actual), _leaves(expected)
+    require(len(got) == len(want), f"{what}: {len(got)} tensors, the CPU gives {len(want)}")
+    for a, e in zip(got, want):
+        require(a.device.type == "xla", f"{what} on {a.device}, not on xla")
+        require(tuple(a.shape) == tuple(e.shape) and a.dtype == e.dtype,
+                f"{what}: {tuple(a.shape)} {a.dtype}, the CPU gives {tuple(e.shape)} {e.dtype}")
+
+
+def _close(actual, expected, what: str) -> None:
+    for a, e in zip(_leaves(actual), _leaves(expected)):
+        rtol, atol = TOLERANCES.get(e.dtype, (0.0, 0.0))
+        try:
+            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{what}: {short_error(exc)}") from None
+
+
+def _forward_sample(op, spec: RandomCheck, sample, watch) -> None:
+    expected = _call(op, sample)
+    with watch.ops_of_interest():
+        result = _call(op, _to_xla(sample))
+    _same_layout(result, expected, "output")
+    result = _cpu(result)
+    if spec.deterministic is not None and spec.deterministic(sample):
+        _close(result, expected, "a sample that draws nothing")
+    elif spec.support is not None:
+        try:
+            spec.support(sample, result)
+        except AssertionError as exc:
+            raise AssertionError(f"support: {exc}") from None
+
+
+def _backward_sample(op, spec: RandomCheck, sample, watch) -> bool:
+    """Input gradients of sum(outputs): shapes (values too when they do not depend on the draw)."""
+    def grads(s):
+        leaves = [t for t in _leaves((s.input, s.args, s.kwargs)) if t.requires_grad]
+        outs = [o for o in _leaves(s.output_process_fn_grad(_call(op, s)))
+                if o.requires_grad and o.is_floating_point()]
+        if not leaves or not outs:
+            return None
+        return torch.autograd.grad(sum(o.sum() for o in outs), leaves, allow_unused=True), leaves
+
+    cpu = grads(sample)
+    if cpu is None:
+        return False
+    with watch.ops_of_interest():
+        got, leaves = grads(_to_xla(sample, requires_grad=True))
+    for g, e, leaf in zip(got, cpu[0], leaves):
+        require((g is None) == (e is None), "a gradient is missing on one side")
+        if g is not None:
+            require(tuple(g.shape) == tuple(leaf.shape) and g.dtype == e.dtype, "gradient shape or dtype")
+            g = g.cpu()
+            if spec.grad_exact:
+                _close(g, e, "gradient")
+            else:
+                require(torch.isfinite(g), "non-finite gradient")
+    return True
+
+
+def _distribution(spec: RandomCheck, watch) -> None:
+    """The large draw: support and moments, then reproducibility under `manual_seed`."""
+    def draw(seed):
+        torch.manual_seed(seed)
+        with watch.ops_of_interest():
+            values = spec.draw("xla")
+        return _cpu(values)
+
+    first = draw(7)
+    spec.check(first)
+    again, other = draw(7), draw(8)
+    require(all(torch.equal(a, b) for a, b in zip(_leaves(first), _leaves(again))),
+            "the same seed gave different numbers")
+    require(not all(torch.equal(a, b) for a, b in zip(_leaves(first), _leaves(other))),
+            "different seeds gave the same numbers")
+
+
+def _run(direction: str, fn, watch) -> CheckResult:
+    result = CheckResult()
+    try:
+        with watch.active():
+            result.samples = fn()
+    except AssertionError as exc:
+        result.status, result.reason = "failing", f"{direction}: {exc}"[:300]
+    except Exception as exc:  # an error on the device side is a failure too, with its message
+        result.status, result.reason = "failing", f"{direction}: {short_error(exc)}"
+    result.fallbacks = sorted(watch.fallbacks)
+    result.lowered = sorted(watch.lowered)
+    if result.status is None:
+        if not result.samples:
+            result.status, result.reason = "skipped", "no samples"
+        elif result.fallbacks:
+            result.status, result.reason = "fallback", ", ".join(result.fallbacks)
+        else:
+            result.status = "lowered"
+    return result
+
+
+def check_random(op, *, budget_s: float = 20.0, max_samples: int = 8):
     """Checks one random OpInfo by distribution.
 
     Args:
       op: the OpInfo (its name is a key of RANDOM_CHECKS).
-      budget_s: no further sample starts after this many seconds.
+      budget_s: no further OpInfo sample starts after this many seconds (the distribution check
+        always runs).
+      max_samples: OpInfo samples checked per direction.
 
     Returns:
-      An OpResult; forward "lowered" when every check holds without a CPU fallback.
+      An OpResult; forward "lowered" when every check holds without a CPU fallback. Backward, for
+      differentiable ops: gradient shapes (and values, where they do not depend on the draw).
     """
-    raise NotImplementedError(op.full_name)
+    start = time.perf_counter()
+    spec = RANDOM_CHECKS[op.full_name]
+    dtype = torch.float32 if torch.float32 in op.supported_dtypes("cpu") else torch.int64
+
+    def forward():
+        count = 0
+        for i, sample in enumerate(_samples(op, dtype, False, max_samples)):
+            if count and time.perf_counter() - start > budget_s:
+                break
+            try:
+                _forward_sample(op, spec, sample, watch)
+            except AssertionError as exc:
+                raise AssertionError(f"sample {i}: {exc}") from None
+            count += 1
+        _distribution(spec, watch)
+        return count + 1
+
+    def backward():
+        count = 0
+        for i, sample in enumerate(_samples(op, torch.float32, True, max_samples)):
+            if count and time.perf_counter() - start > 2 * budget_s:
+                break
+            try:
+                count += _backward_sample(op, spec, sample, watch)
+            except AssertionError as exc:
+                raise AssertionError(f"sample {i}: {exc}") from None
+        return count
+
+    watch = _Watch()
+    fwd = _run("forward", forward, watch)
+    back = CheckResult()
+    if op.supports_autograd and torch.float32 in op.supported_backward_dtypes("cpu"):
+        watch = _Watch()
+        back = _run("backward", backward, watch)
+    return OpResult(op.full_name, fwd, back, [str(dtype).replace("torch.", "")], time.perf_counter() - start)
