@@ -12,7 +12,8 @@ position then gives both the value and the index:
   last occurrence (what PyTorch's CPU kernel returns).
 
 Which index PyTorch reports among equal values is not documented except for mode; the stable sort
-gives the first of them in sorted order, which matches the CPU on rows without ties.
+gives the first of them in sorted order, which matches the CPU on rows without ties. An all-NaN row's
+nanmedian names its first NaN (the CPU's quickselect names one that depends on the row length).
 """
 
 from __future__ import annotations
