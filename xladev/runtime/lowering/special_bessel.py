@@ -24,8 +24,27 @@ import jax.scipy.special as jsp
 import torch
 
 from xladev.runtime.lowering.registry import lowers, promote
+from xladev.runtime.meta import SHAPE_RULES, MetaUnsupported
 
 aten = torch.ops.aten
+
+
+def lowers_float_only(*ops):
+    """`lowers(*ops)`, for ops whose PyTorch kernels exist for float32 and float64 only.
+
+    Their meta kernels accept float16 and bfloat16 too, where the CPU kernel raises "not implemented";
+    a shape rule sends those to the CPU (a fallback), so the device raises PyTorch's own error instead
+    of computing something PyTorch does not define.
+    """
+    for op in ops:
+        def rule(*args, _op=op, **kwargs):
+            out = _op(*args, **kwargs)
+            if out.dtype not in (torch.float32, torch.float64):
+                raise MetaUnsupported(f"{_op} has float32 and float64 kernels only, not {out.dtype}")
+            return out
+
+        SHAPE_RULES[op] = rule
+    return lowers(*ops)
 
 # ---- coefficients (Cephes, as used by PyTorch), highest power first ----------------------------------
 _AIRY_POS_NUM = (
@@ -320,11 +339,11 @@ for _packet, _fn in _UNARY.items():
         (x,) = promote(ctx, x)
         return _fn(x)
 
-    lowers(_packet.default)(_lower)
+    lowers_float_only(_packet.default)(_lower)
 
 
 # ---- Hurwitz zeta ------------------------------------------------------------------------------------
-@lowers(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
+@lowers_float_only(aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar)
 def _zeta(ctx, x, q):
     """zeta(x, q) = sum_k (k + q)^-x, with PyTorch's domain rules around jax's series.
 

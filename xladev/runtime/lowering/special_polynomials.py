@@ -25,7 +25,8 @@ from jax import lax
 
 import torch
 
-from xladev.runtime.lowering.registry import lowers, promote
+from xladev.runtime.lowering.registry import promote
+from xladev.runtime.lowering.special_bessel import lowers_float_only
 
 aten = torch.ops.aten
 
@@ -33,7 +34,7 @@ aten = torch.ops.aten
 _HERMITE_LIMIT = {jnp.dtype(jnp.float32): 128, jnp.dtype(jnp.float64): 512}
 
 
-def _degree(n, dtype):
+def _degree(n):
     """n (already in the promoted dtype) as the CPU's int64 degree: truncated, -1 where not representable."""
     finite = jnp.isfinite(n) & (jnp.abs(n) < 2.0 ** 63)
     return jnp.where(finite, jnp.trunc(jnp.where(finite, n, 0)), -1).astype(jnp.int64)
@@ -70,11 +71,6 @@ def _recurrence(x, n, first, step: Callable, active):
     return lax.while_loop(cond, body, start)[2]
 
 
-def _as(j, x):
-    """The int64 loop counter in x's dtype (the CPU converts it the same way)."""
-    return j.astype(x.dtype)
-
-
 def _odd(n):
     return (n % 2) != 0
 
@@ -83,8 +79,9 @@ def _arccos(y):
     """acos correctly rounded to y's dtype.
 
     The trigonometric forms multiply t = acos y by the degree, so t's rounding is amplified n times:
-    XLA's float32 acos is up to 2 ulp off (the CPU's, correctly rounded nearly always), which moves
-    T_100 by ~3e-5 where it crosses zero. Computed in float64 and rounded, t is the CPU's t.
+    XLA's float32 acos is up to 2 ulp off (for 1 argument in 5), which moves T_100 by ~3e-5 where it
+    crosses zero. Computed in float64 and rounded, t is correctly rounded, as the CPU's libm acos
+    nearly always is.
     """
     if y.dtype == jnp.float32:
         return jnp.arccos(y.astype(jnp.float64)).astype(jnp.float32)
@@ -112,6 +109,7 @@ def _sign(n, value):
 
 
 def _float(n, like):
+    """An int64 degree or loop counter in like's dtype (the CPU converts it the same way)."""
     return n.astype(like.dtype)
 
 
@@ -190,13 +188,13 @@ def _chebyshev(kind: _Chebyshev, shifted: bool, x, n):
 
 def _hermite_h(x, n):
     two_x = x + x
-    loop = _recurrence(x, n, two_x, lambda j, p, q: two_x * q - _as(2 * j, x) * p, n > 1)
+    loop = _recurrence(x, n, two_x, lambda j, p, q: two_x * q - _float(2 * j, x) * p, n > 1)
     out = jnp.where(n > _HERMITE_LIMIT[jnp.dtype(x.dtype)], jnp.nan, loop)
     return _low_degrees(n, two_x, out)
 
 
 def _hermite_he(x, n):
-    loop = _recurrence(x, n, x, lambda j, p, q: x * q - _as(j, x) * p, n > 1)
+    loop = _recurrence(x, n, x, lambda j, p, q: x * q - _float(j, x) * p, n > 1)
     out = jnp.where(n > _HERMITE_LIMIT[jnp.dtype(x.dtype)], jnp.nan, loop)
     return _low_degrees(n, x, out)
 
@@ -205,8 +203,8 @@ def _laguerre_l(x, n):
     one_minus_x = 1.0 - x
 
     def step(j, p, q):
-        k = _as(j, x)
-        return ((_as(j + j, x) + one_minus_x) * q - k * p) / _as(j + 1, x)
+        k = _float(j, x)
+        return ((_float(j + j, x) + one_minus_x) * q - k * p) / _float(j + 1, x)
 
     at_zero = x == 0
     out = _low_degrees(n, one_minus_x, _recurrence(x, n, one_minus_x, step, ~at_zero))
@@ -215,7 +213,7 @@ def _laguerre_l(x, n):
 
 def _legendre_p(x, n):
     def step(j, p, q):
-        return (_as(j + j + 1, x) * x * q - _as(j, x) * p) / _as(j + 1, x)
+        return (_float(j + j + 1, x) * x * q - _float(j, x) * p) / _float(j + 1, x)
 
     end = jnp.abs(x) == 1.0
     out = _low_degrees(n, x, _recurrence(x, n, x, step, ~end))
@@ -234,9 +232,9 @@ def _register(packet, fn: Callable) -> None:
     def lower(ctx, x, n):
         x, n = promote(ctx, x, n)
         x, n = jnp.broadcast_arrays(x, n)
-        return fn(x, _degree(n, x.dtype))
+        return fn(x, _degree(n))
 
-    lowers(packet.default, packet.x_scalar, packet.n_scalar)(lower)
+    lowers_float_only(packet.default, packet.x_scalar, packet.n_scalar)(lower)
 
 
 for _packet, (_shifted, _kind) in _CHEBYSHEV.items():
