@@ -116,7 +116,8 @@ def test_zeta_matches_cpu(events, dtype):
     q_values, x_values = torch.tensor([1.0, 2.0, 0.5, -2.5, -3.0]), torch.tensor([2.0, 3.0, 1.0, 0.5, 4.0])
     calls = [(torch.special.zeta, (x, q))]
     if dtype == torch.float32:  # the scalar overloads
-        calls += [(lambda t: torch.special.zeta(2.0, t), (q_values,)), (lambda t: torch.special.zeta(t, 1.5), (x_values,))]
+        calls += [(lambda t: torch.special.zeta(2.0, t), (q_values,)),
+                  (lambda t: torch.special.zeta(t, 1.5), (x_values,))]
     actual, *scalar_results = _run(events, calls)
     expected = torch.special.zeta(x, q)
     # Cancellation for q < 0: terms up to d^-x with d = q's distance to the nearest integer.
@@ -182,7 +183,8 @@ def _float32_tolerance(name, x, n):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
 def test_polynomials_match_cpu(events, dtype):
     x, n = _polynomial_grid(dtype, SPECIAL_DEGREES + HIGH_DEGREES)
-    _check_polynomials(events, x, n, _float32_tolerance if dtype == torch.float32 else lambda name, x, n: (1e-10, 1e-10))
+    float64_tolerance = lambda name, x, n: (1e-10, 1e-10)  # noqa: E731
+    _check_polynomials(events, x, n, _float32_tolerance if dtype == torch.float32 else float64_tolerance)
 
 
 def test_polynomial_scalar_and_integer_overloads(events):

@@ -5,13 +5,15 @@ its `bessel_jn` (a fixed-length backward recurrence) is wrong for large argument
 ~19). So J0, J1, Y0, Y1, K0, K1 (plain and exp-scaled) and Ai are evaluated here as PyTorch defines
 them: the Cephes rational and Chebyshev approximations, with the coefficients PyTorch uses, on the
 same argument ranges. The rational approximations of J0, J1, Y0 and Y1 in PyTorch leave out the
-leading (monic) term of some denominators, which moves them from the true functions by up to ~1e-6
-relative; the oracle is PyTorch, so the same polynomials are used here (a device result then
-matches the CPU to rounding, in float64 as well as float32).
+leading (monic) term of some denominators, which moves them from the true functions by up to a few
+1e-6 relative (checked against scipy); the oracle is PyTorch, so the same polynomials are used here
+(a device result then matches the CPU to rounding, in float64 as well as float32).
 
 Everything is computed in the op's promoted dtype, as the CPU kernels do, with the same operation
-order where rounding matters (the phase `x - pi/4` of the asymptotic forms is rounded as on the
-CPU, so float32 results agree with the CPU's even where the phase has lost digits).
+order where rounding matters: the phase `x - pi/4` of the asymptotic forms is rounded as on the CPU,
+so float32 results agree with the CPU's even where the phase has lost digits (Ai's phase needs one
+division done in float64, see `_divide_by_constant`). zeta is summed in float64 for float32 inputs,
+as the CPU does. float16 and bfloat16 run on the CPU, which rejects them (`lowers_float_only`).
 """
 
 from __future__ import annotations
@@ -233,7 +235,8 @@ def _j1(x):
     """J1; odd, so computed at |x| and given x's sign (J1(-0) is -0, as on the CPU)."""
     a = jnp.abs(x)
     z = a * a
-    small = _poly(_J1_SMALL_NUM, z) / _poly(_J1_SMALL_DEN, z) * a * (z - _J1_ZEROS_SQUARED[0]) * (z - _J1_ZEROS_SQUARED[1])
+    ratio = _poly(_J1_SMALL_NUM, z) / _poly(_J1_SMALL_DEN, z)
+    small = ratio * a * (z - _J1_ZEROS_SQUARED[0]) * (z - _J1_ZEROS_SQUARED[1])
     t = 5.0 / a * (5.0 / a)
     large = _hankel_form(a, t, _J1_P_NUM, _J1_P_DEN, _J1_Q_NUM, _J1_Q_DEN, 3 * math.pi / 4, False)
     out = jnp.where(a <= 5.0, small, large)

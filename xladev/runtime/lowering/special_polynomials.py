@@ -147,11 +147,14 @@ def _trig_w_with_limit(y, n, t, limit):
     return jnp.where(jnp.cos(half) != 1.0, value, limit)
 
 
+# Each kind's P_1, trigonometric form and values at y = +-1 (T: 1, +-1; U: n+1, +-(n+1); V: 1, +-(2n+1);
+# W: 2n+1, +-1, with the sign (-1)^n at -1).
 _ONE = lambda n, y: jnp.ones_like(y)  # noqa: E731
 _T = dict(first=lambda y: y, trig=_trig_t, at_plus_one=_ONE, at_minus_one=lambda n, y: _sign(n, jnp.ones_like(y)))
 _U = dict(first=lambda y: y + y, trig=_trig_u, at_plus_one=lambda n, y: _float(n + 1, y),
           at_minus_one=lambda n, y: _sign(n, _float(n + 1, y)))
-_V = dict(first=lambda y: y + y - 1.0, trig=_trig_v, at_plus_one=_ONE, at_minus_one=lambda n, y: _sign(n, _float(2 * n + 1, y)))
+_V = dict(first=lambda y: y + y - 1.0, trig=_trig_v, at_plus_one=_ONE,
+          at_minus_one=lambda n, y: _sign(n, _float(2 * n + 1, y)))
 _W = dict(first=lambda y: y + y + 1.0, trig=_trig_w, at_plus_one=lambda n, y: _float(2 * n + 1, y),
           at_minus_one=lambda n, y: _sign(n, jnp.ones_like(y)))
 
