@@ -1,0 +1,113 @@
+"""index_reduce, put, equal/allclose and the small static-shape ops on `xla` against eager CPU.
+
+index_reduce's prod and mean combine at most 3 float32 values per slot (a few ε, compared at 1e-6
+relative); amax/amin, put without accumulation, copies and index lists are exact. equal and allclose
+must read back one bool, not fall back with their inputs.
+Real compiles and runs, no mocks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xladev
+from xladev.events import FallbackOp, TransferFromDevice
+
+EPS = torch.finfo(torch.float32).eps
+
+
+def no_fallback(events):
+    assert not events.of(FallbackOp), [e.name for e in events.of(FallbackOp)]
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+def test_index_reduce(reduce, events):
+    dev = xladev.device()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, generator=g)
+    src = torch.randn(4, 3, generator=g)
+    index = torch.tensor([0, 2, 0, 4])  # slot 0 twice, slots 1 and 3 untouched
+    for include_self in (True, False):
+        got = x.to(dev).index_reduce(0, index.to(dev), src.to(dev), reduce, include_self=include_self)
+        want = x.index_reduce(0, index, src, reduce, include_self=include_self)
+        torch.testing.assert_close(got.cpu(), want, rtol=4 * 3 * EPS, atol=4 * 3 * EPS)
+    ints = torch.tensor([[7, -3], [2, 9], [4, 4]])
+    got = ints.to(dev).index_reduce(1, torch.tensor([1, 1]).to(dev), ints.to(dev), reduce)
+    assert torch.equal(got.cpu(), ints.index_reduce(1, torch.tensor([1, 1]), ints, reduce))
+    xladev.mark_step()
+    no_fallback(events)
+
+
+def test_index_reduce_backward(events):
+    dev = xladev.device()
+    x, src = torch.rand(4, 2) + 0.5, torch.rand(3, 2) + 0.5
+    index = torch.tensor([1, 3, 1])
+    grads = []
+    for device in (dev, "cpu"):
+        a, b = x.to(device).requires_grad_(), src.to(device).requires_grad_()
+        a.index_reduce(0, index.to(device), b, "prod").sum().backward()
+        xladev.mark_step()
+        grads.append((a.grad.cpu(), b.grad.cpu()))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=8 * EPS, atol=8 * EPS)
+    no_fallback(events)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put(accumulate, events):
+    dev = xladev.device()
+    x = torch.arange(12.0).reshape(3, 4)
+    index = torch.tensor([[0, -1], [5, 7]]) if not accumulate else torch.tensor([0, -1, 5, 0])
+    source = torch.tensor([10.0, 20.0, 30.0, 40.0]).reshape(index.shape)
+    got = x.to(dev).put(index.to(dev), source.to(dev), accumulate=accumulate)
+    assert torch.equal(got.cpu(), x.put(index, source, accumulate=accumulate))
+    no_fallback(events)
+
+
+def test_equal_and_allclose_read_one_bool(events):
+    dev = xladev.device()
+    a = torch.randn(64, 32)
+    da = a.to(dev)
+    xladev.mark_step()
+    events.clear()
+    assert torch.equal(da, (da * 1.0)) is True
+    assert torch.equal(da, da + 1) is False
+    assert torch.equal(da, da[:1]) is False
+    assert torch.allclose(da, da * (1 + 2e-6)) is True is torch.allclose(a, a * (1 + 2e-6))
+    assert torch.allclose(da, da + 1e-2) is False is torch.allclose(a, a + 1e-2)
+    no_fallback(events)
+    reads = events.of(TransferFromDevice)
+    assert len(reads) == 4 and all(r.nbytes <= 1 for r in reads), reads
+    with pytest.raises(RuntimeError, match="Float did not match Double"):
+        torch.allclose(da, da.double())
+
+
+def test_cov_corrcoef_no_fallback(events):
+    x = torch.randn(3, 6)
+    for fn in (torch.cov, torch.corrcoef):
+        got = fn(x.to(xladev.device()))
+        torch.testing.assert_close(got.cpu(), fn(x), rtol=1e-5, atol=1e-5)
+    no_fallback(events)
+
+
+def test_static_shape_ops(events):
+    dev = xladev.device()
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, 3.0]])
+    d = x.to(dev)
+    for size in (2, 5):
+        assert torch.equal(torch.nonzero_static(d, size=size).cpu(), torch.nonzero_static(x, size=size))
+    pieces = torch.split_with_sizes_copy(d, [1, 2], 1)
+    for got, want in zip(pieces, torch.split_with_sizes_copy(x, [1, 2], 1)):
+        assert torch.equal(got.cpu(), want)
+    for got, want in zip(torch.unbind_copy(d, 1), torch.unbind_copy(x, 1)):
+        assert torch.equal(got.cpu(), want)
+    src = torch.tensor([[7.0, 8.0], [9.0, 10.0]])
+    got = torch.as_strided_scatter(d, src.to(dev), (2, 2), (1, 3), 1)
+    assert torch.equal(got.cpu(), torch.as_strided_scatter(x, src, (2, 2), (1, 3), 1))
+    out = torch.empty(5, device=dev)
+    torch.logspace(-1, 2, 5, base=3.0, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logspace(-1, 2, 5, base=3.0), rtol=4 * EPS, atol=0)
+    with pytest.raises(RuntimeError, match="split_with_sizes"):
+        torch.split_with_sizes_copy(d, [1, 1], 1)
+    no_fallback(events)
