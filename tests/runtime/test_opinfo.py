@@ -44,6 +44,9 @@ XFAIL_FULL: dict[str, str] = {
                           "in meta, (0,) on the CPU; the device follows the meta kernel"),
     "_native_batch_norm_legit": ("PyTorch's meta and CPU kernels disagree in evaluation mode: save_mean/save_invstd "
                                  "are (C,) in meta, (0,) on the CPU; the device follows the meta kernel"),
+    "matrix_exp": ("backward of a sample with ||A||_1 = 27.5: eager's own float32 gradient is 0.0087 off the float64 "
+                   "one (max |grad| 542), the device's 0.018, so a per-element comparison at float32 tolerance cannot "
+                   "judge either; forward is lowered and passes"),
     "chalf": "complex32 (ComplexHalf) has no XLA dtype; the conversion is recorded and the compile fails",
 }
 

@@ -126,6 +126,19 @@ DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {
         "nn.functional.smooth_l1_loss", "nn.functional.huber_loss", "nn.functional.binary_cross_entropy",
         "nn.functional.binary_cross_entropy_with_logits", "nn.functional.kl_div",
     ),
+    "linear algebra": (
+        "linalg.solve", "linalg.inv", "linalg.det", "linalg.cholesky", "linalg.qr", "linalg.svd", "linalg.eigh",
+        "linalg.lu_factor", "linalg.solve_triangular", "linalg.pinv",
+    ),
+    "fft and complex numbers": (
+        "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.hfft", "fft.fftn", "stft", "view_as_complex", "complex",
+        "polar",
+    ),
+    "special functions": (
+        "special.bessel_j0", "special.bessel_y1", "special.modified_bessel_k0", "special.airy_ai", "special.zeta",
+        "special.chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_w", "special.hermite_polynomial_h",
+        "special.legendre_polynomial_p",
+    ),
     "factories and conversions": (
         "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_full", "arange",
         "linspace", "eye", "tril_indices", "fill", "to", "float", "long", "bool",
