@@ -62,6 +62,18 @@ STAYS_ON_CPU: dict[str, CpuOp] = {
     "unique_dim_consecutive": CpuOp(DATA_DEPENDENT, "one slice per run of equal slices: " + _DATA),
     "bincount": CpuOp(DATA_DEPENDENT, "max(x) + 1 bins: " + _DATA),
     "repeat_interleave": CpuOp(DATA_DEPENDENT, "without output_size, the total of the repeats sets the size: " + _DATA),
+    "index": CpuOp(DATA_DEPENDENT, "x[mask] with a boolean mask has one element per True mask element: " + _DATA),
+    "index_put": CpuOp(DATA_DEPENDENT, "x[mask] = v with one value of v per True mask element needs their count; "
+                                       "a scalar or a broadcast row is lowered"),
+    "index_put_": CpuOp(DATA_DEPENDENT, "x[mask] = v with one value of v per True mask element needs their count; "
+                                        "a scalar or a broadcast row is lowered"),
+    "linalg_lstsq": CpuOp(DATA_DEPENDENT, "with driver gelsd, gelss or gelsy on a tall matrix, residuals are returned "
+                                          "only when every matrix has full rank, which the values decide"),
+    "linalg_ldl_factor_ex": CpuOp(NO_XLA_EQUIVALENT, "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation, "
+                                                     "and its pivot format cannot be built from the factorisations "
+                                                     "they have"),
+    "linalg_ldl_factor": CpuOp(NO_XLA_EQUIVALENT, "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation"),
+    "linalg_ldl_solve": CpuOp(NO_XLA_EQUIVALENT, "solves with the Bunch-Kaufman factors, which only the CPU makes"),
     "combinations": CpuOp(NOT_YET_DONE, "the size is static (n choose r), but PyTorch builds it with masked_select, "
                                         "which is data-dependent; a lowering from static index tables is not written"),
 }
@@ -76,6 +88,12 @@ REMEDIES: dict[str, str] = {
     "unique_consecutive": _UNIQUE_ADVICE, "unique_dim_consecutive": _UNIQUE_ADVICE,
     "repeat_interleave": "Pass output_size= to repeat_interleave so the result shape is static.",
     "bincount": "Use torch.zeros(n).scatter_add_(0, x, ones) with a fixed n instead of bincount.",
+    "index": _MASK_ADVICE, "index_put": "Write through the mask with torch.where(mask, v, x) when v broadcasts.",
+    "index_put_": "Write through the mask with torch.where(mask, v, x) when v broadcasts.",
+    "linalg_ldl_factor_ex": "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead.",
+    "linalg_ldl_factor": "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead.",
+    "linalg_ldl_solve": "Use torch.linalg.cholesky + cholesky_solve, or lu_factor + lu_solve, instead.",
+    "linalg_lstsq": "Use driver='gels' (full-rank problems) or torch.linalg.pinv(A) @ B.",
     "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
     "combinations": "Index with precomputed index tables instead: torch.triu_indices(n, n, 1) for pairs.",
     "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",

@@ -111,3 +111,25 @@ def test_static_shape_ops(events):
     with pytest.raises(RuntimeError, match="split_with_sizes"):
         torch.split_with_sizes_copy(d, [1, 1], 1)
     no_fallback(events)
+
+
+def test_masked_write_of_a_broadcast_row_is_lowered(events):
+    """`x[mask] = row` needs no count of True elements: lowered. One value per True element does: CPU."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 3)
+    mask = x[:, 0] > 0
+    row = torch.randn(3)
+    expected = x.clone()
+    expected[mask] = row
+    device = x.to("xla")
+    device[mask.to("xla")] = row.to("xla")
+    assert torch.equal(device.cpu(), expected)
+    no_fallback(events)
+
+    per_element = torch.arange(float((x > 0).sum()))
+    expected = x.clone()
+    expected[x > 0] = per_element
+    device = x.to("xla")
+    device[(x > 0).to("xla")] = per_element.to("xla")
+    assert torch.equal(device.cpu(), expected)
+    assert [e.name for e in events.of(FallbackOp)] == ["aten::index_put_"]

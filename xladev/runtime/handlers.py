@@ -126,7 +126,7 @@ def _index_with_cpu_indices(func, args, kwargs):
 
     indices = [to_device(i) if i is not None else None for i in args[1]]
     rest = tuple(to_device(a) for a in args[2:])
-    if func is not aten.index.Tensor and func is not aten._unsafe_index.Tensor and _needs_mask_count(indices, rest):
+    if func is not aten.index.Tensor and func is not aten._unsafe_index.Tensor and _needs_mask_count(self, indices, rest):
         # Writing a vector through a boolean mask needs the mask's count: a data-dependent shape.
         from xladev.runtime.fallback import run_on_cpu
 
@@ -136,10 +136,19 @@ def _index_with_cpu_indices(func, args, kwargs):
     return handle_regular(func, (self, indices) + rest, kwargs)
 
 
-def _needs_mask_count(indices, rest) -> bool:
+def _needs_mask_count(self, indices, rest) -> bool:
+    """Whether writing `rest[0]` through these indices needs the number of True mask elements."""
     values = rest[0] if rest else None
     has_mask = any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
-    return has_mask and isinstance(values, torch.Tensor) and values.numel() != 1
+    if not has_mask or not isinstance(values, torch.Tensor) or values.numel() == 1:
+        return False
+    if len(indices) == 1 and indices[0].dtype == torch.bool:
+        # `x[mask] = v`: v broadcasts to (count, *x.shape[mask.dim():]). Only v's dims in front of those
+        # trailing dims meet the count axis; when they are all 1, one row serves every selected position
+        # (a jnp.where, lowering/shape.py) and the count is never needed.
+        lead = values.dim() - (self.dim() - indices[0].dim())
+        return lead > 0 and any(d != 1 for d in values.shape[:lead])
+    return True
 
 
 for _op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
