@@ -139,6 +139,10 @@ DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {
         "special.chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_w", "special.hermite_polynomial_h",
         "special.legendre_polynomial_p",
     ),
+    "order statistics, distances, histograms": (
+        "median", "kthvalue", "mode", "cdist", "nn.functional.pdist", "histc", "histogram", "equal", "cov",
+        "index_reduce.amax", "put",
+    ),
     "factories and conversions": (
         "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_full", "arange",
         "linspace", "eye", "tril_indices", "fill", "to", "float", "long", "bool",
