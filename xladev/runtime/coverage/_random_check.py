@@ -458,13 +458,26 @@ def _run(direction: str, fn, watch) -> CheckResult:
     return result
 
 
+def _each_sample(samples, check, deadline: float) -> int:
+    """Runs `check(sample)` (True when it compared something) on each sample until the deadline."""
+    count = 0
+    for i, sample in enumerate(samples):
+        if count and time.perf_counter() > deadline:
+            break  # the time guard: enough evidence, keep the sweep bounded
+        try:
+            count += bool(check(sample))
+        except AssertionError as exc:
+            raise AssertionError(f"sample {i}: {exc}") from None
+    return count
+
+
 def check_random(op, *, budget_s: float = 20.0, max_samples: int = 8):
     """Checks one random OpInfo by distribution.
 
     Args:
       op: the OpInfo (its name is a key of RANDOM_CHECKS).
-      budget_s: no further OpInfo sample starts after this many seconds (the distribution check
-        always runs).
+      budget_s: no further OpInfo sample starts after this many seconds per direction (the
+        distribution check always runs).
       max_samples: OpInfo samples checked per direction.
 
     Returns:
@@ -476,28 +489,14 @@ def check_random(op, *, budget_s: float = 20.0, max_samples: int = 8):
     dtype = torch.float32 if torch.float32 in op.supported_dtypes("cpu") else torch.int64
 
     def forward():
-        count = 0
-        for i, sample in enumerate(_samples(op, dtype, False, max_samples)):
-            if count and time.perf_counter() - start > budget_s:
-                break
-            try:
-                _forward_sample(op, spec, sample, watch)
-            except AssertionError as exc:
-                raise AssertionError(f"sample {i}: {exc}") from None
-            count += 1
+        samples = _samples(op, dtype, False, max_samples)
+        count = _each_sample(samples, lambda s: _forward_sample(op, spec, s, watch) or True, start + budget_s)
         _distribution(spec, watch)
         return count + 1
 
     def backward():
-        count = 0
-        for i, sample in enumerate(_samples(op, torch.float32, True, max_samples)):
-            if count and time.perf_counter() - start > 2 * budget_s:
-                break
-            try:
-                count += _backward_sample(op, spec, sample, watch)
-            except AssertionError as exc:
-                raise AssertionError(f"sample {i}: {exc}") from None
-        return count
+        samples = _samples(op, torch.float32, True, max_samples)
+        return _each_sample(samples, lambda s: _backward_sample(op, spec, s, watch), time.perf_counter() + budget_s)
 
     watch = _Watch()
     fwd = _run("forward", forward, watch)
