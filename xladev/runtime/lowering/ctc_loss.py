@@ -278,5 +278,15 @@ def _like_input(grad, x, *args, **kwargs):
     return torch.empty(x.shape, dtype=x.dtype, device="meta")
 
 
+def _multilabel_forward_shape(x, target, reduction):
+    """PyTorch's meta kernel gives a 1-D input's unreduced loss shape [1]; its CPU kernel gives []."""
+    torch._check(x.dim() <= 2 and tuple(target.shape) == tuple(x.shape),
+                 lambda: f"inconsistent target size: {list(target.shape)} for input of size: {list(x.shape)}")
+    loss_shape = tuple(x.shape[:-1]) if reduction == 0 else ()
+    return (torch.empty(loss_shape, dtype=x.dtype, device="meta"),
+            torch.empty(tuple(target.shape), dtype=x.dtype, device="meta"))
+
+
+SHAPE_RULES[aten.multilabel_margin_loss_forward.default] = _multilabel_forward_shape
 SHAPE_RULES[aten.multi_margin_loss_backward.default] = _like_input
 SHAPE_RULES[aten.multilabel_margin_loss_backward.default] = _like_input
