@@ -143,6 +143,10 @@ DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {
         "median", "kthvalue", "mode", "cdist", "nn.functional.pdist", "histc", "histogram", "equal", "cov",
         "index_reduce.amax", "put",
     ),
+    "embedding bags, CTC, resampling": (
+        "nn.functional.embedding_bag", "nn.functional.ctc_loss", "grid_sampler_3d", "_upsample_bilinear2d_aa",
+        "nn.functional.bilinear", "_segment_reduce.lengths", "nn.functional.multilabel_margin_loss",
+    ),
     "factories and conversions": (
         "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_full", "arange",
         "linspace", "eye", "tril_indices", "fill", "to", "float", "long", "bool",
