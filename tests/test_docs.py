@@ -51,3 +51,14 @@ def test_reference_lists_every_flag_api_and_command():
         assert f"xladev {name}" in reference, name
     for name in xladev.__all__:
         assert name in reference, name
+
+
+def test_ops_doc_lists_what_stays_on_the_cpu():
+    """docs/ops.md carries the fallback table exactly as xladev/fallback_reasons.py renders it."""
+    from xladev import fallback_reasons
+
+    doc = (ROOT / "docs" / "ops.md").read_text()
+    assert fallback_reasons.markdown_table() in doc, (
+        "docs/ops.md is out of date: paste xladev.fallback_reasons.markdown_table() under its fallback table marker")
+    for name, entry in fallback_reasons.STAYS_ON_CPU.items():
+        assert entry.reason in fallback_reasons.REASONS, name

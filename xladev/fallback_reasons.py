@@ -140,3 +140,16 @@ def remedy(counter_name: str) -> str:
         return found
     return (f"{counter_name} has no XLA lowering. Rewrite it with lowered ops, move it out of the step "
             "(or to the CPU explicitly, once), and open a PyTorch/XLA GitHub issue with the lowering request.")
+
+
+def markdown_table() -> str:
+    """The table of docs/ops.md: every op that stays on the CPU, its reason and the fix, grouped by reason.
+
+    docs/ops.md holds this text verbatim (tests/test_docs.py checks it), so the doc never drifts from
+    the messages.
+    """
+    order = {reason: i for i, reason in enumerate(REASONS)}
+    lines = ["| op | reason | why | what to do |", "| --- | --- | --- | --- |"]
+    for name, entry in sorted(STAYS_ON_CPU.items(), key=lambda item: (order[item[1].reason], item[0])):
+        lines.append(f"| `{name}` | {entry.reason} | {entry.why} | {remedy(name)} |")
+    return "\n".join(lines) + "\n"
