@@ -147,6 +147,9 @@ DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {
         "nn.functional.embedding_bag", "nn.functional.ctc_loss", "grid_sampler_3d", "_upsample_bilinear2d_aa",
         "nn.functional.bilinear", "_segment_reduce.lengths", "nn.functional.multilabel_margin_loss",
     ),
+    "random (checked by distribution)": (
+        "bernoulli", "normal", "multinomial", "nn.functional.rrelu",
+    ),
     "factories and conversions": (
         "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_full", "arange",
         "linspace", "eye", "tril_indices", "fill", "to", "float", "long", "bool",
