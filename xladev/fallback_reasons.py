@@ -74,6 +74,9 @@ STAYS_ON_CPU: dict[str, CpuOp] = {
                                                      "they have"),
     "linalg_ldl_factor": CpuOp(NO_XLA_EQUIVALENT, "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation"),
     "linalg_ldl_solve": CpuOp(NO_XLA_EQUIVALENT, "solves with the Bunch-Kaufman factors, which only the CPU makes"),
+    "convolution": CpuOp(NO_XLA_EQUIVALENT, "integer convolutions on a GPU only: XLA's GPU backend convolves "
+                                           "through cuDNN, which has no integer kernels (on the CPU backend they "
+                                           "are lowered)"),
     "combinations": CpuOp(NOT_YET_DONE, "the size is static (n choose r), but PyTorch builds it with masked_select, "
                                         "which is data-dependent; a lowering from static index tables is not written"),
 }
@@ -94,6 +97,7 @@ REMEDIES: dict[str, str] = {
     "linalg_ldl_factor": "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead.",
     "linalg_ldl_solve": "Use torch.linalg.cholesky + cholesky_solve, or lu_factor + lu_solve, instead.",
     "linalg_lstsq": "Use driver='gels' (full-rank problems) or torch.linalg.pinv(A) @ B.",
+    "convolution": "Convolve in floating point: x.float() and w.float(), then round the result back.",
     "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
     "combinations": "Index with precomputed index tables instead: torch.triu_indices(n, n, 1) for pairs.",
     "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",

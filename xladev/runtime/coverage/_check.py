@@ -87,6 +87,18 @@ def _xla_device_arg(value):
     return value
 
 
+def names_another_device(sample) -> bool:
+    """Whether a sample asks for a device other than the CPU (`device='cuda'` in factory samples, which
+    PyTorch's OpInfos add when CUDA is present): the oracle then ran there, and xla cannot stand in."""
+
+    def other(value) -> bool:
+        if isinstance(value, str):
+            return value.split(":")[0] in ("cuda", "mps", "xpu", "meta")
+        return isinstance(value, torch.device) and value.type not in ("cpu", "xla")
+
+    return any(other(v) for v in list(sample.args) + list(sample.kwargs.values()))
+
+
 def _to_xla(sample, requires_grad: bool = False, keep_args_on_cpu: bool = False):
     def move(t):
         if isinstance(t, torch.dtype):
@@ -287,9 +299,11 @@ def _samples(op, dtype, requires_grad: bool, limit: int) -> list:
     while len(out) < limit:
         torch.manual_seed(_SEED + len(out))
         try:
-            out.append(next(samples))
+            sample = next(samples)
         except StopIteration:
             break
+        if not names_another_device(sample):
+            out.append(sample)
     return out
 
 

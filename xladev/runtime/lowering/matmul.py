@@ -9,6 +9,7 @@ from jax import lax
 import torch
 
 from xladev.runtime.lowering.registry import lowers
+from xladev.runtime.meta import SHAPE_RULES
 
 aten = torch.ops.aten
 
@@ -89,6 +90,24 @@ def _conv(x, w, stride, padding, dilation, transposed, output_padding, groups):
     return lax.conv_general_dilated(
         x, w_flipped, window_strides=(1,) * spatial, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
         dimension_numbers=dims, feature_group_count=groups, precision=lax.Precision.HIGHEST)
+
+
+def _convolution_shape(x, w, *rest):
+    """The meta kernel of convolution, except that integer convolutions do not lower on a GPU.
+
+    XLA's GPU backend convolves through cuDNN, which has no integer kernels (compiling one fails); the
+    CPU backend has them. On a GPU the op runs on the CPU fallback instead (eager CUDA PyTorch refuses
+    integer convolutions outright).
+    """
+    from xladev.runtime import backend
+    from xladev.runtime.meta import MetaUnsupported
+
+    if not (x.dtype.is_floating_point or x.dtype.is_complex) and backend.jax_devices()[0].platform != "cpu":
+        raise MetaUnsupported("integer convolution: XLA's GPU backend has no integer convolution")
+    return aten.convolution.default(x, w, *rest)
+
+
+SHAPE_RULES[aten.convolution.default] = _convolution_shape
 
 
 @lowers(aten.convolution.default)
