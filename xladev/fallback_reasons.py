@@ -77,6 +77,12 @@ STAYS_ON_CPU: dict[str, CpuOp] = {
     "convolution": CpuOp(NO_XLA_EQUIVALENT, "integer convolutions on a GPU only: XLA's GPU backend convolves "
                                            "through cuDNN, which has no integer kernels (on the CPU backend they "
                                            "are lowered)"),
+    "_linear_cross_entropy_batch_chunked": CpuOp(
+        NOT_YET_DONE, "a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
+                      "implementation on the device instead of the CPU is not written"),
+    "_linear_cross_entropy_batch_chunked_no_reduction": CpuOp(
+        NOT_YET_DONE, "a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
+                      "implementation on the device instead of the CPU is not written"),
     "combinations": CpuOp(NOT_YET_DONE, "the size is static (n choose r), but PyTorch builds it with masked_select, "
                                         "which is data-dependent; a lowering from static index tables is not written"),
 }
@@ -98,6 +104,8 @@ REMEDIES: dict[str, str] = {
     "linalg_ldl_solve": "Use torch.linalg.cholesky + cholesky_solve, or lu_factor + lu_solve, instead.",
     "linalg_lstsq": "Use driver='gels' (full-rank problems) or torch.linalg.pinv(A) @ B.",
     "convolution": "Convolve in floating point: x.float() and w.float(), then round the result back.",
+    "_linear_cross_entropy_batch_chunked": "Call F.linear then F.cross_entropy: both are lowered.",
+    "_linear_cross_entropy_batch_chunked_no_reduction": "Call F.linear then F.cross_entropy: both are lowered.",
     "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
     "combinations": "Index with precomputed index tables instead: torch.triu_indices(n, n, 1) for pairs.",
     "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
