@@ -246,15 +246,6 @@ def _standard_gamma_grad(ctx, alpha, sample):
 SHAPE_RULES[aten._standard_gamma_grad.default] = lambda self, output: torch.empty_like(self)
 
 
-@lowers(aten._is_all_true.default)
-def _is_all_true(ctx, x):
-    """`torch.distributions`' argument validation (`constraint.check(value).all()` read as a bool):
-    reduced on the device, so only the answer is read back, not the whole tensor."""
-    import jax.numpy as jnp
-
-    return jnp.all(x)
-
-
 # ---- rrelu -------------------------------------------------------------------------------------------------
 def _rrelu(self, noise, lower, upper, training):
     """(output, new noise or None): training multiplies each x <= 0 by a U(lower, upper) draw, which is

@@ -96,6 +96,13 @@ def _all(ctx, x, dim=None, keepdim=False):
     return jnp.all(x != 0, axis=_axes(x, dim), keepdims=keepdim)
 
 
+@lowers(aten._is_all_true.default, aten._is_any_true.default)
+def _is_all_or_any_true(ctx, x):
+    """`torch.distributions`' argument validation reads `constraint.check(value).all()` as a bool:
+    reduced on the device, so only the answer is read back, not the whole tensor."""
+    return jnp.all(x) if ctx.node.op.aten is aten._is_all_true.default else jnp.any(x)
+
+
 @lowers(aten.var.correction)
 def _var(ctx, x, dim=None, correction=None, keepdim=False):
     ddof = 1 if correction is None else correction
