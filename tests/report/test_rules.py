@@ -78,6 +78,20 @@ def test_fallback_findings_and_remedies():
     assert "torch.where" in rules.fallback_remedy("aten::masked_select")
 
 
+@pytest.mark.parametrize("op, reason, advice", [
+    ("aten::nonzero", "data-dependent output shape", "masked arithmetic"),
+    ("aten::unique_consecutive", "data-dependent output shape", "one_hot"),
+    ("aten::linalg_ldl_factor_ex", "no XLA equivalent", "cholesky"),
+    ("aten::combinations", "not yet done", "triu_indices"),
+    ("aten::some_new_op", "not lowered yet", "open a PyTorch/XLA GitHub issue"),
+])
+def test_fallback_findings_name_the_reason(op, reason, advice):
+    """The report says why an op stays on the CPU (xladev/fallback_reasons.py) and what to do instead."""
+    (finding,) = rules.fallback_findings({op: 3}, 3)
+    assert f"Runs on the CPU: {reason}" in finding.detail
+    assert advice in finding.fix
+
+
 def test_costs_graphs_and_cache_misses():
     assert rules.slow_compile_finding(longest_ns=200e9, total_ns=1, compiles=1, formatted_longest="",
                                       formatted_total="") is None
