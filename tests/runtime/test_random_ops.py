@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 import xladev
 from xladev.events import FallbackOp, bus
-from xladev.runtime.coverage._random_check import RANDOM_CHECKS, _distribution, cdf_at, mean_within, require
+from xladev.runtime.coverage._random_check import _distribution
+from xladev.runtime.coverage._random_specs import RANDOM_CHECKS, cdf_at, mean_within, require
 from xladev.runtime.coverage._check import _Watch
 
 DEV = "xla"
