@@ -250,7 +250,7 @@ def _raise_if_random(watch, draws_before: int) -> None:
 def _differentiable_outputs(sample, out) -> list[torch.Tensor]:
     """The outputs whose sum is differentiated; a complex output counts through its real and imaginary parts."""
     out = sample.output_process_fn_grad(out)
-    return [torch.view_as_real(t) if t.is_complex() else t for t in pytree.tree_leaves(out)
+    return [torch.view_as_real(t.resolve_conj()) if t.is_complex() else t for t in pytree.tree_leaves(out)
             if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())]
 
 
