@@ -1,7 +1,9 @@
-"""Pitfall: an op without an XLA lowering runs on the CPU, with two transfers and a sync each time.
+"""Pitfall: an op left on the CPU runs there with two transfers and a sync each time.
 
-Broken: `torch.median(h, dim=1)` and boolean-mask selection `h[h > 0]` (data-dependent shape).
-Fixed: the median from `sort` (lowered), and `torch.where` instead of the mask selection.
+Broken: `torch.bincount` of the predictions and boolean-mask selection `h[h > 0]`: both have a
+data-dependent output shape, which XLA cannot compile (docs/ops.md lists why each op stays on the CPU).
+Fixed: counts from `one_hot(...).sum(0)` (a fixed number of classes), and `torch.where` instead of the
+mask selection.
 
     PT_XLA_DEBUG_LEVEL=1 python examples/pitfalls/unlowered_op.py [--fixed]
 """
@@ -22,14 +24,16 @@ def main() -> None:
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         logits = model(x)
+        classes = logits.shape[1]
         if args.fixed:
-            n = logits.shape[1]
-            median = logits.sort(dim=1).values[:, (n - 1) // 2]
+            counts = torch.nn.functional.one_hot(logits.argmax(dim=1), classes).sum(dim=0)
             positive_sum = torch.where(logits > 0, logits, torch.zeros_like(logits)).sum()
         else:
-            median = torch.median(logits, dim=1).values          # falls back to the CPU
+            counts = torch.bincount(logits.argmax(dim=1), minlength=classes)  # size max+1: on the CPU
             positive_sum = logits[logits > 0].sum()               # nonzero: a data-dependent shape
-        loss = loss_fn(logits, y) + 1e-3 * (median.mean() + positive_sum)
+        # Weigh each class's logits by how often it was predicted (a toy balancing term).
+        balance = (logits.mean(dim=0) * counts.float()).sum() / logits.shape[0]
+        loss = loss_fn(logits, y) + 1e-3 * (balance + positive_sum)
         loss.backward()
         optimizer.step()
         xladev.mark_step()
