@@ -1,6 +1,7 @@
 """Op coverage measured with PyTorch's own OpInfo samples (`common_methods_invocations.op_db`).
 
-For each OpInfo the sweep runs a few samples on the CPU (the oracle) and on `xla` (inputs moved with
+For each OpInfo the sweep runs a few samples (float32; int64, bool or complex64 for ops without float32
+samples) on the CPU (the oracle) and on `xla` (inputs moved with
 `.to('xla')`, results read back with `.cpu()`), compares them with `torch.testing.assert_close`, and
 classifies the op:
 

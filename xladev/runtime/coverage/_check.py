@@ -387,7 +387,7 @@ def check_op(op, *, max_samples: int = 3, extra_dtypes: bool = True, backward: b
             return check_random(op, budget_s=budget_s)
         return OpResult(name, CheckResult("skipped", SKIP[name]), CheckResult("skipped", SKIP[name]))
     supported = op.supported_dtypes("cpu")
-    primary = next((d for d in (torch.float32, torch.int64, torch.bool) if d in supported), None)
+    primary = next((d for d in (torch.float32, torch.int64, torch.bool, torch.complex64) if d in supported), None)
     if primary is None:
         reason = NO_SAMPLES
         return OpResult(name, CheckResult("skipped", reason), CheckResult("skipped", reason))

@@ -51,7 +51,7 @@ SKIP: dict[str, str] = {
 }
 
 # check_op's reason when an op has samples in none of the compared dtypes (complex-only ops...).
-NO_SAMPLES = "no float32, int64 or bool samples"
+NO_SAMPLES = "no float32, int64, bool or complex64 samples"
 
 # Ties make integer and bool samples ambiguous for these: the order of equal elements is unspecified
 # (sort is not stable by default, topk partially sorts), so only float32 samples (no ties) compare.
