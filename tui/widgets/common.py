@@ -38,10 +38,3 @@ def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
             table.move_cursor(row=new_keys.index(cursor_key), animate=False)
     table._shown_rows = rows
     return True
-
-
-def ellipsize(text: str, width: int) -> str:
-    """`text` cut to `width` characters, with `…` where it was cut (the start, for paths)."""
-    if len(text) <= width:
-        return text
-    return "…" + text[-(width - 1):] if width > 1 else text[:width]

@@ -33,16 +33,6 @@ class Cause:
     kind: CauseKind
     detail: str = ""
 
-    def describe(self) -> str:
-        if self.kind is CauseKind.VALUE_ACCESS:
-            return f"user code accessed a tensor value: {self.detail}"
-        if self.kind is CauseKind.FALLBACK:
-            return f"CPU fallback op {self.detail} needs its inputs on the host"
-        return self.kind.value
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind.name, "text": self.describe(), "detail": self.detail}
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Frame:

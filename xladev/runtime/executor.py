@@ -185,7 +185,6 @@ class Executor:
         self.persistent_hits = 0
         self.persistent_misses = 0
         self._listener_installed = False
-        self._last_step_end = time.perf_counter_ns()
         self.in_flight = InFlight()
 
     # ---- inputs ------------------------------------------------------------------------------

@@ -67,7 +67,6 @@ class EventLog:
     """A bus subscriber that appends the JSONL event log of this process to one file."""
 
     def __init__(self, path: str) -> None:
-        self.requested_path = path
         self.path = log_path(path)
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)

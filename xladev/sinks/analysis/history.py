@@ -83,11 +83,6 @@ class SiteHistory:
             self._latest = (event, result)  # only the latest event is asked about again
         return result
 
-    def compiles_per_site(self) -> list[tuple[str, int, int]]:
-        with self.lock:
-            return sorted(((site, len(g), sum(x.compile_ns for x in g)) for site, g in self.sites.items()),
-                          key=lambda t: (-t[1], t[0]))
-
 
 site_history = SiteHistory()
 
