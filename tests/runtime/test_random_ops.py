@@ -177,3 +177,22 @@ def test_gamma_rsample_gradient(no_fallback):
     dF_dx = torch.exp((a64 - 1) * x64.log() - x64 - torch.lgamma(a64))
     torch.testing.assert_close(grad.double(), -dF_dalpha / dF_dx, rtol=1e-4, atol=0)
     torch.testing.assert_close(grad, torch._standard_gamma_grad(a, x), rtol=1e-3, atol=0)
+
+
+def test_randperm_draws_a_uniform_permutation_on_the_device(no_fallback):
+    """A permutation of 0..n-1, reproducible under manual_seed, with no rank correlation between position
+    and value: for a uniform permutation Spearman's rho has mean 0 and standard deviation 1/sqrt(n-1),
+    so |rho| < 6/sqrt(n-1) fails a correct sampler with probability < 2e-9."""
+    n = 1 << 14
+    torch.manual_seed(11)
+    first = torch.randperm(n, device="xla")
+    assert first.device.type == "xla" and first.dtype == torch.int64
+    values = first.cpu()
+    assert torch.equal(values.sort().values, torch.arange(n))
+    torch.manual_seed(11)
+    assert torch.equal(torch.randperm(n, device="xla").cpu(), values)
+    assert not torch.equal(torch.randperm(n, device="xla").cpu(), values)
+    position = torch.arange(n, dtype=torch.float64)
+    rho = torch.corrcoef(torch.stack([position, values.double()]))[0, 1]
+    assert abs(float(rho)) < 6 / math.sqrt(n - 1)
+    assert torch.randperm(6, device="xla", dtype=torch.float32).cpu().sort().values.tolist() == [0, 1, 2, 3, 4, 5]

@@ -165,6 +165,11 @@ def factory_kernel(func):
     return kernel
 
 
+# Factory ops that are not plain lowerings (random ones draw from the device RNG): op -> fn(args, kwargs,
+# device_index) with `device=` already removed from kwargs. rng.py and random_ops.py register them.
+FACTORY_HANDLERS: dict = {}
+
+
 def create(func, args, kwargs):
     """Runs factory op `func` for the device in `kwargs["device"]`: every new device tensor starts here.
 
@@ -175,6 +180,9 @@ def create(func, args, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
     if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
         kwargs.pop("layout")
+    special_factory = FACTORY_HANDLERS.get(func)
+    if special_factory is not None:
+        return special_factory(args, kwargs, index)
     if func in LOWERINGS:
         try:
             return record(func, args, kwargs, device_index=index)

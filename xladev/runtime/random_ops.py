@@ -20,6 +20,7 @@ import math
 import torch
 
 from xladev.runtime import handlers  # noqa: F401  (its `*_like` handlers must be registered before ours)
+from xladev.runtime.handlers import FACTORY_HANDLERS
 from xladev.runtime.dispatch import SPECIAL_HANDLERS, handle, special, write_into
 from xladev.runtime.lowering.registry import lowers
 from xladev.runtime.meta import SHAPE_RULES
@@ -388,3 +389,28 @@ lowers(aten.fractional_max_pool2d_backward.default,
 # PyTorch has no meta kernel for the 3-d backward: the gradient has the input's shape and dtype.
 SHAPE_RULES[aten.fractional_max_pool3d_backward.default] = \
     lambda grad_output, self, kernel_size, output_size, indices: torch.empty_like(self)
+
+
+# ---- randperm ----------------------------------------------------------------------------------------------
+@sampler("permutation")
+def _permutation(key, shape, dtype, params):
+    import jax
+
+    (n,) = shape
+    return jax.random.permutation(key, n)
+
+
+def _randperm(args, kwargs, device_index):
+    """`torch.randperm(n, device='xla')`: a permutation drawn from the device RNG (PyTorch's default
+    dtype int64; any integer or floating dtype PyTorch accepts)."""
+    from xladev.runtime.fallback import run_on_cpu
+
+    n = int(args[0])
+    dtype = kwargs.get("dtype") or torch.int64
+    if kwargs.get("generator") is not None or n < 0 or dtype.is_complex or dtype == torch.bool:
+        # A CPU generator's stream, or arguments PyTorch rejects: the CPU path raises or draws as PyTorch does.
+        return run_on_cpu(aten.randperm.default, args, kwargs)
+    return random_tensor("permutation", (n,), dtype, (), device_index)
+
+
+FACTORY_HANDLERS[aten.randperm.default] = _randperm
