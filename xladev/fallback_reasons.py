@@ -83,8 +83,6 @@ STAYS_ON_CPU: dict[str, CpuOp] = {
     "_linear_cross_entropy_batch_chunked_no_reduction": CpuOp(
         NOT_YET_DONE, "a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
                       "implementation on the device instead of the CPU is not written"),
-    "combinations": CpuOp(NOT_YET_DONE, "the size is static (n choose r), but PyTorch builds it with masked_select, "
-                                        "which is data-dependent; a lowering from static index tables is not written"),
 }
 
 # Base op name -> a concrete rewrite. Covers the ops above and ops PyTorch/XLA leaves on the CPU.
@@ -107,7 +105,6 @@ REMEDIES: dict[str, str] = {
     "_linear_cross_entropy_batch_chunked": "Call F.linear then F.cross_entropy: both are lowered.",
     "_linear_cross_entropy_batch_chunked_no_reduction": "Call F.linear then F.cross_entropy: both are lowered.",
     "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
-    "combinations": "Index with precomputed index tables instead: torch.triu_indices(n, n, 1) for pairs.",
     "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
     "allclose": "torch.allclose returns a Python bool; keep it on the device: torch.isclose(a, b).all().",
 }

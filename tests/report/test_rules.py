@@ -82,7 +82,6 @@ def test_fallback_findings_and_remedies():
     ("aten::nonzero", "data-dependent output shape", "masked arithmetic"),
     ("aten::unique_consecutive", "data-dependent output shape", "one_hot"),
     ("aten::linalg_ldl_factor_ex", "no XLA equivalent", "cholesky"),
-    ("aten::combinations", "not yet done", "triu_indices"),
     ("aten::some_new_op", "not lowered yet", "open a PyTorch/XLA GitHub issue"),
 ])
 def test_fallback_findings_name_the_reason(op, reason, advice):
@@ -90,6 +89,14 @@ def test_fallback_findings_name_the_reason(op, reason, advice):
     (finding,) = rules.fallback_findings({op: 3}, 3)
     assert f"Runs on the CPU: {reason}" in finding.detail
     assert advice in finding.fix
+
+
+def test_custom_ops_not_yet_lowered_have_their_reason():
+    from xladev import fallback_reasons
+
+    op = "torch_nn::_linear_cross_entropy_batch_chunked"
+    assert fallback_reasons.reason(op) == "not yet done"
+    assert "F.cross_entropy" in fallback_reasons.remedy(op)
 
 
 def test_costs_graphs_and_cache_misses():

@@ -133,3 +133,22 @@ def test_masked_write_of_a_broadcast_row_is_lowered(events):
     device[(x > 0).to("xla")] = per_element.to("xla")
     assert torch.equal(device.cpu(), expected)
     assert [e.name for e in events.of(FallbackOp)] == ["aten::index_put_"]
+
+
+@pytest.mark.parametrize("r, with_replacement", [(2, False), (3, True), (0, False), (6, False)])
+def test_combinations_gather_a_static_table(r, with_replacement, events):
+    """combinations (PyTorch's composite uses masked_select) runs as a gather of index tuples: same values,
+    same gradient, no fallback."""
+    torch.manual_seed(0)
+    x = torch.randn(5, requires_grad=True)
+    device_x = x.detach().to("xla").requires_grad_()
+    expected = torch.combinations(x, r, with_replacement)
+    actual = torch.combinations(device_x, r, with_replacement)
+    assert torch.equal(actual.detach().cpu(), expected.detach())
+    if expected.numel():
+        weights = torch.arange(float(expected.numel())).reshape(expected.shape)
+        (expected * weights).sum().backward()
+        (actual * weights.to("xla")).sum().backward()
+        # Each gradient entry sums at most C(8, 2) = 28 exact integer weights: exact in float32.
+        assert torch.equal(device_x.grad.cpu(), x.grad)
+    no_fallback(events)

@@ -7,6 +7,9 @@
 - `logspace.out` computes the factory's values on the device and writes them into `out`.
 - `nonzero_static` pads or truncates the nonzero indices to a given count (`jnp.nonzero(size=)`).
 - `as_strided_scatter` writes `src` at the flat positions the strides describe, on a contiguous input.
+- `combinations` has a static size (n choose r, or n+r-1 choose r with replacement), but PyTorch's
+  composite builds it with masked_select. On xla it gathers through a constant table of index tuples
+  instead (an autograd kernel, so the gradient flows through the gather).
 """
 
 from __future__ import annotations
@@ -134,3 +137,23 @@ def _as_strided_scatter_special(func, args, kwargs):
 
         return run_on_cpu(func, args, kwargs)
     return handle_regular(func, args, kwargs)
+
+
+# ---- combinations ---------------------------------------------------------------------------------------
+def _combinations_autograd(self, r=2, with_replacement=False):
+    """`torch.combinations` on xla: `self[table]` with the (count, r) table of index tuples, in
+    itertools' lexicographic order, which is PyTorch's."""
+    import itertools
+
+    torch._check(self.dim() == 1, lambda: f"Expect a 1D vector, but got shape {list(self.shape)}")
+    torch._check(r >= 0, lambda: f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return self.new_empty(0)
+    choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    table = torch.tensor(list(choose(range(self.shape[0]), r)), dtype=torch.long).reshape(-1, r)
+    return self[table.to(self.device)]
+
+
+# Kept alive for the life of the process: dropping the library would drop the registration.
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("combinations", _combinations_autograd, "AutogradPrivateUse1")
