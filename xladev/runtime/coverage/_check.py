@@ -334,12 +334,27 @@ def _run_check(op, plan, runner, budget_s: float) -> CheckResult:
                 break
     if failure:
         gc.collect()  # drop device tensors a failed sample left in reference cycles
+    return settle(result, watch, failure, notes[0] if notes else "no samples")
+
+
+def settle(result: CheckResult, watch: _Watch, failure: str | None, why_none: str = "no samples") -> CheckResult:
+    """Fills in `result` once its samples ran: the ops `watch` saw, and the status they and `failure` give.
+
+    Args:
+      result: the check's result, with `samples` counted.
+      watch: what ran during the check (fallbacks, lowered ops).
+      failure: why a sample failed, or None.
+      why_none: the reason given when no sample was compared.
+
+    Returns:
+      `result`: failing, skipped (nothing compared), fallback (some op ran on the CPU) or lowered.
+    """
     result.fallbacks = sorted(watch.fallbacks)
     result.lowered = sorted(watch.lowered)
     if failure:
         result.status, result.reason = "failing", failure
     elif not result.samples:
-        result.status, result.reason = "skipped", (notes[0] if notes else "no samples")
+        result.status, result.reason = "skipped", why_none
     elif result.fallbacks:
         result.status, result.reason = "fallback", ", ".join(result.fallbacks)
     else:

@@ -19,7 +19,7 @@ import time
 import torch
 from torch.utils import _pytree as pytree
 
-from xladev.runtime.coverage._check import _samples, _to_xla, _Watch, short_error
+from xladev.runtime.coverage._check import _call, _samples, _to_xla, _Watch, settle, short_error
 from xladev.runtime.coverage._plan import TOLERANCES, CheckResult, OpResult
 from xladev.runtime.coverage._random_specs import RANDOM_CHECKS, RandomCheck, require
 
@@ -31,10 +31,6 @@ def _leaves(value) -> list:
 
 def _cpu(value):
     return pytree.tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, value)
-
-
-def _call(op, sample):
-    return op(sample.input, *sample.args, **sample.kwargs)
 
 
 def _same_layout(actual, expected, what: str) -> None:
@@ -117,23 +113,15 @@ def _distribution(spec: RandomCheck, watch) -> None:
 
 def _run(direction: str, fn, watch) -> CheckResult:
     result = CheckResult()
+    failure = None
     try:
         with watch.active():
             result.samples = fn()
     except AssertionError as exc:
-        result.status, result.reason = "failing", f"{direction}: {exc}"[:300]
+        failure = f"{direction}: {exc}"[:300]
     except Exception as exc:  # an error on the device side is a failure too, with its message
-        result.status, result.reason = "failing", f"{direction}: {short_error(exc)}"
-    result.fallbacks = sorted(watch.fallbacks)
-    result.lowered = sorted(watch.lowered)
-    if result.status is None:
-        if not result.samples:
-            result.status, result.reason = "skipped", "no samples"
-        elif result.fallbacks:
-            result.status, result.reason = "fallback", ", ".join(result.fallbacks)
-        else:
-            result.status = "lowered"
-    return result
+        failure = f"{direction}: {short_error(exc)}"
+    return settle(result, watch, failure)
 
 
 def _each_sample(samples, check, deadline: float) -> int:
