@@ -48,8 +48,18 @@ _MEDIAN_ADVICE = ("Compute it with lowered ops: x.sort(dim).values.select(dim, (
 _UNIQUE_ADVICE = ("torch.unique has a data-dependent size. If the value range is known, count with "
                   "one_hot(x, num_classes).sum(0) or scatter_add into a fixed-size tensor.")
 _DATA = "its output has as many elements as the data says, which XLA cannot compile"
+_MASKED_WRITE = ("x[mask] = v with one value of v per True mask element needs their count; a scalar or a broadcast "
+                 "row is lowered")
+_BUNCH_KAUFMAN = "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation"
+_CUSTOM_OP = ("a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
+              "implementation on the device instead of the CPU is not written")
+_LDL_ADVICE = "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead."
+_LINEAR_CE_ADVICE = "Call F.linear then F.cross_entropy: both are lowered."
 
-# Base op name (no ``aten::``, no overload) -> why it stays on the CPU in xladev.
+# Keys are base op names (no ``aten::``, no overload); an in-place variant (``index_put_``) is looked up
+# under its out-of-place name, which has the same reason and remedy.
+
+# Base op name -> why it stays on the CPU in xladev.
 STAYS_ON_CPU: dict[str, CpuOp] = {
     "nonzero": CpuOp(DATA_DEPENDENT, "one row per nonzero element: " + _DATA),
     "argwhere": CpuOp(DATA_DEPENDENT, "calls nonzero: " + _DATA),
@@ -63,26 +73,18 @@ STAYS_ON_CPU: dict[str, CpuOp] = {
     "bincount": CpuOp(DATA_DEPENDENT, "max(x) + 1 bins: " + _DATA),
     "repeat_interleave": CpuOp(DATA_DEPENDENT, "without output_size, the total of the repeats sets the size: " + _DATA),
     "index": CpuOp(DATA_DEPENDENT, "x[mask] with a boolean mask has one element per True mask element: " + _DATA),
-    "index_put": CpuOp(DATA_DEPENDENT, "x[mask] = v with one value of v per True mask element needs their count; "
-                                       "a scalar or a broadcast row is lowered"),
-    "index_put_": CpuOp(DATA_DEPENDENT, "x[mask] = v with one value of v per True mask element needs their count; "
-                                        "a scalar or a broadcast row is lowered"),
+    "index_put": CpuOp(DATA_DEPENDENT, _MASKED_WRITE),
     "linalg_lstsq": CpuOp(DATA_DEPENDENT, "with driver gelsd, gelss or gelsy on a tall matrix, residuals are returned "
                                           "only when every matrix has full rank, which the values decide"),
-    "linalg_ldl_factor_ex": CpuOp(NO_XLA_EQUIVALENT, "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation, "
-                                                     "and its pivot format cannot be built from the factorisations "
-                                                     "they have"),
-    "linalg_ldl_factor": CpuOp(NO_XLA_EQUIVALENT, "XLA and jax have no Bunch-Kaufman (LAPACK sytrf) factorisation"),
+    "linalg_ldl_factor_ex": CpuOp(NO_XLA_EQUIVALENT, _BUNCH_KAUFMAN + ", and its pivot format cannot be built from "
+                                                     "the factorisations they have"),
+    "linalg_ldl_factor": CpuOp(NO_XLA_EQUIVALENT, _BUNCH_KAUFMAN),
     "linalg_ldl_solve": CpuOp(NO_XLA_EQUIVALENT, "solves with the Bunch-Kaufman factors, which only the CPU makes"),
     "convolution": CpuOp(NO_XLA_EQUIVALENT, "integer convolutions on a GPU only: XLA's GPU backend convolves "
                                            "through cuDNN, which has no integer kernels (on the CPU backend they "
                                            "are lowered)"),
-    "_linear_cross_entropy_batch_chunked": CpuOp(
-        NOT_YET_DONE, "a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
-                      "implementation on the device instead of the CPU is not written"),
-    "_linear_cross_entropy_batch_chunked_no_reduction": CpuOp(
-        NOT_YET_DONE, "a torch.library custom op (torch_nn namespace) reaches the device whole; running its Python "
-                      "implementation on the device instead of the CPU is not written"),
+    "_linear_cross_entropy_batch_chunked": CpuOp(NOT_YET_DONE, _CUSTOM_OP),
+    "_linear_cross_entropy_batch_chunked_no_reduction": CpuOp(NOT_YET_DONE, _CUSTOM_OP),
 }
 
 # Base op name -> a concrete rewrite. Covers the ops above and ops PyTorch/XLA leaves on the CPU.
@@ -96,14 +98,12 @@ REMEDIES: dict[str, str] = {
     "repeat_interleave": "Pass output_size= to repeat_interleave so the result shape is static.",
     "bincount": "Use torch.zeros(n).scatter_add_(0, x, ones) with a fixed n instead of bincount.",
     "index": _MASK_ADVICE, "index_put": "Write through the mask with torch.where(mask, v, x) when v broadcasts.",
-    "index_put_": "Write through the mask with torch.where(mask, v, x) when v broadcasts.",
-    "linalg_ldl_factor_ex": "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead.",
-    "linalg_ldl_factor": "Use torch.linalg.cholesky (positive-definite) or torch.linalg.lu_factor instead.",
+    "linalg_ldl_factor_ex": _LDL_ADVICE, "linalg_ldl_factor": _LDL_ADVICE,
     "linalg_ldl_solve": "Use torch.linalg.cholesky + cholesky_solve, or lu_factor + lu_solve, instead.",
     "linalg_lstsq": "Use driver='gels' (full-rank problems) or torch.linalg.pinv(A) @ B.",
     "convolution": "Convolve in floating point: x.float() and w.float(), then round the result back.",
-    "_linear_cross_entropy_batch_chunked": "Call F.linear then F.cross_entropy: both are lowered.",
-    "_linear_cross_entropy_batch_chunked_no_reduction": "Call F.linear then F.cross_entropy: both are lowered.",
+    "_linear_cross_entropy_batch_chunked": _LINEAR_CE_ADVICE,
+    "_linear_cross_entropy_batch_chunked_no_reduction": _LINEAR_CE_ADVICE,
     "histc": "Bucketize into a fixed number of bins with torch.bucketize + scatter_add_.",
     "equal": "torch.equal returns a Python bool; keep it on the device: (a == b).all().",
     "allclose": "torch.allclose returns a Python bool; keep it on the device: torch.isclose(a, b).all().",
@@ -116,9 +116,18 @@ def op_base_name(counter_name: str) -> str:
     return name.split(".", 1)[0]
 
 
+def _lookup(table: dict, counter_name: str):
+    """`table`'s entry for the op, an in-place variant (``index_put_``) under its out-of-place name."""
+    base = op_base_name(counter_name)
+    found = table.get(base)
+    if found is None and base.endswith("_") and not base.endswith("__"):
+        found = table.get(base[:-1])
+    return found
+
+
 def cpu_op(counter_name: str) -> CpuOp | None:
     """The table entry of an op (``aten::nonzero`` or ``nonzero``), or None when it has no known reason."""
-    return STAYS_ON_CPU.get(op_base_name(counter_name))
+    return _lookup(STAYS_ON_CPU, counter_name)
 
 
 def reason(counter_name: str) -> str:
@@ -144,7 +153,7 @@ def explanation(counter_name: str) -> str:
 
 def remedy(counter_name: str) -> str:
     """The concrete fix for a CPU-fallback op, or generic advice for ops with no known remedy."""
-    found = REMEDIES.get(op_base_name(counter_name))
+    found = _lookup(REMEDIES, counter_name)
     if found:
         return found
     return (f"{counter_name} has no XLA lowering. Rewrite it with lowered ops, move it out of the step "

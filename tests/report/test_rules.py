@@ -81,6 +81,7 @@ def test_fallback_findings_and_remedies():
 @pytest.mark.parametrize("op, reason, advice", [
     ("aten::nonzero", "data-dependent output shape", "masked arithmetic"),
     ("aten::unique_consecutive", "data-dependent output shape", "one_hot"),
+    ("aten::index_put_", "data-dependent output shape", "torch.where"),  # in place: its op's entry
     ("aten::linalg_ldl_factor_ex", "no XLA equivalent", "cholesky"),
     ("aten::some_new_op", "not lowered yet", "open a PyTorch/XLA GitHub issue"),
 ])
