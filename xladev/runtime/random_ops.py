@@ -23,7 +23,7 @@ from xladev.runtime import handlers  # noqa: F401  (its `*_like` handlers must b
 from xladev.runtime.handlers import FACTORY_HANDLERS
 from xladev.runtime.dispatch import SPECIAL_HANDLERS, handle, special, write_into
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.meta import SHAPE_RULES, _to_meta
 from xladev.runtime.rng import _broadcast, _fill_random, _float_for, random_tensor, sampler
 from xladev.runtime.tensor import XlaTensor
 
@@ -138,12 +138,7 @@ def _geometric_(func, args, kwargs):
 # ---- normal with tensor arguments -------------------------------------------------------------------
 def _meta_of(func, args, kwargs):
     """The output (shape, dtype) of `func` by PyTorch's meta kernel: device tensors become meta tensors."""
-    def to_meta(v):
-        if isinstance(v, XlaTensor):
-            return torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
-        return v
-
-    out = func(*[to_meta(a) for a in args], **{k: to_meta(v) for k, v in kwargs.items() if k != "generator"})
+    out = func(*_to_meta(tuple(args)), **{k: _to_meta(v) for k, v in kwargs.items() if k != "generator"})
     return tuple(out.shape), out.dtype
 
 
