@@ -8,15 +8,9 @@ from __future__ import annotations
 
 
 def start_sinks() -> None:
-    """Subscribes the sinks the flags ask for to the runtime's event bus (the runtime never calls them).
-
-    The compile history is always on: it summarises each compiled graph (not each step), so a later
-    recompilation can be explained against any earlier graph of its site.
-    """
+    """Subscribes the sinks the flags ask for to the runtime's event bus (the runtime never calls them)."""
     from xladev._flags import config
-    from xladev.sinks.analysis.history import site_history
 
-    site_history.start()
     if config.metrics_enabled or config.metrics_file:
         from xladev.sinks.metrics import sink
 
@@ -25,11 +19,11 @@ def start_sinks() -> None:
 
     start_from_flags()
     if config.save_tensors_file:
-        from xladev.sinks import dumps
+        from xladev.sinks import save_tensors
 
-        dumps.start_from_flags()
+        save_tensors.start_from_flags()
     if config.event_log:
-        from xladev.sinks import eventlog
+        from xladev.sinks import eventlog_writer as eventlog
 
         eventlog.start_from_flags()
     if config.profile_steps:

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from xladev import fallback_reasons
+from xladev.schema.counters import ITEM_COUNTER  # noqa: F401  (re-exported for the report's rules)
 
 INFO = "info"
 WARNING = "warning"
@@ -43,8 +44,6 @@ FALLBACK_PER_STEP_WARNING = 0.5
 PENDING_OPS_WARNING = 50_000
 PENDING_OPS_STEP_FACTOR = 4
 GRAPH_GROWING = "Graph growing without a barrier"
-
-ITEM_COUNTER = "aten::_local_scalar_dense"
 
 # The fallback table lives in fallback_reasons; these two names stay for the report and the tests.
 op_base_name = fallback_reasons.op_base_name
@@ -151,7 +150,7 @@ def auto_metrics_messages(*, steps: int, compiles: int, transfers: int, counters
       counters: every counter, for the unlowered-op line.
       longest_compile_ns: the longest compile in nanoseconds.
       longest_execute_ns: the longest execution in nanoseconds.
-      format_time: formatter for durations (``xladev.report.units.format_time_ns``); seconds with
+      format_time: formatter for durations (``xladev.schema.units.format_time_ns``); seconds with
         ``s`` when None.
 
     Returns:

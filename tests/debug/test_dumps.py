@@ -20,7 +20,7 @@ import xladev
 from xladev import debug
 from xladev.cli.main import main as cli
 from xladev.events import GraphExecuted, bus
-from xladev.sinks.dumps import DumpSink
+from xladev.sinks.save_tensors import DumpSink
 from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)
@@ -127,7 +127,7 @@ def test_dump_has_one_record_per_step_with_the_executed_hashes(dump):
             model(torch.ones(2, 4).to("xla")).sum().backward()
             opt.step()
             xladev.mark_step()
-    from xladev.dumps.records import read_records
+    from xladev.dumps.dump_file import read_records
 
     records = read_records(str(path), [])
     assert [r.graph_hash for r in records] == hashes and len(records) == 3
@@ -211,7 +211,7 @@ def test_diff_bad_input_is_a_clear_message(dump, tmp_path):
 
 
 def test_dump_machinery_is_off_when_unset():
-    from xladev.sinks import dumps
+    from xladev.sinks import save_tensors as dumps
 
     assert dumps._sink is None
     assert not any(isinstance(getattr(s.handler, "__self__", None), DumpSink) for s in bus._subs)

@@ -17,7 +17,7 @@ import torch.nn as nn
 import xladev
 import xladev.debug.metrics as met
 from xladev.report.inputs import read_source
-from xladev.report.units import parse_bytes, parse_time
+from xladev.schema.units import parse_bytes, parse_time
 
 
 _widths = iter(range(17, 10_000))

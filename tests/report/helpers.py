@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from xladev.report import units
+from xladev.schema import units
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "torch_xla"
 SCENARIOS = ("healthy", "dynamic_shape", "fallback", "item_every_step")

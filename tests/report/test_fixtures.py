@@ -7,7 +7,8 @@ import re
 import pytest
 
 from xladev import rules
-from xladev.report import load, units
+from xladev.report import load
+from xladev.schema import units
 from xladev.report.diagnose import auto_metrics_lines
 from xladev.report.inputs import read_source
 

@@ -23,7 +23,7 @@ def test_report_package_imports_neither_torch_nor_jax_nor_the_runtime():
         import sys, types
         package = types.ModuleType("xladev"); package.__path__ = [{str(REPO / "xladev")!r}]
         sys.modules["xladev"] = package
-        import xladev.rules, xladev.report, xladev.report.units, xladev.cli.report
+        import xladev.rules, xladev.report, xladev.schema.units, xladev.cli.report
         from xladev.report import compare, document, jsonout, markup, terminal
         report = xladev.report.load({str(fixture_path("fallback.metrics.txt"))!r})
         jsonout.dumps(jsonout.report_json(report))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xladev.report import units
+from xladev.schema import units
 
 
 @pytest.mark.parametrize("ns, text", [

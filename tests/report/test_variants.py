@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-from xladev.report import load, units
+from xladev.report import load
+from xladev.schema import units
 from xladev.report.inputs import expand_rank_paths, rank_of, read_source
 from xladev.report.model import SourceResult
 from xladev.report.names import canonical_numbers

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 import xladev
 from xladev.debug import event_log
-from xladev.sinks import eventlog
+from xladev.sinks import eventlog_writer as eventlog
 from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)

@@ -65,7 +65,7 @@ def _metric(name: str, samples: int, mean_ns: float, format_time) -> str:
 def record(step: int) -> str:
     """One ``[MetricsData; step=N]`` record after ``step + 1`` training steps."""
     _import_report_without_runtime()
-    from xladev.report.units import format_bytes, format_time_ns
+    from xladev.schema.units import format_bytes, format_time_ns
 
     steps = step + 1
     parts = [f"[MetricsData; step={step}]\n"]

@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 
-from xladev.dumps.irtext import parse_ir
-from xladev.dumps.records import DumpError, Record, find, read_records
+from xladev.dumps.ir_parser import parse_ir
+from xladev.dumps.dump_file import DumpError, Record, find, read_records
 from xladev.graphdiff import differences
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 
-from xladev.events import GraphCompiled, PropagatingError, StepMarked, bus
+from xladev.events import GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
+from xladev.schema.records import recompilation_lines
+from xladev.schema.sites import short_site, site_of
 
 __all__ = ["RecompilationError", "assert_no_recompiles"]
 
@@ -39,7 +41,8 @@ class assert_no_recompiles(contextlib.ContextDecorator):
 
     def __enter__(self) -> "assert_no_recompiles":
         self.steps = 0
-        self._sub = bus.subscribe(self._on_event, (GraphCompiled, StepMarked), wants_frames=True)
+        self._recompiled: dict[str, Recompiled] = {}
+        self._sub = bus.subscribe(self._on_event, (GraphCompiled, Recompiled, StepMarked), wants_frames=True)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -51,16 +54,17 @@ class assert_no_recompiles(contextlib.ContextDecorator):
         if isinstance(event, StepMarked):
             self.steps += 1
             return
-        from xladev.sinks.analysis.history import site_history
-
-        recompilation = site_history.result_for(event)
+        if isinstance(event, Recompiled):  # published just before its graph's GraphCompiled
+            self._recompiled[event.graph_hash] = event
+            return
+        recompiled = self._recompiled.pop(event.graph_hash, None)
         if self.steps < self.after_step:
             return
-        from xladev.sinks.analysis.frames import short_site, site_of
-
         site = short_site(site_of(event.frames))
-        if recompilation is not None:
-            detail = "\n".join("  " + line for line in recompilation.lines())
+        if recompiled is not None:
+            lines = recompilation_lines(recompiled.site, recompiled.previous_hash, recompiled.changes,
+                                        recompiled.graphs_at_site, recompiled.compile_ns_at_site)
+            detail = "\n".join("  " + line for line in lines)
         else:
             detail = "  a graph never seen before at this site (its first compile here)"
         raise RecompilationError(

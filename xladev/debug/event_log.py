@@ -26,21 +26,21 @@ def start(path: str) -> str:
     Raises:
       xladev.ConfigError: the file cannot be opened for writing.
     """
-    from xladev.sinks import eventlog
+    from xladev.sinks import eventlog_writer as eventlog
 
     return eventlog.start(path).path
 
 
 def stop() -> str | None:
     """Stops the event log, writing its `end` record; returns the file written, or None if none ran."""
-    from xladev.sinks import eventlog
+    from xladev.sinks import eventlog_writer as eventlog
 
     return eventlog.stop()
 
 
 def path() -> str | None:
     """The file the running event log writes, or None."""
-    from xladev.sinks import eventlog
+    from xladev.sinks import eventlog_writer as eventlog
 
     log = eventlog.active()
     return log.path if log is not None else None

@@ -21,10 +21,12 @@ from xladev.events._types import (
     CompileFailed,
     DeviceDataCacheMiss,
     GraphGrowing,
+    GraphInfo,
+    Recompiled,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed",
-    "DeviceDataCacheMiss", "GraphGrowing",
+    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",
 ]

@@ -54,6 +54,9 @@ class Bus:
         # Called before a subscriber is added: the runtime announces the executions still in flight, so
         # a new subscriber never receives events of graphs dispatched before it subscribed.
         self.before_subscribe: list[Callable[[], None]] = []
+        # Set by the runtime when it starts: a dict with "device" (a description of the backend) and
+        # "versions" (package versions), for records that describe the run (the event log's header).
+        self.describe_runtime: Callable[[], dict] | None = None
 
     def subscribe(self, handler: Handler, kinds: tuple[type, ...] | type | None = None,
                   wants_frames: bool = False, late_executions_ok: bool = False) -> Subscription:
@@ -91,6 +94,16 @@ class Bus:
         self.wants_frames = any(s.wants_frames for s in self._subs)
         self.executions_may_lag = all(
             s.late_executions_ok or not (s.kinds is None or issubclass(GraphExecuted, s.kinds)) for s in self._subs)
+
+    def runtime_description(self) -> dict:
+        """What the runtime says of itself ({"device", "versions"}); empty when no runtime started. Never raises."""
+        describe = self.describe_runtime
+        if describe is None:
+            return {}
+        try:
+            return dict(describe())
+        except Exception as exc:  # a description is never worth a failure
+            return {"device": f"unknown ({type(exc).__name__}: {exc})"}
 
     def wants(self, kind: type) -> bool:
         """True when some subscriber would receive an event of this class."""

@@ -1,10 +1,17 @@
-"""Event records. Plain dataclasses so sinks can serialise them without the runtime."""
+"""Event records. Plain dataclasses so sinks can serialise them without the runtime.
+
+An event never hands out a runtime object: a graph travels as a `GraphInfo`, a read-only view the
+runtime implements (summary, IR/dot/HLO text, hashes), so no subscriber imports the runtime.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from xladev.graphdiff import GraphSummary
 
 
 class CauseKind(str, enum.Enum):
@@ -46,6 +53,36 @@ class Frame:
         return f"{self.name} ({self.file}:{self.line})"
 
 
+@runtime_checkable
+class GraphInfo(Protocol):
+    """What subscribers may know of a graph: the runtime's graphs implement this and nothing more.
+
+    Attributes:
+      hash: the graph hash (the same as the event's `graph_hash`).
+    """
+
+    hash: str
+
+    def summary(self) -> "GraphSummary":
+        """Ops, attributes, shapes and input origins, for `xladev.graphdiff` (no device buffers)."""
+
+    def ir_text(self) -> str:
+        """The IR in PyTorch/XLA's text format."""
+
+    def dot_text(self) -> str:
+        """Graphviz text."""
+
+    def hlo_text(self, dialect: str = "hlo", debug_info: bool = False) -> str:
+        """The lowered module as text: `hlo`, or `stablehlo` (lowering only; nothing compiles).
+
+        Raises:
+          ValueError: an unknown dialect.
+        """
+
+    def root_hashes(self) -> list[str]:
+        """A structural hash per output (PyTorch/XLA's "Root Hashes")."""
+
+
 @dataclasses.dataclass(slots=True)
 class Event:
     """Base of every event: a monotonic timestamp in ns and the step number it belongs to."""
@@ -67,8 +104,7 @@ class OpsRecorded(Event):
 class GraphCompiled(Event):
     """A graph missed the in-memory cache and was compiled.
 
-    `graph` is the runtime's read-only `Graph` description (ops, input shapes and creation sites,
-    constants, source locations); `memory` holds XLA's memory analysis in bytes.
+    `graph` describes the graph (see `GraphInfo`); `memory` holds XLA's memory analysis in bytes.
     """
 
     graph_hash: str
@@ -80,7 +116,7 @@ class GraphCompiled(Event):
     cause: Cause
     frames: tuple[Frame, ...] | None
     persistent_cache_hit: bool | None  # None when the persistent compilation cache is off
-    graph: Any = None
+    graph: GraphInfo | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -95,7 +131,34 @@ class GraphExecuted(Event):
     num_outputs: int
     cause: Cause
     frames: tuple[Frame, ...] | None
-    graph: Any = None
+    graph: GraphInfo | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Recompiled(Event):
+    """A trigger site that had compiled before compiled a different graph: what changed, once.
+
+    The runtime publishes it just before the `GraphCompiled` of the same graph, so a subscriber can
+    attach it to that compile. Sites are `file:line (function)` (see `xladev.schema.sites`).
+
+    Attributes:
+      graph_hash: the new graph.
+      previous_hash: the graph of this site it was compared with (the most similar one).
+      site: the trigger site.
+      changes: what differs, one sentence each, most telling first.
+      graphs_at_site: graphs compiled at this site so far, this one included.
+      compile_ns_at_site: their compile time in total.
+    """
+
+    graph_hash: str
+    previous_hash: str
+    site: str
+    changes: tuple[str, ...]
+    graphs_at_site: int
+    compile_ns_at_site: int
+
+    def headline(self) -> str:
+        return self.changes[0] if self.changes else "graph changed"
 
 
 @dataclasses.dataclass(slots=True)

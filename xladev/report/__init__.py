@@ -8,7 +8,7 @@ Typical use::
     report.findings       # what is wrong, with evidence and a fix
 
 This package never imports torch, jax or the xladev runtime: a report can be made on a machine
-without the run. The formatters in `xladev.report.units` are shared with the runtime's metrics.
+without the run. The formatters in `xladev.schema.units` are shared with the runtime's metrics.
 """
 
 from xladev.report.loader import Report, load

@@ -14,7 +14,7 @@ from pathlib import PurePath
 import pandas as pd
 
 from xladev import rules
-from xladev.report import units
+from xladev.schema import units
 from xladev.report.document import Document, Section, Table, sparkline
 from xladev.report.names import CANONICAL_COLUMNS, KEY_METRICS
 

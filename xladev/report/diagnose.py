@@ -11,7 +11,7 @@ import dataclasses
 from collections import Counter
 
 from xladev import fallback_reasons, rules
-from xladev.report import units
+from xladev.schema import units
 from xladev.report.debuglog import is_step_cause
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.rules import Finding

@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 from xladev import rules
-from xladev.report import units
+from xladev.schema import units
 from xladev.report.diagnose import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
 

@@ -21,7 +21,7 @@ import json
 import math
 from typing import BinaryIO
 
-from xladev.report import units
+from xladev.schema import units
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.model import MetricBlock, Snapshot, SourceResult

@@ -17,7 +17,8 @@ import re
 from collections.abc import Iterable
 from typing import BinaryIO
 
-from xladev.report import fastpath, units
+from xladev.report import fastpath
+from xladev.schema import units
 from xladev.report.debuglog import DebugLog
 from xladev.report.model import MetricBlock, Snapshot, SourceResult
 from xladev.report.names import (

@@ -56,6 +56,22 @@ def initialised() -> bool:
     return bool(getattr(bridge, "_backends", None))
 
 
+def describe() -> dict:
+    """The backend and package versions, as the event bus hands them to records (`Bus.describe_runtime`)."""
+    import jaxlib
+
+    import xladev
+
+    jax = jax_module()
+    try:
+        device = device_kind()
+    except Exception as exc:  # a description of a backend that failed to start still says why
+        device = f"unknown ({type(exc).__name__}: {exc})"
+    return {"device": device,
+            "versions": {"xladev": xladev.__version__, "torch": torch.__version__, "jax": jax.__version__,
+                         "jaxlib": getattr(jaxlib, "__version__", "?"), "python": sys.version.split()[0]}}
+
+
 def device_kind() -> str:
     """A short description of the backend, e.g. `CPU (cpu:0)`."""
     devices = jax_devices()

@@ -112,6 +112,9 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
 
+    from xladev.events import bus
+
+    bus.describe_runtime = backend.describe
     from xladev.runtime import handlers, rng  # noqa: F401  (register the special handlers)
     from xladev.runtime import lowering  # noqa: F401  (registers all lowerings)
 

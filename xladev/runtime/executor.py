@@ -22,7 +22,9 @@ from xladev.events import (
     bus,
 )
 from xladev.runtime import annotate, backend
+from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.inflight import Dispatched, InFlight
+from xladev.runtime.recompilation import SiteHistory, publish as publish_recompilation
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, SLOT, DataNode, Graph, Meta, Node, ScalarNode
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.recorder import is_library_frame, recorder
@@ -186,6 +188,7 @@ class Executor:
         self.persistent_misses = 0
         self._listener_installed = False
         self.in_flight = InFlight()
+        self.site_history = SiteHistory()
 
     # ---- inputs ------------------------------------------------------------------------------
     def _scalar_array(self, node: ScalarNode, device_index: int):
@@ -245,11 +248,15 @@ class Executor:
         compile_ns = time.perf_counter_ns() - start
         memory = _memory_analysis(compiled)
         entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
+        info = RuntimeGraphInfo(graph)
+        # Every compile joins its site's history, listened to or not, so a later recompilation is
+        # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
+        publish_recompilation(self.site_history, info, compile_ns, frames or capture_frames(), self.step)
         if bus.active:
             bus.emit(GraphCompiled(
                 time.perf_counter_ns(), self.step, graph.hash, len(graph.nodes), len(graph.inputs), len(graph.roots),
                 compile_ns, memory, cause, frames,
-                (self.persistent_hits > hits_before) if _persistent_cache_on() else None, graph,
+                (self.persistent_hits > hits_before) if _persistent_cache_on() else None, info,
             ))
         return entry
 
@@ -317,7 +324,7 @@ class Executor:
                 if bus.active:
                     bus.emit(GraphExecuted(
                         time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
-                        entry.num_inputs, entry.num_outputs, cause, frames, graph,
+                        entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph),
                     ))
 
             dispatched = Dispatched(outputs, start, announce)

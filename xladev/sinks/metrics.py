@@ -16,15 +16,14 @@ import time
 from dataclasses import dataclass, field
 
 from xladev._flags import config
-from xladev.events import (
-    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked,
-    TransferFromDevice, TransferToDevice, CauseKind, bus,
-)
-from xladev.report.units import BYTES, TIME, VALUE, format_kind
+from xladev.events import StepMarked
+from xladev.schema.counters import Update, updates
+from xladev.schema.units import COUNT, format_kind
+from xladev.sinks._lifecycle import Sink
 from xladev.sinks._ranks import per_rank_path
+from xladev.sinks.event_records import RecordBuilder
 
 SNAPSHOT_SCHEMA = "xladev.metrics/1"
-_SCALAR_READS = {".item()", "bool() in control flow", "float()", "int()", "used as an index"}
 
 
 @dataclass
@@ -68,6 +67,31 @@ class Registry:
                 metric.total_samples += 1
                 metric.accumulator += value
                 metric.samples.append((stamp, value))
+
+    def add_bulk(self, name: str, kind: str, count: int, total: float) -> None:
+        """`count` samples known only by their sum: each kept as the mean (percentiles see the mean)."""
+        if count <= 0:
+            return
+        stamp = time.time_ns()
+        mean = total / count
+        with self._lock:
+            metric = self.metrics.get(name)
+            if metric is None:
+                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
+            metric.total_samples += count
+            metric.accumulator += total
+            metric.samples.extend((stamp, mean) for _ in range(min(count, metric.samples.maxlen or count)))
+
+    def apply(self, update: Update) -> None:
+        """One update of the schema's counter table."""
+        if update.kind == COUNT:
+            self.increment(update.name, int(update.value))
+        elif update.values is not None:
+            self.add_many(update.name, update.kind, update.values)
+        elif update.samples == 1:
+            self.add(update.name, update.kind, update.value)
+        else:
+            self.add_bulk(update.name, update.kind, update.samples, update.value)
 
     def _max(self) -> int:
         return self.max_samples or config.metrics_samples
@@ -153,74 +177,34 @@ class MetricsFileWriter:
             stream.flush()
 
 
-class MetricsSink:
-    """Turns runtime events into counters and metrics (and the per-step metrics file)."""
+class MetricsSink(Sink):
+    """Turns runtime events into counters and metrics (and the per-step metrics file).
+
+    Events become schema records and are counted through `xladev.schema.counters`, the table the
+    event-log readers use, so a log read back has the counters this registry had.
+    """
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.file: MetricsFileWriter | None = None
-        self.subscription = None
+        self._records = RecordBuilder(sites=False, graph_texts=False)
 
-    def start(self) -> None:
+    def start(self) -> "MetricsSink":
         if config.metrics_file and self.file is None:
             self.file = MetricsFileWriter(config.metrics_file)
             self.stop()  # a per-step record must include its step's execution: subscribe again, not lag-tolerant
-        if self.subscription is None:
-            # Counters alone may count an execution when it finishes (queries settle first), as PyTorch/XLA's do.
-            self.subscription = bus.subscribe(self.on_event, late_executions_ok=self.file is None)
-
-    def stop(self) -> None:
-        if self.subscription is not None:
-            self.subscription.close()
-            self.subscription = None
+        # Counters alone may count an execution when it finishes (queries settle first), as PyTorch/XLA's do.
+        self.late_executions_ok = self.file is None
+        return Sink.start(self)
 
     def on_event(self, event) -> None:
-        reg = self.registry
-        kind = type(event)
-        if kind is OpsRecorded:
-            for name, count in event.counts.items():
-                reg.increment("xla::" + name.split("::", 1)[-1], count)
-            if event.tracing_samples:
-                reg.add_many("LazyTracing", TIME, event.tracing_samples)
-        elif kind is GraphCompiled:
-            reg.add("CompileTime", TIME, event.compile_ns)
-            reg.increment("UncachedCompile")
-            reg.increment("CreateCompileHandles")
-            if event.persistent_cache_hit is not None:
-                reg.increment("PersistentCacheHit" if event.persistent_cache_hit else "PersistentCacheMiss")
-        elif kind is GraphExecuted:
-            reg.add("ExecuteTime", TIME, event.execute_ns)
-            reg.add("TensorsGraphSize", VALUE, event.num_nodes)
-            reg.increment("ExecuteGraph")
-            if event.cached:
-                reg.increment("CachedCompile")
-            reg.increment("CreateDataHandles", event.num_outputs)
-            cause = event.cause.kind
-            if cause is CauseKind.VALUE_ACCESS:
-                reg.increment("ValueAccessSync")
-            elif cause is CauseKind.FALLBACK:
-                reg.increment("FallbackSync")
-        elif kind is TransferToDevice:
-            reg.add("TransferToDeviceTime", TIME, event.duration_ns)
-            reg.add("OutboundData", BYTES, event.nbytes)
-            reg.increment("CreateDataHandles", event.count)
-        elif kind is TransferFromDevice:
-            reg.add("TransferFromDeviceTime", TIME, event.duration_ns)
-            reg.add("InboundData", BYTES, event.nbytes)
-            if event.kind in _SCALAR_READS:
-                # PyTorch/XLA counts every scalar read as the op that performs it.
-                reg.increment("aten::_local_scalar_dense")
-        elif kind is FallbackOp:
-            reg.increment(event.name)
-        elif kind is DeviceDataCacheMiss:
-            reg.increment("DeviceDataCacheMiss")
-        elif kind is CompileFailed:
-            reg.increment("CompileFailed")
-        elif kind is StepMarked:
-            reg.increment("MarkStep")
-            if self.file is not None:
-                counters, metrics = reg.copy()
-                self.file.write(event.step, report_text(counters, metrics))
+        apply = self.registry.apply
+        for record in self._records.records(event):
+            for update in updates(record):
+                apply(update)
+        if self.file is not None and type(event) is StepMarked:
+            counters, metrics = self.registry.copy()
+            self.file.write(event.step, report_text(counters, metrics))
 
 
 registry = Registry()

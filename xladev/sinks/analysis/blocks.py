@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xladev import fallback_reasons
 from xladev.events import Cause, CauseKind
-from xladev.sinks.analysis.frames import first_user_index, shown_frames
+from xladev.schema.sites import first_user_index, shown_frames
 
 RULE_EQ = "=" * 80
 RULE_DASH = "-" * 80

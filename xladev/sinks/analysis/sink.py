@@ -9,13 +9,15 @@ import threading
 from xladev import fallback_reasons, rules
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, StepMarked, TransferFromDevice, bus,
+    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, Recompiled, StepMarked, TransferFromDevice,
 )
-from xladev.report.units import format_bytes, format_time_ns
-from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
-from xladev.sinks.analysis.frames import short_site
+from xladev.schema.records import recompilation_lines
+from xladev.schema.sites import short_site
+from xladev.schema.units import format_bytes, format_time_ns
+from xladev.sinks._lifecycle import Sink
 from xladev.sinks._ranks import is_local_rank0
-from xladev.sinks.analysis.history import RunStats
+from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
+from xladev.sinks.analysis.run_stats import RunStats
 
 
 def debug_level() -> int:
@@ -45,8 +47,10 @@ class DebugOutput:
             stream.flush()
 
 
-class AnalysisSink:
+class AnalysisSink(Sink):
     """Prints the analysis for one process (local rank 0 only)."""
+
+    wants_frames = True
 
     def __init__(self, level: int, output: DebugOutput) -> None:
         self.level = level
@@ -56,22 +60,21 @@ class AnalysisSink:
         self.fallback_counts: dict[str, int] = {}
         self.stated: dict[str, str] = {}
         self.growth: list[GraphGrowing] = []
-        self.subscription = None
+        self._recompiled: dict[str, Recompiled] = {}
 
-    def start(self) -> None:
-        self.subscription = bus.subscribe(self.on_event, wants_frames=True)
-        atexit.register(self.write_summary)
-
-    def stop(self) -> None:
-        if self.subscription is not None:
-            self.subscription.close()
-            self.subscription = None
+    def start(self) -> "AnalysisSink":
+        if not self.running:
+            atexit.register(self.write_summary)
+        return Sink.start(self)
 
     # ---- events ---------------------------------------------------------------------------------
     def on_event(self, event) -> None:
         kind = type(event)
         if kind is GraphCompiled:
             self._compiled(event)
+        elif kind is Recompiled:  # published just before its graph's GraphCompiled
+            self.history.on_recompiled(event)
+            self._recompiled[event.graph_hash] = event
         elif kind is GraphExecuted:
             self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
             if self.level >= 2:
@@ -95,8 +98,10 @@ class AnalysisSink:
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
 
     def _compiled(self, event: GraphCompiled) -> None:
-        recompilation = self.history.on_compiled(event)
-        extra = [("Recompilation Cause", recompilation.lines())] if recompilation else []
+        self.history.on_compiled(event)
+        r = self._recompiled.pop(event.graph_hash, None)
+        extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
+                                                              r.compile_ns_at_site))] if r else [])
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
                                       event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra))
         self.out.write(post_compilation_block(event.memory))

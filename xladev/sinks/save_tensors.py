@@ -26,14 +26,16 @@ import os
 import threading
 
 from xladev._flags import ConfigError, config
-from xladev.events import GraphExecuted, bus
-from xladev.runtime.introspect import graph_to_dot, lowered, root_hashes
-from xladev.runtime.irtext import graph_to_text
-from xladev.sinks.analysis.frames import shown_frames
+from xladev.events import GraphExecuted
+from xladev.schema.sites import shown_frames
+from xladev.sinks._lifecycle import Sink
 
 
-class DumpSink:
+class DumpSink(Sink):
     """Writes a record for every executed graph."""
+
+    kinds = (GraphExecuted,)
+    wants_frames = True
 
     def __init__(self, path: str, fmt: str) -> None:
         self.path = path
@@ -44,35 +46,25 @@ class DumpSink:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise ConfigError(f"XLA_SAVE_TENSORS_FILE={path!r} cannot be opened for appending: {exc.strerror}") from None
-        self.subscription = None
-
-    def start(self) -> None:
-        self.subscription = bus.subscribe(self.on_executed, GraphExecuted, wants_frames=True)
-
-    def stop(self) -> None:
-        if self.subscription is not None:
-            self.subscription.close()
-            self.subscription = None
 
     def _graph_text(self, event: GraphExecuted) -> str:
         graph = event.graph
         if self.fmt == "text":
-            return graph_to_text(graph)
+            return graph.ir_text()
         if self.fmt == "dot":
-            return graph_to_dot(graph)
+            return graph.dot_text()
         # HLO is the same for every run of a graph: lower once per hash.
         cached = self._lowered_text.get(event.graph_hash)
         if cached is None:
-            lowering = lowered(graph)
-            debug_info = config.hlo_debug
-            cached = (lowering.as_text(dialect="hlo", debug_info=debug_info) if self.fmt == "hlo"
-                      else lowering.as_text(debug_info=debug_info))
+            cached = graph.hlo_text("hlo" if self.fmt == "hlo" else "stablehlo", debug_info=config.hlo_debug)
             self._lowered_text[event.graph_hash] = cached
         return cached if cached.endswith("\n") else cached + "\n"
 
-    def on_executed(self, event: GraphExecuted) -> None:
+    def on_event(self, event: GraphExecuted) -> None:
+        if event.graph is None:
+            return
         frames = "".join(f"  {f.name} ({f.file}:{f.line})\n" for f in shown_frames(event.frames))
-        roots = ", ".join(root_hashes(event.graph))
+        roots = ", ".join(event.graph.root_hashes())
         record = (f"[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n{frames}\nRoot Hashes: ({roots})\n\n"
                   f"## BEGIN_GRAPH\n{self._graph_text(event)}\nGraph Hash: {event.graph_hash}\n\n## END_GRAPH\n\n")
         with self._lock:

@@ -12,8 +12,9 @@ integer arithmetic, so ``59.9996 s`` prints as ``59s999ms600.000us`` and never a
 (``191ms81.607us``), ``60`` in the seconds part, ``nan`` values with any unit and rates written
 as ``X / second``.
 
-This module imports only the standard library; the metrics registry of the runtime imports the
-formatters from here.
+`compact_time_ns` is the short form screens use (``4.56 ms``); bytes print one way everywhere.
+This module imports only the standard library; the metrics registry, the report and the TUI all
+format from here.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ __all__ = [
     "TIME",
     "BYTES",
     "VALUE",
+    "COUNT",
+    "compact_time_ns",
 ]
 
 TIME = "time"
 BYTES = "bytes"
 VALUE = "value"
+COUNT = "counter"  # a counter, not a metric: an integer without unit
 
 BYTE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
 
@@ -119,6 +123,23 @@ def format_bytes(n: float) -> str:
     if sign and float(text) == 0.0:
         sign = ""
     return f"{sign}{text}{BYTE_UNITS[unit]}"
+
+
+def compact_time_ns(ns: float | None) -> str:
+    """A short duration for a screen: ``850 ns``, ``12.3 µs``, ``4.56 ms``, ``1.23 s``, ``2m05s``; ``-`` for None."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.3g} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.3g} ms"
+    if ns < 60e9:
+        return f"{ns / 1e9:.3g} s"
+    minutes, seconds = divmod(int(ns / 1e9), 60)
+    return f"{minutes}m{seconds:02d}s"
 
 
 def format_value(v: float) -> str:

@@ -1,0 +1,55 @@
+"""The runtime's `xladev.events.GraphInfo`: what subscribers may read of a graph, and nothing more.
+
+Events carry this view instead of the runtime's `Graph`, so sinks never import the runtime. Texts
+are made when asked for (a subscriber that writes no dump never pays for one).
+"""
+
+from __future__ import annotations
+
+from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
+from xladev.runtime.introspect import graph_to_dot, lowered, root_hashes
+from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph
+from xladev.runtime.irtext import dtype_short, graph_to_text, node_attributes, shape_text
+
+_DIALECTS = ("hlo", "stablehlo")
+
+
+class RuntimeGraphInfo:
+    """A read-only view of one runtime graph (implements `xladev.events.GraphInfo`)."""
+
+    __slots__ = ("_graph", "hash")
+
+    def __init__(self, graph: Graph) -> None:
+        self._graph = graph
+        self.hash = graph.hash
+
+    def summary(self) -> GraphSummary:
+        nodes = []
+        inputs = []
+        for node in self._graph.nodes:
+            if node.op is DATA_OP or node.op is SCALAR_OP:
+                inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
+                                           dtype_short(node.meta.dtype), getattr(node, "created_at", None)))
+                continue
+            nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta), node.location))
+        return GraphSummary(self.hash, tuple(nodes), tuple(inputs), len(self._graph.roots))
+
+    def ir_text(self) -> str:
+        return graph_to_text(self._graph)
+
+    def dot_text(self) -> str:
+        return graph_to_dot(self._graph)
+
+    def hlo_text(self, dialect: str = "hlo", debug_info: bool = False) -> str:
+        if dialect not in _DIALECTS:
+            raise ValueError(f"unknown HLO dialect {dialect!r}; expected one of {', '.join(_DIALECTS)}")
+        lowering = lowered(self._graph)
+        if dialect == "hlo":
+            return lowering.as_text(dialect="hlo", debug_info=debug_info)
+        return lowering.as_text(debug_info=debug_info)
+
+    def root_hashes(self) -> list[str]:
+        return root_hashes(self._graph)
+
+    def __repr__(self) -> str:
+        return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"

@@ -1,0 +1,14 @@
+"""The event-record schema, shared by the writers (sinks) and the readers (report, TUI).
+
+Standard library only: reading a log never imports torch, jax or the runtime.
+
+- `xladev.schema.records`: the record types of the event log (`to_record`/`from_record`), the schema
+  name and version, header sniffing.
+- `xladev.schema.counters`: the one table of record → counter and metric updates.
+- `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
+- `xladev.schema.sites`: trigger sites (which frame is the user's) and how they are shortened.
+"""
+
+from xladev.schema import counters, records, sites, units
+
+__all__ = ["counters", "records", "sites", "units"]

@@ -1,0 +1,398 @@
+"""The event log's records (schema `xladev.events`, docs/event-log.md): one type per JSON line.
+
+The writer (`xladev.sinks.eventlog_writer`) builds these from runtime events and calls `to_record()`;
+the report's reader and the TUI call `parse_line()` / `from_record()`. Nothing else knows the format.
+
+    {"type":"header","schema":"xladev.events/1",...}     first line
+    {"type":"compile","t":...,"step":0,"hash":...}       one per event
+    {"type":"end","t":...,"reason":"exit","steps":10}   last line of a run that ended
+
+`from_record` is lenient where a field is missing (its default) and strict where one has the wrong
+type (`RecordError` naming the field), so one bad line never loses the rest of a log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, ClassVar
+
+SCHEMA_NAME = "xladev.events"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+
+
+class RecordError(ValueError):
+    """A line that is not a valid record: names the record type and the field that is wrong."""
+
+
+class NotAnEventLog(ValueError):
+    """The file is not an xladev event log (its first line is not an `xladev.events` header)."""
+
+
+def _transient(default=None, factory=None):
+    """A field kept in memory only (never written): e.g. the per-op tracing samples."""
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"transient": True}, compare=False)
+    return dataclasses.field(default=default, metadata={"transient": True}, compare=False)
+
+
+_CHECKS: dict[Any, tuple[type, ...]] = {
+    int: (int,), float: (int, float), str: (str,), bool: (bool,), dict: (dict,), list: (list,),
+}
+
+
+def _accepts(annotation) -> tuple[tuple[type, ...], bool]:
+    """(types a JSON value may have, whether None is allowed) for a field annotation."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        allowed: tuple[type, ...] = ()
+        nullable = False
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                nullable = True
+            else:
+                allowed += _accepts(arg)[0]
+        return allowed, nullable
+    if origin is not None:
+        annotation = origin
+    if annotation is typing.Any:
+        return (object,), True
+    return _CHECKS.get(annotation, (object,)), False
+
+
+@dataclasses.dataclass(slots=True)
+class Record:
+    """Base of every record type: `TYPE` is its `"type"` field."""
+
+    TYPE: ClassVar[str] = ""
+
+    def to_record(self) -> dict:
+        """The JSON object of this record (transient fields left out)."""
+        out = {"type": self.TYPE}
+        for f in dataclasses.fields(self):
+            if not f.metadata.get("transient"):
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    @classmethod
+    def from_record(cls, data: dict) -> "Record":
+        """The record of a JSON object (its `"type"` already matched).
+
+        Raises:
+          RecordError: a field has a value of the wrong type.
+        """
+        values = {}
+        for f, (allowed, nullable) in _field_checks(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if value is None and nullable:
+                values[f.name] = None
+                continue
+            # JSON has no bool/int distinction for Python (True is an int): a bool counts only where one is expected.
+            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed and object not in allowed):
+                raise RecordError(f"{cls.TYPE} record: field {f.name!r} is {type(value).__name__} {str(value)[:40]!r}, "
+                                  f"expected {' or '.join(t.__name__ for t in allowed)}")
+            values[f.name] = float(value) if allowed == (int, float) else value
+        return cls(**values)
+
+
+_FIELD_CHECKS: dict[type, list] = {}
+
+
+def _field_checks(cls) -> list:
+    checks = _FIELD_CHECKS.get(cls)
+    if checks is None:
+        hints = typing.get_type_hints(cls)
+        checks = _FIELD_CHECKS[cls] = [(f, _accepts(hints[f.name])) for f in dataclasses.fields(cls)
+                                       if not f.metadata.get("transient")]
+    return checks
+
+
+# ---------------------------------------------------------------- the record types
+# `cause` is {"kind": CauseKind name, "text": what PT_XLA_DEBUG prints, "detail": ...};
+# `site` is `file:line (function)` of the user's frame and `frame` the same as {"file","line","name"}.
+
+@dataclasses.dataclass(slots=True)
+class Header(Record):
+    TYPE: ClassVar[str] = "header"
+    schema: str = SCHEMA
+    version: int = SCHEMA_VERSION
+    command: str = ""
+    argv: list = dataclasses.field(default_factory=list)
+    cwd: str = ""
+    pid: int | None = None
+    host: str = ""
+    rank: int = 0
+    world_size: int = 1
+    versions: dict = dataclasses.field(default_factory=dict)
+    device: str = ""
+    start_unix: float = 0.0
+    start_iso: str = ""
+    clock: str = "perf_counter_ns"
+    clock_start_ns: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class GraphText(Record):
+    """A graph's IR text, written once per graph hash before its first compile or execute record."""
+
+    TYPE: ClassVar[str] = "graph"
+    t: int = 0
+    step: int = 0
+    hash: str = ""
+    nodes: int = 0
+    inputs: int = 0
+    outputs: int = 0
+    ir: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class Compile(Record):
+    """A graph compiled. `recompile` is set when its site had compiled another graph before:
+    {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
+
+    TYPE: ClassVar[str] = "compile"
+    t: int = 0
+    step: int = 0
+    hash: str = ""
+    nodes: int = 0
+    inputs: int = 0
+    outputs: int = 0
+    compile_ns: int = 0
+    memory: dict = dataclasses.field(default_factory=dict)
+    cause: dict = dataclasses.field(default_factory=dict)
+    site: str | None = None
+    frame: dict | None = None
+    persistent_cache_hit: bool | None = None
+    recompile: dict | None = None
+
+    def to_record(self) -> dict:
+        out = Record.to_record(self)
+        if self.recompile is None:  # present only on a recompilation
+            del out["recompile"]
+        return out
+
+
+@dataclasses.dataclass(slots=True)
+class CompileFailed(Record):
+    TYPE: ClassVar[str] = "compile_failed"
+    t: int = 0
+    step: int = 0
+    hash: str = ""
+    message: str = ""
+    hlo_path: str = ""
+    cause: dict = dataclasses.field(default_factory=dict)
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Execute(Record):
+    TYPE: ClassVar[str] = "execute"
+    t: int = 0
+    step: int = 0
+    hash: str = ""
+    execute_ns: int = 0
+    cached: bool = False
+    nodes: int = 0
+    inputs: int = 0
+    outputs: int = 0
+    cause: dict = dataclasses.field(default_factory=dict)
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Step(Record):
+    """A step barrier ended; `interval_ns` is the time since the previous one (or the log's start)."""
+
+    TYPE: ClassVar[str] = "step"
+    t: int = 0
+    step: int = 0
+    duration_ns: int = 0
+    interval_ns: int = 0
+    cause: dict = dataclasses.field(default_factory=dict)
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Transfer(Record):
+    """A copy: `dir` is `to_device` (with `count` uploads) or `from_device` (with the access `kind`)."""
+
+    TYPE: ClassVar[str] = "transfer"
+    t: int = 0
+    step: int = 0
+    dir: str = "from_device"
+    bytes: int = 0
+    ns: int = 0
+    count: int = 1
+    kind: str | None = None
+    site: str | None = None
+    frame: dict | None = None
+
+    def to_record(self) -> dict:
+        out = Record.to_record(self)
+        # Each direction writes its own fields only, as the log always has.
+        for name in (("kind", "site", "frame") if self.dir == "to_device" else ("count",)):
+            del out[name]
+        return out
+
+
+@dataclasses.dataclass(slots=True)
+class Ops(Record):
+    """Ops recorded since the last barrier; `tracing_count` of them timed, `tracing_ns` in total."""
+
+    TYPE: ClassVar[str] = "ops"
+    t: int = 0
+    step: int = 0
+    counts: dict = dataclasses.field(default_factory=dict)
+    tracing_ns: int = 0
+    tracing_count: int = 0
+    tracing_samples: list = _transient(factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class Fallback(Record):
+    TYPE: ClassVar[str] = "fallback"
+    t: int = 0
+    step: int = 0
+    op: str = "?"
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class CacheMiss(Record):
+    """A Python scalar uploaded because it was not in the scalar cache."""
+
+    TYPE: ClassVar[str] = "cache_miss"
+    t: int = 0
+    step: int = 0
+    value: Any = None
+    dtype: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class GraphGrowing(Record):
+    TYPE: ClassVar[str] = "graph_growing"
+    t: int = 0
+    step: int = 0
+    ops: int = 0
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class End(Record):
+    TYPE: ClassVar[str] = "end"
+    t: int = 0
+    reason: str = "exit"
+    steps: int = 0
+
+
+RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
+    Header, GraphText, Compile, CompileFailed, Execute, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def dumps(record: Record) -> str:
+    """One line of the log (without its newline)."""
+    return _encode(record.to_record())
+
+
+def from_record(data: dict) -> Record | None:
+    """The typed record of a JSON object; None for a type this reader does not know (a newer writer).
+
+    Raises:
+      RecordError: the object has no string `type`, or a field of the wrong type.
+    """
+    kind = data.get("type")
+    if not isinstance(kind, str):
+        raise RecordError(f"record without a string 'type' field (keys: {', '.join(sorted(map(str, data))[:6])})")
+    cls = RECORD_TYPES.get(kind)
+    return None if cls is None else cls.from_record(data)
+
+
+def parse_line(text: str | bytes) -> Record | None:
+    """The record of one log line; None for an unknown record type.
+
+    Raises:
+      RecordError: the line is not a JSON object, or a field has the wrong type.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError(f"not a JSON record ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"not a JSON object but {type(data).__name__}")
+    return from_record(data)
+
+
+# ---------------------------------------------------------------- the header
+
+def header_of(line: bytes | str) -> Header | None:
+    """The header when `line` is the first line of an event log, else None."""
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("type") != "header":
+        return None
+    if str(data.get("schema", "")).split("/", 1)[0] != SCHEMA_NAME:
+        return None
+    try:
+        return Header.from_record(data)
+    except RecordError:
+        return None
+
+
+def sniff(head: bytes) -> bool:
+    """True when these first bytes of a file start an event log (cheap: no full parse unless likely)."""
+    first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0]
+    return first.startswith(b"{") and b'"header"' in first and header_of(first) is not None
+
+
+def check_first_line(path: str, line: bytes) -> Header:
+    """The header of a log whose first complete line is `line`.
+
+    Raises:
+      NotAnEventLog: naming the file and what its first line is instead.
+    """
+    text = line.decode("utf-8", "replace").strip()
+    header = header_of(text)
+    if header is not None:
+        return header
+    shown = text[:60] + ("…" if len(text) > 60 else "")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        why = f"its first line is not a JSON object: {shown!r}"
+    else:
+        why = f"its first line is not an {SCHEMA_NAME} header (type={data.get('type')!r}, schema={data.get('schema')!r})"
+    raise NotAnEventLog(f"{path} is not an xladev event log: {why}. Write one with XLADEV_EVENT_LOG=path python train.py")
+
+
+def newer_version_note(header: Header) -> str | None:
+    """What to tell a reader of a log written by a newer schema, or None."""
+    if header.version > SCHEMA_VERSION:
+        return (f"schema version {header.version} is newer than this reader's {SCHEMA_VERSION}; "
+                "unknown records and fields are ignored")
+    return None
+
+
+def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, compile_ns_at_site) -> list[str]:
+    """The "Recompilation Cause" section of PT_XLA_DEBUG output: what changed, and the site's totals."""
+    from xladev.schema.units import format_time_ns
+
+    total = format_time_ns(compile_ns_at_site) if isinstance(compile_ns_at_site, (int, float)) else "?"
+    return ([f"compared with graph {previous_hash} from the same site:"]
+            + [f"- {change}" for change in (changes or ["graph changed"])]
+            + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])

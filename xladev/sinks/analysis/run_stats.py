@@ -1,0 +1,74 @@
+"""What the debug analysis saw of a run: compiles per site, recompilations, transfer hot spots, fallbacks."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from xladev.events import FallbackOp, GraphCompiled, Recompiled, StepMarked, TransferFromDevice
+from xladev.schema.sites import site_of
+
+
+@dataclasses.dataclass
+class HotSpot:
+    kind: str
+    site: str
+    count: int = 0
+    nbytes: int = 0
+
+
+class RunStats:
+    """What one consumer saw since it started: steps, compiles, transfer hot spots, fallbacks."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.recompilations: list[Recompiled] = []
+        self.compile_sites: dict[str, tuple[int, int]] = {}
+        self.transfers: dict[tuple[str, str], HotSpot] = {}
+        self.fallbacks: dict[tuple[str, str], int] = {}
+        self.steps = 0
+        self.compiles = 0
+        self.longest_compile_ns = 0
+        self.longest_execute_ns = 0
+
+    def on_recompiled(self, event: Recompiled) -> None:
+        with self.lock:
+            self.recompilations.append(event)
+
+    def on_compiled(self, event: GraphCompiled) -> None:
+        site = site_of(event.frames)
+        with self.lock:
+            self.compiles += 1
+            self.longest_compile_ns = max(self.longest_compile_ns, event.compile_ns)
+            count, ns = self.compile_sites.get(site, (0, 0))
+            self.compile_sites[site] = (count + 1, ns + event.compile_ns)
+
+    def on_transfer(self, event: TransferFromDevice) -> HotSpot:
+        key = (event.kind, site_of(event.frames))
+        with self.lock:
+            spot = self.transfers.get(key)
+            if spot is None:
+                spot = self.transfers[key] = HotSpot(*key)
+            spot.count += 1
+            spot.nbytes += event.nbytes
+        return spot
+
+    def on_fallback(self, event: FallbackOp) -> None:
+        key = (event.name, site_of(event.frames))
+        with self.lock:
+            self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
+
+    def on_step(self, event: StepMarked) -> None:
+        self.steps += 1
+
+    def hot_spots(self) -> list[HotSpot]:
+        with self.lock:
+            return sorted(self.transfers.values(), key=lambda s: (-s.count, s.site))
+
+    def fallback_sites(self) -> list[tuple[str, str, int]]:
+        with self.lock:
+            return sorted(((op, site, n) for (op, site), n in self.fallbacks.items()), key=lambda t: (-t[2], t[0]))
+
+    def compiles_per_site(self) -> list[tuple[str, int, int]]:
+        with self.lock:
+            return sorted(((site, n, ns) for site, (n, ns) in self.compile_sites.items()), key=lambda t: (-t[1], t[0]))

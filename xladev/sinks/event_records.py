@@ -1,0 +1,121 @@
+"""Runtime events → schema records (`xladev.schema.records`): the one place events become records.
+
+The event-log writer writes these records; the metrics registry counts them through the schema's
+counter table, so the log and the in-process metrics cannot disagree.
+"""
+
+from __future__ import annotations
+
+from xladev.events import (
+    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
+    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+)
+from xladev.schema import records as rec
+from xladev.schema.sites import is_user, site_text
+from xladev.sinks.analysis.blocks import cause_text
+
+
+class RecordBuilder:
+    """Builds the records of each event; keeps what spans events (sites seen, graphs written, last step).
+
+    Args:
+      clock0: `perf_counter_ns` at the start of the log; record times `t` count from it.
+      sites: resolve the user's site of events that carry frames (off for counting only).
+      graph_texts: emit a `graph` record with the IR text the first time a graph hash is seen.
+    """
+
+    def __init__(self, clock0: int = 0, sites: bool = True, graph_texts: bool = True) -> None:
+        self.clock0 = clock0
+        self.sites = sites
+        self.graph_texts = graph_texts
+        self.steps = 0
+        self._graphs: set[str] = set()
+        self._user_file: dict[str, bool] = {}
+        self._causes: dict = {}
+        self._last_step_ns: int | None = None
+        self._recompiles: dict[str, dict] = {}
+
+    def records(self, event) -> tuple[rec.Record, ...]:
+        """The records of one event, in the order they are written (a graph's text before its compile)."""
+        kind = type(event)
+        t = event.time_ns - self.clock0
+        if kind is GraphExecuted:
+            site, frame = self._site(event.frames)
+            record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
+                                 event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame)
+            return self._with_graph(event, t, record)
+        if kind is StepMarked:
+            site, frame = self._site(event.frames)
+            previous = self._last_step_ns
+            self._last_step_ns = event.time_ns
+            self.steps += 1
+            interval = event.time_ns - (previous if previous is not None else self.clock0)
+            return (rec.Step(t, event.step, event.duration_ns, interval, self._cause(event.cause), site, frame),)
+        if kind is TransferToDevice:
+            return (rec.Transfer(t, event.step, "to_device", event.nbytes, event.duration_ns, event.count),)
+        if kind is TransferFromDevice:
+            site, frame = self._site(event.frames)
+            return (rec.Transfer(t, event.step, "from_device", event.nbytes, event.duration_ns, 1, event.kind, site,
+                                 frame),)
+        if kind is OpsRecorded:
+            return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
+                            event.tracing_samples),)
+        if kind is GraphCompiled:
+            site, frame = self._site(event.frames)
+            record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
+                                 event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
+                                 event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None))
+            return self._with_graph(event, t, record)
+        if kind is Recompiled:
+            # Published just before its graph's GraphCompiled: kept to go into that compile record.
+            self._recompiles[event.graph_hash] = {
+                "previous": event.previous_hash, "changes": list(event.changes),
+                "graphs_at_site": event.graphs_at_site, "compile_ns_at_site": event.compile_ns_at_site}
+            return ()
+        if kind is FallbackOp:
+            site, frame = self._site(event.frames)
+            return (rec.Fallback(t, event.step, event.name, site, frame),)
+        if kind is DeviceDataCacheMiss:
+            return (rec.CacheMiss(t, event.step, event.value, event.dtype),)
+        if kind is GraphGrowing:
+            site, frame = self._site(event.frames)
+            return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
+        if kind is CompileFailed:
+            site, frame = self._site(event.frames)
+            return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
+                                      self._cause(event.cause), site, frame),)
+        return ()
+
+    def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
+        if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
+            return (record,)
+        self._graphs.add(event.graph_hash)
+        try:
+            ir = event.graph.ir_text()
+        except Exception as exc:  # never lose the event for want of its text
+            ir = f"// IR text unavailable: {type(exc).__name__}: {exc}\n"
+        graph = rec.GraphText(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs, ir)
+        return (graph, record)
+
+    def _site(self, frames) -> tuple[str | None, dict | None]:
+        """(`file:line (function)`, frame dict) of the first user frame (else the outermost one)."""
+        if not frames or not self.sites:
+            return None, None
+        chosen = None
+        cache = self._user_file
+        for frame in frames:
+            user = cache.get(frame.file)
+            if user is None:
+                user = cache[frame.file] = is_user(frame)
+            if user:
+                chosen = frame
+                break
+        if chosen is None:
+            chosen = frames[-1]
+        return site_text(chosen), {"file": chosen.file, "line": chosen.line, "name": chosen.name}
+
+    def _cause(self, cause) -> dict:
+        record = self._causes.get(cause)
+        if record is None:  # causes repeat every step: build each one's record once
+            record = self._causes[cause] = {"kind": cause.kind.name, "text": cause_text(cause), "detail": cause.detail}
+        return record
