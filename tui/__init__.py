@@ -1,6 +1,6 @@
 """`xladev tui`: a live terminal view of an xladev run, from its event log (docs/tui.md).
 
-- `tui.model`: the state (steps, compiles by site, recompilation alerts, transfer hot spots,
+- `tui.run_model`: the state (steps, compiles by site, recompilation alerts, transfer hot spots,
   fallbacks, graphs, counters, run state) fed by event-log records; no Textual import.
 - `tui.sources`: where records come from: a growing file, a child process, a fixture.
 - `tui.app`: the Textual app; `tui.widgets`: its screen regions.
@@ -8,15 +8,15 @@
 This package never imports xladev's runtime (nor torch or jax): it reads files and pipes only.
 """
 
-from tui.model import RunModel, Snapshot
-from tui.schema import NotAnEventLog
+from xladev_tui.run_model import RunModel, RunView
+from xladev.schema.records import NotAnEventLog
 
-__all__ = ["RunModel", "Snapshot", "NotAnEventLog", "run_app"]
+__all__ = ["RunModel", "RunView", "NotAnEventLog", "run_app"]
 
 
 def run_app(source, **kwargs):
     """Runs the app on a source in this terminal; returns the app's return value."""
-    from tui.app import XladevTUI
+    from xladev_tui.app import XladevTUI
 
     app = XladevTUI(source, **kwargs)
     return app.run(), app

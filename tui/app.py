@@ -20,9 +20,9 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Label, Static, TabbedContent, TabPane
 
-from tui.model import DISCONNECTED, ERROR, EXITED, RunModel, Snapshot, WAITING
-from tui.sources import Source
-from tui.widgets import (
+from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, RunModel, RunView, WAITING
+from xladev_tui.sources import Source
+from xladev_tui.widgets import (
     CompilePanel, CountersPanel, FallbackPanel, GraphBrowser, LogPane, RunHeader, TransfersPanel,
 )
 
@@ -110,8 +110,8 @@ class XladevTUI(App):
         self.source = source
         self.model = RunModel(source.label, clock=clock)
         self.refresh_interval = refresh_interval
-        self.latest: Snapshot = self.model.snapshot()
-        self.shown: Snapshot = self.latest
+        self.latest: RunView = self.model.snapshot()
+        self.shown: RunView = self.latest
         self.shown_at = 0.0
         self.paused = False
         self.renders = 0
@@ -190,7 +190,7 @@ class XladevTUI(App):
             return
         self._render(snap)
 
-    def _render(self, snap: Snapshot) -> None:
+    def _render(self, snap: RunView) -> None:
         self.query_one(RunHeader).show(snap, paused=self.paused)
         self._show_notice(snap)
         self.query_one(CompilePanel).show(snap)
@@ -204,7 +204,7 @@ class XladevTUI(App):
         self.shown_at = time.monotonic()
         self.renders += 1
 
-    def _show_notice(self, snap: Snapshot) -> None:
+    def _show_notice(self, snap: RunView) -> None:
         notice = self.query_one("#notice", Static)
         text = Text()
         bad = False

@@ -1,7 +1,7 @@
 """Where the TUI's records come from: a growing file, a child process, or a fixture.
 
 A source is read from one background thread. `read(timeout)` returns the items that arrived (see
-`tui.model`: LINE, OUTPUT, STATUS, TRUNCATED, NOTICE), waiting at most `timeout` seconds when
+`tui.run_model`: LINE, OUTPUT, STATUS, TRUNCATED, NOTICE), waiting at most `timeout` seconds when
 there are none. Sources never raise for what the followed job does (a file that vanishes, a
 child that crashes): they report it as a state.
 """
@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Callable, Iterable, Protocol
 
-from tui.model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
-from tui.schema import NotAnEventLog, check_first_line, parse_record
+from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
+from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, parse_line
 
 READ_CHUNK = 1 << 20
 
@@ -85,7 +85,7 @@ class FileTailSource:
         self._fh = None
         self._pending = b""
         self._offset = 0
-        self._header: dict | None = None
+        self._header: Header | None = None
         self._ended = False
         self._last_data = clock()
         self._state: str | None = None
@@ -191,8 +191,8 @@ class FileTailSource:
             return
         if self.clock() - self._last_data < self.idle_before_check:
             return
-        pid = self._header.get("pid")
-        same_host = self._header.get("host") in (None, socket.gethostname())
+        pid = self._header.pid
+        same_host = self._header.host in (None, "", socket.gethostname())
         if isinstance(pid, int) and same_host and not pid_alive(pid):
             self._disconnect(items, f"the writer (pid {pid}) is gone and the log has no end record: "
                                     "killed or crashed")
@@ -205,8 +205,12 @@ class FileTailSource:
     def flush_partial(self, items: list) -> None:
         """Reports an incomplete last line once the writer is known to be gone."""
         if self._pending.strip():
-            record = parse_record(self._pending.decode("utf-8", "replace"))
-            if record is not None:  # a whole record without its newline
+            try:
+                parse_line(self._pending)
+                whole = True  # a whole record without its newline
+            except RecordError:
+                whole = False
+            if whole:
                 items.append((LINE, self._pending.decode("utf-8", "replace")))
             else:
                 items.append((TRUNCATED, self._pending.decode("utf-8", "replace")))
@@ -224,7 +228,7 @@ class FileTailSource:
         return items
 
     @property
-    def header(self) -> dict | None:
+    def header(self) -> Header | None:
         return self._header
 
     def child_running(self) -> bool:

@@ -5,26 +5,86 @@
     model = model.to(device)
     ...
     loss.backward(); optimizer.step(); xladev.mark_step()
+
+Importing the package is cheap: it loads neither torch nor jax. The runtime (the `xla` device, the
+compiler, the sinks the flags ask for) starts on first use of a runtime name (`xladev.device()`,
+`mark_step`...), or at once when torch is already imported, so that `torch.ones(2, device="xla")`
+works right after `import torch, xladev`. The file readers (`xladev.report`, `xladev.schema`, the TUI)
+never start it.
 """
 
+from __future__ import annotations
+
 import sys as _sys
+import threading as _threading
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ConfigError", "DeviceLoader", "debug", "GraphGrowthWarning", "XlaCompileError", "add_step_closure", "config", "device", "device_count",
-    "devices", "initialize_cache", "manual_seed", "mark_step", "optimizer_step", "sync", "wait_device_ops",
-]
+# Public names served by the runtime, and the module that defines each (read by `__getattr__`).
+_RUNTIME_NAMES = {
+    "ConfigError": "xladev._flags", "config": "xladev._flags",
+    "device": "xladev.runtime.device", "device_count": "xladev.runtime.device", "devices": "xladev.runtime.device",
+    "XlaCompileError": "xladev.runtime.executor", "GraphGrowthWarning": "xladev.runtime.recorder",
+    "DeviceLoader": "xladev.runtime.training", "add_step_closure": "xladev.runtime.training",
+    "initialize_cache": "xladev.runtime.training", "manual_seed": "xladev.runtime.training",
+    "mark_step": "xladev.runtime.training", "optimizer_step": "xladev.runtime.training",
+    "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
+}
+
+__all__ = sorted([*_RUNTIME_NAMES, "debug"])
+
+if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads these on first use
+    from xladev import debug
+    from xladev._flags import ConfigError, config
+    from xladev.runtime.device import device, device_count, devices
+    from xladev.runtime.executor import XlaCompileError
+    from xladev.runtime.recorder import GraphGrowthWarning
+    from xladev.runtime.training import (
+        DeviceLoader, add_step_closure, initialize_cache, manual_seed, mark_step, optimizer_step, sync,
+        wait_device_ops,
+    )
+
+_start_lock = _threading.RLock()
+_started = False
 
 
 def _load_runtime() -> None:
-    """Registers the `xla` device and starts the sinks (what `import xladev` does). Idempotent."""
-    if "device" not in globals():
+    """Registers the `xla` device with torch and starts the sinks the flags ask for. Idempotent.
+
+    Raises:
+      ConfigError: an environment variable has a bad value (the message names it).
+    """
+    global _started
+    with _start_lock:
+        if _started:
+            return
         from xladev import _startup
 
-        globals().update(_startup.load())
+        _startup.load()
+        _started = True
 
 
-# The `xladev` command marks file-only commands (report, diff, tui) so they never import torch or jax.
-if "_xladev_light_import" not in _sys.modules:
+def __getattr__(name: str):
+    module = _RUNTIME_NAMES.get(name)
+    if module is None:
+        if name == "debug":
+            import importlib
+
+            return importlib.import_module("xladev.debug")
+        raise AttributeError(f"module 'xladev' has no attribute {name!r}")
+    if module != "xladev._flags":
+        _load_runtime()
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if "torch" in _sys.modules:
     _load_runtime()

@@ -1,7 +1,7 @@
-"""What `import xladev` does: register the `xla` device with torch, start the always-on sinks.
+"""Starting the runtime: register the `xla` device with torch, start the sinks the flags ask for.
 
-Kept out of `xladev/__init__.py` so that the file-reading commands (`xladev report`, `diff`, `tui`)
-can import the package without torch or jax (see `xladev_cli`).
+Kept out of `xladev/__init__.py`, which starts it on first use only: the file readers (`xladev
+report`, `diff`, `tui`) import the package without torch or jax.
 """
 
 from __future__ import annotations
@@ -81,17 +81,14 @@ def install_config_error_hook() -> None:
         sys.excepthook = hook
 
 
-def load() -> dict:
-    """Starts the runtime and returns the public names of `xladev`."""
+def load() -> None:
+    """Starts the runtime: registers the `xla` device with torch, starts the sinks the flags ask for."""
     install_config_error_hook()
-    from xladev._flags import ConfigError, config
-    from xladev.runtime.device import device, device_count, devices, register
-    from xladev.runtime.executor import XlaCompileError
-    from xladev.runtime.recorder import GraphGrowthWarning
-    from xladev.runtime.training import (
-        DeviceLoader, add_step_closure, initialize_cache, manual_seed, mark_step, optimizer_step, sync,
-        wait_device_ops,
-    )
+    from xladev._flags import config
+    from xladev.runtime.device import register
+    from xladev.runtime.executor import XlaCompileError  # noqa: F401
+    from xladev.runtime.recorder import GraphGrowthWarning  # noqa: F401
+    from xladev.runtime.training import initialize_cache
 
     check_output_paths(config)
     register()
@@ -101,13 +98,3 @@ def load() -> dict:
     start_sinks()
     if config.compilation_cache_dir:
         initialize_cache(config.compilation_cache_dir)
-    from xladev import debug
-
-    return {
-        "ConfigError": ConfigError, "config": config, "device": device, "device_count": device_count,
-        "devices": devices, "XlaCompileError": XlaCompileError, "GraphGrowthWarning": GraphGrowthWarning,
-        "DeviceLoader": DeviceLoader,
-        "add_step_closure": add_step_closure, "initialize_cache": initialize_cache, "manual_seed": manual_seed,
-        "mark_step": mark_step, "optimizer_step": optimizer_step, "sync": sync, "wait_device_ops": wait_device_ops,
-        "debug": debug,
-    }

@@ -14,7 +14,7 @@ from xladev.report.document import report_document
 from xladev.report.jsonout import dumps, report_json
 from xladev.report.markup import render_html, render_markdown
 from xladev.report.model import SourceResult
-from xladev.report.scan import TextReader
+from xladev.report.text_reader import TextReader
 from xladev.report.terminal import render_terminal
 
 from tests.report.helpers import metrics_file, step_report

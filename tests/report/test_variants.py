@@ -12,7 +12,7 @@ from xladev.schema import units
 from xladev.report.inputs import expand_rank_paths, rank_of, read_source
 from xladev.report.model import SourceResult
 from xladev.report.names import canonical_numbers
-from xladev.report.scan import TextReader
+from xladev.report.text_reader import TextReader
 
 from tests.report.helpers import counter_block, metric_block, metrics_file, step_report, write
 

@@ -8,9 +8,9 @@ import textwrap
 from textual.widgets import DataTable, Static
 
 from tests.tui.helpers import async_test, wait_for
-from tui import model as m
-from tui.app import XladevTUI
-from tui.sources import ChildProcessSource
+from xladev_tui import run_model as m
+from xladev_tui.app import XladevTUI
+from xladev_tui.sources import ChildProcessSource
 from xladev.cli import tui as tui_command
 from xladev.cli.main import _build_parser, main
 

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from tests.tui.helpers import fixture_lines, wait_for  # noqa: E402
-from tui.app import XladevTUI  # noqa: E402
-from tui.sources import FixtureSource  # noqa: E402
+from xladev_tui.app import XladevTUI  # noqa: E402
+from xladev_tui.sources import FixtureSource  # noqa: E402
 
 SIZES = [(80, 24), (160, 50)]
 

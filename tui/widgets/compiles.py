@@ -7,8 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.model import Snapshot, format_ns, short_site
-from tui.widgets.common import sync_rows
+from xladev.schema.sites import short_site
+from xladev.schema.units import compact_time_ns
+from xladev_tui.run_model import RunView
+from xladev_tui.widgets.common import sync_rows
 
 MAX_ALERTS_SHOWN = 6
 
@@ -31,19 +33,19 @@ class CompilePanel(Vertical):
         yield Static("Recompilation alerts", classes="title", id="alerts-title")
         yield Static("none", id="alerts")
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         rows = []
         for site in snap.sites:
             steps = f"{site.first_step}" if site.first_step == site.last_step else f"{site.first_step}–{site.last_step}"
             rows.append((site.site, (short_site(site.site), str(site.compiles), str(site.graphs),
-                                     format_ns(site.compile_ns), steps, str(site.alerts) if site.alerts else "")))
+                                     compact_time_ns(site.compile_ns), steps, str(site.alerts) if site.alerts else "")))
         sync_rows(self.query_one("#sites", DataTable), rows)
         self.query_one("#alerts-title", Static).update(
             f"Recompilation alerts ({len(snap.alerts)})" if snap.alerts else "Recompilation alerts")
         self.query_one("#alerts", Static).update(alerts_text(snap))
 
 
-def alerts_text(snap: Snapshot) -> Text:
+def alerts_text(snap: RunView) -> Text:
     """The latest alerts, newest first: where and when, every change, and the cause."""
     text = Text()
     if not snap.alerts:
@@ -56,7 +58,7 @@ def alerts_text(snap: Snapshot) -> Text:
         text.append("⚠ ", style="bold red")
         text.append(f"step {alert.step} ", style="bold")
         text.append(short_site(alert.site), style="bold cyan")
-        text.append(f" recompiled (graph {alert.graphs_at_site} here, {format_ns(alert.compile_ns)}); "
+        text.append(f" recompiled (graph {alert.graphs_at_site} here, {compact_time_ns(alert.compile_ns)}); "
                     f"cause: {alert.cause or '?'}")
         for change in alert.changes[:4]:
             text.append(f"\n    {change}", style="yellow")

@@ -6,8 +6,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Input, Static
 
-from tui.model import COUNT, CounterRow, Snapshot, format_value
-from tui.widgets.common import sync_rows
+from xladev.schema.units import COUNT, compact_value
+from xladev_tui.run_model import CounterRow, RunView
+from xladev_tui.widgets.common import sync_rows
 
 SORT_KEYS = ("name", "count", "total", "per step")
 
@@ -28,7 +29,7 @@ class CountersPanel(Vertical):
         self.sort_key = "name"
         self.descending = False
         self.filter_text = ""
-        self._snap: Snapshot | None = None
+        self._snap: RunView | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="counter-bar"):
@@ -99,7 +100,7 @@ class CountersPanel(Vertical):
             rows.sort(key=lambda r: (value(r), r.name), reverse=self.descending)
         return rows
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         self._snap = snap
         self._render_rows()
 
@@ -107,13 +108,13 @@ class CountersPanel(Vertical):
         rows = []
         for r in self.visible_rows():
             kind = "counter" if r.kind == COUNT else f"metric ({r.kind})"
-            total = "" if r.kind == COUNT else format_value(r.kind, r.total)
-            mean = "" if r.mean is None else format_value(r.kind, r.mean)
+            total = "" if r.kind == COUNT else compact_value(r.kind, r.total)
+            mean = "" if r.mean is None else compact_value(r.kind, r.mean)
             if r.per_step is None:
                 per_step = "-"
             elif r.kind == COUNT or r.kind == "value":
                 per_step = f"{r.per_step:.2f}"
             else:
-                per_step = format_value(r.kind, r.per_step)
+                per_step = compact_value(r.kind, r.per_step)
             rows.append((r.name, (r.name, kind, f"{r.count:,}", total, mean, per_step)))
         sync_rows(self.query_one("#counters", DataTable), rows)

@@ -7,8 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from tui.model import GraphRow, Snapshot, format_bytes, format_ns, short_site
-from tui.widgets.common import sync_rows
+from xladev.schema.sites import short_site
+from xladev.schema.units import compact_time_ns, format_bytes
+from xladev_tui.run_model import GraphRow, RunView
+from xladev_tui.widgets.common import sync_rows
 
 MEMORY_LABELS = {"argument": "inputs", "output": "outputs", "alias": "aliased", "temp": "temporaries",
                  "generated_code": "program"}
@@ -41,10 +43,10 @@ class GraphBrowser(Horizontal):
         with VerticalScroll(id="graph-detail", can_focus=True):
             yield Static("select a graph (↑/↓, Enter opens its IR)", id="graph-text")
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         self._rows = {g.graph_hash: g for g in snap.graphs}
         rows = [(g.graph_hash, (g.graph_hash[:12], str(g.nodes), f"{g.inputs}/{g.outputs}",
-                                format_ns(g.compile_ns) if g.compile_ns is not None else "-",
+                                compact_time_ns(g.compile_ns) if g.compile_ns is not None else "-",
                                 str(g.executions), short_site(g.site) if g.site else "-")) for g in snap.graphs]
         table = self.query_one("#graphs", DataTable)
         sync_rows(table, rows)
@@ -91,7 +93,7 @@ def detail_text(graph: GraphRow) -> Text:
     text.append(f"Graph {graph.graph_hash}\n", style="bold")
     text.append(f"{graph.nodes} nodes, {graph.inputs} inputs, {graph.outputs} outputs\n")
     if graph.compile_ns is not None:
-        text.append(f"compiled in {format_ns(graph.compile_ns)} at step {graph.compiled_step}, "
+        text.append(f"compiled in {compact_time_ns(graph.compile_ns)} at step {graph.compiled_step}, "
                     f"{short_site(graph.site)}; cause: {graph.cause}\n")
     else:
         text.append("compiled before the log started\n", style="dim")
@@ -102,8 +104,8 @@ def detail_text(graph: GraphRow) -> Text:
         memory = ", ".join(f"{MEMORY_LABELS.get(k, k)} {format_bytes(v)}" for k, v in graph.memory)
         text.append(f"memory: {memory}\n")
     mean = graph.execute_ns / graph.executions if graph.executions else None
-    text.append(f"executed {graph.executions} times, {format_ns(graph.execute_ns)} in total"
-                + (f" ({format_ns(mean)} each)" if mean is not None else "") + "\n")
+    text.append(f"executed {graph.executions} times, {compact_time_ns(graph.execute_ns)} in total"
+                + (f" ({compact_time_ns(mean)} each)" if mean is not None else "") + "\n")
     if graph.steps:
         text.append(f"steps: {graph.steps}\n")
     text.append("\n")

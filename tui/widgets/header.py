@@ -7,7 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from tui.model import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, Snapshot, format_ns
+from xladev.schema.units import compact_time_ns
+from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
 
 STATE_STYLES = {WAITING: "bold black on yellow", RUNNING: "bold black on green", FINISHED: "bold black on cyan",
                 EXITED: "bold black on cyan", DISCONNECTED: "bold white on red", ERROR: "bold white on red"}
@@ -31,7 +32,7 @@ class RunHeader(Vertical):
             yield Static("step time", id="spark-label")
             yield Sparkline([], id="step-spark", summary_function=max)
 
-    def show(self, snap: Snapshot, paused: bool = False, pending: int = 0) -> None:
+    def show(self, snap: RunView, paused: bool = False, pending: int = 0) -> None:
         title = Text()
         title.append("xladev ", style="bold")
         title.append(snap.command or snap.source or "?", style="bold cyan")
@@ -53,11 +54,11 @@ class RunHeader(Vertical):
         status.append(f"  step {step}", style="bold")
         status.append(f" ({snap.steps} done)")
         if snap.last_step_ns is not None:
-            status.append(f"  last {format_ns(snap.last_step_ns)}")
-            status.append(f" avg {format_ns(snap.mean_step_ns)}")
+            status.append(f"  last {compact_time_ns(snap.last_step_ns)}")
+            status.append(f" avg {compact_time_ns(snap.mean_step_ns)}")
         status.append(f"  compiles {snap.compiles}", style="bold")
         if snap.compiles:
-            status.append(f" ({format_ns(snap.compile_ns)})")
+            status.append(f" ({compact_time_ns(snap.compile_ns)})")
         if snap.alerts:
             status.append(f"  recompiles {len(snap.alerts)}", style="bold red")
         if snap.hot_spots:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Log
 
-from tui.model import Snapshot
+from xladev_tui.run_model import RunView
 
 
 class LogPane(Log):
@@ -18,7 +18,7 @@ class LogPane(Log):
         super().__init__(max_lines=2000, **kwargs)
         self._written = 0
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         new = snap.log_total - self._written
         if new <= 0:
             return

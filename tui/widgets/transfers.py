@@ -6,8 +6,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.model import Snapshot, format_bytes, short_site
-from tui.widgets.common import sync_rows
+from xladev.schema.sites import short_site
+from xladev.schema.units import format_bytes
+from xladev_tui.run_model import RunView
+from xladev_tui.widgets.common import sync_rows
 
 
 class TransfersPanel(Vertical):
@@ -25,7 +27,7 @@ class TransfersPanel(Vertical):
         table.add_columns("Kind", "User line", "Count", "Per step", "Bytes", "Last step")
         yield table
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         rows = [(f"{s.kind}|{s.site}", (s.kind, short_site(s.site), str(s.count), f"{s.per_step:.2f}",
                                          format_bytes(s.nbytes), str(s.last_step))) for s in snap.hot_spots]
         sync_rows(self.query_one("#transfers", DataTable), rows)
@@ -49,7 +51,7 @@ class FallbackPanel(Vertical):
         table.add_columns("Op", "User line", "Calls", "Per step")
         yield table
 
-    def show(self, snap: Snapshot) -> None:
+    def show(self, snap: RunView) -> None:
         rows = [(f"{f.op}|{f.site}", (f.op, short_site(f.site), str(f.count), f"{f.per_step:.2f}"))
                 for f in snap.fallbacks]
         sync_rows(self.query_one("#fallbacks", DataTable), rows)

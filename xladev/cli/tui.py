@@ -47,8 +47,8 @@ def make_source(args: argparse.Namespace):
     Raises:
       SystemExit(2) via _UsageError: nothing to show, or a file that is not an event log.
     """
-    from tui.schema import NotAnEventLog, sniff_file
-    from tui.sources import ChildProcessSource, FileTailSource
+    from xladev.schema.records import NotAnEventLog, read_header
+    from xladev_tui.sources import ChildProcessSource, FileTailSource
 
     target = list(args.target)
     dashed = bool(target) and target[0] == "--"
@@ -63,7 +63,7 @@ def make_source(args: argparse.Namespace):
         raise _UsageError(f"{path} is a directory, not an event log")
     if os.path.exists(path):
         try:
-            sniff_file(path)
+            read_header(path)
         except NotAnEventLog as exc:
             raise _UsageError(str(exc)) from None
         except OSError as exc:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     except _UsageError as exc:
         print(f"xladev tui: error: {exc}", file=sys.stderr)
         return 2
-    from tui.app import XladevTUI
+    from xladev_tui.app import XladevTUI
 
     app = XladevTUI(source, refresh_interval=args.refresh)
     code = app.run()

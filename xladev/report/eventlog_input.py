@@ -1,57 +1,40 @@
-"""`xladev report run.events.jsonl`: reads an xladev event log (schema `xladev.events/1`).
+"""`xladev report run.events.jsonl`: reads an xladev event log (`xladev.schema.records`).
 
 The log's records are replayed into the structures the text readers fill, so every rule of the
 report applies unchanged:
 
-- counters and metrics named as the runtime's metrics registry names them (``CompileTime``,
-  ``ExecuteTime``, ``MarkStep``, ``aten::`` fallback counters ...), one snapshot per ``step``
-  record (the per-step series) and the last one in full;
+- counters and metrics counted through the schema's one table (`xladev.schema.counters`), the one
+  the runtime's registry counts with, one snapshot per ``step`` record (the per-step series) and
+  the last one in full;
 - a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
   for a recompilation, the "Recompilation Cause" lines saying what changed), executions by site,
   cause and graph, and the CPU fallback calls by site.
 
-This module reads files only: it never imports torch, jax or the runtime. The schema is described
-in docs/event-log.md; `SCHEMA_NAME` and `SCHEMA_VERSION` are the one definition the writer uses.
+This module reads files only: it never imports torch, jax or the runtime.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import math
 from typing import BinaryIO
 
-from xladev.schema import units
+from xladev import rules
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
-from xladev.report.model import MetricBlock, Snapshot, SourceResult
+from xladev.report.model import MetricBlock, ReportSnapshot, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev import rules
-from xladev.rules import ITEM_COUNTER
+from xladev.schema import records as rec
+from xladev.schema.counters import updates
+from xladev.schema.sites import split_site
+from xladev.schema.units import COUNT
 
-SCHEMA_NAME = "xladev.events"
-SCHEMA_VERSION = 1
 KIND_NAME = "event-log"
-
-# Device->host accesses the runtime counts as PyTorch/XLA's `aten::_local_scalar_dense`.
-SCALAR_READS = frozenset({".item()", "bool() in control flow", "float()", "int()", "used as an index"})
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 MAX_SAMPLES = 1024
 _POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
                        "temp": "temp_bytes", "generated_code": "program_bytes"}
-
-
-def parse_header(line: bytes | str) -> dict | None:
-    """The header record when ``line`` is the first line of an event log, else None."""
-    try:
-        record = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(record, dict) or record.get("type") != "header":
-        return None
-    schema = str(record.get("schema", ""))
-    return record if schema.split("/", 1)[0] == SCHEMA_NAME else None
 
 
 class _Metric:
@@ -61,10 +44,14 @@ class _Metric:
         self.kind, self.count, self.total, self.line = kind, 0, 0.0, line
         self.samples: collections.deque = collections.deque(maxlen=MAX_SAMPLES)
 
-    def add(self, value: float) -> None:
-        self.count += 1
+    def add(self, value: float, count: int = 1) -> None:
+        """`count` samples summing to `value` (each kept as their mean when more than one)."""
+        self.count += count
         self.total += value
-        self.samples.append(value)
+        if count == 1:
+            self.samples.append(value)
+        elif count > 1:
+            self.samples.extend([value / count] * min(count, MAX_SAMPLES))
 
     def block(self, name: str) -> MetricBlock:
         ordered = sorted(self.samples)
@@ -72,16 +59,6 @@ class _Metric:
         percentiles = [(f"{p * 100:g}%", ordered[min(int(math.floor(p * n)), n - 1)]) for p in PERCENTILES] if n else []
         return MetricBlock(name=name, kind=self.kind, total_samples=self.count, accumulator=self.total,
                            percentiles=percentiles, line=self.line)
-
-
-def _split_site(site: str | None) -> tuple[str, str]:
-    """``/a/train.py:12 (step)`` -> (``/a/train.py:12``, ``step``), the debug log's form."""
-    if not site:
-        return "", ""
-    where, _, function = site.rpartition(" (")
-    if not where:
-        return site, ""
-    return where, function.rstrip(")")
 
 
 class EventLogReplay:
@@ -94,135 +71,85 @@ class EventLogReplay:
         self.counters: dict[str, int] = {}
         self.counter_lines: dict[str, int] = {}
         self.metrics: dict[str, _Metric] = {}
-        self.header: dict | None = None
+        self.header: rec.Header | None = None
         self.line = 0
         self.step: int | None = None
         self.steps = 0
         self.ended = False
         self._fallback_sites: dict[tuple[str, str], int] = {}
 
-    # ------------------------------------------------------------ counting
-    def _count(self, name: str, amount: int = 1) -> None:
-        if name not in self.counters:
-            self.counters[name] = 0
-            self.counter_lines[name] = self.line
-        self.counters[name] += amount
-
-    def _metric(self, name: str, kind: str, value: float) -> None:
-        metric = self.metrics.get(name)
-        if metric is None:
-            metric = self.metrics[name] = _Metric(kind, self.line)
-        metric.add(float(value))
-
     # ------------------------------------------------------------ records
-    def feed(self, lineno: int, record: dict) -> None:
+    def feed(self, lineno: int, record: rec.Record) -> None:
         self.line = lineno
-        kind = record.get("type")
-        handler = getattr(self, f"_on_{kind}", None)
+        for update in updates(record):  # the schema's table, as the runtime's registry counts
+            if update.kind == COUNT:
+                if update.name not in self.counters:
+                    self.counters[update.name] = 0
+                    self.counter_lines[update.name] = lineno
+                self.counters[update.name] += int(update.value)
+            else:
+                metric = self.metrics.get(update.name)
+                if metric is None:
+                    metric = self.metrics[update.name] = _Metric(update.kind, lineno)
+                metric.add(float(update.value), update.samples)
+        handler = _HANDLERS.get(type(record))
         if handler is not None:
-            handler(record)
+            handler(self, record)
 
-    def _on_header(self, record: dict) -> None:
+    def _on_header(self, record: rec.Header) -> None:
         if self.header is None:
             self.header = record
         else:
             self.source.warn(self.line, "a second header: two logs concatenated? read as one run")
 
-    def _on_ops(self, record: dict) -> None:
-        for name, count in (record.get("counts") or {}).items():
-            self._count("xla::" + str(name).split("::", 1)[-1], int(count))
-
-    def _on_compile(self, record: dict) -> None:
-        self._metric("CompileTime", units.TIME, record.get("compile_ns", 0))
-        self._count("UncachedCompile")
-        self._count("CreateCompileHandles")
-        if record.get("persistent_cache_hit") is not None:
-            self._count("PersistentCacheHit" if record["persistent_cache_hit"] else "PersistentCacheMiss")
-        site, function = _split_site(record.get("site"))
-        cause = (record.get("cause") or {}).get("text", "")
-        event = GraphEvent("compile", self.line, cause=cause, graph_hash=str(record.get("hash", "")),
-                           inputs=record.get("inputs"), outputs=record.get("outputs"),
-                           frames=[record["site"]] if record.get("site") else [], site=site, function=function,
-                           sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in (record.get("memory") or {}).items()
-                                  if k in _POST_COMPILE_SIZES},
+    def _on_compile(self, record: rec.Compile) -> None:
+        site, function = split_site(record.site)
+        event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
+                           inputs=record.inputs, outputs=record.outputs,
+                           frames=[record.site] if record.site else [], site=site, function=function,
+                           sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
+                                  if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
                            steps_before=self.steps)
-        recompile = record.get("recompile")
+        recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
-            event.recompilation = (
-                [f"compared with graph {recompile.get('previous', '?')} from the same site:"]
-                + [f"- {change}" for change in recompile.get("changes") or ["graph changed"]]
-                + [f"{record.get('site') or '?'} has compiled {recompile.get('graphs_at_site', '?')} graphs so far, "
-                   f"{units.format_time_ns(recompile.get('compile_ns_at_site', 0))} compile time in total"])
+            event.recompilation = rec.recompilation_lines(
+                record.site, recompile.get("previous", "?"), recompile.get("changes"),
+                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0))
         debug = self.source.debug
         debug.compiles += 1
         debug._last_compile = event
         if len(debug.compile_events) < 20_000:
             debug.compile_events.append(event)
 
-    def _on_compile_failed(self, record: dict) -> None:
-        self._count("CompileFailed")
-
-    def _on_execute(self, record: dict) -> None:
-        self._metric("ExecuteTime", units.TIME, record.get("execute_ns", 0))
-        self._metric("TensorsGraphSize", units.VALUE, record.get("nodes", 0))
-        self._count("ExecuteGraph")
-        if record.get("cached"):
-            self._count("CachedCompile")
-        self._count("CreateDataHandles", int(record.get("outputs") or 0))
-        cause = record.get("cause") or {}
-        if cause.get("kind") == "VALUE_ACCESS":
-            self._count("ValueAccessSync")
-        elif cause.get("kind") == "FALLBACK":
-            self._count("FallbackSync")
+    def _on_execute(self, record: rec.Execute) -> None:
         debug = self.source.debug
         debug.execution_count += 1
-        site, _ = _split_site(record.get("site"))
-        key = (site, cause.get("text", ""), str(record.get("hash", "")))
+        site, _ = split_site(record.site)
+        key = (site, record.cause.get("text", ""), record.hash)
         entry = debug.executions.get(key)
         if entry is not None:
             entry[0] += 1
         elif len(debug.executions) < 50_000:
-            debug.executions[key] = [1, self.line, record.get("inputs"), record.get("outputs")]
+            debug.executions[key] = [1, self.line, record.inputs, record.outputs]
 
-    def _on_transfer(self, record: dict) -> None:
-        if record.get("dir") == "to_device":
-            self._metric("TransferToDeviceTime", units.TIME, record.get("ns", 0))
-            self._metric("OutboundData", units.BYTES, record.get("bytes", 0))
-            self._count("CreateDataHandles", int(record.get("count") or 1))
-            return
-        self._metric("TransferFromDeviceTime", units.TIME, record.get("ns", 0))
-        self._metric("InboundData", units.BYTES, record.get("bytes", 0))
-        if record.get("kind") in SCALAR_READS:
-            self._count(ITEM_COUNTER)
-
-    def _on_fallback(self, record: dict) -> None:
-        op = str(record.get("op", "?"))
-        self._count(op)
-        self.source.debug.not_lowered_ops.add(op)
-        key = (op, record.get("site") or "")
+    def _on_fallback(self, record: rec.Fallback) -> None:
+        self.source.debug.not_lowered_ops.add(record.op)
+        key = (record.op, record.site or "")
         self._fallback_sites[key] = self._fallback_sites.get(key, 0) + 1
 
-    def _on_graph_growing(self, record: dict) -> None:
+    def _on_graph_growing(self, record: rec.GraphGrowing) -> None:
         # The same words PT_XLA_DEBUG prints, so one reader and one rule serve both inputs.
-        ops, step = record.get("ops"), record.get("step")
-        if not isinstance(ops, int) or not isinstance(step, int):
-            self.source.warn(self.line, "graph_growing record without integer ops and step: skipped")
-            return
-        site = _split_site(record.get("site"))[0] or "?"
-        self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=ops, step=step, site=site))
+        site = split_site(record.site)[0] or "?"
+        self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=record.ops, step=record.step,
+                                                                                   site=site))
 
-    def _on_cache_miss(self, record: dict) -> None:
-        self._count("DeviceDataCacheMiss")
-
-    def _on_step(self, record: dict) -> None:
-        self._count("MarkStep")
+    def _on_step(self, record: rec.Step) -> None:
         self.steps += 1
         self.source.debug.step_syncs = self.steps
-        step = record.get("step")
-        self.step = int(step) if isinstance(step, int) else None
+        self.step = record.step
         self._snapshot()
 
-    def _on_end(self, record: dict) -> None:
+    def _on_end(self, record: rec.End) -> None:
         self.ended = True
 
     # ------------------------------------------------------------ snapshots
@@ -250,13 +177,21 @@ class EventLogReplay:
             return
         if self.counters or self.metrics:
             metrics = {name: metric.block(name) for name, metric in self.metrics.items()}
-            self.source.final = Snapshot(metrics, dict(self.counters), dict(self.counter_lines), self.step,
+            self.source.final = ReportSnapshot(metrics, dict(self.counters), dict(self.counter_lines), self.step,
                                          self.line, max(0, self.source.snapshots - 1))
             if self.source.snapshots == 0:
                 self._snapshot()
         self.source.debug.fallback_sites = [
             {"count": count, "op": op, "frames": [site] if site else []}
             for (op, site), count in sorted(self._fallback_sites.items(), key=lambda kv: -kv[1])]
+
+
+_HANDLERS = {
+    rec.Header: EventLogReplay._on_header, rec.Compile: EventLogReplay._on_compile,
+    rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
+    rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
+    rec.End: EventLogReplay._on_end,
+}
 
 
 class EventLogInput:
@@ -268,8 +203,7 @@ class EventLogInput:
         self.max_rows = max_rows
 
     def sniff(self, head: bytes, path: str) -> bool:
-        first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-        return first.startswith(b"{") and b'"header"' in first and parse_header(first) is not None
+        return rec.sniff(head)
 
     def read(self, stream: BinaryIO, source: SourceResult) -> None:
         replay = EventLogReplay(source, self.max_rows)
@@ -287,11 +221,11 @@ class EventLogInput:
         if pending.strip():
             lineno += 1
             try:
-                record = json.loads(pending)
-            except ValueError:
+                record = rec.parse_line(pending)
+            except rec.RecordError:
                 source.warn(lineno, "last line is cut short (the process was killed while writing?); ignored")
             else:
-                if isinstance(record, dict):
+                if record is not None:
                     replay.feed(lineno, record)
         source.lines = lineno
         replay.finish()
@@ -303,19 +237,18 @@ class EventLogInput:
         if not raw.strip():
             return
         try:
-            record = json.loads(raw)
-        except ValueError:
-            source.warn(lineno, "not a JSON record; skipped")
+            record = rec.parse_line(raw)
+        except rec.RecordError as exc:
+            source.warn(lineno, f"{exc}; skipped")
+            if "not a JSON object" in str(exc):
+                source.other_lines += 1
             return
-        if not isinstance(record, dict):
-            source.warn(lineno, "not a JSON object; skipped")
-            source.other_lines += 1
-            return
-        if lineno == 1 and record.get("type") == "header":
-            version = record.get("version")
-            if isinstance(version, int) and version > SCHEMA_VERSION:
-                source.warn(lineno, f"schema version {version} is newer than this reader's {SCHEMA_VERSION}; "
-                                    "unknown fields are ignored")
+        if record is None:
+            return  # a record type this reader does not know (a newer writer)
+        if lineno == 1 and isinstance(record, rec.Header):
+            note = rec.newer_version_note(record)
+            if note:
+                source.warn(lineno, note)
         replay.feed(lineno, record)
 
 

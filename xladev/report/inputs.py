@@ -17,7 +17,7 @@ import re
 from typing import BinaryIO, Protocol
 
 from xladev.report.model import SourceResult, UnreadableInputError
-from xladev.report.scan import TextReader
+from xladev.report.text_reader import TextReader
 from xladev.report.series import DEFAULT_MAX_ROWS
 
 HEAD_BYTES = 64 * 1024

@@ -82,7 +82,7 @@ class MetricBlock:
 
 
 @dataclasses.dataclass
-class Snapshot:
+class ReportSnapshot:
     """One complete metrics report.
 
     Attributes:
@@ -131,7 +131,7 @@ class SourceResult:
     lines: int = 0
     snapshots: int = 0
     step_records: int = 0
-    final: Snapshot | None = None
+    final: ReportSnapshot | None = None
     series: StepSeries | None = None
     debug: DebugLog | None = None
     warnings: list[ParseWarning] = dataclasses.field(default_factory=list)

@@ -68,6 +68,7 @@ class Record:
     """Base of every record type: `TYPE` is its `"type"` field."""
 
     TYPE: ClassVar[str] = ""
+    REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields without which the record means nothing
 
     def to_record(self) -> dict:
         """The JSON object of this record (transient fields left out)."""
@@ -82,8 +83,11 @@ class Record:
         """The record of a JSON object (its `"type"` already matched).
 
         Raises:
-          RecordError: a field has a value of the wrong type.
+          RecordError: a required field is missing, or a field has a value of the wrong type.
         """
+        for name in cls.REQUIRED:
+            if data.get(name) is None:
+                raise RecordError(f"{cls.TYPE} record without its {name!r} field")
         values = {}
         for f, (allowed, nullable) in _field_checks(cls):
             if f.name not in data:
@@ -118,22 +122,24 @@ def _field_checks(cls) -> list:
 
 @dataclasses.dataclass(slots=True)
 class Header(Record):
+    """The first line. Only `schema` identifies a log; the rest describes the run and may be null."""
+
     TYPE: ClassVar[str] = "header"
     schema: str = SCHEMA
     version: int = SCHEMA_VERSION
-    command: str = ""
-    argv: list = dataclasses.field(default_factory=list)
-    cwd: str = ""
+    command: str | None = ""
+    argv: list | None = None
+    cwd: str | None = ""
     pid: int | None = None
-    host: str = ""
-    rank: int = 0
-    world_size: int = 1
-    versions: dict = dataclasses.field(default_factory=dict)
-    device: str = ""
-    start_unix: float = 0.0
-    start_iso: str = ""
-    clock: str = "perf_counter_ns"
-    clock_start_ns: int = 0
+    host: str | None = ""
+    rank: int | None = 0
+    world_size: int | None = 1
+    versions: dict | None = None
+    device: str | None = ""
+    start_unix: float | None = 0.0
+    start_iso: str | None = ""
+    clock: str | None = "perf_counter_ns"
+    clock_start_ns: int | None = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -141,6 +147,7 @@ class GraphText(Record):
     """A graph's IR text, written once per graph hash before its first compile or execute record."""
 
     TYPE: ClassVar[str] = "graph"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     t: int = 0
     step: int = 0
     hash: str = ""
@@ -156,6 +163,7 @@ class Compile(Record):
     {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
 
     TYPE: ClassVar[str] = "compile"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     t: int = 0
     step: int = 0
     hash: str = ""
@@ -193,6 +201,7 @@ class CompileFailed(Record):
 @dataclasses.dataclass(slots=True)
 class Execute(Record):
     TYPE: ClassVar[str] = "execute"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     t: int = 0
     step: int = 0
     hash: str = ""
@@ -396,3 +405,20 @@ def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, 
     return ([f"compared with graph {previous_hash} from the same site:"]
             + [f"- {change}" for change in (changes or ["graph changed"])]
             + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])
+
+
+def read_header(path: str, limit: int = 1 << 20) -> Header | None:
+    """The header of an existing file; None while its first line is incomplete (or the file is empty).
+
+    Raises:
+      NotAnEventLog: the file has a first line (or more than `limit` bytes without one) and it is no header.
+      OSError: the file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(limit)
+    newline = head.find(b"\n")
+    if newline < 0:
+        if len(head) >= limit or (head and not head.lstrip().startswith(b"{")):
+            raise NotAnEventLog(f"{path} is not an xladev event log: it does not start with a JSON header line")
+        return None
+    return check_first_line(path, head[:newline])

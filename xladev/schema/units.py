@@ -40,6 +40,7 @@ __all__ = [
     "VALUE",
     "COUNT",
     "compact_time_ns",
+    "compact_value",
 ]
 
 TIME = "time"
@@ -140,6 +141,19 @@ def compact_time_ns(ns: float | None) -> str:
         return f"{ns / 1e9:.3g} s"
     minutes, seconds = divmod(int(ns / 1e9), 60)
     return f"{minutes}m{seconds:02d}s"
+
+
+def compact_value(kind: str, value: float | None) -> str:
+    """A value of any kind for a screen: compact times, report-style bytes, integers with separators."""
+    if value is None:
+        return "-"
+    if kind == TIME:
+        return compact_time_ns(value)
+    if kind == BYTES:
+        return format_bytes(value)
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.3g}"
 
 
 def format_value(v: float) -> str:

@@ -1,4 +1,4 @@
-"""The TUI's state: event-log records in, an immutable `Snapshot` out. No Textual here.
+"""The TUI's state: event-log records in, an immutable `RunView` out. No Textual here.
 
 `RunModel.apply` takes what a source reads (log lines, the child's output, state changes) and
 keeps running aggregates: steps and step times, compiles grouped by trigger site with their
@@ -16,7 +16,11 @@ import os
 import time
 from typing import Callable
 
-from tui.schema import SCHEMA_NAME, SCHEMA_VERSION, is_header, parse_record
+from xladev.schema import records as rec
+from xladev.schema.counters import updates
+from xladev.schema.records import RecordError, parse_line
+from xladev.schema.sites import UNKNOWN_SITE, short_site
+from xladev.schema.units import COUNT, compact_time_ns
 
 # Run states.
 WAITING = "waiting"
@@ -37,59 +41,9 @@ MAX_STEP_TIMES = 600
 MAX_LOG_LINES = 2000
 MAX_ALERTS = 200
 MAX_STEP_RANGES = 64
-SCALAR_READS = frozenset({".item()", "bool() in control flow", "float()", "int()", "used as an index"})
-TIME, BYTES, VALUE, COUNT = "time", "bytes", "value", "counter"
 
 
-def short_site(site: str | None) -> str:
-    """`/a/b/train.py:12 (step)` -> `train.py:12 (step)`."""
-    if not site:
-        return "<unknown>"
-    path, sep, rest = site.partition(":")
-    return f"{os.path.basename(path)}{sep}{rest}"
-
-
-def format_ns(ns: float | None) -> str:
-    """A compact duration: `850 ns`, `12.3 µs`, `4.56 ms`, `1.23 s`, `2m05s`."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    if ns < 1e3:
-        return f"{ns:.0f} ns"
-    if ns < 1e6:
-        return f"{ns / 1e3:.3g} µs"
-    if ns < 1e9:
-        return f"{ns / 1e6:.3g} ms"
-    if ns < 60e9:
-        return f"{ns / 1e9:.3g} s"
-    minutes, seconds = divmod(int(ns / 1e9), 60)
-    return f"{minutes}m{seconds:02d}s"
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} TiB"  # pragma: no cover
-
-
-def format_value(kind: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    if kind == TIME:
-        return format_ns(value)
-    if kind == BYTES:
-        return format_bytes(value)
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:.3g}"
-
-
-# ---------------------------------------------------------------- snapshot records (immutable)
+# ---------------------------------------------------------------- view records (immutable)
 
 @dataclasses.dataclass(frozen=True)
 class Alert:
@@ -176,7 +130,7 @@ class CounterRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class Snapshot:
+class RunView:
     """What the screen shows at one moment. Everything is a copy; nothing changes later."""
 
     version: int
@@ -274,7 +228,7 @@ class RunModel:
         self.source = source
         self.clock = clock
         self.version = 0
-        self.header: dict | None = None
+        self.header: rec.Header | None = None
         self.state = WAITING
         self.state_detail = "waiting for the event log"
         self.exit_code: int | None = None
@@ -299,7 +253,7 @@ class RunModel:
         self.truncated = False
         self.last_t = 0
         self.compile_failures: list[str] = []
-        self._snapshot: Snapshot | None = None
+        self._snapshot: RunView | None = None
 
     # ---- input ------------------------------------------------------------------------------
     def apply(self, item: tuple) -> None:
@@ -349,184 +303,141 @@ class RunModel:
         """One complete line of the event log."""
         if not text.strip():
             return
-        record = parse_record(text)
-        if record is None:
+        try:
+            record = parse_line(text)
+        except RecordError:
             self.bad_lines += 1
             self.version += 1
             return
-        self.feed_record(record)
-
-    def feed_record(self, record: dict) -> None:
         self.records += 1
         self.version += 1
-        kind = record.get("type")
-        t = record.get("t")
+        if record is not None:  # None: a record type of a newer writer
+            self.feed_record(record)
+
+    def feed_record(self, record: rec.Record) -> None:
+        """One typed record (`xladev.schema.records`)."""
+        t = getattr(record, "t", None)
         if isinstance(t, int) and t > self.last_t:
             self.last_t = t
-        handler = _HANDLERS.get(kind)
+        # Counters and metrics through the schema's one table, as the runtime's registry counts them.
+        for update in updates(record):
+            if update.kind == COUNT:
+                self.counters[update.name] = self.counters.get(update.name, 0) + int(update.value)
+            else:
+                entry = self.metrics.get(update.name)
+                if entry is None:
+                    entry = self.metrics[update.name] = [update.kind, 0, 0]
+                entry[1] += update.samples
+                entry[2] += update.value
+        handler = _HANDLERS.get(type(record))
         if handler is not None:
             try:
                 handler(self, record)
-            except (TypeError, ValueError, KeyError, AttributeError):
+            except (TypeError, ValueError, KeyError, AttributeError):  # well-typed record, odd contents
                 self.bad_lines += 1
 
     # ---- records ----------------------------------------------------------------------------
-    def _count(self, name: str, amount: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + amount
-
-    def _metric(self, name: str, kind: str, value) -> None:
-        entry = self.metrics.get(name)
-        if entry is None:
-            entry = self.metrics[name] = [kind, 0, 0]
-        entry[1] += 1
-        entry[2] += value or 0
-
     def _graph(self, graph_hash: str) -> _Graph:
         graph = self.graphs.get(graph_hash)
         if graph is None:
             graph = self.graphs[graph_hash] = _Graph(graph_hash, len(self.graphs))
         return graph
 
-    def _on_header(self, record: dict) -> None:
+    def _on_header(self, record: rec.Header) -> None:
         if self.header is not None:
             self.add_log("[xladev tui] a second header: two runs in one file; counting on")
             return
         self.header = record
-        version = record.get("version")
-        if isinstance(version, int) and version > SCHEMA_VERSION:
-            self.add_log(f"[xladev tui] log schema {record.get('schema')} is newer than {SCHEMA_NAME}/{SCHEMA_VERSION}"
-                         "; unknown records are ignored")
+        note = rec.newer_version_note(record)
+        if note:
+            self.add_log(f"[xladev tui] {note}")
         if self.state == WAITING:
             self.set_state(RUNNING, "")
 
-    def _on_ops(self, record: dict) -> None:
-        for name, count in (record.get("counts") or {}).items():
-            self._count("xla::" + str(name).split("::", 1)[-1], int(count))
+    def _on_graph(self, record: rec.GraphText) -> None:
+        graph = self._graph(record.hash)
+        graph.ir = record.ir or graph.ir
+        graph.nodes, graph.inputs, graph.outputs = record.nodes, record.inputs, record.outputs
 
-    def _on_graph(self, record: dict) -> None:
-        graph = self._graph(record["hash"])
-        graph.ir = record.get("ir") or graph.ir
-        graph.nodes = record.get("nodes", graph.nodes)
-        graph.inputs = record.get("inputs", graph.inputs)
-        graph.outputs = record.get("outputs", graph.outputs)
-
-    def _on_compile(self, record: dict) -> None:
-        graph_hash = str(record["hash"])
-        step = int(record.get("step", 0))
-        compile_ns = int(record.get("compile_ns", 0))
-        site = record.get("site") or "<unknown>"
-        cause = (record.get("cause") or {}).get("text", "")
+    def _on_compile(self, record: rec.Compile) -> None:
+        site = record.site or UNKNOWN_SITE
+        cause = record.cause.get("text", "")
         self.compiles += 1
-        self.compile_ns += compile_ns
-        self._metric("CompileTime", TIME, compile_ns)
-        self._count("UncachedCompile")
-        graph = self._graph(graph_hash)
-        graph.nodes = record.get("nodes", graph.nodes)
-        graph.inputs = record.get("inputs", graph.inputs)
-        graph.outputs = record.get("outputs", graph.outputs)
-        graph.compile_ns = compile_ns
-        graph.compiled_step = step
+        self.compile_ns += record.compile_ns
+        graph = self._graph(record.hash)
+        graph.nodes, graph.inputs, graph.outputs = record.nodes, record.inputs, record.outputs
+        graph.compile_ns = record.compile_ns
+        graph.compiled_step = record.step
         graph.site = site
         graph.cause = cause
-        graph.memory = dict(record.get("memory") or {})
+        graph.memory = dict(record.memory)
         entry = self.sites.get(site)
         if entry is None:
-            entry = self.sites[site] = _Site(step)
+            entry = self.sites[site] = _Site(record.step)
         entry.compiles += 1
         entry.graphs.add(graph.hash)
-        entry.compile_ns += compile_ns
-        entry.last_step = step
+        entry.compile_ns += record.compile_ns
+        entry.last_step = record.step
         entry.last_cause = cause
-        recompile = record.get("recompile")
+        recompile = record.recompile
         if recompile:
-            alert = Alert(step, site, graph.hash, str(recompile.get("previous", "")),
+            alert = Alert(record.step, site, graph.hash, str(recompile.get("previous", "")),
                           tuple(str(c) for c in recompile.get("changes") or ()), cause,
-                          int(recompile.get("graphs_at_site", entry.compiles)), compile_ns)
+                          int(recompile.get("graphs_at_site", entry.compiles)), record.compile_ns)
             graph.recompile = alert
             entry.alerts += 1
             self.alerts.append(alert)
 
-    def _on_compile_failed(self, record: dict) -> None:
-        self._count("CompileFailed")
-        message = str(record.get("message", "")).splitlines()
-        text = (f"step {record.get('step')} {short_site(record.get('site'))}: graph {str(record.get('hash', ''))[:12]} "
-                f"failed to compile: {message[0] if message else ''} (HLO: {record.get('hlo_path', '?')})")
+    def _on_compile_failed(self, record: rec.CompileFailed) -> None:
+        message = record.message.splitlines()
+        text = (f"step {record.step} {short_site(record.site)}: graph {record.hash[:12]} "
+                f"failed to compile: {message[0] if message else ''} (HLO: {record.hlo_path or '?'})")
         self.compile_failures.append(text)
         self.add_log(f"[xladev tui] {text}")
 
-    def _on_execute(self, record: dict) -> None:
-        graph_hash = str(record["hash"])
-        execute_ns = int(record.get("execute_ns", 0))
-        self._metric("ExecuteTime", TIME, execute_ns)
-        self._metric("TensorsGraphSize", VALUE, record.get("nodes", 0))
-        self._count("ExecuteGraph")
-        if record.get("cached"):
-            self._count("CachedCompile")
-        kind = (record.get("cause") or {}).get("kind")
-        if kind == "VALUE_ACCESS":
-            self._count("ValueAccessSync")
-        elif kind == "FALLBACK":
-            self._count("FallbackSync")
-        graph = self._graph(graph_hash)
+    def _on_execute(self, record: rec.Execute) -> None:
+        graph = self._graph(record.hash)
         if not graph.nodes:
-            graph.nodes = record.get("nodes", 0)
-            graph.inputs = record.get("inputs", 0)
-            graph.outputs = record.get("outputs", 0)
+            graph.nodes, graph.inputs, graph.outputs = record.nodes, record.inputs, record.outputs
         if not graph.site:
-            graph.site = record.get("site") or ""
+            graph.site = record.site or ""
         graph.executions += 1
-        graph.execute_ns += execute_ns
-        graph.ran_at(int(record.get("step", 0)))
+        graph.execute_ns += record.execute_ns
+        graph.ran_at(record.step)
 
-    def _on_transfer(self, record: dict) -> None:
-        nbytes = int(record.get("bytes", 0))
-        if record.get("dir") == "to_device":
-            self._metric("TransferToDeviceTime", TIME, record.get("ns", 0))
-            self._metric("OutboundData", BYTES, nbytes)
+    def _on_transfer(self, record: rec.Transfer) -> None:
+        if record.dir == "to_device":
             return
-        self._metric("TransferFromDeviceTime", TIME, record.get("ns", 0))
-        self._metric("InboundData", BYTES, nbytes)
-        kind = str(record.get("kind", "?"))
-        if kind in SCALAR_READS:
-            self._count("aten::_local_scalar_dense")
-        key = (kind, record.get("site") or "<unknown>")
+        key = (record.kind or "?", record.site or UNKNOWN_SITE)
         spot = self.transfers.get(key)
         if spot is None:
             spot = self.transfers[key] = [0, 0, 0]
         spot[0] += 1
-        spot[1] += nbytes
-        spot[2] = int(record.get("step", 0))
+        spot[1] += record.bytes
+        spot[2] = record.step
 
-    def _on_fallback(self, record: dict) -> None:
-        op = str(record.get("op", "?"))
-        self._count(op)
-        key = (op, record.get("site") or "<unknown>")
+    def _on_fallback(self, record: rec.Fallback) -> None:
+        key = (record.op, record.site or UNKNOWN_SITE)
         self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
 
-    def _on_cache_miss(self, record: dict) -> None:
-        self._count("DeviceDataCacheMiss")
-
-    def _on_step(self, record: dict) -> None:
+    def _on_step(self, record: rec.Step) -> None:
         self.steps += 1
-        self._count("MarkStep")
-        self.last_step = int(record.get("step", self.steps - 1))
-        interval = int(record.get("interval_ns", 0))
-        self.step_times.append(interval)
-        self.step_ns_total += interval
-        self._metric("StepTime", TIME, interval)
+        self.last_step = record.step
+        self.step_times.append(record.interval_ns)
+        self.step_ns_total += record.interval_ns
 
-    def _on_end(self, record: dict) -> None:
+    def _on_end(self, record: rec.End) -> None:
         self.ended = True
         if self.state in (WAITING, RUNNING):
-            self.set_state(FINISHED, f"the log ended ({record.get('reason', 'exit')}) after {self.steps} steps")
+            self.set_state(FINISHED, f"the log ended ({record.reason}) after {self.steps} steps")
 
     # ---- output -----------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> RunView:
         """The current view (cached until something changes)."""
         if self._snapshot is not None and self._snapshot.version == self.version:
             return self._snapshot
         steps = max(self.steps, 1)
-        header = self.header or {}
+        header = self.header or rec.Header(pid=None)
         sites = tuple(sorted((SiteRow(site, s.compiles, len(s.graphs), s.compile_ns, s.first_step, s.last_step,
                                       s.alerts, s.last_cause) for site, s in self.sites.items()),
                              key=lambda r: (-r.compiles, -r.compile_ns, r.site)))
@@ -541,10 +452,10 @@ class RunModel:
                      for name, (kind, count, total) in self.metrics.items()]
         counters.sort(key=lambda r: r.name)
         times = tuple(self.step_times)
-        snapshot = Snapshot(
+        snapshot = RunView(
             version=self.version, source=self.source,
-            command=str(header.get("command") or self.source), pid=header.get("pid"),
-            device=str(header.get("device") or ""), state=self.state, state_text=self.state_text(),
+            command=header.command or self.source, pid=header.pid,
+            device=header.device or "", state=self.state, state_text=self.state_text(),
             exit_code=self.exit_code, steps=self.steps, last_step=self.last_step, step_times=times,
             last_step_ns=times[-1] if times else None,
             mean_step_ns=(sum(times[-50:]) / len(times[-50:])) if times else None,
@@ -557,10 +468,10 @@ class RunModel:
 
 
 _HANDLERS = {
-    "header": RunModel._on_header, "ops": RunModel._on_ops, "graph": RunModel._on_graph,
-    "compile": RunModel._on_compile, "compile_failed": RunModel._on_compile_failed,
-    "execute": RunModel._on_execute, "transfer": RunModel._on_transfer, "fallback": RunModel._on_fallback,
-    "cache_miss": RunModel._on_cache_miss, "step": RunModel._on_step, "end": RunModel._on_end,
+    rec.Header: RunModel._on_header, rec.GraphText: RunModel._on_graph, rec.Compile: RunModel._on_compile,
+    rec.CompileFailed: RunModel._on_compile_failed, rec.Execute: RunModel._on_execute,
+    rec.Transfer: RunModel._on_transfer, rec.Fallback: RunModel._on_fallback, rec.Step: RunModel._on_step,
+    rec.End: RunModel._on_end,
 }
 
 
@@ -574,6 +485,6 @@ def model_from_lines(lines, source: str = "") -> RunModel:
 
 __all__ = [
     "Alert", "CounterRow", "DISCONNECTED", "ERROR", "EXITED", "FINISHED", "FallbackRow", "GraphRow", "HotSpot",
-    "LINE", "NOTICE", "OUTPUT", "RUNNING", "RunModel", "STATUS", "SiteRow", "Snapshot", "TRUNCATED", "WAITING",
-    "format_bytes", "format_ns", "format_value", "is_header", "model_from_lines", "short_site",
+    "LINE", "NOTICE", "OUTPUT", "RUNNING", "RunModel", "STATUS", "SiteRow", "RunView", "TRUNCATED", "WAITING",
+    "model_from_lines",
 ]

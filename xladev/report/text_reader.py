@@ -20,7 +20,7 @@ from typing import BinaryIO
 from xladev.report import fastpath
 from xladev.schema import units
 from xladev.report.debuglog import DebugLog
-from xladev.report.model import MetricBlock, Snapshot, SourceResult
+from xladev.report.model import MetricBlock, ReportSnapshot, SourceResult
 from xladev.report.names import (
     SERIES_ACCUMULATORS,
     SERIES_COUNTERS,
@@ -356,7 +356,7 @@ class TextReader:
         materialized.index = raw.index
         return materialized
 
-    def _parse_full(self, raw: _RawSnapshot) -> Snapshot:
+    def _parse_full(self, raw: _RawSnapshot) -> ReportSnapshot:
         metrics = {}
         for name, fields in raw.metrics.items():
             block = self._parse_metric(self._name(name), fields)
@@ -377,7 +377,7 @@ class TextReader:
             except ValueError:
                 continue  # already reported when the report was closed
             counter_lines[text_name] = fields["_line"]
-        return Snapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
+        return ReportSnapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
 
     def _parse_metric(self, name: str, fields: dict) -> MetricBlock | None:
         warn = self.source.warn
