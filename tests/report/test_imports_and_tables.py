@@ -16,25 +16,49 @@ from tests.report.helpers import fixture_path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_report_package_imports_neither_torch_nor_jax_nor_the_runtime():
-    # The parent package `xladev/__init__.py` starts the runtime; load the report modules under an
-    # empty `xladev` package so this checks only what the report code itself imports.
-    script = textwrap.dedent(f"""
-        import sys, types
-        package = types.ModuleType("xladev"); package.__path__ = [{str(REPO / "xladev")!r}]
-        sys.modules["xladev"] = package
-        import xladev.rules, xladev.report, xladev.schema.units, xladev.cli.report
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    # The real, installed package in a fresh interpreter (nothing of this test process leaks in).
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
+
+
+_HEAVY = ("sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'jax', 'jaxlib') "
+          "or name.startswith(('xladev.runtime', 'xladev.sinks', 'xladev.events')))")
+
+
+def test_import_xladev_report_loads_neither_torch_nor_jax():
+    result = _fresh_python(f"import sys, xladev.report; print({_HEAVY})")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_whole_report_loads_neither_torch_nor_jax_nor_the_runtime():
+    result = _fresh_python(f"""
+        import sys
+        import xladev, xladev.rules, xladev.report, xladev.schema, xladev.cli.report
         from xladev.report import compare, document, jsonout, markup, terminal
         report = xladev.report.load({str(fixture_path("fallback.metrics.txt"))!r})
         jsonout.dumps(jsonout.report_json(report))
         terminal.render_terminal(document.report_document(report))
-        loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "jax", "jaxlib")
-                        or name.startswith("xladev.runtime"))
-        print(loaded)
+        print({_HEAVY})
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_import_xladev_is_lazy_and_its_public_names_start_the_runtime():
+    result = _fresh_python(f"""
+        import sys
+        import xladev
+        before = {_HEAVY}
+        assert "device" in xladev.__all__ and "device" in dir(xladev)
+        import torch
+        t = torch.ones(2, device=xladev.device()) * 2
+        xladev.mark_step()
+        print(before, t.cpu().tolist(), "xladev.runtime.device" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] [2.0, 2.0] True"
 
 
 def test_dataframes():

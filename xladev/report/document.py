@@ -11,6 +11,7 @@ import math
 
 from xladev import rules
 from xladev.schema import units
+from xladev.schema.sites import short_site
 from xladev.report.diagnose import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
 
@@ -183,7 +184,7 @@ def _debug_tables(report) -> list:
     items = []
     sites = report.compile_sites
     if len(sites):
-        rows = [[_short_site(row.site), _count(row.compiles), _count(row.graphs), _count(row.executions)]
+        rows = [[short_site(row.site), _count(row.compiles), _count(row.graphs), _count(row.executions)]
                 for row in sites.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Compiles and executions by Python site", ["Site", "Compiles", "Graphs", "Executions"],
                            rows, ["l", "r", "r", "r"]))
@@ -193,11 +194,6 @@ def _debug_tables(report) -> list:
                 for row in causes.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Causes (PT_XLA_DEBUG)", ["Cause", "Compiles", "Executions"], rows, ["l", "r", "r"]))
     return items
-
-
-def _short_site(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if path else site
 
 
 def _ranks_table(report) -> Table | None:

@@ -1,0 +1,198 @@
+"""The layers, read from the imports: runtime → events → sinks → schema → report and TUI (docs/architecture.md).
+
+Every `import` statement counts, at module level or inside a function (a function-level import is
+still a dependency, and the usual way a cycle hides), except those under `if TYPE_CHECKING:`.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "jax", "jaxlib")
+
+# Each layer: the xladev modules it may import (besides its own), and whether torch/jax may be imported.
+# Shared leaves hold tables and pure functions every layer may use.
+LEAVES = ("xladev.schema", "xladev._flags", "xladev.rules", "xladev.fallback_reasons", "xladev.graphdiff")
+LAYERS = {
+    "leaf": (LEAVES, False),
+    "events": (LEAVES, False),
+    "runtime": (("xladev.events",) + LEAVES, True),
+    "sinks": (("xladev.events",) + LEAVES, False),
+    "report": (LEAVES + ("xladev.dumps",), False),
+    "tui": (LEAVES, False),
+    "dumps": (LEAVES, False),
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a module belongs to; None for the top (the package, CLI, public debug API)."""
+    if module.startswith(LEAVES):
+        return "leaf"
+    for prefix, layer in (("xladev.runtime", "runtime"), ("xladev.events", "events"), ("xladev.sinks", "sinks"),
+                          ("xladev.report", "report"), ("xladev_tui", "tui"), ("xladev.dumps", "dumps")):
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return None
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "tui":
+        parts[0] = "xladev_tui"  # installed under its own name (pyproject's package-dir)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module a source imports (absolute names; `from a import b` also yields `a.b`)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking_only(child):
+                for orelse in child.orelse:
+                    visit(orelse)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = module.split(".")
+                    if not is_package:
+                        base = base[:-1]
+                    base = base[:len(base) - (child.level - 1)]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                found.add(target)
+                found.update(f"{target}.{alias.name}" for alias in child.names)
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def violations(module: str, imported: set[str]) -> list[str]:
+    """The imports of `module` that go against the layer order."""
+    layer = layer_of(module)
+    if layer is None:
+        return []
+    allowed, heavy_ok = LAYERS[layer]
+    bad = []
+    for target in sorted(imported):
+        root = target.split(".")[0]
+        if root in HEAVY:
+            if not heavy_ok:
+                bad.append(f"{module} imports {target} ({layer} may not import torch or jax)")
+            continue
+        if root not in ("xladev", "xladev_tui", "tui"):
+            continue
+        if root == "tui":
+            bad.append(f"{module} imports {target}: the TUI is installed as xladev_tui")
+            continue
+        target_layer = layer_of(target)
+        if target in ("xladev",) or target_layer == layer:
+            continue
+        if target_layer is None:
+            # `from xladev import fallback_reasons` names the leaf as `xladev.fallback_reasons` too.
+            if target.startswith(LEAVES) or any(target.startswith(a) for a in allowed):
+                continue
+            bad.append(f"{module} ({layer}) imports {target} (the package top: CLI, debug API)")
+        elif not target.startswith(allowed):
+            bad.append(f"{module} ({layer}) imports {target} ({target_layer})")
+    return bad
+
+
+def _sources():
+    for path in sorted(list((ROOT / "xladev").rglob("*.py")) + list((ROOT / "tui").rglob("*.py"))):
+        yield module_name(path), path.name == "__init__.py", path.read_text()
+
+
+def _graph() -> dict[str, set[str]]:
+    return {module: imports_of(text, module, is_package) for module, is_package, text in _sources()}
+
+
+def test_no_import_goes_against_the_layers():
+    graph = _graph()
+    bad = [line for module, imported in graph.items() for line in violations(module, imported)]
+    assert not bad, "imports against runtime → events → sinks → schema → report/TUI:\n" + "\n".join(bad)
+
+
+def test_the_check_fails_on_each_kind_of_wrong_edge():
+    # The checker itself, on sources that break each rule: it must name every one.
+    cases = {
+        "xladev.sinks.fake": "from xladev.runtime.ir import Graph",
+        "xladev.report.fake": "def f():\n    import torch",
+        "xladev.events.fake": "from xladev.sinks import metrics",
+        "xladev.schema.fake": "import xladev.events",
+        "xladev_tui.fake": "from xladev.report import load",
+    }
+    for module, source in cases.items():
+        assert violations(module, imports_of(source, module, False)), module
+    allowed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from xladev.runtime.ir import Graph\n"
+    assert not violations("xladev.sinks.fake", imports_of(allowed, "xladev.sinks.fake", False))
+
+
+def _cycles(graph: dict[str, set[str]], prefix: str) -> list[list[str]]:
+    """Strongly connected components of more than one module among modules starting with `prefix`."""
+    nodes = {m for m in graph if m.startswith(prefix)}
+    # A module importing its own package (`from xladev.schema import units`) runs that package's
+    # `__init__`, which re-exports its modules: the usual package pattern, not a cycle of dependencies.
+    edges = {m: {t for t in graph[m] if t in nodes and t != m and not m.startswith(t + ".")} for m in nodes}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def connect(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(nodes):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert _cycles(graph, "p.") == [["p.a", "p.b", "p.c"]]
+
+
+@pytest.mark.parametrize("package", ["xladev.runtime", "xladev.sinks", "xladev.report", "xladev.schema",
+                                     "xladev.events", "xladev_tui"])
+def test_no_import_cycles(package):
+    cycles = _cycles(_graph(), package)
+    assert not cycles, f"import cycles in {package}: " + "; ".join(" ↔ ".join(c) for c in cycles)
