@@ -175,7 +175,7 @@ def test_sigkill_leaves_only_complete_parseable_lines(tmp_path):
     assert not any(r["type"] == "end" for r in records)
     assert b"\n" not in tail  # at most one cut line at the end (readers skip it)
     # The TUI's model and the report both read it.
-    from tui.model import model_from_lines
+    from xladev_tui.run_model import model_from_lines
 
     model = model_from_lines([line.decode() for line in complete])
     assert model.steps >= 6 and model.compiles >= 2 and model.alerts

@@ -28,9 +28,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from tui.app import XladevTUI  # noqa: E402
-from tui.model import RunModel  # noqa: E402
-from tui.sources import FileTailSource  # noqa: E402
+from xladev_tui.app import XladevTUI  # noqa: E402
+from xladev_tui.run_model import RunModel  # noqa: E402
+from xladev_tui.sources import FileTailSource  # noqa: E402
 
 WRITER = textwrap.dedent("""
     import json, sys, time

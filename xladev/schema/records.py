@@ -117,6 +117,14 @@ def _field_checks(cls) -> list:
 
 
 # ---------------------------------------------------------------- the record types
+@dataclasses.dataclass(slots=True)
+class _Timed(Record):
+    """An event's record: `t` ns since the log started, and the runtime step it belongs to."""
+
+    t: int = 0
+    step: int = 0
+
+
 # `cause` is {"kind": CauseKind name, "text": what PT_XLA_DEBUG prints, "detail": ...};
 # `site` is `file:line (function)` of the user's frame and `frame` the same as {"file","line","name"}.
 
@@ -143,13 +151,11 @@ class Header(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphText(Record):
+class GraphText(_Timed):
     """A graph's IR text, written once per graph hash before its first compile or execute record."""
 
     TYPE: ClassVar[str] = "graph"
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
-    t: int = 0
-    step: int = 0
     hash: str = ""
     nodes: int = 0
     inputs: int = 0
@@ -158,14 +164,12 @@ class GraphText(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Compile(Record):
+class Compile(_Timed):
     """A graph compiled. `recompile` is set when its site had compiled another graph before:
     {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
 
     TYPE: ClassVar[str] = "compile"
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
-    t: int = 0
-    step: int = 0
     hash: str = ""
     nodes: int = 0
     inputs: int = 0
@@ -186,10 +190,8 @@ class Compile(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class CompileFailed(Record):
+class CompileFailed(_Timed):
     TYPE: ClassVar[str] = "compile_failed"
-    t: int = 0
-    step: int = 0
     hash: str = ""
     message: str = ""
     hlo_path: str = ""
@@ -199,11 +201,9 @@ class CompileFailed(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Execute(Record):
+class Execute(_Timed):
     TYPE: ClassVar[str] = "execute"
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
-    t: int = 0
-    step: int = 0
     hash: str = ""
     execute_ns: int = 0
     cached: bool = False
@@ -216,12 +216,10 @@ class Execute(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Step(Record):
+class Step(_Timed):
     """A step barrier ended; `interval_ns` is the time since the previous one (or the log's start)."""
 
     TYPE: ClassVar[str] = "step"
-    t: int = 0
-    step: int = 0
     duration_ns: int = 0
     interval_ns: int = 0
     cause: dict = dataclasses.field(default_factory=dict)
@@ -230,12 +228,10 @@ class Step(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Transfer(Record):
+class Transfer(_Timed):
     """A copy: `dir` is `to_device` (with `count` uploads) or `from_device` (with the access `kind`)."""
 
     TYPE: ClassVar[str] = "transfer"
-    t: int = 0
-    step: int = 0
     dir: str = "from_device"
     bytes: int = 0
     ns: int = 0
@@ -253,12 +249,10 @@ class Transfer(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Ops(Record):
+class Ops(_Timed):
     """Ops recorded since the last barrier; `tracing_count` of them timed, `tracing_ns` in total."""
 
     TYPE: ClassVar[str] = "ops"
-    t: int = 0
-    step: int = 0
     counts: dict = dataclasses.field(default_factory=dict)
     tracing_ns: int = 0
     tracing_count: int = 0
@@ -266,31 +260,25 @@ class Ops(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class Fallback(Record):
+class Fallback(_Timed):
     TYPE: ClassVar[str] = "fallback"
-    t: int = 0
-    step: int = 0
     op: str = "?"
     site: str | None = None
     frame: dict | None = None
 
 
 @dataclasses.dataclass(slots=True)
-class CacheMiss(Record):
+class CacheMiss(_Timed):
     """A Python scalar uploaded because it was not in the scalar cache."""
 
     TYPE: ClassVar[str] = "cache_miss"
-    t: int = 0
-    step: int = 0
     value: Any = None
     dtype: str = ""
 
 
 @dataclasses.dataclass(slots=True)
-class GraphGrowing(Record):
+class GraphGrowing(_Timed):
     TYPE: ClassVar[str] = "graph_growing"
-    t: int = 0
-    step: int = 0
     ops: int = 0
     site: str | None = None
     frame: dict | None = None
