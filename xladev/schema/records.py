@@ -39,28 +39,31 @@ def _transient(default=None, factory=None):
     return dataclasses.field(default=default, metadata={"transient": True}, compare=False)
 
 
-_CHECKS: dict[Any, tuple[type, ...]] = {
-    int: (int,), float: (int, float), str: (str,), bool: (bool,), dict: (dict,), list: (list,),
+# The exact Python types `json.loads` gives for a field's annotation. Exact, not isinstance: JSON's
+# `true` is a bool, which isinstance would also accept as an int.
+_JSON_TYPES: dict[Any, frozenset] = {
+    int: frozenset({int}), float: frozenset({int, float}), str: frozenset({str}), bool: frozenset({bool}),
+    dict: frozenset({dict}), list: frozenset({list}),
 }
 
 
-def _accepts(annotation) -> tuple[tuple[type, ...], bool]:
-    """(types a JSON value may have, whether None is allowed) for a field annotation."""
+def _accepts(annotation) -> frozenset | None:
+    """The JSON value types a field annotation accepts (`NoneType` when it may be null); None: any."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        allowed: tuple[type, ...] = ()
-        nullable = False
+        accepted: frozenset = frozenset()
         for arg in typing.get_args(annotation):
             if arg is type(None):
-                nullable = True
-            else:
-                allowed += _accepts(arg)[0]
-        return allowed, nullable
-    if origin is not None:
-        annotation = origin
+                accepted |= {type(None)}
+                continue
+            inner = _accepts(arg)
+            if inner is None:
+                return None
+            accepted |= inner
+        return accepted
     if annotation is typing.Any:
-        return (object,), True
-    return _CHECKS.get(annotation, (object,)), False
+        return None
+    return _JSON_TYPES.get(origin if origin is not None else annotation)
 
 
 @dataclasses.dataclass(slots=True)
@@ -89,18 +92,15 @@ class Record:
             if data.get(name) is None:
                 raise RecordError(f"{cls.TYPE} record without its {name!r} field")
         values = {}
-        for f, (allowed, nullable) in _field_checks(cls):
-            if f.name not in data:
+        for name, accepted, to_float in _field_checks(cls):
+            if name not in data:
                 continue
-            value = data[f.name]
-            if value is None and nullable:
-                values[f.name] = None
-                continue
-            # JSON has no bool/int distinction for Python (True is an int): a bool counts only where one is expected.
-            if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed and object not in allowed):
-                raise RecordError(f"{cls.TYPE} record: field {f.name!r} is {type(value).__name__} {str(value)[:40]!r}, "
-                                  f"expected {' or '.join(t.__name__ for t in allowed)}")
-            values[f.name] = float(value) if allowed == (int, float) else value
+            value = data[name]
+            if accepted is not None and type(value) not in accepted:
+                expected = " or ".join(sorted("null" if t is type(None) else t.__name__ for t in accepted))
+                raise RecordError(f"{cls.TYPE} record: field {name!r} is {type(value).__name__} {str(value)[:40]!r}, "
+                                  f"expected {expected}")
+            values[name] = float(value) if to_float and value is not None else value
         return cls(**values)
 
 
@@ -108,11 +108,17 @@ _FIELD_CHECKS: dict[type, list] = {}
 
 
 def _field_checks(cls) -> list:
+    """(name, accepted JSON types or None, whether an int becomes a float) per written field of `cls`."""
     checks = _FIELD_CHECKS.get(cls)
     if checks is None:
         hints = typing.get_type_hints(cls)
-        checks = _FIELD_CHECKS[cls] = [(f, _accepts(hints[f.name])) for f in dataclasses.fields(cls)
-                                       if not f.metadata.get("transient")]
+        checks = []
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("transient"):
+                continue
+            accepted = _accepts(hints[f.name])
+            checks.append((f.name, accepted, accepted is not None and float in accepted))
+        _FIELD_CHECKS[cls] = checks
     return checks
 
 
