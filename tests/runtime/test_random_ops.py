@@ -20,7 +20,7 @@ import xladev
 from xladev.events import FallbackOp, bus
 from xladev.runtime.coverage._random_check import _distribution
 from xladev.runtime.coverage._random_specs import RANDOM_CHECKS, cdf_at, mean_within, require
-from xladev.runtime.coverage._check import _Watch
+from xladev.runtime.coverage._sample import _Watch
 
 DEV = "xla"
 

@@ -2,153 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
 
 import torch
 from torch.utils import _pytree as pytree
 
+from xladev.runtime import meta
+from xladev.runtime.coverage._invariants import OUTPUT_CHECKS
 from xladev.runtime.coverage._plan import (
     CPU_ARGS, FLOAT_ONLY, NO_SAMPLES, SKIP, TOLERANCE_OVERRIDES, TOLERANCES, CheckResult, OpResult,
 )
+from xladev.runtime.coverage._random_check import RANDOM_CHECKS, check_random
+from xladev.runtime.coverage._sample import (
+    _call, _dtype_name, _fresh_cpu, _Incomparable, _Random, _read_back, _same, _samples, _tensors, _to_xla, _Watch,
+    settle, short_error,
+)
 
 
-# ---- running one sample ------------------------------------------------------------------------------
-class _Incomparable(Exception):
-    """The CPU itself rejects the sample (or it has nothing to differentiate): not counted."""
-
-
-class _Random(Exception):
-    """Two CPU runs of the same sample differ: the op is random and cannot be compared."""
-
-
-class _Watch:
-    """Collects CPU fallbacks and lowered op names from the event bus while active.
-
-    Lowered ops are only counted inside `ops_of_interest()`: the op under test, not the transfers
-    around it (uploading an input records `empty_strided`, for instance).
-    """
-
-    def __init__(self) -> None:
-        self.fallbacks: set[str] = set()
-        self.lowered: set[str] = set()
-        self.random_draws = 0
-        self._counting = False
-
-    def __call__(self, event) -> None:
-        from xladev.events import FallbackOp, OpsRecorded
-
-        if isinstance(event, FallbackOp):
-            self.fallbacks.add(event.name)
-        elif isinstance(event, OpsRecorded) and self._counting:
-            self.lowered.update(n for n in event.counts if n.startswith("aten::"))
-            self.random_draws += event.counts.get("xla::rng", 0)  # random ops record as xla::rng
-
-    @contextlib.contextmanager
-    def active(self):
-        import xladev
-        from xladev.events import FallbackOp, OpsRecorded, bus
-
-        xladev.mark_step()  # flush what earlier code recorded, so it is not counted here
-        sub = bus.subscribe(self, (FallbackOp, OpsRecorded))
-        try:
-            yield self
-        finally:
-            try:
-                xladev.mark_step()
-            finally:
-                sub.close()
-
-    @contextlib.contextmanager
-    def ops_of_interest(self):
-        """Counts the ops recorded inside the block; a barrier on each side delimits them."""
-        import xladev
-
-        xladev.mark_step()  # the inputs' uploads are flushed uncounted
-        self._counting = True
-        try:
-            yield
-            xladev.mark_step()  # a barrier always flushes the op counts into an OpsRecorded event
-        finally:
-            self._counting = False
-
-
-def _is_xla(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.device.type == "xla"
-
-
-def _xla_device_arg(value):
-    """`device='cpu'` in a factory sample becomes the xla device."""
-    if isinstance(value, torch.device) and value.type == "cpu":
-        return torch.device("xla", 0)
-    if isinstance(value, str) and value == "cpu":
-        return "xla"
-    return value
-
-
-def names_another_device(sample) -> bool:
-    """Whether a sample asks for a device other than the CPU (`device='cuda'` in factory samples, which
-    PyTorch's OpInfos add when CUDA is present): the oracle then ran there, and xla cannot stand in."""
-
-    def other(value) -> bool:
-        if isinstance(value, str):
-            return value.split(":")[0] in ("cuda", "mps", "xpu", "meta")
-        return isinstance(value, torch.device) and value.type not in ("cpu", "xla")
-
-    return any(other(v) for v in list(sample.args) + list(sample.kwargs.values()))
-
-
-def _to_xla(sample, requires_grad: bool = False, keep_args_on_cpu: bool = False):
-    def move(t):
-        if isinstance(t, torch.dtype):
-            return t
-        out = t.detach().to("xla")
-        if requires_grad and t.requires_grad:
-            out.requires_grad_(True)
-        return out
-
-    args = sample.args
-    moved = sample.transform(move)
-    if keep_args_on_cpu:
-        moved.args = args
-    moved.args = tuple(_xla_device_arg(a) for a in moved.args)
-    if "device" in moved.kwargs:
-        moved.kwargs = dict(moved.kwargs, device=_xla_device_arg(moved.kwargs["device"]))
-    return moved
-
-
-def _fresh_cpu(sample):
-    """A copy of the sample, so that an op writing to its inputs cannot change the next run."""
-
-    def copy(t):
-        if isinstance(t, torch.dtype):
-            return t
-        out = t.detach().clone()
-        if t.requires_grad:
-            out.requires_grad_(True)
-        return out
-
-    return sample.transform(copy)
-
-
-def _call(op, sample):
-    return op(sample.input, *sample.args, **sample.kwargs)
-
-
-def _read_back(value, what: str):
-    """CPU copies of the device tensors in `value` (a tensor, a number or a nest of them)."""
-
-    def down(v):
-        if isinstance(v, torch.Tensor):
-            if not _is_xla(v):
-                raise AssertionError(f"{what} is on {v.device}, not on xla")
-            return v.detach().cpu()
-        return v
-
-    return pytree.tree_map(down, value)
-
-
+# ---- comparing ------------------------------------------------------------------------------------------
 def _tolerance(value, name: str) -> tuple[float, float]:
     dtype = value.dtype if isinstance(value, torch.Tensor) else (torch.float32 if isinstance(value, float) else None)
     if dtype is not None and dtype.is_complex:
@@ -164,8 +36,6 @@ def _compare(actual, expected, name: str, sample=None) -> None:
     An op whose outputs are not unique (a factorisation's signs, the order of eigenvalues) or whose
     accuracy follows its conditioning is compared by its entry in `OUTPUT_CHECKS` instead.
     """
-    from xladev.runtime.coverage._invariants import OUTPUT_CHECKS
-
     check = OUTPUT_CHECKS.get(name)
     if check is not None and sample is not None:
         check(actual, expected, sample)
@@ -183,25 +53,6 @@ def _compare(actual, expected, name: str, sample=None) -> None:
         except AssertionError as exc:
             where = f"output {i}: " if len(exp_leaves) > 1 else ""
             raise AssertionError(where + str(exc)) from None
-
-
-def short_error(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    text = " ".join(lines[:4]) if isinstance(exc, AssertionError) else (lines[0] if lines else "")
-    return f"{type(exc).__name__}: {text}"[:300]
-
-
-def _same(a, b) -> bool:
-    try:
-        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
-        return True
-    except Exception:
-        return False
-
-
-def _tensors(sample) -> list[torch.Tensor]:
-    leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
-    return [t for t in leaves if isinstance(t, torch.Tensor)]
 
 
 def _forward_sample(op, sample, watch) -> str | None:
@@ -284,29 +135,6 @@ def _backward_sample(op, sample, watch) -> str | None:
     return _mismatch(op, run_on_xla, list(expected), watch, None)
 
 
-_SEED = 1234
-
-
-def _samples(op, dtype, requires_grad: bool, limit: int) -> list:
-    """The first `limit` samples, seeded before each one as `OpInfo.sample_inputs` does.
-
-    `sample_inputs_func` is called directly: `OpInfo.sample_inputs` inspects the Python stack to find
-    the calling test (a quarter of a second per call), which a sweep does not need.
-    """
-    torch.manual_seed(_SEED)
-    samples = iter(op.sample_inputs_func(op, "cpu", dtype, requires_grad))
-    out = []
-    while len(out) < limit:
-        torch.manual_seed(_SEED + len(out))
-        try:
-            sample = next(samples)
-        except StopIteration:
-            break
-        if not names_another_device(sample):
-            out.append(sample)
-    return out
-
-
 def _run_check(op, plan, runner, budget_s: float) -> CheckResult:
     """Runs `runner(op, sample, watch)` over the (dtype, samples) pairs of `plan` and classifies the outcome."""
     result = CheckResult()
@@ -337,43 +165,12 @@ def _run_check(op, plan, runner, budget_s: float) -> CheckResult:
     return settle(result, watch, failure, notes[0] if notes else "no samples")
 
 
-def settle(result: CheckResult, watch: _Watch, failure: str | None, why_none: str = "no samples") -> CheckResult:
-    """Fills in `result` once its samples ran: the ops `watch` saw, and the status they and `failure` give.
-
-    Args:
-      result: the check's result, with `samples` counted.
-      watch: what ran during the check (fallbacks, lowered ops).
-      failure: why a sample failed, or None.
-      why_none: the reason given when no sample was compared.
-
-    Returns:
-      `result`: failing, skipped (nothing compared), fallback (some op ran on the CPU) or lowered.
-    """
-    result.fallbacks = sorted(watch.fallbacks)
-    result.lowered = sorted(watch.lowered)
-    if failure:
-        result.status, result.reason = "failing", failure
-    elif not result.samples:
-        result.status, result.reason = "skipped", why_none
-    elif result.fallbacks:
-        result.status, result.reason = "fallback", ", ".join(result.fallbacks)
-    else:
-        result.status = "lowered"
-    return result
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _isolate() -> None:
     """Starts each op from empty meta memos, so that its result never depends on the ops checked before
     it in the same process. Two runtime memos leak between unrelated calls: the ops found without a
     meta kernel are remembered per op, not per signature (after one `x[mask]`, every later
     `x[indices]` falls back), and the meta cache key flattens arguments (`sum(x, [1])` and
     `sum(x, [], True)` share a key). Clearing them costs some meta inference, nothing else."""
-    from xladev.runtime import meta
-
     meta._unsupported.clear()
     meta._cache.clear()
     meta._view_cache.clear()
@@ -396,8 +193,6 @@ def check_op(op, *, max_samples: int = 3, extra_dtypes: bool = True, backward: b
     name = op.full_name
     _isolate()
     if name in SKIP:
-        from xladev.runtime.coverage._random_check import RANDOM_CHECKS, check_random
-
         if name in RANDOM_CHECKS:
             return check_random(op, budget_s=budget_s)
         return OpResult(name, CheckResult("skipped", SKIP[name]), CheckResult("skipped", SKIP[name]))

@@ -9,8 +9,9 @@ import threading
 import time
 from typing import Iterable
 
-from xladev.runtime.coverage._check import check_op, short_error
+from xladev.runtime.coverage._check import check_op
 from xladev.runtime.coverage._plan import CheckResult, OpResult, Summary, op_db
+from xladev.runtime.coverage._sample import short_error
 
 
 # ---- isolation: each op runs in a worker process --------------------------------------------------
