@@ -36,3 +36,13 @@ def test_import_xladev_still_registers_the_device_in_child_processes():
     code = "import torch, xladev; print((torch.ones(2, device='xla') + 1).tolist())"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[2.0, 2.0]", result.stderr
+
+
+def test_version_and_bad_option_values(tmp_path):
+    result = _run("--version")
+    assert result.stdout.startswith("xladev ") and result.returncode == 0
+    report = tmp_path / "m.txt"
+    report.write_text("Counter: MarkStep\n  Value: 3\n")
+    for width in ("0", "abc"):
+        result = _run("report", str(report), "--width", width)
+        assert result.returncode == 2 and "--width" in result.stderr, result.stderr

@@ -28,6 +28,9 @@ RUNTIME_COMMANDS = {"coverage", "doctor", "capture"}
 
 def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, dict]:
     parser = argparse.ArgumentParser(prog="xladev", description="xladev: lazy XLA device for PyTorch, and its debug toolkit")
+    from xladev import __version__
+
+    parser.add_argument("--version", action="version", version=f"xladev {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     wanted = argv[0] if argv and argv[0] in COMMANDS else None

@@ -26,6 +26,17 @@ examples:
 """
 
 
+def _width(text: str) -> int:
+    """A text width for argparse: a whole number of columns, at least 20 (narrower cannot hold a table)."""
+    try:
+        width = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of columns: {text!r}") from None
+    if width < 20:
+        raise argparse.ArgumentTypeError(f"{width} columns is too narrow: use at least 20")
+    return width
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Registers the ``report`` command.
 
@@ -48,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--compare", action="store_true", help="compare two runs: INPUT A and INPUT B")
     mode.add_argument("--single-run", action="store_true", help="read all inputs as one run, never compare")
-    parser.add_argument("--width", type=int, default=None,
+    parser.add_argument("--width", type=_width, default=None,
                         help="text width for --format text (default: the terminal's, at most 100)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour in --format text (default: auto)")
