@@ -25,9 +25,9 @@ __version__ = "0.1.0"
 _RUNTIME_NAMES = {
     "ConfigError": "xladev._flags", "config": "xladev._flags",
     "device": "xladev.runtime.device", "device_count": "xladev.runtime.device", "devices": "xladev.runtime.device",
-    "XlaCompileError": "xladev.runtime.executor", "GraphGrowthWarning": "xladev.runtime.recorder",
+    "XlaCompileError": "xladev.runtime.compilation", "GraphGrowthWarning": "xladev.runtime.recorder",
     "DeviceLoader": "xladev.runtime.training", "add_step_closure": "xladev.runtime.training",
-    "initialize_cache": "xladev.runtime.training", "manual_seed": "xladev.runtime.training",
+    "initialize_cache": "xladev.runtime.compilation", "manual_seed": "xladev.runtime.training",
     "mark_step": "xladev.runtime.training", "optimizer_step": "xladev.runtime.training",
     "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
 }
@@ -38,11 +38,10 @@ if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads thes
     from xladev import debug
     from xladev._flags import ConfigError, config
     from xladev.runtime.device import device, device_count, devices
-    from xladev.runtime.executor import XlaCompileError
+    from xladev.runtime.compilation import XlaCompileError, initialize_cache
     from xladev.runtime.recorder import GraphGrowthWarning
     from xladev.runtime.training import (
-        DeviceLoader, add_step_closure, initialize_cache, manual_seed, mark_step, optimizer_step, sync,
-        wait_device_ops,
+        DeviceLoader, add_step_closure, manual_seed, mark_step, optimizer_step, sync, wait_device_ops,
     )
 
 _start_lock = _threading.RLock()

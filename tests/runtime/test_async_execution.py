@@ -124,7 +124,7 @@ def failing_op():
 
 @pytest.mark.parametrize("sync", [False, True], ids=["overlapped", "XLADEV_SYNC_EXECUTION"])
 def test_a_graph_failing_while_running_names_its_hash_and_the_process_goes_on(failing_op, dev, tmp_path, sync):
-    from xladev.runtime.executor import XlaExecutionError
+    from xladev.runtime.execution import XlaExecutionError
 
     xladev.mark_step(wait=True)
     hlo = tmp_path / "failed.hlo.txt"

@@ -105,9 +105,9 @@ def test_pt_xla_debug_the_event_log_and_the_report_say_it(tmp_path):
 
 
 def test_deep_chains_are_cut_into_bounded_fusions(monkeypatch):
-    from xladev.runtime import executor
+    from xladev.runtime import graph_lowering
 
-    monkeypatch.setattr(executor, "FUSION_DEPTH_CUT", 64)
+    monkeypatch.setattr(graph_lowering, "FUSION_DEPTH_CUT", 64)
     xladev.mark_step()
     x = _grow(300)
     total = x.sum()

@@ -243,7 +243,7 @@ def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
     xladev.mark_step()
     recorded = events.of(OpsRecorded)
     assert recorded and sum(e.counts.get("aten::slice", 0) for e in recorded) == 1
-    assert t._st.sid not in __import__("xladev.runtime.tensor", fromlist=["pending"]).pending
+    assert t._st.sid not in __import__("xladev.runtime.storage", fromlist=["pending"]).pending
 
 
 def test_inplace_ops_pick_the_functional_overload_by_argument_types(dev):

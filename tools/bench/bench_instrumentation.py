@@ -59,9 +59,9 @@ class HandlerClock:
 
     def __init__(self) -> None:
         self.ns = 0
-        import xladev.runtime.executor as executor
+        from xladev.runtime import stack
 
-        original = executor.capture_frames
+        original = stack.capture_frames
 
         def timed_frames(*args, **kwargs):
             start = time.perf_counter_ns()
@@ -70,7 +70,7 @@ class HandlerClock:
             finally:
                 self.ns += time.perf_counter_ns() - start
 
-        executor.capture_frames = timed_frames
+        stack.capture_frames = timed_frames
 
     def wrap_handlers(self) -> None:
         bus = xladev.events.bus

@@ -92,7 +92,7 @@ class CaseResult:
 def _lower_seconds(graph) -> float:
     """Lowers `graph` to StableHLO again (not compiling) and returns the seconds it took."""
     from xladev.runtime import backend
-    from xladev.runtime.executor import graph_function
+    from xladev.runtime.graph_lowering import graph_function
 
     avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype)) for n in graph.inputs]
     start = time.perf_counter()

@@ -26,9 +26,9 @@ _SHORT_METRICS = ("CompileTime", "ExecuteTime", "TransferToDeviceTime", "Transfe
 
 def _settle_executions() -> None:
     """Counts the graphs still running first, so a query right after `mark_step()` sees its execution."""
-    executor_module = sys.modules.get("xladev.runtime.executor")
-    if executor_module is not None:
-        executor_module.executor.settle()
+    execution_module = sys.modules.get("xladev.runtime.execution")
+    if execution_module is not None:
+        execution_module.execution.settle()
 
 
 def _settled_copy():

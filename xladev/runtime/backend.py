@@ -1,4 +1,4 @@
-"""The jax side of the device: which PJRT backend, its devices, and host<->device copies."""
+"""The jax side of the device: which PJRT backend, its devices (and `xla:N` indices), host<->device copies."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from xladev._flags import ConfigError, config
+from xladev.runtime import fork_guard
 
 _PLATFORM_FOR = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}
 
@@ -43,6 +44,33 @@ def jax_devices() -> tuple:
     if not devices:
         raise ConfigError(f"PJRT_DEVICE={wanted}: jax found no {platform} devices")
     return tuple(devices)
+
+
+def device_index(device) -> int:
+    """The index of an `xla` device argument (`device=`, `.to()`), checked against the devices that exist.
+
+    Args:
+      device: a torch.device, a string such as "xla:1", or None (xla:0).
+
+    Raises:
+      ValueError: that device does not exist in this process.
+    """
+    index = None if device is None else torch.device(device).index
+    # xla:0 always exists (or jax_devices raises); not asking keeps lazy factories from starting jax.
+    return 0 if not index else check_index(index)
+
+
+def check_index(index: int) -> int:
+    """`index`, if `xla:index` is one of this process's devices.
+
+    Raises:
+      ValueError: it is not (the one place that words this error).
+      ConfigError: PJRT_DEVICE names a backend jax cannot provide.
+    """
+    count = len(jax_devices())
+    if not 0 <= index < count:
+        raise ValueError(f"xla:{index} does not exist: this process has {count} xla device(s)")
+    return index
 
 
 def initialised() -> bool:
@@ -117,6 +145,11 @@ def to_jnp_dtype(dtype: torch.dtype):
 
 
 def put(array: np.ndarray, index: int = 0):
-    """Copies a host array to device `index`."""
+    """Copies a host array to device `index`.
+
+    Raises:
+      RuntimeError: in a forked child of a process that had started the device (fork_guard).
+    """
+    fork_guard.check()
     jax = jax_module()
     return jax.device_put(array, jax_devices()[index])

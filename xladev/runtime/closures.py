@@ -35,6 +35,11 @@ def raise_error() -> None:
         raise _errors.pop()
 
 
+def discard_error() -> None:
+    """Forgets the failure of a closure not yet re-raised (`Executor.reset`)."""
+    _errors.clear()
+
+
 def wait() -> None:
     """Waits for the closures submitted so far, then re-raises a failure among them."""
     if _pool is not None:

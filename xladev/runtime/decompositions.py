@@ -13,11 +13,12 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from xladev.runtime.lowering.registry import LOWERINGS, PYTORCH_DECOMPOSED
+from xladev.runtime.special_handlers import SPECIAL_HANDLERS
 
 aten = torch.ops.aten
 
-_table = dict(core_aten_decompositions())
-_table.update(get_decompositions([
+# The ops decomposed by PyTorch's table rather than a composite kernel (beyond core_aten_decompositions).
+_EXPLICIT = [
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten.native_dropout_backward,
     aten.logit_backward,
@@ -39,14 +40,14 @@ _table.update(get_decompositions([
     aten.ldexp,
     aten.narrow_copy, aten.unbind_copy, aten.as_strided_scatter, aten.logspace, aten.take,
     aten.native_dropout_backward, aten.multi_margin_loss, aten.embedding_bag,
-] + PYTORCH_DECOMPOSED))
+]
 
 # Decompositions that are worse than the CPU fallback or than the op's own lowering path:
 # data-dependent outputs must fall back (their meta kernel refuses them anyway).
 _EXCLUDED: set = set()
 
 
-def _composite_implicit(op):
+def composite_implicit(op):
     """`op.decompose` when `op` has a CompositeImplicitAutograd kernel, else None."""
     if not isinstance(op, torch._ops.OpOverload):
         return None
@@ -81,46 +82,57 @@ _composite_cache: dict = {}
 def _is_composite(func) -> bool:
     found = _composite_cache.get(func)
     if found is None:
-        found = _composite_cache[func] = _composite_implicit(func) is not None and not _is_special(func)
+        found = _composite_cache[func] = composite_implicit(func) is not None and not _is_special(func)
     return found
 
 
 def _is_special(func) -> bool:
-    from xladev.runtime.dispatch import SPECIAL_HANDLERS
-
     return func in SPECIAL_HANDLERS
 
 
-def _with_composites(op, fn):
+def with_composites(fn):
     """`fn` run with `_Composites` active (a decomposition's inner ops decompose fully).
 
-    A decomposition may decline some arguments (it returns NotImplemented): the op then runs on the CPU.
+    A decomposition may decline some arguments: it returns NotImplemented, and the caller runs the op
+    another way (on the CPU).
     """
 
     def run(*args, **kwargs):
         with _Composites():
-            out = fn(*args, **kwargs)
-        if out is NotImplemented:
-            from xladev.runtime.fallback import run_on_cpu
-
-            return run_on_cpu(op, args, kwargs)
-        return out
+            return fn(*args, **kwargs)
 
     run.__wrapped__ = fn
     return run
 
 
 class _Decompositions(dict):
-    """The explicit table, completed lazily by composite-implicit kernels. Lowered ops never decompose."""
+    """The explicit table, completed lazily by composite-implicit kernels. Lowered ops never decompose.
+
+    Filled on first use, when every lowering module (and `decompose_with_pytorch`) has registered.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._filled = False
+
+    def _fill(self) -> None:
+        table = dict(core_aten_decompositions())
+        table.update(get_decompositions(_EXPLICIT + PYTORCH_DECOMPOSED))
+        # Lowered ops keep their lowering; decompositions only fill gaps.
+        self.update({op: with_composites(fn) for op, fn in table.items()
+                     if op not in LOWERINGS and op not in _EXCLUDED})
+        self._filled = True
 
     def get(self, op, default=None):
+        if not self._filled:
+            self._fill()
         try:
             return self[op]
         except KeyError:
             pass
         except TypeError:  # unhashable: not an op
             return default
-        fn = None if op in LOWERINGS or op in _EXCLUDED else _composite_implicit(op)
+        fn = None if op in LOWERINGS or op in _EXCLUDED else composite_implicit(op)
         if fn is None:
             return default
         self[op] = fn
@@ -130,6 +142,4 @@ class _Decompositions(dict):
         return self.get(op) is not None
 
 
-# Lowered ops keep their lowering; decompositions only fill gaps.
-DECOMPOSITIONS = _Decompositions({op: _with_composites(op, fn) for op, fn in _table.items()
-                                  if op not in LOWERINGS and op not in _EXCLUDED})
+DECOMPOSITIONS = _Decompositions()

@@ -1,8 +1,8 @@
-"""Recording: every aten op on an XlaTensor arrives here and becomes IR, a view, or a CPU fallback.
+"""Routing: every aten op on an XlaTensor arrives here and becomes IR, a view, or a CPU fallback.
 
 Order of preference for an op: a special handler (copies, value reads), a jax lowering, one of
-PyTorch's decompositions, then the CPU fallback. Output shapes come from PyTorch's meta kernels,
-memoised by argument signature, so an op pays meta inference once per distinct signature, not per call.
+PyTorch's decompositions, then the CPU fallback. In-place and `out=` variants are recorded as their
+functional op, then written into their target (recording.py).
 """
 
 from __future__ import annotations
@@ -12,179 +12,23 @@ import time
 
 import torch
 
-from xladev._flags import config
-from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, getitem, scalar_node
+from xladev.events import Cause, CauseKind
+from xladev.runtime.decompositions import DECOMPOSITIONS
+from xladev.runtime.execution import execution
+from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.lowering.registry import LOWERINGS
-from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
-from xladev.runtime.opinfo_cache import op_traits
+from xladev.runtime.meta import MetaUnsupported
+from xladev.runtime.op_traits import op_traits
 from xladev.runtime.recorder import recorder
-from xladev.runtime.tensor import Storage, XlaTensor, torch_device
+from xladev.runtime.recording import device_of, mismatch, record, record_view, write_into
+from xladev.runtime.special_handlers import SPECIAL_HANDLERS
+from xladev.runtime.tensor import XlaTensor
 
 aten = torch.ops.aten
-# 0 and 1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
-_SPECIAL_SCALARS = () if config.no_special_scalars else (0, 1)
 _local = threading.local()
 
 
-def _mismatch(a: str, b: str) -> RuntimeError:
-    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
-
-
-_PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_format, torch.layout))
-
-
-def _flatten(args, kwargs, traits, device_ref):
-    """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
-
-    Returns:
-      (operands, template, key) where template is (args, kwargs-items) with SLOT for operands.
-    """
-    if not kwargs:
-        # Fast path, same results as `walk` below: positional device tensors, Python scalars and
-        # plain constants (most ops). Anything else (lists, CPU tensors, devices) takes the general walk.
-        operands = []
-        key = []
-        template = []
-        device = device_ref[0]
-        scalar_pos = traits.scalar_positions
-        for i, value in enumerate(args):
-            kind = type(value)
-            if kind is XlaTensor:
-                st = value._st
-                if device is None:
-                    device = st.device_index
-                elif device != st.device_index:
-                    raise _mismatch(f"xla:{device}", f"xla:{st.device_index}")
-                operands.append(st.value if value._chain is None else value._node())
-                key.append((value.shape, value.dtype))
-                template.append(SLOT)
-            elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
-                operands.append(scalar_node(value, torch.float64 if kind is float else torch.int64))
-                key.append(ScalarType(kind))
-                template.append(SLOT)
-            elif kind is int or kind is float or kind in _PLAIN_TYPES:
-                key.append((kind, value))  # True == 1 == 1.0 as dict keys, not as arguments
-                template.append(value)
-            else:
-                break
-        else:
-            device_ref[0] = device
-            return operands, (tuple(template), ()), tuple(key)
-    operands: list[Node] = []
-    key: list = []
-
-    def walk(value, is_scalar_arg):
-        if isinstance(value, XlaTensor):
-            index = value._st.device_index
-            if device_ref[0] is None:
-                device_ref[0] = index
-            elif device_ref[0] != index:
-                raise _mismatch(f"xla:{device_ref[0]}", f"xla:{index}")
-            operands.append(value._node())
-            key.append((value.shape, value.dtype))
-            return SLOT
-        if isinstance(value, torch.Tensor):
-            if value.dim() != 0 or value.device.type != "cpu":
-                raise _mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
-            # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
-            operands.append(scalar_node(value.item(), value.dtype))
-            key.append(((), value.dtype))
-            return SLOT
-        if isinstance(value, (list, tuple)):
-            key.append((list, len(value)))  # keeps the nesting: sum(x, [1]) is not sum(x, [], True)
-            out = tuple(walk(v, False) for v in value)
-            return out
-        if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
-            # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
-            # bias correction) reuses the compiled graph instead of recompiling it.
-            operands.append(scalar_node(value, _scalar_dtype(value)))
-            key.append(ScalarType(type(value)))
-            return SLOT
-        if isinstance(value, torch.device):
-            key.append("device")
-            return None
-        key.append((type(value), value))
-        return value
-
-    scalar_pos = traits.scalar_positions
-    template_args = tuple([walk(a, i in scalar_pos) for i, a in enumerate(args)])
-    # Keyword names are part of the key: f(x, a=True, b=False) is not f(x, b=True, a=False).
-    template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
-                            for k, v in kwargs.items()) if kwargs else ()
-    return operands, (template_args, template_kwargs), tuple(key)
-
-
-def _scalar_dtype(value) -> torch.dtype:
-    return torch.float64 if type(value) is float else torch.int64
-
-
-def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
-    """Records `func(*args, **kwargs)` as IR and returns the new device tensor(s).
-
-    Raises:
-      MetaUnsupported: no shape rule exists (the caller falls back to the CPU).
-      RuntimeError: the arguments are invalid for the op, exactly as eager PyTorch would say.
-    """
-    traits = op_traits(func)
-    device_ref = [device_index]
-    operands, template, key = _flatten(args, kwargs, traits, device_ref)
-    meta = infer_meta(func, key, args, kwargs)
-    if extra_meta:
-        meta = tuple(meta) + tuple(extra_meta)
-    if opdef is None:
-        opdef = LOWERINGS[func]
-    node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
-    index = device_ref[0] or 0
-    recorder.count(opdef.name)
-    if type(meta) is Meta:
-        return XlaTensor(Storage(node, index), meta)
-    outputs = []
-    for i, m in enumerate(meta):
-        if m is None:
-            outputs.append(None)
-        elif type(m) is Meta:
-            outputs.append(XlaTensor(Storage(getitem(node, i), index), m))
-        else:  # a list output (e.g. split-like functional ops)
-            raise MetaUnsupported(f"{func} returns nested outputs")
-    return type(meta)(outputs) if not isinstance(meta, list) else outputs
-
-
-def record_view(func, args, kwargs):
-    """Records a view op: the result shares the base's storage and extends its view chain."""
-    from xladev.runtime.views import ViewStep
-
-    base = args[0]
-    traits = op_traits(func)
-    device_ref = [base._st.device_index]
-    _, template, key = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
-    template = ((SLOT,) + template[0], template[1])
-    metas = view_meta(func, base, key, args, kwargs)
-    opdef = LOWERINGS.get(func)
-    if opdef is None:
-        raise MetaUnsupported(f"view op {func} has no lowering")
-    chain = base._chain or ()
-    recorder.count(opdef.name)
-    if isinstance(metas, list):
-        return [
-            XlaTensor(base._st, m[0], chain + (ViewStep(opdef, template, metas_tuple(metas), i),), m[1], m[2])
-            for i, m in enumerate(metas)
-        ]
-    meta, strides, offset = metas
-    return XlaTensor(base._st, meta, chain + (ViewStep(opdef, template, meta, None),), strides, offset)
-
-
-def metas_tuple(metas) -> tuple:
-    return tuple(m[0] for m in metas)
-
-
-def alias_of(t: XlaTensor) -> XlaTensor:
-    """A new tensor sharing `t`'s storage and view (detach, alias)."""
-    return XlaTensor(t._st, Meta(tuple(t.shape), t.dtype), t._chain, t.stride(), t.storage_offset())
-
-
 def _inplace(func, args, kwargs):
-    from xladev.runtime.decompositions import DECOMPOSITIONS
-
     self = args[0]
     target = op_traits(func).functional
     if torch.Tag.inplace_view in func.tags:
@@ -211,7 +55,7 @@ def _inplace_view(func, target, args, kwargs):
     self = args[0]
     target = _INPLACE_VIEW_TARGETS.get(func, target)
     if target is None or target not in LOWERINGS or not op_traits(target).is_view:
-        return _fallback(func, args, kwargs)
+        return run_on_cpu(func, args, kwargs)
     view = record_view(target, args, kwargs)
     self._chain = view._chain
     self._vnode = None
@@ -221,52 +65,12 @@ def _inplace_view(func, target, args, kwargs):
     return self
 
 
-def write_into(dst: XlaTensor, result, func_for_errors=None) -> None:
-    """Writes `result` (a device tensor) into `dst` and its aliases, with PyTorch's in-place checks."""
-    if not isinstance(result, XlaTensor):
-        raise MetaUnsupported(f"{func_for_errors} produced a non-device result")
-    if tuple(result.shape) != tuple(dst.shape):
-        if func_for_errors is not None and _broadcastable_to(tuple(result.shape), tuple(dst.shape)):
-            result = expand_to(result, tuple(dst.shape))
-        else:
-            raise RuntimeError(
-                f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(result.shape)}"
-            )
-    if result.dtype != dst.dtype:
-        if not torch.can_cast(result.dtype, dst.dtype):
-            raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type {_type_name(dst.dtype)}")
-        result = convert(result, dst.dtype)
-    dst._assign(result._node())
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
-
-
-def _broadcastable_to(src: tuple, dst: tuple) -> bool:
-    if len(src) > len(dst):
-        return False
-    for s, d in zip(reversed(src), reversed(dst)):
-        if s != d and s != 1:
-            return False
-    return True
-
-
-def expand_to(t: XlaTensor, shape: tuple) -> XlaTensor:
-    return record(aten.expand_copy.default, (t, list(shape)), {})
-
-
-def convert(t: XlaTensor, dtype: torch.dtype) -> XlaTensor:
-    return record(aten._to_copy.default, (t,), {"dtype": dtype})
-
-
 def _out_variant(func, args, kwargs):
     traits = op_traits(func)
     outs = [kwargs[name] for name in traits.out_names]
     for out in outs:
         if not isinstance(out, XlaTensor):
-            raise _mismatch(f"xla:{device_of(args, kwargs)}", str(out.device))
+            raise mismatch(f"xla:{device_of(args, kwargs)}", str(out.device))
     functional = traits.functional
     if functional is None:
         raise MetaUnsupported(f"no functional form of {func}")
@@ -284,7 +88,7 @@ def _out_variant(func, args, kwargs):
 
 
 def handle(func, args, kwargs):
-    """Routes one aten op; the body of `XlaTensor.__torch_dispatch__`."""
+    """Routes one aten op: its special handler, else `handle_regular`."""
     special = SPECIAL_HANDLERS.get(func)
     if special is not None:
         return special(func, args, kwargs)
@@ -304,13 +108,12 @@ def handle_regular(func, args, kwargs):
         if func in LOWERINGS:
             return record(func, args, kwargs)
     except MetaUnsupported:
-        return _fallback(func, args, kwargs)
+        return run_on_cpu(func, args, kwargs)
     return decompose_or_fallback(func, args, kwargs)
 
 
 def decompose_or_fallback(func, args, kwargs):
-    from xladev.runtime.decompositions import DECOMPOSITIONS
-
+    """Runs `func` as PyTorch's decomposition of it, or on the CPU when there is none (or it declines)."""
     decomposition = DECOMPOSITIONS.get(func)
     active = getattr(_local, "decomposing", None)
     if active is None:
@@ -318,24 +121,22 @@ def decompose_or_fallback(func, args, kwargs):
     if decomposition is not None and func not in active:
         active.add(func)
         try:
-            return decomposition(*args, **kwargs)
+            out = decomposition(*args, **kwargs)
         finally:
             active.discard(func)
-    return _fallback(func, args, kwargs)
-
-
-def _fallback(func, args, kwargs):
-    from xladev.runtime.fallback import run_on_cpu
-
+        if out is not NotImplemented:
+            return out
+        # The decomposition declined these arguments: the op runs on the CPU.
     return run_on_cpu(func, args, kwargs)
 
 
-def _dispatch(cls, func, types, args=(), kwargs=None):
+def dispatch(func, args, kwargs):
+    """Every aten op on an XlaTensor (its `__torch_dispatch__`, set by `device.register()`), timed."""
     start = time.perf_counter_ns()
     if recorder.eager_debug:
-        return _dispatch_eagerly(func, args, kwargs or {}, start)
+        return _dispatch_eagerly(func, args, kwargs, start)
     try:
-        return handle(func, args, kwargs or {})
+        return handle(func, args, kwargs)
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)
 
@@ -350,33 +151,5 @@ def _dispatch_eagerly(func, args, kwargs, start):
         _local.depth = depth
         recorder.add_tracing_time(time.perf_counter_ns() - start)
     if depth == 0:
-        from xladev.events import Cause, CauseKind
-        from xladev.runtime.executor import executor
-
-        executor.flush(Cause(CauseKind.EAGER_DEBUG, func._schema.name))
+        execution.flush(Cause(CauseKind.EAGER_DEBUG, func._schema.name))
     return result
-
-
-XlaTensor.__torch_dispatch__ = classmethod(_dispatch)
-
-SPECIAL_HANDLERS: dict = {}
-
-
-def special(*ops):
-    def register(fn):
-        for op in ops:
-            SPECIAL_HANDLERS[op] = fn
-        return fn
-
-    return register
-
-
-def device_of(args, kwargs) -> int:
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, XlaTensor):
-            return a._st.device_index
-    return 0
-
-
-__all__ = ["handle", "handle_regular", "record", "record_view", "alias_of", "write_into", "convert", "special",
-           "SPECIAL_HANDLERS"]

@@ -17,10 +17,15 @@ import threading
 import time
 
 import torch
+from torch._decomp import decomposition_table
 
 from xladev.events import Cause, CauseKind, FallbackOp, bus
-from xladev.runtime.access import download, sync_cause, upload
+from xladev.runtime import stack, steps
+from xladev.runtime.decompositions import composite_implicit, with_composites
+from xladev.runtime.lowering.registry import LOWERINGS
+from xladev.runtime.recording import write_into
 from xladev.runtime.tensor import XlaTensor, new_tensor
+from xladev.runtime.transfers import download, sync_cause, upload
 
 
 _local = threading.local()
@@ -87,11 +92,7 @@ def _has_cpu_kernel(func) -> bool:
 
 def _decomposition(func):
     """PyTorch's decomposition of `func` (its table, else the op's composite kernel), or None."""
-    from torch._decomp import decomposition_table
-
-    from xladev.runtime.decompositions import _composite_implicit
-
-    return decomposition_table.get(func) or _composite_implicit(func)
+    return decomposition_table.get(func) or composite_implicit(func)
 
 
 def _without_cpu_kernel(func, args, kwargs, missing: str | None = None):
@@ -104,30 +105,29 @@ def _without_cpu_kernel(func, args, kwargs, missing: str | None = None):
     Raises:
       UnsupportedOpError: there is no decomposition, or it needs `func` itself again (or declines).
     """
-    from xladev.runtime.decompositions import _with_composites
-
     name = fallback_name(func)
     active = getattr(_local, "decomposing", None)
     if active is None:
         active = _local.decomposing = set()
-    if func in active:
-        # Its decomposition called it again, or declined these arguments (returned NotImplemented).
-        raise UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch's decomposition of it does "
-                                                      "not handle these arguments"), name)
+    declined = UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch's decomposition of it does "
+                                                       "not handle these arguments"), name)
+    if func in active:  # its decomposition called it again
+        raise declined
     decomposition = _decomposition(func)
     if decomposition is None:
         raise UnsupportedOpError(_unsupported_message(func, name, missing, "PyTorch has no decomposition of it"),
                                  name)
     active.add(func)
     try:
-        return _with_composites(func, decomposition)(*args, **kwargs)
+        out = with_composites(decomposition)(*args, **kwargs)
     finally:
         active.discard(func)
+    if out is NotImplemented:  # it declined these arguments, and the CPU cannot run the op
+        raise declined
+    return out
 
 
 def _unsupported_message(func, name: str, missing: str | None, why_not_decomposed: str) -> str:
-    from xladev.runtime.lowering.registry import LOWERINGS
-
     if func in LOWERINGS:  # lowered, but it fell back: no shape rule for these arguments
         head = f"{name} has no CPU kernel, and its xladev lowering has no shape rule for these arguments"
     elif missing and missing != name:
@@ -155,10 +155,8 @@ def run_on_cpu(func, args, kwargs):
     unique = list({id(t): t for t in found}.values())
     frames = None
     if bus.active:
-        from xladev.runtime.executor import capture_frames, executor
-
-        frames = capture_frames() if bus.wants_frames else None
-        bus.emit(FallbackOp(time.perf_counter_ns(), executor.step, name, frames))
+        frames = stack.capture_frames() if bus.wants_frames else None
+        bus.emit(FallbackOp(time.perf_counter_ns(), steps.current(), name, frames))
     with sync_cause(Cause(CauseKind.FALLBACK, name)):
         cpus = download(unique) if unique else []
     to_cpu = {id(t): c for t, c in zip(unique, cpus)}
@@ -188,8 +186,6 @@ def run_on_cpu(func, args, kwargs):
         return _without_cpu_kernel(func, args, kwargs, missing)
 
     # Write back every argument the op mutated, so aliases on the device see the change.
-    from xladev.runtime.dispatch import write_into
-
     written = {}
     for i, arg in enumerate(func._schema.arguments):
         if arg.alias_info is not None and arg.alias_info.is_write:

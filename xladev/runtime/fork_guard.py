@@ -3,15 +3,17 @@
 jax and XLA are not fork-safe. A child forked after the PJRT client started inherits its locks and
 queues but none of its threads, so the child's first compile, execution or wait on a running graph
 blocks for ever (e.g. a DataLoader worker, started with the default fork method, whose dataset or
-collate_fn makes device tensors). In such a child every entry point to the device is swapped for one
-that raises, once, right after the fork: the parent pays nothing per op. PyTorch does the same for
-CUDA (`torch.cuda._is_in_bad_fork`), and `torch.manual_seed` skips a device whose module says so.
+collate_fn makes device tensors). Right after such a fork this module marks the child `blocked`, and
+every entry point to the device checks it and raises: an op on a device tensor (`XlaTensor`'s
+dispatch), factories and copies (handlers), host->device copies (backend), value reads (transfers)
+and graph runs (execution). The parent pays one flag test per op. PyTorch does the same for CUDA
+(`torch.cuda._is_in_bad_fork`), and `torch.manual_seed` skips a device whose module says so.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+from typing import Callable
 
 FORK_ERROR = (
     "xladev: the xla device was initialised in the parent process and cannot be used in a forked child "
@@ -19,13 +21,21 @@ FORK_ERROR = (
     "DeviceLoader moves them), or use the 'spawn' start method."
 )
 
+# True in a forked child of a process that had started the device; read by every entry point.
+blocked = False
 _installed = False
-_in_bad_fork = False
+_device_started: Callable[[], bool] | None = None
 
 
-def install() -> None:
-    """Arms the guard for every later `os.fork()` of this process (DataLoader workers included). Idempotent."""
-    global _installed
+def install(device_started: Callable[[], bool]) -> None:
+    """Arms the guard for every later `os.fork()` of this process (DataLoader workers included). Idempotent.
+
+    Args:
+      device_started: whether this process has started the device (`backend.initialised`), asked in
+        the child. Handed in rather than imported: the backend itself checks this guard.
+    """
+    global _installed, _device_started
+    _device_started = device_started
     if not _installed:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _installed = True
@@ -33,39 +43,25 @@ def install() -> None:
 
 def in_bad_fork() -> bool:
     """Whether this process is a forked child of one that had started the device (`torch.xla._is_in_bad_fork`)."""
-    return _in_bad_fork
+    return blocked
 
 
-def _fail(*args, **kwargs):
-    raise RuntimeError(FORK_ERROR)
+def check(what=None) -> None:
+    """Raises in a forked child of a process that had started the device; does nothing anywhere else.
 
+    Args:
+      what: the op being run, named in the message.
 
-def _fail_dispatch(cls, func, types, args=(), kwargs=None):
-    raise RuntimeError(f"{FORK_ERROR} (while running {func})")
+    Raises:
+      RuntimeError: FORK_ERROR.
+    """
+    if blocked:
+        raise RuntimeError(FORK_ERROR if what is None else f"{FORK_ERROR} (while running {what})")
 
 
 def _after_fork_in_child() -> None:
     # Runs in the child before anything else does; it takes no lock, which another thread of the
-    # parent may have held at the fork, and imports nothing (modules are looked up in sys.modules).
-    global _in_bad_fork
-    backend = sys.modules.get("xladev.runtime.backend")
-    if backend is None or not backend.initialised():
-        return  # the device was never started: the child can start its own
-    _in_bad_fork = True
-    tensor = sys.modules.get("xladev.runtime.tensor")
-    if tensor is not None:
-        # Every op on an existing device tensor, and every read (.cpu(), .item(), .tolist()), dispatches here.
-        tensor.XlaTensor.__torch_dispatch__ = classmethod(_fail_dispatch)
-        tensor.XlaTensor.__repr__ = _fail  # printing downloads without dispatching
-    handlers = sys.modules.get("xladev.runtime.handlers")
-    if handlers is not None:
-        handlers.create = _fail  # factories: torch.zeros(..., device="xla"), cpu_tensor.to("xla")
-        handlers.copy_into = _fail  # copies below the Python key (`_copy_from`)
-    backend.put = _fail  # host->device copies outside dispatch (seeding the device RNG)
-    executor_module = sys.modules.get("xladev.runtime.executor")
-    if executor_module is not None:
-        executor = executor_module.executor
-        executor.run = _fail  # compiling or running a graph: mark_step() with tensors pending from the parent
-        # Graphs the parent dispatched are the parent's to announce; their watcher thread is not here,
-        # and waiting on them (at the child's exit too) would never end.
-        executor.in_flight._unannounced.clear()
+    # parent may have held at the fork, and imports nothing.
+    global blocked
+    if _device_started is not None and _device_started():
+        blocked = True

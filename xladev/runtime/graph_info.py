@@ -7,9 +7,9 @@ are made when asked for (a subscriber that writes no dump never pays for one).
 from __future__ import annotations
 
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
-from xladev.runtime.introspect import graph_to_dot, lowered, root_hashes
+from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph
-from xladev.runtime.irtext import dtype_short, graph_to_text, node_attributes, shape_text
+from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, node_attributes, root_hashes, shape_text
 
 _DIALECTS = ("hlo", "stablehlo")
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from xladev.runtime.access import download, upload
-from xladev.runtime.device import device_index
-from xladev.runtime.dispatch import alias_of, convert, handle, record, special, write_into
+from xladev.runtime import fork_guard
+from xladev.runtime.backend import device_index
+from xladev.runtime.dispatch import handle_regular
+from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.ir import Meta
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported
-from xladev.runtime.tensor import Storage, XlaTensor, new_tensor
+from xladev.runtime.recording import record, write_into
+from xladev.runtime.special_handlers import special
+from xladev.runtime.storage import Storage
+from xladev.runtime.tensor import XlaTensor, alias_of, new_tensor
+from xladev.runtime.transfers import download, upload
 
 aten = torch.ops.aten
 
@@ -70,8 +75,6 @@ def _like(func, args, kwargs):
     Raises:
       ValueError: `d` names an xla device that does not exist.
     """
-    from xladev.runtime.dispatch import handle_regular
-
     device, self = kwargs.get("device"), args[0]
     if device is None or not isinstance(self, XlaTensor):
         return handle_regular(func, args, kwargs)
@@ -91,7 +94,12 @@ def _copy(func, args, kwargs):
 
 
 def copy_into(dst, src):
-    """`dst.copy_(src)` for any mix of host and device tensors."""
+    """`dst.copy_(src)` for any mix of host and device tensors.
+
+    Raises:
+      RuntimeError: in a forked child of a process that had started the device (fork_guard).
+    """
+    fork_guard.check()
     func = aten.copy_.default
     if not isinstance(dst, XlaTensor):  # device → host
         cpu = download([src], ".cpu()")[0]
@@ -128,11 +136,7 @@ def _index_with_cpu_indices(func, args, kwargs):
     rest = tuple(to_device(a) for a in args[2:])
     if func is not aten.index.Tensor and func is not aten._unsafe_index.Tensor and _needs_mask_count(self, indices, rest):
         # Writing a vector through a boolean mask needs the mask's count: a data-dependent shape.
-        from xladev.runtime.fallback import run_on_cpu
-
         return run_on_cpu(func, (self, indices) + rest, kwargs)
-    from xladev.runtime.dispatch import handle_regular
-
     return handle_regular(func, (self, indices) + rest, kwargs)
 
 
@@ -159,7 +163,6 @@ def factory_kernel(func):
     """A PrivateUse1 kernel for a factory op: record it lazily on the device named by `device=`."""
 
     def kernel(*args, **kwargs):
-        # Looked up at each call, so that a forked child can swap it for one that raises (fork_guard).
         return create(func, args, kwargs)
 
     return kernel
@@ -175,7 +178,9 @@ def create(func, args, kwargs):
 
     Raises:
       ValueError: `device=` names an xla device that does not exist.
+      RuntimeError: in a forked child of a process that had started the device (fork_guard).
     """
+    fork_guard.check()
     index = device_index(kwargs.get("device"))
     kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
     if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
@@ -188,8 +193,6 @@ def create(func, args, kwargs):
             return record(func, args, kwargs, device_index=index)
         except MetaUnsupported:
             pass
-    from xladev.runtime.fallback import run_on_cpu
-
     return run_on_cpu(func, args, kwargs)
 
 
@@ -223,9 +226,7 @@ _FOREACH_KEYWORD = {"addcdiv": "value", "addcmul": "value"}
 
 def _foreach(func, args, kwargs):
     """`_foreach_<op>[_]` as one lazy per-tensor op per list element (no CPU fallback, no sync)."""
-    if not args or not isinstance(args[0], (list, tuple)):
-        from xladev.runtime.fallback import run_on_cpu  # e.g. _foreach_pow.ScalarAndTensor
-
+    if not args or not isinstance(args[0], (list, tuple)):  # e.g. _foreach_pow.ScalarAndTensor
         return run_on_cpu(func, args, kwargs)
     name = func._schema.name.split("::")[1]
     inplace = name.endswith("_")

@@ -13,6 +13,7 @@ next point that needs it settled: the next graph run, a value read, a metrics qu
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import sys
 import threading
@@ -52,8 +53,19 @@ class InFlight:
             self._thread = threading.Thread(target=self._watch, name="xladev-execution-watcher", daemon=True)
             self._thread.start()
             _settle_before_exit(self)
+            os.register_at_fork(after_in_child=self._forget_in_child)
         self._unannounced.append(item)
         self._queue.put(item)
+
+    def forget(self) -> None:
+        """Drops the graphs not yet announced: they are never announced (the watcher still waits on them)."""
+        self._unannounced.clear()
+
+    def _forget_in_child(self) -> None:
+        # A forked child has no watcher thread, and the parent's graphs are the parent's to announce:
+        # waiting on them (at the child's exit too) would never end. Runs right after the fork, no lock.
+        # (Such a child cannot run graphs of its own either: the device had started, see fork_guard.)
+        self._unannounced.clear()
 
     def _watch(self) -> None:
         while True:

@@ -40,6 +40,22 @@ class Frozen(tuple):
     __slots__ = ()
 
 
+def rebuild(template, values) -> tuple[tuple, dict]:
+    """Puts operand values back into an op's (args, kwargs) template at its SLOTs."""
+    it = iter(values)
+
+    def sub(v):
+        if v is SLOT:
+            return next(it)
+        if type(v) is tuple:
+            return tuple(sub(x) for x in v)
+        return v
+
+    args = tuple(sub(a) for a in template[0])
+    kwargs = {k: sub(v) for k, v in template[1]}
+    return args, kwargs
+
+
 class ScalarType(NamedTuple):
     """Stands for a Python scalar fed as input, in templates and hash keys (the value is not part of the key)."""
 

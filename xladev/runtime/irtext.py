@@ -1,4 +1,4 @@
-"""IR text in PyTorch/XLA's format (`get_tensors_text`, graph dumps).
+"""A graph as text: IR in PyTorch/XLA's format (`get_tensors_text`, graph dumps), Graphviz, root hashes.
 
     IR {
       %0 = f32[2,2]{1,0} xla::device_data(), xla_shape=f32[2,2]{1,0}
@@ -10,9 +10,11 @@ Multi-output ops print a tuple shape and are referenced as `%N.i`, as in PyTorch
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
-from xladev.runtime.ir import GETITEM_OP, SLOT, Frozen, Graph, Meta
+from xladev.runtime.ir import DATA_OP, GETITEM_OP, SCALAR_OP, SLOT, Frozen, Graph, Meta
 
 _SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -106,5 +108,49 @@ def graph_to_text(graph: Graph) -> str:
         if id(node) in roots:
             extra += ", ROOT=" + ",".join(map(str, roots[id(node)]))
         lines.append(f"  {ref} = {shape} {node.op.name}({operands}), xla_shape={shape}{extra}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def root_hashes(graph: Graph) -> list[str]:
+    """A structural hash per root: its op, attributes, shape and its operands' hashes."""
+    hashes: list[str] = []
+    input_pos = {id(n): i for i, n in enumerate(graph.inputs)}
+    for node in graph.nodes:
+        h = hashlib.md5()
+        if node.op is DATA_OP or node.op is SCALAR_OP:
+            h.update(f"input{input_pos[id(node)]}:{shape_text(node.meta)}".encode())
+        else:
+            h.update(repr(node.signature()).encode())
+            for operand in node.operands:
+                h.update(hashes[graph.position(operand)].encode())
+        hashes.append(h.hexdigest())
+    return [hashes[graph.position(r)] for r in graph.roots]
+
+
+def graph_to_dot(graph: Graph) -> str:
+    """Graphviz text of a graph: one node per op, edges from operands, roots marked."""
+    lines = ["digraph G {"]
+    roots = {id(r): i for i, r in enumerate(graph.roots)}
+    names = {}
+    count = 0
+    for node in graph.nodes:
+        if node.op is GETITEM_OP:
+            source = names[id(node.operands[0])]
+            names[id(node)] = source
+            continue
+        name = f"node{count}"
+        count += 1
+        names[id(node)] = name
+        label = f"{node.op.name}\\n{shape_text(node.meta)}"
+        attrs = node_attributes(node)
+        if attrs:
+            label += "\\n" + ", ".join(f"{k}={v}" for k, v in attrs)[:80].replace('"', "'")
+        if node.location:
+            label += f"\\n{node.location}"
+        style = ', style="filled", fillcolor="lightblue"' if id(node) in roots else ""
+        lines.append(f'  {name} [label="{label}"{style}]')
+        for operand in node.operands:
+            lines.append(f"  {names[id(operand)]} -> {name}")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -25,11 +25,7 @@ class MetaUnsupported(Exception):
 
 
 def _to_meta(value):
-    from xladev.runtime.tensor import XlaTensor
-
-    if isinstance(value, XlaTensor):
-        return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor):  # device tensors (XlaTensor) and CPU ones alike
         return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
     if isinstance(value, (list, tuple)):
         return type(value)(_to_meta(v) for v in value)
@@ -111,8 +107,6 @@ def view_meta(func, base, key, args, kwargs):
     Returns:
       (Meta, strides, offset), or a list of those for ops returning several views.
     """
-    from xladev.runtime.tensor import XlaTensor
-
     storage_numel = 1
     for d in base._st.value.meta.shape:
         storage_numel *= d

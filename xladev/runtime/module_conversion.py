@@ -22,6 +22,8 @@ import threading
 import torch
 from torch import nn
 
+from xladev.runtime.tensor import XlaTensor
+
 _original_apply = nn.Module._apply
 _local = threading.local()
 _future_lock = threading.Lock()
@@ -37,8 +39,6 @@ def install() -> None:
 
 
 def _is_device_tensor(t) -> bool:
-    from xladev.runtime.tensor import XlaTensor
-
     return isinstance(t, XlaTensor)
 
 

@@ -19,12 +19,15 @@ import math
 
 import torch
 
-from xladev.runtime import handlers  # noqa: F401  (its `*_like` handlers must be registered before ours)
-from xladev.runtime.handlers import FACTORY_HANDLERS
-from xladev.runtime.dispatch import SPECIAL_HANDLERS, handle, special, write_into
+from xladev.runtime.backend import device_index
+from xladev.runtime.dispatch import handle
+from xladev.runtime.fallback import run_on_cpu
+from xladev.runtime.handlers import FACTORY_HANDLERS  # also registers the `*_like` handlers, before ours
 from xladev.runtime.lowering.registry import lowers
 from xladev.runtime.meta import SHAPE_RULES, _to_meta
+from xladev.runtime.recording import write_into
 from xladev.runtime.rng import _broadcast, _fill_random, _float_for, random_tensor, sampler
+from xladev.runtime.special_handlers import SPECIAL_HANDLERS, special
 from xladev.runtime.tensor import XlaTensor
 
 aten = torch.ops.aten
@@ -164,8 +167,6 @@ def _like_draw(kind: str, params_of):
     """
 
     def handler(func, args, kwargs):
-        from xladev.runtime.device import device_index
-
         self, device = args[0], kwargs.get("device")
         if device is not None and torch.device(device).type != "xla":
             # Another device: handlers' `*_like` rule makes it there from a CPU stand-in.
@@ -210,8 +211,6 @@ def _parametrised(kind: str):
     kernel, which raises or resizes as PyTorch does). The output has their shape and dtype."""
 
     def handler(func, args, kwargs):
-        from xladev.runtime.fallback import run_on_cpu
-
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not all(isinstance(t, XlaTensor) for t in tensors) \
                 or len({(tuple(t.shape), t.dtype) for t in tensors}) != 1:
@@ -398,8 +397,6 @@ def _permutation(key, shape, dtype, params):
 def _randperm(args, kwargs, device_index):
     """`torch.randperm(n, device='xla')`: a permutation drawn from the device RNG (PyTorch's default
     dtype int64; any integer or floating dtype PyTorch accepts)."""
-    from xladev.runtime.fallback import run_on_cpu
-
     n = int(args[0])
     dtype = kwargs.get("dtype") or torch.int64
     if kwargs.get("generator") is not None or n < 0 or dtype.is_complex or dtype == torch.bool:

@@ -7,57 +7,19 @@ Counting is a dict increment; events are built from these totals at each barrier
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import warnings
 
 from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
-
-_XLADEV_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TORCH_DIR = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__))
-
-
-_normalized: dict[str, str] = {}
-
-
-def is_library_frame(filename: str) -> bool:
-    """True for frames of xladev, torch, the standard library and site-packages (not the user's code)."""
-    # Module paths may hold `..` (a sys.path entry like `examples/..`): compare normalised paths.
-    filename = _normalized.get(filename) or _normalized.setdefault(filename, os.path.abspath(filename))
-    return (
-        filename.startswith(_XLADEV_DIR)
-        or filename.startswith(_TORCH_DIR)
-        or "site-packages" in filename
-        or "dist-packages" in filename
-        or filename.startswith(sys.prefix + os.sep + "lib")
-        or filename.startswith(sys.base_prefix + os.sep + "lib")
-        or filename.startswith("<frozen")
-    )
-
-
-def user_location() -> str | None:
-    """`fn@file.py:LINE` of the innermost user frame, or None."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not is_library_frame(filename):
-            return f"{frame.f_code.co_name}@{os.path.basename(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+from xladev.events import GraphGrowing, bus
+from xladev.runtime import stack, steps
+from xladev.runtime.stack import user_frame, user_location
 
 
 class GraphGrowthWarning(UserWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
-
-
-def user_frame():
-    """The innermost frame of the user's code (outside xladev, torch and libraries), or None."""
-    frame = sys._getframe(1)
-    while frame is not None and is_library_frame(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
 
 
 class Recorder:
@@ -101,13 +63,11 @@ class Recorder:
         self.warn_at = 2 * ops
         frame = user_frame()
         site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
-        from xladev.events import GraphGrowing, bus
-        from xladev.runtime.executor import capture_frames, executor
-
-        message = rules.graph_growing_message(ops=ops, step=executor.step, site=site)
+        step = steps.current()
+        message = rules.graph_growing_message(ops=ops, step=step, site=site)
         if bus.active:
-            bus.emit(GraphGrowing(time.perf_counter_ns(), executor.step, ops, site,
-                                  capture_frames() if bus.wants_frames else None))
+            bus.emit(GraphGrowing(time.perf_counter_ns(), step, ops, site,
+                                  stack.capture_frames() if bus.wants_frames else None))
         if frame is not None:
             warnings.warn_explicit(message, GraphGrowthWarning, frame.f_code.co_filename, frame.f_lineno)
         else:

@@ -7,12 +7,19 @@ reproducible. The numbers differ from the CPU generator's, as they do on any acc
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from xladev.runtime.dispatch import special, write_into
-from xladev.runtime.ir import SLOT, Meta, Node, OpDef, getitem
+from xladev.events import Cause, CauseKind
+from xladev.runtime import backend
+from xladev.runtime.dispatch import handle
+from xladev.runtime.ir import SLOT, DataNode, Meta, Node, OpDef, getitem
 from xladev.runtime.recorder import recorder
-from xladev.runtime.tensor import Storage, XlaTensor
+from xladev.runtime.recording import expand_to
+from xladev.runtime.special_handlers import special
+from xladev.runtime.storage import Storage
+from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.transfers import arrays_of
 
 aten = torch.ops.aten
 DEFAULT_SEED = 101
@@ -21,11 +28,6 @@ _KEY_META = Meta((2,), torch.uint32)
 
 
 def _seed_node(seed: int, device_index: int):
-    import numpy as np
-
-    from xladev.runtime import backend
-    from xladev.runtime.ir import DataNode
-
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     key = np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
     return DataNode(backend.put(key, device_index), _KEY_META)
@@ -33,8 +35,6 @@ def _seed_node(seed: int, device_index: int):
 
 def manual_seed(seed: int, device_index: int | None = None) -> None:
     """Seeds the device RNG (every device when `device_index` is None)."""
-    from xladev.runtime import backend
-
     indices = range(len(backend.jax_devices())) if device_index is None else [device_index]
     for index in indices:
         state = _states.get(index)
@@ -46,11 +46,6 @@ def manual_seed(seed: int, device_index: int | None = None) -> None:
 
 def get_rng_state(device_index: int = 0) -> torch.Tensor:
     """The device generator's state as a CPU uint8 tensor (its threefry key): `torch.xla.get_rng_state()`."""
-    import numpy as np
-
-    from xladev.events import Cause, CauseKind
-    from xladev.runtime.access import arrays_of
-
     key = XlaTensor(_state(device_index), _KEY_META)
     array = np.asarray(arrays_of([key], Cause(CauseKind.VALUE_ACCESS, "get_rng_state()"))[0], dtype=np.uint32)
     return torch.from_numpy(array.copy().view(np.uint8))
@@ -58,11 +53,6 @@ def get_rng_state(device_index: int = 0) -> torch.Tensor:
 
 def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     """Restores a state returned by `get_rng_state`."""
-    import numpy as np
-
-    from xladev.runtime import backend
-    from xladev.runtime.ir import DataNode
-
     key = np.frombuffer(state.detach().cpu().contiguous().numpy().tobytes(), dtype=np.uint32)
     if key.shape != (2,):
         raise ValueError(f"an xla RNG state is 8 bytes (a threefry key), got {state.numel()} elements")
@@ -273,8 +263,6 @@ def _exponential_(func, args, kwargs):
 
 @special(aten.native_dropout.default)
 def _native_dropout(func, args, kwargs):
-    from xladev.runtime.dispatch import handle
-
     x, p, train = args[0], float(args[1]), args[2] if len(args) > 2 else kwargs.get("train")
     if train is False or p == 0.0:
         ones = handle(aten.ones_like.default, (x,), {"dtype": torch.bool})
@@ -287,9 +275,4 @@ def _native_dropout(func, args, kwargs):
 
 def _broadcast(t: XlaTensor, shape) -> XlaTensor:
     """`t` broadcast to `shape` (a no-op when it already has it)."""
-    from xladev.runtime.dispatch import expand_to
-
     return t if tuple(t.shape) == tuple(shape) else expand_to(t, tuple(shape))
-
-
-from xladev.runtime import random_ops  # noqa: E402,F401  (registers the distributions' samplers and handlers)

@@ -1,28 +1,25 @@
-"""`XlaTensor`: the torch tensor of the `xla` device, and the storage model behind views.
+"""`XlaTensor`: the torch tensor of the `xla` device, and views over a shared value.
 
-Each tensor refers to a `Storage` that holds the current value of its base as an IR node. A view holds
-the chain of view ops from its base; reading it replays the chain on the base's current value, and
-writing to it scatters the new value back into the base, so aliasing behaves as in eager PyTorch.
+Each tensor refers to a `Storage` (storage.py) that holds the current value of its base as an IR
+node. A view holds the chain of view ops from its base; reading it replays the chain on the base's
+current value, and writing to it scatters the new value back into the base, so aliasing behaves as in
+eager PyTorch. Ops on a tensor go to the dispatcher that `device.register()` sets (dispatch.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 
 import torch
 
-from xladev.runtime.ir import DataNode, Meta, Node
+from xladev.runtime import fork_guard
+from xladev.runtime.ir import Meta, Node
+from xladev.runtime.storage import Storage
+from xladev.runtime.transfers import reading, tensor_repr
+from xladev.runtime.views import replay, scatter_into_base
 
-_storage_ids = itertools.count()
 _lock = threading.RLock()
-# Serialises writes to a storage's value with a barrier's check-and-replace (Storage.set/set_data).
-_write_lock = threading.Lock()
-
-# Storages whose value is a pending IR node (not device data), keyed by creation id so that the
-# order of graph outputs is deterministic. Weak: a dead tensor is never synced.
-pending: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
 
 _DEVICES: dict[int, torch.device] = {}
 
@@ -34,64 +31,18 @@ def torch_device(index: int) -> torch.device:
     return device
 
 
-class Storage:
-    """The value of a base tensor, shared by all its views.
-
-    Attributes:
-      value: the current IR node (a DataNode once synced).
-      version: bumped on every write, so views know to re-read.
-      device_index: which `xla:N`.
-      sid: creation order.
-    """
-
-    __slots__ = ("value", "version", "device_index", "sid", "__weakref__")
-
-    def __init__(self, value: Node, device_index: int):
-        self.value = value
-        self.version = 0
-        self.device_index = device_index
-        self.sid = next(_storage_ids)
-        if type(value) is not DataNode:
-            pending[self.sid] = self
-
-    def set(self, value: Node) -> None:
-        # Under the lock: a barrier on another thread must not replace this write by older data.
-        with _write_lock:
-            self.value = value
-            self.version += 1
-            if type(value) is not DataNode:
-                pending[self.sid] = self
-            else:  # e.g. `copy_` of uploaded data: nothing left to compute
-                pending.pop(self.sid, None)
-
-    def set_data(self, value: DataNode, computed: Node) -> bool:
-        """Replaces the pending value `computed` by its data; False if another thread wrote since.
-
-        A write recorded on another thread while the barrier ran is newer than the data: it stays
-        pending (it reads `computed`, so it is still right) and the next barrier computes it.
-        """
-        with _write_lock:
-            if self.value is not computed:
-                return False
-            self.value = value
-            self.version += 1
-            pending.pop(self.sid, None)
-            return True
+def _unregistered(func, args, kwargs):
+    raise RuntimeError(f"{func} on an xla tensor before the device was registered (xladev.runtime.device.register)")
 
 
-def pending_storages() -> list[Storage]:
-    """The live storages with a pending value, in creation order (deterministic graph outputs).
-
-    Safe while other threads record: the weak dictionary is copied in one step, not iterated.
-    """
-    refs = list(pending.data.values())
-    storages = [s for s in (r() for r in refs) if s is not None]
-    storages.sort(key=_by_sid)
-    return storages
+# Where every aten op on an XlaTensor goes: dispatch.dispatch, set by `device.register()`.
+_dispatcher = _unregistered
 
 
-def _by_sid(storage: Storage) -> int:
-    return storage.sid
+def set_dispatcher(dispatcher) -> None:
+    """Sets the function `fn(func, args, kwargs)` that every aten op on an XlaTensor is handed to."""
+    global _dispatcher
+    _dispatcher = dispatcher
 
 
 class XlaTensor(torch.Tensor):
@@ -115,8 +66,14 @@ class XlaTensor(torch.Tensor):
     def __init__(self, *args, **kwargs):
         pass
 
-    # The op handler lives in dispatch.py; it is attached there to keep this module small.
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        """Every aten op on a device tensor: recorded (or run) by the registered dispatcher (dispatch.py)."""
+        if fork_guard.blocked:
+            fork_guard.check(func)
+        return _dispatcher(func, args, kwargs or {})
 
     # ---- reading and writing the lazy value --------------------------------------------------
     def _node(self) -> Node:
@@ -126,8 +83,6 @@ class XlaTensor(torch.Tensor):
         st = self._st
         if self._vver == st.version:
             return self._vnode
-        from xladev.runtime.views import replay
-
         node = replay(chain, st.value)
         self._vnode = node
         self._vver = st.version
@@ -139,8 +94,6 @@ class XlaTensor(torch.Tensor):
         if chain is None:
             self._st.set(node)
             return
-        from xladev.runtime.views import scatter_into_base
-
         st = self._st
         st.set(scatter_into_base(chain, st.value, node))
         self._vnode = node
@@ -148,49 +101,33 @@ class XlaTensor(torch.Tensor):
 
     # ---- value reads: each names its exact cause ---------------------------------------------
     def __repr__(self, *, tensor_contents=None):
-        from xladev.runtime.access import tensor_repr
-
         return tensor_repr(self)
 
     def item(self):
-        from xladev.runtime.access import reading
-
         with reading(".item()"):
             return super().item()
 
     def tolist(self):
-        from xladev.runtime.access import reading
-
         with reading(".tolist()"):
             return self.cpu().tolist()
 
     def numpy(self, *, force: bool = False):
-        from xladev.runtime.access import reading
-
         with reading(".numpy()"):
             return self.cpu().numpy()
 
     def __bool__(self):
-        from xladev.runtime.access import reading
-
         with reading("bool() in control flow"):
             return super().__bool__()
 
     def __float__(self):
-        from xladev.runtime.access import reading
-
         with reading("float()"):
             return super().__float__()
 
     def __int__(self):
-        from xladev.runtime.access import reading
-
         with reading("int()"):
             return super().__int__()
 
     def __index__(self):
-        from xladev.runtime.access import reading
-
         with reading("used as an index"):
             return super().__index__()
 
@@ -200,8 +137,6 @@ class XlaTensor(torch.Tensor):
         return object.__format__(self, spec) if spec else self.__repr__()
 
     def cpu(self, memory_format=torch.preserve_format):
-        from xladev.runtime.access import reading
-
         with reading(".cpu()"):
             return super().cpu(memory_format=memory_format)
 
@@ -283,8 +218,6 @@ def _saved_value(storage: Storage) -> _SavedValue:
 
 
 def _rebuild_alias(base, requires_grad, is_param):
-    from xladev.runtime.dispatch import alias_of
-
     tensor = alias_of(base).requires_grad_(requires_grad)
     if is_param:
         tensor._is_param = True
@@ -306,3 +239,8 @@ torch.serialization.add_safe_globals([_rebuild_on_device, _rebuild_alias])
 def new_tensor(node: Node, device_index: int, requires_grad: bool = False) -> XlaTensor:
     """A fresh base tensor holding `node`."""
     return XlaTensor(Storage(node, device_index), node.meta)
+
+
+def alias_of(t: XlaTensor) -> XlaTensor:
+    """A new tensor sharing `t`'s storage and view (detach, alias)."""
+    return XlaTensor(t._st, Meta(tuple(t.shape), t.dtype), t._chain, t.stride(), t.storage_offset())

@@ -8,8 +8,13 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from xladev._flags import config
 from xladev.events import Cause, CauseKind
+from xladev.runtime import closures
+from xladev.runtime.backend import device_index
+from xladev.runtime.barrier import barrier as step_barrier
+from xladev.runtime.execution import execution
+from xladev.runtime.rng import manual_seed as seed_device
+from xladev.runtime.transfers import sync_cause
 
 
 def mark_step(cause: Cause | None = None, wait: bool = False) -> None:
@@ -22,11 +27,9 @@ def mark_step(cause: Cause | None = None, wait: bool = False) -> None:
       cause: why the barrier runs; `user mark_step` when called by the user.
       wait: block until the step's graph has finished running.
     """
-    from xladev.runtime.executor import executor
-
-    executor.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
+    step_barrier.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
     if wait:
-        executor.settle()
+        execution.settle()
 
 
 sync = mark_step
@@ -42,15 +45,12 @@ def add_step_closure(closure: Callable, args: tuple = (), run_async: bool = Fals
       args: its arguments; tensors among them are kept alive (and synced) until the barrier.
       run_async: run it on a background thread instead of blocking the training loop.
     """
-    from xladev.runtime.executor import executor
 
     def run(*call_args):
-        from xladev.runtime.access import sync_cause
-
         with sync_cause(Cause(CauseKind.STEP_CLOSURE)):
             closure(*call_args)
 
-    executor.closures.append((run, tuple(args), run_async))
+    step_barrier.add_closure(run, args, run_async)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, optimizer_args: dict | None = None) -> Any:
@@ -69,53 +69,13 @@ def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, opti
 
 def wait_device_ops() -> None:
     """Blocks until every pending device execution and asynchronous step closure has finished."""
-    from xladev.runtime import closures
-    from xladev.runtime.executor import executor
-
-    executor.settle()
+    execution.settle()
     closures.wait()
 
 
 def manual_seed(seed: int, device: torch.device | None = None) -> None:
     """Seeds the device RNG, so random ops on `xla` repeat exactly for the same seed."""
-    from xladev.runtime.device import device_index
-    from xladev.runtime.rng import manual_seed as seed_device
-
     seed_device(seed, None if device is None else device_index(device))
-
-
-_cache_state: dict = {}
-
-
-def initialize_cache(path: str, readonly: bool = False) -> None:
-    """Turns on XLA's persistent compilation cache in `path`, so a restarted job skips recompiling.
-
-    Args:
-      path: a directory (created if missing).
-      readonly: read existing entries but write none (for caches shared between jobs).
-
-    Raises:
-      RuntimeError: the cache was already initialised with a different path.
-    """
-    import os
-
-    from xladev.runtime.backend import jax_module
-
-    if _cache_state and _cache_state["path"] != path:
-        raise RuntimeError(f"the compilation cache is already initialised at {_cache_state['path']!r}")
-    os.makedirs(path, exist_ok=True)
-    jax = jax_module()
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # Read-only: never worth writing (an entry would have to take longer than a day to compile).
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 86400.0 if readonly else 0.0)
-    try:
-        from jax._src import compilation_cache
-
-        compilation_cache.reset_cache()
-    except Exception:
-        pass
-    _cache_state.update(path=path, readonly=readonly)
 
 
 class DeviceLoader:

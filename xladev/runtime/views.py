@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from xladev.runtime.ir import SLOT, Frozen, Meta, Node, OpDef, getitem
+from xladev.runtime.ir import SLOT, Frozen, Meta, Node, OpDef, getitem, rebuild
 from xladev.runtime.lowering.registry import LoweringContext
 
 
@@ -42,8 +42,6 @@ def replay(chain: tuple, base: Node) -> Node:
 
 
 def _lower_view_scatter(ctx, base, new, view_name, frozen_template, view_meta, view_index):
-    from xladev.runtime.executor import rebuild
-
     import jax.numpy as jnp
 
     step_op = _VIEW_OPS[view_name]

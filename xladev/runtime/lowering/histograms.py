@@ -26,9 +26,10 @@ import jax.numpy as jnp
 
 import torch
 
-from xladev.runtime.dispatch import handle, special
+from xladev.runtime.dispatch import handle
 from xladev.runtime.lowering.registry import lowers
 from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.special_handlers import special
 
 aten = torch.ops.aten
 

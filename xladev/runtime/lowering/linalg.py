@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from xladev.runtime.dispatch import handle, handle_regular, special
+from xladev.runtime.dispatch import handle, handle_regular
 from xladev.runtime.lowering import linalg_factor, linalg_solve, linalg_spectral  # noqa: F401  (register)
+from xladev.runtime.special_handlers import special
 from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.transfers import download
 
 aten = torch.ops.aten
 
@@ -33,8 +35,6 @@ def check_errors(info, api_name: str, is_matrix: bool) -> None:
     Raises:
       torch.linalg.LinAlgError (or whatever PyTorch raises for this info).
     """
-    from xladev.runtime.access import download
-
     if isinstance(info, XlaTensor):
         info = download([info], f"{api_name}: reading info to check for errors")[0]
     aten._linalg_check_errors.default(info, api_name, is_matrix=is_matrix)

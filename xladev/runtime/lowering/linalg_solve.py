@@ -36,7 +36,7 @@ def _linalg_solve_triangular(ctx, a, b, *, upper, left=True, unitriangular=False
 @lowers(aten.triangular_solve.default)
 def _triangular_solve(ctx, b, a, upper=True, transpose=False, unitriangular=False):
     x = triangular(a, b, upper=upper, transpose=transpose, unit=unitriangular)
-    return x, a  # the second output is a copy of A (broadcast to the batch shape by the executor)
+    return x, a  # the second output is a copy of A (broadcast to the batch shape by graph_lowering._fit)
 
 
 # ---- Cholesky-based ---------------------------------------------------------------------------------------

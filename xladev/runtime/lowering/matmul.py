@@ -8,8 +8,9 @@ from jax import lax
 
 import torch
 
+from xladev.runtime import backend
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.meta import SHAPE_RULES, MetaUnsupported
 
 aten = torch.ops.aten
 
@@ -99,9 +100,6 @@ def _convolution_shape(x, w, *rest):
     CPU backend has them. On a GPU the op runs on the CPU fallback instead (eager CUDA PyTorch refuses
     integer convolutions outright).
     """
-    from xladev.runtime import backend
-    from xladev.runtime.meta import MetaUnsupported
-
     if not (x.dtype.is_floating_point or x.dtype.is_complex) and backend.jax_devices()[0].platform != "cpu":
         raise MetaUnsupported("integer convolution: XLA's GPU backend has no integer convolution")
     return aten.convolution.default(x, w, *rest)

@@ -2,7 +2,7 @@
 
 A lowering is `fn(ctx, *args, **kwargs)` called while jax traces a graph. Tensor arguments arrive as
 jax values, everything else as recorded. It returns a jax value (or a tuple for multi-output ops);
-the executor casts each result to the dtype PyTorch's meta kernel promised, so lowerings may rely on
+graph_lowering.py casts each result to the dtype PyTorch's meta kernel promised, so lowerings may rely on
 jax promotion and stay short.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from xladev.runtime.backend import to_jnp_dtype
 from xladev.runtime.ir import OpDef
 
 LOWERINGS: dict = {}
@@ -80,11 +81,7 @@ class LoweringContext:
 
     @property
     def out_dtype(self):
-        from xladev.runtime.backend import to_jnp_dtype
-
         return to_jnp_dtype(self.meta.dtype)
 
     def dtype_of(self, meta_index: int = 0):
-        from xladev.runtime.backend import to_jnp_dtype
-
         return to_jnp_dtype(self.meta[meta_index].dtype)

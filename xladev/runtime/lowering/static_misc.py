@@ -19,10 +19,14 @@ import numpy as np
 
 import torch
 
-from xladev.runtime.access import download
-from xladev.runtime.dispatch import handle, handle_regular, record, special, write_into
+from xladev.runtime.dispatch import handle, handle_regular
+from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.lowering.registry import lowers
 from xladev.runtime.meta import _to_meta
+from xladev.runtime.recording import record, write_into
+from xladev.runtime.special_handlers import special
+from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.transfers import download
 
 aten = torch.ops.aten
 
@@ -94,16 +98,10 @@ def _logspace(ctx, start, end, steps, base=10.0, **kwargs):
 @special(aten.logspace.out)
 def _logspace_out(func, args, kwargs):
     out = kwargs["out"]
-    from xladev.runtime.tensor import XlaTensor
-
     if not isinstance(out, XlaTensor):
-        from xladev.runtime.fallback import run_on_cpu
-
         return run_on_cpu(func, args, kwargs)
     result = record(aten.logspace.default, args, {"dtype": out.dtype}, device_index=out._st.device_index)
-    if tuple(out.shape) != tuple(result.shape):
-        from xladev.runtime.fallback import run_on_cpu  # `out` must be resized: not in place on xla
-
+    if tuple(out.shape) != tuple(result.shape):  # `out` must be resized: not in place on xla
         return run_on_cpu(func, args, kwargs)
     write_into(out, result)
     return out
@@ -133,8 +131,6 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
 def _as_strided_scatter_special(func, args, kwargs):
     """The strides address the input's storage as PyTorch's clone lays it out: lowered for contiguous inputs."""
     if not args[0].is_contiguous():
-        from xladev.runtime.fallback import run_on_cpu
-
         return run_on_cpu(func, args, kwargs)
     return handle_regular(func, args, kwargs)
 

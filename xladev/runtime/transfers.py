@@ -1,4 +1,4 @@
-"""Reading values back to the host: the exact cause of each read, downloads, and printing."""
+"""Host<->device copies: uploads, downloads and printing, and the exact cause of each value read."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import contextlib
 import threading
 import time
 
+import numpy as np
 import torch
 
-from xladev.events import Cause, CauseKind, TransferFromDevice, bus
-from xladev.runtime import backend
-from xladev.runtime.ir import DataNode
+from xladev.events import Cause, CauseKind, TransferFromDevice, TransferToDevice, bus
+from xladev.runtime import backend, fork_guard, stack, steps
+from xladev.runtime.execution import execution
+from xladev.runtime.ir import DataNode, Meta
+from xladev.runtime.stack import user_location
 
 _local = threading.local()
 
@@ -47,15 +50,18 @@ def current_cause(default_kind: str) -> Cause:
 
 
 def arrays_of(tensors: list, cause: Cause) -> list:
-    """Device arrays for these tensors, syncing what is pending in one graph."""
-    from xladev.runtime.executor import executor
+    """Device arrays for these tensors (XlaTensors), syncing what is pending in one graph.
 
+    Raises:
+      RuntimeError: in a forked child of a process that had started the device (fork_guard).
+    """
+    fork_guard.check()
     bases = [t._st for t in tensors if t._chain is None and type(t._st.value) is not DataNode]
     if bases:
-        executor.sync_storages(list({id(s): s for s in bases}.values()), cause,
-                               _frames() if bus.wants_frames else None)
+        execution.sync_storages(list({id(s): s for s in bases}.values()), cause,
+                                stack.capture_frames() if bus.wants_frames else None)
     nodes = [t._node() for t in tensors]
-    arrays = executor.materialize(nodes, cause)
+    arrays = execution.materialize(nodes, cause)
     for t, node, array in zip(tensors, nodes, arrays):
         if t._chain is not None and type(node) is not DataNode:
             t._vnode = DataNode(array, node.meta)
@@ -63,38 +69,22 @@ def arrays_of(tensors: list, cause: Cause) -> list:
     return arrays
 
 
-def _frames():
-    from xladev.runtime.executor import capture_frames
-
-    return capture_frames()
-
-
 def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
     """CPU copies of device tensors, each read counted as a device→host transfer with its cause."""
-    import numpy as np
-
-    from xladev.runtime.executor import executor
-
     cause = current_cause(default_kind)
     arrays = arrays_of(tensors, cause)
-    executor.settle()  # the transfer's time is the copy's, not the wait for a graph still running
+    execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running
     out = []
     for t, array in zip(tensors, arrays):
         start = time.perf_counter_ns()
         host = np.asarray(array)
         cpu = backend.numpy_to_torch(host, t.dtype)
         if bus.active:
-            bus.emit(TransferFromDevice(time.perf_counter_ns(), _step(), cpu.numel() * cpu.element_size(),
+            bus.emit(TransferFromDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
                                         time.perf_counter_ns() - start, cause.detail or cause.kind.value,
-                                        _frames() if bus.wants_frames else None))
+                                        stack.capture_frames() if bus.wants_frames else None))
         out.append(cpu)
     return out
-
-
-def _step() -> int:
-    from xladev.runtime.executor import executor
-
-    return executor.step
 
 
 def tensor_repr(t) -> str:
@@ -118,19 +108,10 @@ def tensor_repr(t) -> str:
 
 def upload(cpu: torch.Tensor, device_index: int = 0) -> DataNode:
     """Copies a CPU tensor to the device and returns its data node (counted as a host→device transfer)."""
-    from xladev.events import TransferToDevice
-    from xladev.runtime.ir import Meta
-
     start = time.perf_counter_ns()
     array = backend.put(backend.torch_to_numpy(cpu), device_index)
-    node = DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), _creation_site() if bus.wants_frames else None)
+    node = DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), user_location() if bus.wants_frames else None)
     if bus.active:
-        bus.emit(TransferToDevice(time.perf_counter_ns(), _step(), cpu.numel() * cpu.element_size(),
+        bus.emit(TransferToDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
                                   time.perf_counter_ns() - start))
     return node
-
-
-def _creation_site() -> str | None:
-    from xladev.runtime.recorder import user_location
-
-    return user_location()

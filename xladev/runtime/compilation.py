@@ -1,0 +1,226 @@
+"""Compiling graphs, and the cache of what was compiled.
+
+The in-memory cache is keyed by the graph's structural key (ops, templates, shapes, dtypes, operand
+positions, input aliasing), so a steady training step compiles once. Compiles go through
+`jax.jit(fn).lower(...).compile()`, `fn` being the graph's jax function (graph_lowering.py). Also
+here: XLA's persistent compilation cache (`initialize_cache`) and the listener counting its hits, the
+history of graphs per trigger site that explains a recompilation, and saving the HLO of a graph that
+failed to compile or to run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from xladev._flags import config
+from xladev.events import Cause, CompileFailed, GraphCompiled, bus
+from xladev.runtime import annotate, backend, stack, steps
+from xladev.runtime.graph_info import RuntimeGraphInfo
+from xladev.runtime.graph_lowering import graph_function
+from xladev.runtime.ir import Graph
+from xladev.runtime.irtext import graph_to_text
+from xladev.runtime.recompilation import SiteHistory, publish as publish_recompilation
+
+
+class XlaCompileError(RuntimeError):
+    """XLA (or the lowering to it) rejected a graph. The message names the graph hash and the saved HLO."""
+
+
+class CacheEntry:
+    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs")
+
+    def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph):
+        self.executable = executable
+        self.hash = graph_hash
+        self.compile_ns = compile_ns
+        self.memory = memory
+        self.runs = 0
+        self.num_nodes = len(graph.nodes)
+        self.num_inputs = len(graph.inputs)
+        self.num_outputs = len(graph.roots)
+
+
+class CompileCache:
+    """Compiled graphs by structural key and by hash, persistent-cache hits, and each site's history.
+
+    Attributes:
+      cache: graph key -> CacheEntry.
+      by_hash: graph hash -> CacheEntry.
+      persistent_hits, persistent_misses: lookups in XLA's persistent cache (`initialize_cache`).
+      site_history: the graphs compiled at each trigger site (recompilation.py).
+    """
+
+    def __init__(self) -> None:
+        self.cache: dict = {}
+        self.by_hash: dict[str, CacheEntry] = {}
+        self.persistent_hits = 0
+        self.persistent_misses = 0
+        self._listener_installed = False
+        self.site_history = SiteHistory()
+
+    def get_or_compile(self, graph: Graph, device_index: int, cause: Cause, frames) -> tuple[CacheEntry, bool]:
+        """The executable of `graph`: cached, or compiled now. Returns (entry, whether it was cached).
+
+        Raises:
+          XlaCompileError: the graph failed to lower or compile.
+        """
+        entry = self.cache.get(graph.key)
+        if entry is not None:
+            return entry, True
+        entry = self._compile(graph, device_index, cause, frames)
+        self.cache[graph.key] = entry
+        self.by_hash[entry.hash] = entry
+        return entry, False
+
+    def clear(self) -> None:
+        """Forgets every compiled graph, the persistent-cache counts and the site history."""
+        self.cache.clear()
+        self.by_hash.clear()
+        self.persistent_hits = 0
+        self.persistent_misses = 0
+        self.site_history.clear()
+
+    def _install_listener(self) -> None:
+        if self._listener_installed:
+            return
+        import jax
+
+        def on_event(event: str, **kwargs) -> None:
+            if event == "/jax/compilation_cache/cache_hits":
+                self.persistent_hits += 1
+            elif event == "/jax/compilation_cache/cache_misses":
+                self.persistent_misses += 1
+
+        jax.monitoring.register_event_listener(on_event)
+        self._listener_installed = True
+
+    def _compile(self, graph: Graph, device_index: int, cause: Cause, frames) -> CacheEntry:
+        import jax
+
+        self._install_listener()
+        step = steps.current()
+        devices = backend.jax_devices()
+        sharding = jax.sharding.SingleDeviceSharding(devices[device_index])
+        avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
+                 for n in graph.inputs]
+        hits_before = self.persistent_hits
+        start = time.perf_counter_ns()
+        lowered = None
+        try:
+            with annotate.compile_span(graph.hash, step):
+                lowered = jax.jit(graph_function(graph)).lower(*avals)
+                compiled = lowered.compile()
+        except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
+            path = save_failed(graph, lowered, exc)
+            if bus.active:
+                bus.emit(CompileFailed(time.perf_counter_ns(), step, graph.hash, str(exc), path, cause, frames))
+            raise XlaCompileError(
+                f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
+                f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
+            ) from exc
+        compile_ns = time.perf_counter_ns() - start
+        memory = _memory_analysis(compiled)
+        entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
+        info = RuntimeGraphInfo(graph)
+        # Every compile joins its site's history, listened to or not, so a later recompilation is
+        # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
+        publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step)
+        if bus.active:
+            bus.emit(GraphCompiled(
+                time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), len(graph.roots),
+                compile_ns, memory, cause, frames,
+                (self.persistent_hits > hits_before) if _persistent_cache else None, info,
+            ))
+        return entry
+
+
+def save_failed(graph: Graph, lowered, exc) -> str:
+    """Saves a failing graph's HLO (or IR, when lowering failed) and says where; never raises.
+
+    A failure to save must not replace the compile or execution error the user needs to see.
+    """
+    try:
+        text = lowered.as_text(dialect="hlo") if lowered is not None else None
+    except Exception:
+        text = None
+    if text is None:
+        text = f"// lowering to HLO failed: {exc!r}\n// IR of graph {graph.hash}:\n" + graph_to_text(graph)
+    path = config.save_hlo_file
+    note = ""
+    if path:
+        try:
+            with open(path, "w") as fh:
+                fh.write(text)
+            return path
+        except OSError as err:
+            note = f" (XLA_SAVE_HLO_FILE={path!r} could not be written: {err.strerror})"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"xladev_{graph.hash[:12]}_", suffix=".hlo.txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return tmp + note
+    except OSError as err:
+        return f"nowhere: no temporary file could be written ({err.strerror}){note}"
+
+
+def error_summary(exc: BaseException) -> str:
+    """The line of an XLA error worth showing: its first, or for a Python traceback inside it, its last."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith("Traceback (most recent call last):"):
+        return f"{lines[0].removesuffix('Traceback (most recent call last):').rstrip()} {lines[-1]}"
+    return lines[0]
+
+
+def _memory_analysis(compiled) -> dict[str, int]:
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        return {}
+    if m is None:
+        return {}
+    fields = {
+        "argument": "argument_size_in_bytes",
+        "output": "output_size_in_bytes",
+        "alias": "alias_size_in_bytes",
+        "temp": "temp_size_in_bytes",
+        "generated_code": "generated_code_size_in_bytes",
+    }
+    return {k: int(getattr(m, v, 0) or 0) for k, v in fields.items()}
+
+
+# XLA's persistent compilation cache, once turned on: {"path": ..., "readonly": ...}.
+_persistent_cache: dict = {}
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Turns on XLA's persistent compilation cache in `path`, so a restarted job skips recompiling.
+
+    Args:
+      path: a directory (created if missing).
+      readonly: read existing entries but write none (for caches shared between jobs).
+
+    Raises:
+      RuntimeError: the cache was already initialised with a different path.
+    """
+    if _persistent_cache and _persistent_cache["path"] != path:
+        raise RuntimeError(f"the compilation cache is already initialised at {_persistent_cache['path']!r}")
+    os.makedirs(path, exist_ok=True)
+    jax = backend.jax_module()
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # Read-only: never worth writing (an entry would have to take longer than a day to compile).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 86400.0 if readonly else 0.0)
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:
+        pass
+    _persistent_cache.update(path=path, readonly=readonly)
+
+
+compile_cache = CompileCache()

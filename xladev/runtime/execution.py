@@ -1,0 +1,191 @@
+"""Running graphs: a barrier's graph is compiled (or found in the cache), fed its inputs, and dispatched.
+
+A graph is handed to XLA without waiting for it (inflight.py watches it); its results are ready when
+read. Everything that needs the values of pending tensors comes here: the step barrier (barrier.py),
+value reads (transfers.py), and the eager debug mode (one small graph per op).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from xladev._flags import config
+from xladev.events import Cause, DeviceDataCacheMiss, GraphExecuted, OpsRecorded, bus
+from xladev.runtime import annotate, backend, fork_guard, stack, steps
+from xladev.runtime.compilation import (
+    CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
+)
+from xladev.runtime.graph_info import RuntimeGraphInfo
+from xladev.runtime.graph_lowering import lowered
+from xladev.runtime.inflight import Dispatched, InFlight
+from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
+from xladev.runtime.recorder import recorder
+from xladev.runtime.storage import pending, pending_storages
+
+# One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
+lock = threading.RLock()
+
+
+class XlaExecutionError(RuntimeError):
+    """A compiled graph failed while running. The message names the graph hash and the saved HLO."""
+
+
+class Execution:
+    """Runs graphs. Holds the scalar upload cache and the graphs dispatched but not yet announced.
+
+    Attributes:
+      compiler: where executables come from.
+      scalars: device arrays of Python scalars fed as graph inputs, most recently used last.
+      in_flight: the dispatched graphs not yet announced (`GraphExecuted`).
+    """
+
+    def __init__(self, compiler: CompileCache) -> None:
+        self.compiler = compiler
+        self.scalars: collections.OrderedDict = collections.OrderedDict()
+        self.in_flight = InFlight()
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def _scalar_array(self, node: ScalarNode, device_index: int):
+        key = (type(node.value), node.value, node.meta.dtype, device_index)
+        array = self.scalars.get(key)
+        if array is None:
+            import numpy as np
+
+            array = backend.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
+            self.scalars[key] = array
+            if len(self.scalars) > 4096:
+                self.scalars.popitem(last=False)
+            if bus.active:
+                bus.emit(DeviceDataCacheMiss(time.perf_counter_ns(), steps.current(), float(node.value),
+                                             str(node.meta.dtype)))
+        else:
+            self.scalars.move_to_end(key)
+        return array
+
+    # ---- run -----------------------------------------------------------------------------------
+    def run(self, roots: list[Node], cause: Cause, frames=None) -> list:
+        """Computes `roots` and returns their jax arrays (computed roots only run once).
+
+        The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
+        are ready when read. The previous graphs are settled first, so events keep their order.
+
+        Raises:
+          XlaCompileError: the graph failed to compile.
+          XlaExecutionError: it failed while running (or an earlier dispatched graph did).
+        """
+        fork_guard.check()
+        with lock:
+            self.in_flight.settle()
+            self.flush_ops()
+            graph = Graph(roots)
+            device_index = _device_index_of(graph)
+            entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
+            arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
+            step = steps.current()
+            start = time.perf_counter_ns()
+            try:
+                with annotate.execute_span(entry.hash, step):
+                    outputs = entry.executable(*arrays)
+            except Exception as exc:
+                self._execution_failed(graph, entry, exc)
+            entry.runs += 1
+
+            def announce(execute_ns: int, error: BaseException | None) -> None:
+                if error is not None:
+                    self._execution_failed(graph, entry, error)
+                if bus.active:
+                    bus.emit(GraphExecuted(
+                        time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
+                        entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph),
+                    ))
+
+            dispatched = Dispatched(outputs, start, announce)
+            if config.sync_execution or not bus.executions_may_lag:
+                try:
+                    dispatched.wait()
+                except Exception as exc:
+                    dispatched.error = exc
+                announce(time.perf_counter_ns() - start, dispatched.error)
+            else:
+                self.in_flight.add(dispatched)
+            return list(outputs)
+
+    def settle(self) -> None:
+        """Waits for the dispatched graphs and announces their executions (GraphExecuted).
+
+        Raises:
+          XlaExecutionError: a dispatched graph failed while running.
+        """
+        if self.in_flight:
+            with lock:
+                self.in_flight.settle()
+
+    def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException):
+        path = save_failed(graph, lowered(graph), exc)
+        raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
+                                f"{error_summary(exc)}. HLO saved to {path}") from exc
+
+    def flush_ops(self) -> None:
+        """Publishes the ops recorded since the last graph (OpsRecorded)."""
+        counts, ns, samples = recorder.drain()
+        if counts and bus.active:
+            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples))
+
+    # ---- what callers need computed ------------------------------------------------------------
+    def materialize(self, nodes: list[Node], cause: Cause) -> list:
+        """Arrays for these nodes, running one graph for those not yet computed."""
+        todo = [n for n in nodes if type(n) is not DataNode]
+        if not todo:
+            return [n.array for n in nodes]
+        frames = stack.capture_frames() if bus.wants_frames else None
+        results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
+        return [n.array if type(n) is DataNode else results[id(n)] for n in nodes]
+
+    def sync_storages(self, storages: list, cause: Cause, frames=None) -> None:
+        """Computes the given storages' pending values and makes them device data."""
+        storages = [s for s in storages if type(s.value) is not DataNode]
+        if not storages:
+            return
+        roots = [s.value for s in storages]
+        # An earlier graph that failed while running raises here, before these storages are involved.
+        self.settle()
+        try:
+            arrays = self.run(roots, cause, frames)
+        except (XlaCompileError, XlaExecutionError):
+            # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
+            # reading one of them again raises the same error.
+            for storage in storages:
+                pending.pop(storage.sid, None)
+            raise
+        made: dict[int, DataNode] = {}
+        for storage, root, array in zip(storages, roots, arrays):
+            data = made.get(id(root))
+            if data is None:
+                data = made[id(root)] = DataNode(array, root.meta)
+            storage.set_data(data, root)
+
+    def flush(self, cause: Cause) -> None:
+        """Runs every pending tensor now, without ending the step (eager debug mode)."""
+        with lock:
+            storages = pending_storages()
+            if storages:
+                self.sync_storages(storages, cause, stack.capture_frames() if bus.wants_frames else None)
+
+    def clear(self) -> None:
+        """Forgets the dispatched graphs not yet announced, and empties the scalar cache (`Executor.reset`)."""
+        with lock:
+            self.in_flight.forget()
+            self.scalars.clear()
+
+
+def _device_index_of(graph: Graph) -> int:
+    for node in graph.inputs:
+        if type(node) is DataNode:
+            device = next(iter(node.array.devices()))
+            return backend.jax_devices().index(device)
+    return 0
+
+
+execution = Execution(compile_cache)

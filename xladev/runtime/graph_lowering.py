@@ -1,0 +1,115 @@
+"""A graph as a jax function: each node's lowering, cast to what PyTorch promised, with deep chains cut.
+
+`graph_function(graph)` is what the compile cache compiles; `lowered(graph)` lowers a graph without
+compiling it (debug dumps, HLO of a failed graph). The function is named `xladev_<hash>`, so profiles
+and XLA dumps show which graph ran.
+"""
+
+from __future__ import annotations
+
+from xladev._flags import config
+from xladev.runtime import backend
+from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph, Meta, rebuild
+from xladev.runtime.lowering.registry import LoweringContext
+
+
+class LoweringError(RuntimeError):
+    """A lowering produced a value whose shape contradicts PyTorch's meta kernel (an xladev bug)."""
+
+
+def _weak(x):
+    from jax._src.lax import lax as _lax
+
+    return _lax._convert_element_type(x, weak_type=True)
+
+
+def _fit(value, meta, op_name):
+    """Casts a lowering's result to the dtype PyTorch promised; checks its shape."""
+    import jax.numpy as jnp
+
+    if meta is None:
+        return None
+    if isinstance(meta, tuple) and not hasattr(meta, "dtype"):
+        return tuple(_fit(v, m, op_name) for v, m in zip(value, meta))
+    value = jnp.asarray(value)
+    target = backend.to_jnp_dtype(meta.dtype)
+    if value.dtype != target:
+        value = value.astype(target)
+    if tuple(value.shape) != tuple(meta.shape):
+        try:
+            value = jnp.broadcast_to(value, meta.shape)
+        except ValueError:
+            raise LoweringError(f"lowering of {op_name} gave shape {tuple(value.shape)}, expected {tuple(meta.shape)}") from None
+    return value
+
+
+def graph_function(graph: Graph):
+    """A jax-traceable function computing the graph's roots from its inputs."""
+    nodes = graph.nodes
+    index = graph.index
+    plan = []
+    input_pos = {id(n): i for i, n in enumerate(graph.inputs)}
+    for node in nodes:
+        if node.op is DATA_OP or node.op is SCALAR_OP:
+            plan.append((None, input_pos[id(node)], node.op is SCALAR_OP))
+        else:
+            plan.append((node, tuple(index[id(o)] for o in node.operands), False))
+    roots = tuple(index[id(r)] for r in graph.roots)
+    hlo_debug = config.hlo_debug
+    cuts = _fusion_cuts(plan)
+
+    def fn(*inputs):
+        import jax
+
+        values = [None] * len(plan)
+        for i, (node, operands, is_scalar) in enumerate(plan):
+            if node is None:
+                values[i] = _weak(inputs[operands]) if is_scalar else inputs[operands]
+                continue
+            args, kwargs = rebuild(node.template, [values[j] for j in operands])
+            ctx = LoweringContext(node)
+            if hlo_debug and node.location:
+                # jax cuts scope names at '@', so the location reads `fn at file.py:LINE` here.
+                with jax.named_scope(f"{node.op.name}[{node.location.replace('@', ' at ')}]"):
+                    out = node.op.lower(ctx, *args, **kwargs)
+            else:
+                out = node.op.lower(ctx, *args, **kwargs)
+            values[i] = _fit(out, node.meta, node.op.name)
+            if i in cuts:
+                values[i] = jax.lax.optimization_barrier(values[i])
+        return tuple(values[r] for r in roots)
+
+    fn.__name__ = fn.__qualname__ = f"xladev_{graph.hash[:16]}"
+    return fn
+
+
+# XLA's CPU compiler walks a fusion recursively on one of its own threads: a chain some 25,000 ops deep
+# feeding a reduction overflows that thread's stack and kills the process (jaxlib 0.10.2). An
+# optimization barrier every FUSION_DEPTH_CUT ops of a chain bounds the depth of any fusion; graphs
+# shallower than that (every ordinary training step) are lowered exactly as before.
+FUSION_DEPTH_CUT = 4_096
+
+
+def _fusion_cuts(plan) -> frozenset[int]:
+    """Positions of the nodes after which a deep chain is cut (none for a graph shallower than the cut)."""
+    if len(plan) <= FUSION_DEPTH_CUT:
+        return frozenset()
+    depth = [0] * len(plan)
+    cuts = set()
+    for i, (node, operands, _) in enumerate(plan):
+        if node is None:
+            continue
+        d = 1 + max((depth[j] for j in operands), default=0)
+        if d >= FUSION_DEPTH_CUT and not node.op.multi_output and type(node.meta) is Meta:
+            cuts.add(i)
+            d = 0
+        depth[i] = d
+    return frozenset(cuts)
+
+
+def lowered(graph: Graph):
+    """jax's Lowered object of a graph (lowering only; nothing is compiled or run)."""
+    import jax
+
+    avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype)) for n in graph.inputs]
+    return jax.jit(graph_function(graph)).lower(*avals)

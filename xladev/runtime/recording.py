@@ -1,0 +1,220 @@
+"""Recording an op as IR: its operands and template, its output metadata, and writes into tensors.
+
+`record` is the common end of most ops: the arguments are split into operand nodes and a hashable
+template, PyTorch's meta kernel gives the output shapes (memoised by argument signature, so an op pays
+meta inference once per distinct signature, not per call), and new device tensors hold the new node.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xladev._flags import config
+from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, getitem, scalar_node
+from xladev.runtime.lowering.registry import LOWERINGS
+from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
+from xladev.runtime.op_traits import op_traits
+from xladev.runtime.recorder import recorder
+from xladev.runtime.storage import Storage
+from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.views import ViewStep
+
+aten = torch.ops.aten
+# 0 and 1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
+_SPECIAL_SCALARS = () if config.no_special_scalars else (0, 1)
+
+
+def mismatch(a: str, b: str) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+_PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_format, torch.layout))
+
+
+def _flatten(args, kwargs, traits, device_ref):
+    """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
+
+    Returns:
+      (operands, template, key) where template is (args, kwargs-items) with SLOT for operands.
+    """
+    if not kwargs:
+        # Fast path, same results as `walk` below: positional device tensors, Python scalars and
+        # plain constants (most ops). Anything else (lists, CPU tensors, devices) takes the general walk.
+        operands = []
+        key = []
+        template = []
+        device = device_ref[0]
+        scalar_pos = traits.scalar_positions
+        for i, value in enumerate(args):
+            kind = type(value)
+            if kind is XlaTensor:
+                st = value._st
+                if device is None:
+                    device = st.device_index
+                elif device != st.device_index:
+                    raise mismatch(f"xla:{device}", f"xla:{st.device_index}")
+                operands.append(st.value if value._chain is None else value._node())
+                key.append((value.shape, value.dtype))
+                template.append(SLOT)
+            elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
+                operands.append(scalar_node(value, torch.float64 if kind is float else torch.int64))
+                key.append(ScalarType(kind))
+                template.append(SLOT)
+            elif kind is int or kind is float or kind in _PLAIN_TYPES:
+                key.append((kind, value))  # True == 1 == 1.0 as dict keys, not as arguments
+                template.append(value)
+            else:
+                break
+        else:
+            device_ref[0] = device
+            return operands, (tuple(template), ()), tuple(key)
+    operands: list[Node] = []
+    key: list = []
+
+    def walk(value, is_scalar_arg):
+        if isinstance(value, XlaTensor):
+            index = value._st.device_index
+            if device_ref[0] is None:
+                device_ref[0] = index
+            elif device_ref[0] != index:
+                raise mismatch(f"xla:{device_ref[0]}", f"xla:{index}")
+            operands.append(value._node())
+            key.append((value.shape, value.dtype))
+            return SLOT
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 0 or value.device.type != "cpu":
+                raise mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
+            # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
+            operands.append(scalar_node(value.item(), value.dtype))
+            key.append(((), value.dtype))
+            return SLOT
+        if isinstance(value, (list, tuple)):
+            key.append((list, len(value)))  # keeps the nesting: sum(x, [1]) is not sum(x, [], True)
+            out = tuple(walk(v, False) for v in value)
+            return out
+        if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
+            # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
+            # bias correction) reuses the compiled graph instead of recompiling it.
+            operands.append(scalar_node(value, _scalar_dtype(value)))
+            key.append(ScalarType(type(value)))
+            return SLOT
+        if isinstance(value, torch.device):
+            key.append("device")
+            return None
+        key.append((type(value), value))
+        return value
+
+    scalar_pos = traits.scalar_positions
+    template_args = tuple([walk(a, i in scalar_pos) for i, a in enumerate(args)])
+    # Keyword names are part of the key: f(x, a=True, b=False) is not f(x, b=True, a=False).
+    template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
+                            for k, v in kwargs.items()) if kwargs else ()
+    return operands, (template_args, template_kwargs), tuple(key)
+
+
+def _scalar_dtype(value) -> torch.dtype:
+    return torch.float64 if type(value) is float else torch.int64
+
+
+def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
+    """Records `func(*args, **kwargs)` as IR and returns the new device tensor(s).
+
+    Raises:
+      MetaUnsupported: no shape rule exists (the caller falls back to the CPU).
+      RuntimeError: the arguments are invalid for the op, exactly as eager PyTorch would say.
+    """
+    traits = op_traits(func)
+    device_ref = [device_index]
+    operands, template, key = _flatten(args, kwargs, traits, device_ref)
+    meta = infer_meta(func, key, args, kwargs)
+    if extra_meta:
+        meta = tuple(meta) + tuple(extra_meta)
+    if opdef is None:
+        opdef = LOWERINGS[func]
+    node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
+    index = device_ref[0] or 0
+    recorder.count(opdef.name)
+    if type(meta) is Meta:
+        return XlaTensor(Storage(node, index), meta)
+    outputs = []
+    for i, m in enumerate(meta):
+        if m is None:
+            outputs.append(None)
+        elif type(m) is Meta:
+            outputs.append(XlaTensor(Storage(getitem(node, i), index), m))
+        else:  # a list output (e.g. split-like functional ops)
+            raise MetaUnsupported(f"{func} returns nested outputs")
+    return type(meta)(outputs) if not isinstance(meta, list) else outputs
+
+
+def record_view(func, args, kwargs):
+    """Records a view op: the result shares the base's storage and extends its view chain."""
+    base = args[0]
+    traits = op_traits(func)
+    device_ref = [base._st.device_index]
+    _, template, key = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
+    template = ((SLOT,) + template[0], template[1])
+    metas = view_meta(func, base, key, args, kwargs)
+    opdef = LOWERINGS.get(func)
+    if opdef is None:
+        raise MetaUnsupported(f"view op {func} has no lowering")
+    chain = base._chain or ()
+    recorder.count(opdef.name)
+    if isinstance(metas, list):
+        return [
+            XlaTensor(base._st, m[0], chain + (ViewStep(opdef, template, metas_tuple(metas), i),), m[1], m[2])
+            for i, m in enumerate(metas)
+        ]
+    meta, strides, offset = metas
+    return XlaTensor(base._st, meta, chain + (ViewStep(opdef, template, meta, None),), strides, offset)
+
+
+def metas_tuple(metas) -> tuple:
+    return tuple(m[0] for m in metas)
+
+
+def write_into(dst: XlaTensor, result, func_for_errors=None) -> None:
+    """Writes `result` (a device tensor) into `dst` and its aliases, with PyTorch's in-place checks."""
+    if not isinstance(result, XlaTensor):
+        raise MetaUnsupported(f"{func_for_errors} produced a non-device result")
+    if tuple(result.shape) != tuple(dst.shape):
+        if func_for_errors is not None and _broadcastable_to(tuple(result.shape), tuple(dst.shape)):
+            result = expand_to(result, tuple(dst.shape))
+        else:
+            raise RuntimeError(
+                f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(result.shape)}"
+            )
+    if result.dtype != dst.dtype:
+        if not torch.can_cast(result.dtype, dst.dtype):
+            raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type {_type_name(dst.dtype)}")
+        result = convert(result, dst.dtype)
+    dst._assign(result._node())
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
+def _broadcastable_to(src: tuple, dst: tuple) -> bool:
+    if len(src) > len(dst):
+        return False
+    for s, d in zip(reversed(src), reversed(dst)):
+        if s != d and s != 1:
+            return False
+    return True
+
+
+def expand_to(t: XlaTensor, shape: tuple) -> XlaTensor:
+    return record(aten.expand_copy.default, (t, list(shape)), {})
+
+
+def convert(t: XlaTensor, dtype: torch.dtype) -> XlaTensor:
+    return record(aten._to_copy.default, (t,), {"dtype": dtype})
+
+
+def device_of(args, kwargs) -> int:
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, XlaTensor):
+            return a._st.device_index
+    return 0

@@ -1,0 +1,82 @@
+"""The value behind device tensors: a `Storage` per base tensor, and the set of those still pending.
+
+A storage holds its base tensor's current value as an IR node; every view of that base shares it
+(tensor.py). Barriers read `pending_storages()` to know what to compute, and replace each computed
+value by its device data (`Storage.set_data`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+
+from xladev.runtime.ir import DataNode, Node
+
+_storage_ids = itertools.count()
+# Serialises writes to a storage's value with a barrier's check-and-replace (Storage.set/set_data).
+_write_lock = threading.Lock()
+
+# Storages whose value is a pending IR node (not device data), keyed by creation id so that the
+# order of graph outputs is deterministic. Weak: a dead tensor is never synced.
+pending: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+
+
+class Storage:
+    """The value of a base tensor, shared by all its views.
+
+    Attributes:
+      value: the current IR node (a DataNode once synced).
+      version: bumped on every write, so views know to re-read.
+      device_index: which `xla:N`.
+      sid: creation order.
+    """
+
+    __slots__ = ("value", "version", "device_index", "sid", "__weakref__")
+
+    def __init__(self, value: Node, device_index: int):
+        self.value = value
+        self.version = 0
+        self.device_index = device_index
+        self.sid = next(_storage_ids)
+        if type(value) is not DataNode:
+            pending[self.sid] = self
+
+    def set(self, value: Node) -> None:
+        # Under the lock: a barrier on another thread must not replace this write by older data.
+        with _write_lock:
+            self.value = value
+            self.version += 1
+            if type(value) is not DataNode:
+                pending[self.sid] = self
+            else:  # e.g. `copy_` of uploaded data: nothing left to compute
+                pending.pop(self.sid, None)
+
+    def set_data(self, value: DataNode, computed: Node) -> bool:
+        """Replaces the pending value `computed` by its data; False if another thread wrote since.
+
+        A write recorded on another thread while the barrier ran is newer than the data: it stays
+        pending (it reads `computed`, so it is still right) and the next barrier computes it.
+        """
+        with _write_lock:
+            if self.value is not computed:
+                return False
+            self.value = value
+            self.version += 1
+            pending.pop(self.sid, None)
+            return True
+
+
+def pending_storages() -> list[Storage]:
+    """The live storages with a pending value, in creation order (deterministic graph outputs).
+
+    Safe while other threads record: the weak dictionary is copied in one step, not iterated.
+    """
+    refs = list(pending.data.values())
+    storages = [s for s in (r() for r in refs) if s is not None]
+    storages.sort(key=_by_sid)
+    return storages
+
+
+def _by_sid(storage: Storage) -> int:
+    return storage.sid
