@@ -2,8 +2,8 @@
 
 Two-layer bidirectional batch_first nn.LSTM, nn.GRU and nn.RNN (tanh), on a padded batch and on the
 same batch packed with `pack_padded_sequence` (lengths 6, 4, 2). Checks and bounds:
-`tests/models/parity.py`, `tests/models/tolerances.py`. The cases in `zoo.DEFAULT` run by default, the
-rest with `-m slow`.
+`tests/models/parity.py`, `tests/models/tolerances.py`. All run with `-m slow` (none is in `zoo.DEFAULT`):
+by default tests/runtime/test_rnn.py checks the same modules' steps and training against eager CPU.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ The expectations are explicit and strict, so the lists below stay honest:
   * an op known to fail has a reasoned entry in XFAIL_FORWARD / XFAIL_BACKWARD; these are strict
     xfails, so an entry that starts passing fails the test.
 
+CI's default run (`make test`) checks the default subset less SLOW_DEFAULT: ops that are expensive in the
+sweep and whose lowerings a dedicated test file checks against eager CPU in the same run; `-m slow`
+(`make test-slow`) checks them too.
+
 The whole op_db is swept by `make opinfo-full` (XLADEV_OPINFO_FULL=1, marker `slow`), which only
 requires ops to pass (a fallback is correct behaviour) outside the reasoned xfail entries (XFAIL_FULL
 for ops outside the subset, plus the subset's own).
@@ -51,6 +55,33 @@ XFAIL_FULL: dict[str, str] = {
 }
 
 
+# Ops of the default subset that the default run leaves to `-m slow`: op -> the test that checks its
+# lowering against eager CPU, forward and backward, in the default run. Each costs 1-10 s in the sweep
+# (CTC, 3-d grid sampling and the random ops' large draws the most). One or more cheap ops of each of
+# these families stay in the default run, so every family still goes through the sweep: rrelu (the
+# random-op checks), embedding_bag and _upsample_bilinear2d_aa, special.bessel_j0 and special.zeta,
+# linalg.det/qr/svd/eigh/solve_triangular, fft.fft, fft.rfft and the complex ops, median, cdist, pdist,
+# histc, histogram, equal, cov, index_reduce and put.
+_RANDOM_OPS = "tests/runtime/test_random_ops.py"
+SLOW_DEFAULT: dict[str, str] = {
+    "bernoulli": f"{_RANDOM_OPS}::test_distributions_sample_on_the_device (Bernoulli)",
+    "normal": f"{_RANDOM_OPS}::test_normal_overloads_shapes_dtypes_and_errors, test_complex_normal_splits_the_variance",
+    "multinomial": f"{_RANDOM_OPS}::test_distribution[multinomial] (the same distribution check)",
+    "nn.functional.ctc_loss": "tests/runtime/test_embedding_ctc.py::test_ctc_loss_matches_cpu and its neighbours",
+    "grid_sampler_3d": "tests/runtime/test_resample_backward.py::test_grid_sample_3d",
+    "nn.functional.multilabel_margin_loss": "tests/runtime/test_embedding_ctc.py::test_margin_losses_match_cpu",
+    "_segment_reduce.lengths": "tests/runtime/test_embedding_ctc.py::test_segment_reduce_matches_cpu",
+    "nn.functional.bilinear": "tests/runtime/test_resample_backward.py::test_bilinear_layer",
+    **{f"special.{name}": "tests/runtime/test_special_functions.py (dense grids)" for name in (
+        "bessel_y1", "modified_bessel_k0", "airy_ai", "chebyshev_polynomial_t", "shifted_chebyshev_polynomial_w",
+        "hermite_polynomial_h", "legendre_polynomial_p")},
+    **{name: "tests/runtime/test_order_statistics.py::test_selection_matches_cpu" for name in ("mode", "kthvalue")},
+    **{name: "tests/runtime/test_fft.py" for name in ("fft.ifft", "fft.irfft", "fft.hfft", "fft.fftn", "stft")},
+    **{name: "tests/runtime/test_linalg.py" for name in (
+        "linalg.solve", "linalg.inv", "linalg.cholesky", "linalg.lu_factor", "linalg.pinv")},
+}
+
+
 @pytest.fixture(scope="session")
 def opinfo_pool(request):
     """Worker processes checking ops; every op selected in this session is submitted up front."""
@@ -74,7 +105,13 @@ def _xfail(name: str, table: dict):
     return pytest.mark.xfail(reason=reason, strict=True) if reason else ()
 
 
-@pytest.mark.parametrize("op_name", [pytest.param(n, marks=_xfail(n, XFAIL_FORWARD)) for n in coverage.default_op_names()])
+def _default_params(xfails: dict) -> list:
+    """The default subset's ops, those in SLOW_DEFAULT marked slow."""
+    return [pytest.param(n, marks=[m for m in (_xfail(n, xfails), pytest.mark.slow if n in SLOW_DEFAULT else ()) if m])
+            for n in coverage.default_op_names()]
+
+
+@pytest.mark.parametrize("op_name", _default_params(XFAIL_FORWARD))
 def test_forward(opinfo_pool, op_name):
     result = opinfo_pool.result(op_name).forward
     assert result.passed, f"{op_name} forward {_describe(result)}"
@@ -89,7 +126,7 @@ def test_forward(opinfo_pool, op_name):
             "and give the op its reason in xladev/fallback_reasons.py")
 
 
-@pytest.mark.parametrize("op_name", [pytest.param(n, marks=_xfail(n, XFAIL_BACKWARD)) for n in coverage.default_op_names()])
+@pytest.mark.parametrize("op_name", _default_params(XFAIL_BACKWARD))
 def test_backward(opinfo_pool, op_name):
     result = opinfo_pool.result(op_name).backward
     if result.status is None:
@@ -98,9 +135,13 @@ def test_backward(opinfo_pool, op_name):
     assert result.passed, f"{op_name} backward {_describe(result)}"
 
 
-def test_lowered_aten_op_count(opinfo_pool):
-    """The default subset exercises at least 150 distinct aten ops through jax lowerings, with parity."""
-    summary = coverage.Summary([opinfo_pool.result(n) for n in coverage.default_op_names()])
+@pytest.mark.parametrize("whole", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["default-run", "default-subset"])
+def test_lowered_aten_op_count(opinfo_pool, whole):
+    """The default run's ops (and the whole default subset, under -m slow) exercise at least 150 distinct
+    aten ops through jax lowerings, with parity."""
+    names = [n for n in coverage.default_op_names() if whole or n not in SLOW_DEFAULT]
+    summary = coverage.Summary([opinfo_pool.result(n) for n in names])
     lowered = summary.lowered_aten_ops()
     assert len(lowered) >= 150, f"only {len(lowered)} distinct aten ops lowered with parity: {lowered}"
 
@@ -109,7 +150,7 @@ def test_expectation_lists_name_real_ops():
     """Every entry of the lists above names an OpInfo, and default-subset entries are in the subset."""
     known = {op.full_name for op in coverage.op_db()}
     default = set(coverage.default_op_names())
-    for table in (XFAIL_FORWARD, XFAIL_BACKWARD, FALLBACK_FORWARD):
+    for table in (XFAIL_FORWARD, XFAIL_BACKWARD, FALLBACK_FORWARD, SLOW_DEFAULT):
         assert set(table) <= default, sorted(set(table) - default)
     from xladev.runtime.coverage._random_check import RANDOM_CHECKS
 

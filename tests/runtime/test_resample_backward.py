@@ -2,14 +2,19 @@
 backward (input and grid gradients) match eager CPU with no CPU fallback. Real compiles, no mocks.
 
 Each test records all its cases and runs them as one graph (`xladev.mark_step`), to keep the compile
-count small. Tolerances come from float32 rounding: an output is a weighted sum of `taps` input values
-(4 or 8 corners, 16 bicubic taps, the filter's support when anti-aliasing), so XLA's and ATen's orders
-of summation may differ by taps · ε · scale, doubled for the rounding of the weights themselves;
-`scale` is the largest magnitude of the compared tensor (at least 1).
+count small. Grid sampling's cases come in two groups: the default run's covers every mode, padding
+mode and align_corners value (across 2-d and 3-d); the rest run with `-m slow` (a grid_sample case
+costs 0.5-4 s of compile, bicubic the most).
+
+Tolerances come from float32 rounding: an output is a weighted sum of `taps` input values (4 or 8
+corners, 16 bicubic taps, the filter's support when anti-aliasing), so XLA's and ATen's orders of
+summation may differ by taps · ε · scale, doubled for the rounding of the weights themselves; `scale`
+is the largest magnitude of the compared tensor (at least 1).
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -51,25 +56,33 @@ def _grid(generator, *shape):
     return torch.rand(*shape, generator=generator) * 2.6 - 1.3
 
 
-def test_grid_sample_2d(events):
+# (mode, padding_mode, align_corners) per group. "default": each 2-d mode and padding mode once with
+# align_corners=False, the 3-d modes with align_corners=True; "more" (slow): the other combinations.
+GRID_2D = {"default": [("bilinear", "zeros", False), ("nearest", "border", False), ("bicubic", "reflection", False)],
+           "more": [("bilinear", "reflection", True), ("bicubic", "border", True)]}
+GRID_3D = {"default": [("bilinear", "zeros", True), ("nearest", "reflection", True)],
+           "more": [("bilinear", "border", False), ("bilinear", "reflection", False)]}
+GROUPS = ["default", pytest.param("more", marks=pytest.mark.slow)]
+
+
+def _grid_sample_cases(prefix, combinations, x, grid):
+    return [(f"{prefix}-{mode}-{padding}-ac{align}", lambda a, b, m=mode, p=padding, ac=align:
+             F.grid_sample(a, b, mode=m, padding_mode=p, align_corners=ac), [x, grid])
+            for mode, padding, align in combinations]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_grid_sample_2d(events, group):
     g = torch.Generator().manual_seed(0)
     x, grid = torch.randn(2, 3, 5, 6, generator=g), _grid(g, 2, 4, 3, 2)
-    cases = [(f"2d-{mode}-{padding}-ac{align}", lambda a, b, m=mode, p=padding, ac=align:
-              F.grid_sample(a, b, mode=m, padding_mode=p, align_corners=ac), [x, grid])
-             for mode, padding, align in [("bilinear", "zeros", False), ("bilinear", "reflection", True),
-                                          ("nearest", "border", False), ("bicubic", "border", True),
-                                          ("bicubic", "reflection", False)]]
-    check(cases, events, taps=16)
+    check(_grid_sample_cases("2d", GRID_2D[group], x, grid), events, taps=16)
 
 
-def test_grid_sample_3d(events):
+@pytest.mark.parametrize("group", GROUPS)
+def test_grid_sample_3d(events, group):
     g = torch.Generator().manual_seed(1)
     x, grid = torch.randn(2, 2, 4, 5, 3, generator=g), _grid(g, 2, 3, 2, 4, 3)
-    cases = [(f"3d-{mode}-{padding}-ac{align}", lambda a, b, m=mode, p=padding, ac=align:
-              F.grid_sample(a, b, mode=m, padding_mode=p, align_corners=ac), [x, grid])
-             for mode, padding, align in [("bilinear", "zeros", True), ("bilinear", "border", False),
-                                          ("bilinear", "reflection", False), ("nearest", "reflection", True)]]
-    check(cases, events, taps=8)
+    check(_grid_sample_cases("3d", GRID_3D[group], x, grid), events, taps=8)
 
 
 def test_resize_antialias_and_bicubic(events):
