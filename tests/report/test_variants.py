@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import io
+from pathlib import Path
 
 import pytest
 
 from xladev.report import load
 from xladev.schema import units
 from xladev.report.inputs import expand_rank_paths, rank_of, read_source
-from xladev.report.model import SourceResult
+from xladev.report.model import SourceResult, UnreadableInputError
 from xladev.report.names import canonical_numbers
 from xladev.report.text_reader import TextReader
 
@@ -141,6 +142,51 @@ def test_gzip_and_utf16_inputs(tmp_path):
     for path in (str(gz), utf16):
         source = read_source(path)
         assert source.warnings == [] and source.snapshots == 3 and source.final.counters["MarkStep"] == 3
+
+
+def _damaged_gzips(tmp_path, data: bytes) -> dict[str, str]:
+    """A truncated and a corrupted gzip of `data` (the damage in the middle), written under tmp_path."""
+    # Incompressible filler between records keeps the compressed stream long, so the damage lands mid-file.
+    packed = gzip.compress(data, compresslevel=1)
+    middle = len(packed) // 2
+    corrupt = bytearray(packed)
+    corrupt[middle:middle + 16] = bytes(16)
+    paths = {"truncated": tmp_path / "cut.gz", "corrupt": tmp_path / "bad.gz"}
+    paths["truncated"].write_bytes(packed[:middle])
+    paths["corrupt"].write_bytes(bytes(corrupt))
+    return {k: str(v) for k, v in paths.items()}
+
+
+def test_damaged_gzip_keeps_the_records_before_the_damage(tmp_path):
+    import random
+
+    noise = random.Random(0)
+    records = [step_report(step, compiles=1) + "".join(
+        f"log {noise.getrandbits(64):x}\n" for _ in range(40)) for step in range(60)]
+    for kind, path in _damaged_gzips(tmp_path, metrics_file(records).encode()).items():
+        source = read_source(path)
+        # What came before the damage; a corruption zlib only notices at the checksum can let all through.
+        assert 10 < source.snapshots <= 60 and (kind == "corrupt" or source.snapshots < 60), kind
+        assert source.final.counters["MarkStep"] == source.final.step + 1, kind
+        assert any("reading stopped early" in w.message for w in source.warnings), kind
+
+
+def test_damaged_gzip_event_log_keeps_its_complete_records(tmp_path):
+    fixture = Path(__file__).resolve().parents[1] / "tui" / "fixtures" / "fixture_run.jsonl"
+    lines = fixture.read_text().splitlines()
+    padded = [lines[0]] + [line for line in lines[1:-1] for _ in range(30)]
+    for kind, path in _damaged_gzips(tmp_path, ("\n".join(padded) + "\n").encode()).items():
+        source = read_source(path)
+        assert source.input_kind == "event-log", kind
+        assert source.final is not None and source.final.counters["MarkStep"] > 10, kind
+        assert any("reading stopped early" in w.message for w in source.warnings), kind
+
+
+def test_gzip_that_is_not_gzip_is_one_clear_error(tmp_path):
+    path = tmp_path / "fake.gz"
+    path.write_bytes(b"\x1f\x8b" + b"not really compressed" * 4)
+    with pytest.raises(UnreadableInputError, match="cannot read: the compressed data is corrupt"):
+        read_source(str(path))
 
 
 def test_fast_path_and_line_reader_agree_even_around_a_dirty_record():

@@ -14,6 +14,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from typing import BinaryIO, Protocol
 
 from xladev.report.model import SourceResult, UnreadableInputError
@@ -129,8 +130,74 @@ def _open_binary(path: str) -> BinaryIO:
     except OSError as error:
         raise UnreadableInputError(f"{path}: cannot open ({error.strerror or error})") from None
     if raw.peek(2)[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return _SalvagingGzip(raw)  # type: ignore[return-value]
     return raw
+
+
+class _SalvagingGzip:
+    """Decompresses a gzip file as far as it is whole: a truncated or corrupt file gives every byte
+    before the damage, then ends, and `error` says what was wrong (gzip.GzipFile raises instead and
+    loses the last buffer of complete records)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buffer = b""
+        self._done = False
+        self._member_started = False
+        self.compressed_read = 0
+        self.error: str | None = None
+
+    def _fill(self, wanted: int) -> None:
+        while len(self._buffer) < wanted and not self._done:
+            data = self._inflate.unused_data or self._raw.read(self.CHUNK)
+            if self._inflate.unused_data:  # a file of several gzip members (`cat a.gz b.gz`)
+                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if not data:
+                self._done = True
+                if self._member_started and not self._inflate.eof:
+                    self.error = (f"the compressed data ends early (truncated after {self.compressed_read} "
+                                  "bytes); the complete records before it were read")
+                return
+            before = self._inflate.copy()
+            try:
+                self._buffer += self._inflate.decompress(data)
+            except zlib.error as exc:
+                self._salvage(before, data, exc)
+                return
+            self.compressed_read += len(data)
+            self._member_started = not self._inflate.eof
+
+    def _salvage(self, inflate, data: bytes, exc: zlib.error) -> None:
+        """Decompresses the damaged chunk again in small steps, keeping what comes before the damage."""
+        step = 64
+        for start in range(0, len(data), step):
+            try:
+                self._buffer += inflate.decompress(data[start:start + step])
+            except zlib.error:
+                break
+            self.compressed_read += len(data[start:start + step])
+        self._done = True
+        self.error = (f"the compressed data is corrupt ({exc}) after about {self.compressed_read} bytes; "
+                      "the complete records before it were read")
+
+    def peek(self, size: int = 1) -> bytes:
+        self._fill(max(size, 1))
+        return self._buffer
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            self._fill(float("inf"))  # type: ignore[arg-type]
+            size = len(self._buffer)
+        else:
+            self._fill(size)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 class _Utf16AsUtf8:
@@ -178,7 +245,7 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
         try:
             source.size_bytes = os.path.getsize(path)
             head = stream.peek(HEAD_BYTES)[:HEAD_BYTES] if hasattr(stream, "peek") else b""
-        except (OSError, EOFError, gzip.BadGzipFile) as error:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as error:
             raise UnreadableInputError(f"{path}: cannot read ({error})") from None
         encoding = _check_text(path, head)
         if head.startswith(codecs.BOM_UTF8):
@@ -189,6 +256,11 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
                 source.input_kind = kind.name
                 kind.read(readable, source)
                 break
+        damage = getattr(stream, "error", None)
+        if damage and not source.lines:
+            raise UnreadableInputError(f"{path}: cannot read: {damage.split(';')[0]}")
+        if damage:
+            source.warn(source.lines + 1, f"reading stopped early: {damage}", always=True)
     finally:
         stream.close()
     return source

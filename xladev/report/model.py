@@ -138,10 +138,16 @@ class SourceResult:
     warning_count: int = 0
     other_lines: int = 0
 
-    def warn(self, line: int, message: str) -> None:
-        """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all)."""
+    def warn(self, line: int, message: str, always: bool = False) -> None:
+        """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).
+
+        Args:
+          line: the 1-based line it is about.
+          message: what was wrong.
+          always: keep it past the cap (a warning about the whole input, such as damaged compression).
+        """
         self.warning_count += 1
-        if len(self.warnings) < MAX_STORED_WARNINGS:
+        if always or len(self.warnings) < MAX_STORED_WARNINGS:
             self.warnings.append(ParseWarning(self.name, line, message))
 
     @property
