@@ -253,7 +253,7 @@ def test_xla_flags_dump_to_writes_xla_dumps_named_after_the_graph(tmp_path):
 
 
 def test_invalid_dump_format_is_a_clear_error(tmp_path):
-    result = subprocess.run([sys.executable, "-c", "import xladev"], capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, "-c", "import xladev; xladev.device()"], capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, XLA_SAVE_TENSORS_FILE=str(tmp_path / "d"), XLA_SAVE_TENSORS_FMT="png"))
     assert result.returncode != 0 and "XLA_SAVE_TENSORS_FMT='png' is not valid" in result.stderr
     assert "text, dot, hlo, stablehlo" in result.stderr

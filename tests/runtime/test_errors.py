@@ -51,7 +51,7 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
     ("{tmp}", "it is a directory"),
 ])
 def test_an_unwritable_save_hlo_file_is_a_start_up_error_naming_the_variable(tmp_path, path, reason):
-    result = _python("import xladev", XLA_SAVE_HLO_FILE=path.format(tmp=tmp_path))
+    result = _python("import xladev; xladev.device()", XLA_SAVE_HLO_FILE=path.format(tmp=tmp_path))
     assert result.returncode == 1
     assert "XLA_SAVE_HLO_FILE=" in result.stderr and reason in result.stderr
     assert "Traceback" not in result.stderr  # a user's setting, not a bug: the message alone

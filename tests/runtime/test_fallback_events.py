@@ -197,7 +197,7 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_unknown_pjrt_device_is_a_clear_error():
-    result = _run_python("import xladev", PJRT_DEVICE="TPUX")
+    result = _run_python("import xladev; xladev.device()", PJRT_DEVICE="TPUX")
     assert result.returncode != 0
     assert "PJRT_DEVICE='TPUX' is not valid" in result.stderr
     assert "CPU, CUDA" in result.stderr
