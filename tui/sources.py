@@ -21,7 +21,7 @@ import time
 from typing import Callable, Iterable, Protocol
 
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
-from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, parse_line
+from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
 
 READ_CHUNK = 1 << 20
 
@@ -166,7 +166,7 @@ class FileTailSource:
                     self._error = None
                     return
                 self._status(items, RUNNING)
-            elif not self._ended and raw.startswith(b'{"type":"end"'):
+            elif not self._ended and is_end_line(raw):
                 self._ended = True
             items.append((LINE, raw.decode("utf-8", "replace")))
         if self._header is None and len(self._pending) > READ_CHUNK:

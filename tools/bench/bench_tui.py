@@ -34,40 +34,37 @@ from xladev_tui.sources import FileTailSource  # noqa: E402
 
 WRITER = textwrap.dedent("""
     import json, sys, time
+    from xladev.schema import records as rec
     path, rate, seconds, times_path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     site = "/home/user/train.py:30 (train)"
     frame = {"file": "/home/user/train.py", "line": 30, "name": "train"}
     cause = {"kind": "USER_MARK_STEP", "text": "user mark_step", "detail": ""}
     ops = {f"aten::op{i}": i % 5 + 1 for i in range(40)}
+    memory = {"argument": 1024, "output": 64, "alias": 0, "temp": 128, "generated_code": 0}
     def step_records(step, t):
         rows = 8 + (step // 500)
         h = f"{step // 500:032x}"
-        out = [{"type": "transfer", "t": t, "step": step, "dir": "to_device", "bytes": rows * 64, "ns": 20000, "count": 1},
-               {"type": "transfer", "t": t, "step": step, "dir": "to_device", "bytes": rows * 8, "ns": 9000, "count": 1},
-               {"type": "ops", "t": t, "step": step, "counts": ops, "tracing_ns": 500000}]
+        out = [rec.Transfer(t, step, "to_device", rows * 64, 20000, 1),
+               rec.Transfer(t, step, "to_device", rows * 8, 9000, 1),
+               rec.Ops(t, step, ops, 500000, 40)]
         if step % 500 == 0:
-            out.append({"type": "graph", "t": t, "step": step, "hash": h, "nodes": 3, "inputs": 2, "outputs": 1,
-                        "ir": "IR {\\n" + "".join(f"  %{i} = f32[{rows},16]{{1,0}} aten::add(%0, %0)\\n" for i in range(300)) + "}\\n"})
-            rec = {"type": "compile", "t": t, "step": step, "hash": h, "nodes": 300, "inputs": 2, "outputs": 1,
-                   "compile_ns": 300000000, "memory": {"argument": 1024, "output": 64, "alias": 0, "temp": 128,
-                   "generated_code": 0}, "cause": cause, "site": site, "frame": frame, "persistent_cache_hit": None}
+            ir = "IR {\\n" + "".join(f"  %{i} = f32[{rows},16]{{1,0}} aten::add(%0, %0)\\n" for i in range(300)) + "}\\n"
+            out.append(rec.GraphText(t, step, h, 3, 2, 1, ir))
+            recompile = None
             if step:
-                rec["recompile"] = {"previous": f"{step // 500 - 1:032x}", "changes": [
+                recompile = {"previous": f"{step // 500 - 1:032x}", "changes": [
                     f"input 3, created at train@train.py:24: shape f32[{rows - 1},16] -> f32[{rows},16] (dim 0)"],
                     "graphs_at_site": step // 500 + 1, "compile_ns_at_site": 1}
-            out.append(rec)
-        out += [{"type": "execute", "t": t, "step": step, "hash": h, "execute_ns": 2000000, "cached": step % 500 != 0,
-                 "nodes": 300, "inputs": 2, "outputs": 1, "cause": cause, "site": site, "frame": frame},
-                {"type": "cache_miss", "t": t, "step": step, "value": 1.0, "dtype": "torch.float32"},
-                {"type": "step", "t": t, "step": step, "duration_ns": 2100000, "interval_ns": 5000000 + step % 7 * 100000,
-                 "cause": cause, "site": site, "frame": frame},
-                {"type": "transfer", "t": t, "step": step + 1, "dir": "from_device", "kind": ".item()", "bytes": 4,
-                 "ns": 30000, "site": "/home/user/train.py:31 (train)", "frame": frame}]
+            out.append(rec.Compile(t, step, h, 300, 2, 1, 300000000, memory, cause, site, frame, None, recompile))
+        out += [rec.Execute(t, step, h, 2000000, step % 500 != 0, 300, 2, 1, cause, site, frame),
+                rec.CacheMiss(t, step, 1.0, "torch.float32"),
+                rec.Step(t, step, 2100000, 5000000 + step % 7 * 100000, cause, site, frame),
+                rec.Transfer(t, step + 1, "from_device", 4, 30000, 1, ".item()", "/home/user/train.py:31 (train)", frame)]
         return out
-    header = {"type": "header", "schema": "xladev.events/1", "version": 1, "command": "python train.py (bench)",
-              "argv": ["train.py"], "pid": 0, "host": None, "device": "CPU (bench)", "start_unix": time.time()}
+    header = rec.Header(command="python train.py (bench)", argv=["train.py"], pid=0, host=None, device="CPU (bench)",
+                        start_unix=time.time())
     fh = open(path, "w")
-    fh.write(json.dumps(header) + "\\n"); fh.flush()
+    fh.write(rec.dumps(header) + "\\n"); fh.flush()
     written = 1
     times = [(time.monotonic(), written)]
     batch_s = 0.01
@@ -82,7 +79,7 @@ WRITER = textwrap.dedent("""
         lines = []
         while len(lines) < int(owed):
             if not pending:
-                pending = [json.dumps(r, separators=(",", ":")) for r in step_records(step, int((time.monotonic() - start) * 1e9))]
+                pending = [rec.dumps(r) for r in step_records(step, int((time.monotonic() - start) * 1e9))]
                 step += 1
             lines.append(pending.pop(0))
         owed -= len(lines)
@@ -93,7 +90,7 @@ WRITER = textwrap.dedent("""
         delay = next_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-    fh.write(json.dumps({"type": "end", "t": 0, "reason": "exit", "steps": step}) + "\\n"); fh.flush()
+    fh.write(rec.dumps(rec.End(0, "exit", step)) + "\\n"); fh.flush()
     written += 1
     times.append((time.monotonic(), written))
     json.dump({"times": times, "steps": step}, open(times_path, "w"))

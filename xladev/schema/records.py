@@ -309,6 +309,15 @@ def dumps(record: Record) -> str:
     return _encode(record.to_record())
 
 
+# The writer's compact encoding puts `type` first, so a follower can spot the last record unparsed.
+_END_PREFIX = _encode({"type": End.TYPE})[:-1].encode() + b","
+
+
+def is_end_line(raw: bytes) -> bool:
+    """True for the `end` record as the writer writes it (a cheap test for followers of a growing log)."""
+    return raw.startswith(_END_PREFIX)
+
+
 def from_record(data: dict) -> Record | None:
     """The typed record of a JSON object; None for a type this reader does not know (a newer writer).
 
