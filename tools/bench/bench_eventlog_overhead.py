@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import xladev  # noqa: E402
 from _workload import example_transformer  # noqa: E402
 from xladev.events import bus  # noqa: E402
-from xladev.sinks import eventlog  # noqa: E402
+from xladev.sinks import eventlog_writer as eventlog  # noqa: E402
 
 
 def main() -> int:

@@ -27,7 +27,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import xladev  # noqa: E402
 from _workload import example_transformer  # noqa: E402
-from xladev.sinks.analysis.history import site_history  # noqa: E402
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput  # noqa: E402
 from xladev.sinks.metrics import sink as metrics_sink  # noqa: E402
 
@@ -38,12 +37,10 @@ def configure(name: str, state: dict) -> None:
     with bus._lock:
         bus._subs = ()
         bus._refresh()
-    metrics_sink.subscription = None
-    site_history.subscription = None
+    metrics_sink.subscription = None  # the bus was cleared under it: start() subscribes again
     state["analysis"] = None
     if name in ("metrics", "debug2"):
         metrics_sink.start()
-        site_history.start()
     if name == "debug2":
         sink = AnalysisSink(2, DebugOutput(state["debug_file"]))
         sink.subscription = bus.subscribe(sink.on_event, wants_frames=True)

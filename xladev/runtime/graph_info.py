@@ -40,10 +40,14 @@ class RuntimeGraphInfo:
     def dot_text(self) -> str:
         return graph_to_dot(self._graph)
 
+    def lower(self):
+        """jax's `Lowered` of the graph (the runtime's own tools; not part of `GraphInfo`)."""
+        return lowered(self._graph)
+
     def hlo_text(self, dialect: str = "hlo", debug_info: bool = False) -> str:
         if dialect not in _DIALECTS:
             raise ValueError(f"unknown HLO dialect {dialect!r}; expected one of {', '.join(_DIALECTS)}")
-        lowering = lowered(self._graph)
+        lowering = self.lower()
         if dialect == "hlo":
             return lowering.as_text(dialect="hlo", debug_info=debug_info)
         return lowering.as_text(debug_info=debug_info)

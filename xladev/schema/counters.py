@@ -10,7 +10,7 @@ TUI all count through `updates()`, so a log read back gives the counters the run
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from xladev.schema import records as r
 from xladev.schema.units import BYTES, COUNT, TIME, VALUE
@@ -42,62 +42,69 @@ def _count(name: str, amount: int = 1) -> Update:
     return Update(name, COUNT, amount)
 
 
-def _ops(rec: r.Ops) -> Iterator[Update]:
-    for name, count in rec.counts.items():
-        yield _count("xla::" + str(name).split("::", 1)[-1], int(count))
+# Increments by one are the same every time: made once (the registry counts every event of a run).
+_UNCACHED_COMPILE, _COMPILE_HANDLES, _EXECUTE_GRAPH, _CACHED_COMPILE = (
+    _count("UncachedCompile"), _count("CreateCompileHandles"), _count("ExecuteGraph"), _count("CachedCompile"))
+_VALUE_ACCESS_SYNC, _FALLBACK_SYNC, _ITEM = _count("ValueAccessSync"), _count("FallbackSync"), _count(ITEM_COUNTER)
+_PERSISTENT = {True: _count("PersistentCacheHit"), False: _count("PersistentCacheMiss")}
+_CAUSE_SYNCS = {"VALUE_ACCESS": (_VALUE_ACCESS_SYNC,), "FALLBACK": (_FALLBACK_SYNC,)}
+_OP_COUNTERS: dict[str, str] = {}  # aten::add -> xla::add, PyTorch/XLA's name for recorded ops
+
+
+def _op_counter(name: str) -> str:
+    counter = _OP_COUNTERS.get(name)
+    if counter is None:
+        counter = _OP_COUNTERS[name] = "xla::" + str(name).split("::", 1)[-1]
+    return counter
+
+
+def _ops(rec: r.Ops) -> list[Update]:
+    out = [Update(_op_counter(name), COUNT, int(count)) for name, count in rec.counts.items()]
     if rec.tracing_samples:
-        yield Update("LazyTracing", TIME, sum(rec.tracing_samples), len(rec.tracing_samples), rec.tracing_samples)
+        out.append(Update("LazyTracing", TIME, sum(rec.tracing_samples), len(rec.tracing_samples),
+                          rec.tracing_samples))
     elif rec.tracing_count:  # read from a log: the count and total, not each sample
-        yield Update("LazyTracing", TIME, rec.tracing_ns, rec.tracing_count)
+        out.append(Update("LazyTracing", TIME, rec.tracing_ns, rec.tracing_count))
+    return out
 
 
-def _compile(rec: r.Compile) -> Iterator[Update]:
-    yield Update("CompileTime", TIME, rec.compile_ns)
-    yield _count("UncachedCompile")
-    yield _count("CreateCompileHandles")
+def _compile(rec: r.Compile) -> tuple[Update, ...]:
+    out = (Update("CompileTime", TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
     if rec.persistent_cache_hit is not None:
-        yield _count("PersistentCacheHit" if rec.persistent_cache_hit else "PersistentCacheMiss")
+        out += (_PERSISTENT[bool(rec.persistent_cache_hit)],)
+    return out
 
 
-def _execute(rec: r.Execute) -> Iterator[Update]:
-    yield Update("ExecuteTime", TIME, rec.execute_ns)
-    yield Update("TensorsGraphSize", VALUE, rec.nodes)
-    yield _count("ExecuteGraph")
+def _execute(rec: r.Execute) -> tuple[Update, ...]:
+    out = (Update("ExecuteTime", TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH)
     if rec.cached:
-        yield _count("CachedCompile")
-    yield _count("CreateDataHandles", rec.outputs)
-    kind = rec.cause.get("kind")
-    if kind == "VALUE_ACCESS":
-        yield _count("ValueAccessSync")
-    elif kind == "FALLBACK":
-        yield _count("FallbackSync")
+        out += (_CACHED_COMPILE,)
+    return out + (_count("CreateDataHandles", rec.outputs),) + _CAUSE_SYNCS.get(rec.cause.get("kind"), ())
 
 
-def _transfer(rec: r.Transfer) -> Iterator[Update]:
+def _transfer(rec: r.Transfer) -> tuple[Update, ...]:
     if rec.dir == "to_device":
-        yield Update("TransferToDeviceTime", TIME, rec.ns)
-        yield Update("OutboundData", BYTES, rec.bytes)
-        yield _count("CreateDataHandles", rec.count)
-        return
-    yield Update("TransferFromDeviceTime", TIME, rec.ns)
-    yield Update("InboundData", BYTES, rec.bytes)
-    if rec.kind in SCALAR_READS:
-        yield _count(ITEM_COUNTER)
+        return (Update("TransferToDeviceTime", TIME, rec.ns), Update("OutboundData", BYTES, rec.bytes),
+                _count("CreateDataHandles", rec.count))
+    out = (Update("TransferFromDeviceTime", TIME, rec.ns), Update("InboundData", BYTES, rec.bytes))
+    return out + (_ITEM,) if rec.kind in SCALAR_READS else out
 
 
-TABLE: dict[type, Callable[[r.Record], Iterator[Update]]] = {
+_MARK_STEP, _CACHE_MISS, _COMPILE_FAILED = _count("MarkStep"), _count("DeviceDataCacheMiss"), _count("CompileFailed")
+
+TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Ops: _ops,
     r.Compile: _compile,
     r.Execute: _execute,
     r.Transfer: _transfer,
-    r.Fallback: lambda rec: iter((_count(rec.op),)),
-    r.CacheMiss: lambda rec: iter((_count("DeviceDataCacheMiss"),)),
-    r.CompileFailed: lambda rec: iter((_count("CompileFailed"),)),
-    r.Step: lambda rec: iter((_count("MarkStep"),)),
+    r.Fallback: lambda rec: (_count(rec.op),),
+    r.CacheMiss: lambda rec: (_CACHE_MISS,),
+    r.CompileFailed: lambda rec: (_COMPILE_FAILED,),
+    r.Step: lambda rec: (_MARK_STEP,),
 }
 
 
-def updates(record: r.Record) -> Iterator[Update]:
+def updates(record: r.Record) -> Sequence[Update]:
     """The counter and metric changes one record makes (none for headers, graph texts, ends...)."""
     handler = TABLE.get(type(record))
-    return handler(record) if handler is not None else iter(())
+    return handler(record) if handler is not None else ()

@@ -37,54 +37,64 @@ class RecordBuilder:
 
     def records(self, event) -> tuple[rec.Record, ...]:
         """The records of one event, in the order they are written (a graph's text before its compile)."""
-        kind = type(event)
-        t = event.time_ns - self.clock0
-        if kind is GraphExecuted:
-            site, frame = self._site(event.frames)
-            record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
-                                 event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame)
-            return self._with_graph(event, t, record)
-        if kind is StepMarked:
-            site, frame = self._site(event.frames)
-            previous = self._last_step_ns
-            self._last_step_ns = event.time_ns
-            self.steps += 1
-            interval = event.time_ns - (previous if previous is not None else self.clock0)
-            return (rec.Step(t, event.step, event.duration_ns, interval, self._cause(event.cause), site, frame),)
-        if kind is TransferToDevice:
-            return (rec.Transfer(t, event.step, "to_device", event.nbytes, event.duration_ns, event.count),)
-        if kind is TransferFromDevice:
-            site, frame = self._site(event.frames)
-            return (rec.Transfer(t, event.step, "from_device", event.nbytes, event.duration_ns, 1, event.kind, site,
-                                 frame),)
-        if kind is OpsRecorded:
-            return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
-                            event.tracing_samples),)
-        if kind is GraphCompiled:
-            site, frame = self._site(event.frames)
-            record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
-                                 event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
-                                 event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None))
-            return self._with_graph(event, t, record)
-        if kind is Recompiled:
-            # Published just before its graph's GraphCompiled: kept to go into that compile record.
-            self._recompiles[event.graph_hash] = {
-                "previous": event.previous_hash, "changes": list(event.changes),
-                "graphs_at_site": event.graphs_at_site, "compile_ns_at_site": event.compile_ns_at_site}
-            return ()
-        if kind is FallbackOp:
-            site, frame = self._site(event.frames)
-            return (rec.Fallback(t, event.step, event.name, site, frame),)
-        if kind is DeviceDataCacheMiss:
-            return (rec.CacheMiss(t, event.step, event.value, event.dtype),)
-        if kind is GraphGrowing:
-            site, frame = self._site(event.frames)
-            return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
-        if kind is CompileFailed:
-            site, frame = self._site(event.frames)
-            return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
-                                      self._cause(event.cause), site, frame),)
+        build = _BUILDERS.get(type(event))
+        return build(self, event, event.time_ns - self.clock0) if build is not None else ()
+
+    def _executed(self, event: GraphExecuted, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
+                             event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame)
+        return self._with_graph(event, t, record)
+
+    def _step(self, event: StepMarked, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        previous = self._last_step_ns
+        self._last_step_ns = event.time_ns
+        self.steps += 1
+        interval = event.time_ns - (previous if previous is not None else self.clock0)
+        return (rec.Step(t, event.step, event.duration_ns, interval, self._cause(event.cause), site, frame),)
+
+    def _to_device(self, event: TransferToDevice, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Transfer(t, event.step, "to_device", event.nbytes, event.duration_ns, event.count),)
+
+    def _from_device(self, event: TransferFromDevice, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.Transfer(t, event.step, "from_device", event.nbytes, event.duration_ns, 1, event.kind, site,
+                             frame),)
+
+    def _ops(self, event: OpsRecorded, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
+                        event.tracing_samples),)
+
+    def _compiled(self, event: GraphCompiled, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
+                             event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
+                             event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None))
+        return self._with_graph(event, t, record)
+
+    def _recompiled(self, event: Recompiled, t: int) -> tuple[rec.Record, ...]:
+        # Published just before its graph's GraphCompiled: kept to go into that compile record.
+        self._recompiles[event.graph_hash] = {
+            "previous": event.previous_hash, "changes": list(event.changes),
+            "graphs_at_site": event.graphs_at_site, "compile_ns_at_site": event.compile_ns_at_site}
         return ()
+
+    def _fallback(self, event: FallbackOp, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.Fallback(t, event.step, event.name, site, frame),)
+
+    def _cache_miss(self, event: DeviceDataCacheMiss, t: int) -> tuple[rec.Record, ...]:
+        return (rec.CacheMiss(t, event.step, event.value, event.dtype),)
+
+    def _growing(self, event: GraphGrowing, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
+
+    def _compile_failed(self, event: CompileFailed, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
+                                  self._cause(event.cause), site, frame),)
 
     def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
         if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
@@ -119,3 +129,12 @@ class RecordBuilder:
         if record is None:  # causes repeat every step: build each one's record once
             record = self._causes[cause] = {"kind": cause.kind.name, "text": cause_text(cause), "detail": cause.detail}
         return record
+
+
+_BUILDERS = {
+    GraphExecuted: RecordBuilder._executed, StepMarked: RecordBuilder._step, TransferToDevice: RecordBuilder._to_device,
+    TransferFromDevice: RecordBuilder._from_device, OpsRecorded: RecordBuilder._ops,
+    GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
+    DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
+    CompileFailed: RecordBuilder._compile_failed,
+}

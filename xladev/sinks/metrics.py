@@ -8,6 +8,7 @@ computed, exactly as FORMATS.md §1 describes.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import os
 import sys
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from xladev._flags import config
 from xladev.events import StepMarked
-from xladev.schema.counters import Update, updates
+from xladev.schema.counters import updates
 from xladev.schema.units import COUNT, format_kind
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._ranks import per_rank_path
@@ -50,48 +51,42 @@ class Registry:
     def add(self, name: str, kind: str, value: float, timestamp_ns: int | None = None) -> None:
         stamp = time.time_ns() if timestamp_ns is None else timestamp_ns
         with self._lock:
-            metric = self.metrics.get(name)
-            if metric is None:
-                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
+            metric = self._metric(name, kind)
             metric.total_samples += 1
             metric.accumulator += value
             metric.samples.append((stamp, value))
 
-    def add_many(self, name: str, kind: str, values: list) -> None:
+    def _metric(self, name: str, kind: str) -> Metric:
+        """The metric `name`, created empty when new (the caller holds the lock)."""
+        metric = self.metrics.get(name)
+        if metric is None:
+            metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
+        return metric
+
+    def count(self, records) -> None:
+        """Counts schema records through the schema's table (`xladev.schema.counters`), under one lock."""
         stamp = time.time_ns()
         with self._lock:
-            metric = self.metrics.get(name)
-            if metric is None:
-                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
-            for value in values:
-                metric.total_samples += 1
-                metric.accumulator += value
-                metric.samples.append((stamp, value))
-
-    def add_bulk(self, name: str, kind: str, count: int, total: float) -> None:
-        """`count` samples known only by their sum: each kept as the mean (percentiles see the mean)."""
-        if count <= 0:
-            return
-        stamp = time.time_ns()
-        mean = total / count
-        with self._lock:
-            metric = self.metrics.get(name)
-            if metric is None:
-                metric = self.metrics[name] = Metric(kind, samples=collections.deque(maxlen=self._max()))
-            metric.total_samples += count
-            metric.accumulator += total
-            metric.samples.extend((stamp, mean) for _ in range(min(count, metric.samples.maxlen or count)))
-
-    def apply(self, update: Update) -> None:
-        """One update of the schema's counter table."""
-        if update.kind == COUNT:
-            self.increment(update.name, int(update.value))
-        elif update.values is not None:
-            self.add_many(update.name, update.kind, update.values)
-        elif update.samples == 1:
-            self.add(update.name, update.kind, update.value)
-        else:
-            self.add_bulk(update.name, update.kind, update.samples, update.value)
+            counters = self.counters
+            for update in itertools.chain.from_iterable(map(updates, records)):
+                if update.kind == COUNT:
+                    counters[update.name] = counters.get(update.name, 0) + int(update.value)
+                    continue
+                metric = self._metric(update.name, update.kind)
+                if update.values is not None:  # the samples themselves (LazyTracing's per-op times)
+                    metric.total_samples += len(update.values)
+                    metric.accumulator += math.fsum(update.values)
+                    metric.samples.extend(zip(itertools.repeat(stamp), update.values))
+                elif update.samples == 1:
+                    metric.total_samples += 1
+                    metric.accumulator += update.value
+                    metric.samples.append((stamp, update.value))
+                elif update.samples > 1:  # known only by their sum: each kept as the mean
+                    mean = update.value / update.samples
+                    metric.total_samples += update.samples
+                    metric.accumulator += update.value
+                    metric.samples.extend(itertools.repeat((stamp, mean), min(update.samples, metric.samples.maxlen
+                                                                              or update.samples)))
 
     def _max(self) -> int:
         return self.max_samples or config.metrics_samples
@@ -198,10 +193,9 @@ class MetricsSink(Sink):
         return Sink.start(self)
 
     def on_event(self, event) -> None:
-        apply = self.registry.apply
-        for record in self._records.records(event):
-            for update in updates(record):
-                apply(update)
+        records = self._records.records(event)
+        if records:
+            self.registry.count(records)
         if self.file is not None and type(event) is StepMarked:
             counters, metrics = self.registry.copy()
             self.file.write(event.step, report_text(counters, metrics))
