@@ -196,3 +196,12 @@ def test_cycle_finder_finds_a_cycle():
 def test_no_import_cycles(package):
     cycles = _cycles(_graph(), package)
     assert not cycles, f"import cycles in {package}: " + "; ".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_no_two_modules_share_a_name():
+    # A name says what a module does; two modules with one name would be two jobs under one name.
+    seen: dict[str, list[str]] = {}
+    for path in list((ROOT / "xladev").rglob("*.py")) + list((ROOT / "tui").rglob("*.py")):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

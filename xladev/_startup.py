@@ -12,7 +12,7 @@ def start_sinks() -> None:
     from xladev._flags import config
 
     if config.metrics_enabled or config.metrics_file:
-        from xladev.sinks.metrics import sink
+        from xladev.sinks.metrics_registry import sink
 
         sink.start()
     from xladev.sinks.analysis.sink import start_from_flags

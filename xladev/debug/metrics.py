@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from xladev.sinks.metrics import SNAPSHOT_SCHEMA, Registry, registry, report_text
+from xladev.sinks.metrics_registry import SNAPSHOT_SCHEMA, Registry, registry, report_text
 
 __all__ = [
     "metrics_report", "short_metrics_report", "counter_names", "counter_value", "metric_names", "metric_data",

@@ -1,6 +1,6 @@
 """The one table of record → counter and metric updates, named as PyTorch/XLA's metrics name them.
 
-The in-process metrics registry (`xladev.sinks.metrics`), the report's event-log reader and the
+The in-process metrics registry (`xladev.sinks.metrics_registry`), the report's event-log reader and the
 TUI all count through `updates()`, so a log read back gives the counters the run had in memory.
 
     for update in updates(record):
