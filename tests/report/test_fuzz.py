@@ -107,3 +107,49 @@ def test_random_log_prefixes_keep_the_numbers(prefixes):
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes(data):
     _check(_parse(data))
+
+
+# ---------------------------------------------------------------- the event-log reader
+_LOG = (__import__("pathlib").Path(__file__).resolve().parents[1] / "tui" / "fixtures" / "fixture_run.jsonl").read_bytes()
+_LOG_LINES = _LOG.split(b"\n")
+_json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                           max_leaves=6)
+
+
+def _read_log(data: bytes) -> SourceResult:
+    from xladev.report.eventlog_input import EventLogInput
+
+    source = SourceResult(path="fuzz.jsonl", name="fuzz.jsonl")
+    EventLogInput(max_rows=4).read(io.BytesIO(data), source)
+    return source
+
+
+@_settings
+@given(st.integers(min_value=len(_LOG_LINES[0]) + 1, max_value=len(_LOG)))
+def test_event_log_random_truncation(cut):
+    source = _read_log(_LOG[:cut])
+    if source.final is not None:
+        _check(source)
+    complete = _LOG[:cut].count(b"\n")
+    assert source.lines >= complete
+
+
+@_settings
+@given(st.lists(st.tuples(st.integers(min_value=1, max_value=len(_LOG_LINES) - 2),
+                          st.sampled_from(["t", "step", "hash", "nodes", "cached", "cause", "site", "memory", "counts",
+                                           "recompile", "bytes", "dir", "op", "ops", "interval_ns", "type"]),
+                          _json_value), max_size=8))
+def test_event_log_fields_of_any_type(changes):
+    """Any field of any record set to any JSON value: the reader keeps going, and a record whose field has
+    the wrong type is skipped with a warning naming the line (never counted silently, never a crash)."""
+    lines = [json.loads(line) if line.strip() else None for line in _LOG_LINES]
+    for index, field, value in changes:
+        if isinstance(lines[index], dict):
+            lines[index][field] = value
+    data = b"\n".join(json.dumps(line).encode() if line is not None else b"" for line in lines)
+    source = _read_log(data)
+    if source.final is not None:
+        _check(source)
+    for warning in source.warnings:
+        assert 1 <= warning.line <= source.lines + 1 and warning.message

@@ -284,3 +284,12 @@ def test_a_new_input_kind_plugs_in_before_the_text_reader(tmp_path):
     assert plain.input_kind == "text" and plain.final.counters == {"MarkStep": 3}
     names = [kind.name for kind in inputs.input_kinds()]
     assert "greeting" not in names and names[-1] == "text"
+
+
+def test_header_only_event_log_says_the_run_had_no_events_yet(tmp_path):
+    from xladev.schema import records
+
+    path = tmp_path / "run.events.jsonl"
+    path.write_text(records.dumps(records.Header()) + "\n")
+    with pytest.raises(UnreadableInputError, match="event log with no events after its header"):
+        load(str(path))

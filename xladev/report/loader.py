@@ -265,9 +265,16 @@ def report_from_sources(sources: list[SourceResult]) -> Report:
     """
     recognised = [source for source in sources if source.has_metrics or source.has_debug]
     if not recognised:
-        names = ", ".join(source.name for source in sources)
-        raise UnreadableInputError(f"{names}: no PyTorch/XLA metrics report or PT_XLA_DEBUG output found")
+        raise UnreadableInputError("; ".join(f"{source.name}: {_why_empty(source)}" for source in sources))
     for source in sources:
         if source not in recognised:
-            source.warn(0, "no metrics report or PT_XLA_DEBUG output in this input")
+            source.warn(0, _why_empty(source))
     return Report(sources)
+
+
+def _why_empty(source: SourceResult) -> str:
+    """What an input without anything to diagnose holds instead, in the words a user can act on."""
+    if source.input_kind == "event-log":
+        return ("an xladev event log with no events after its header: the run stopped before its first step, "
+                "or is still starting (follow it live with `xladev tui`)")
+    return "no PyTorch/XLA metrics report or PT_XLA_DEBUG output found"
