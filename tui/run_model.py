@@ -388,10 +388,11 @@ class RunModel:
             entry.alerts += 1
             self.alerts.append(alert)
 
-    def _on_compile_failed(self, record: rec.CompileFailed) -> None:
+    def _on_compile_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
         message = record.message.splitlines()
+        verb = "failed to compile" if isinstance(record, rec.CompileFailed) else "failed while running"
         text = (f"step {record.step} {short_site(record.site)}: graph {record.hash[:12]} "
-                f"failed to compile: {message[0] if message else ''} (HLO: {record.hlo_path or '?'})")
+                f"{verb}: {message[0] if message else ''} (HLO: {record.hlo_path or '?'})")
         self.compile_failures.append(text)
         self.add_log(f"[xladev tui] {text}")
 
@@ -469,7 +470,8 @@ class RunModel:
 
 _HANDLERS = {
     rec.Header: RunModel._on_header, rec.GraphText: RunModel._on_graph, rec.Compile: RunModel._on_compile,
-    rec.CompileFailed: RunModel._on_compile_failed, rec.Execute: RunModel._on_execute,
+    rec.CompileFailed: RunModel._on_compile_failed, rec.ExecuteFailed: RunModel._on_compile_failed,
+    rec.Execute: RunModel._on_execute,
     rec.Transfer: RunModel._on_transfer, rec.Fallback: RunModel._on_fallback, rec.Step: RunModel._on_step,
     rec.End: RunModel._on_end,
 }

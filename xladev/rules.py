@@ -477,6 +477,38 @@ def rank_divergence_finding(*, rank: int, compiles: int, others_compiles: Sequen
                    evidence=evidence, numbers={"rank": rank, "compiles": compiles}, subject=f"rank {rank}")
 
 
+def failure_finding(*, kind: str, count: int, failures: Sequence[Mapping]) -> Finding | None:
+    """Graphs that failed to compile (`kind` ``compile``) or while running (``execute``): always an error.
+
+    Args:
+      kind: ``compile`` or ``execute``.
+      count: how many failed (a counter), at least the number of `failures`.
+      failures: what is known of each: ``hash``, ``message``, ``hlo_path``, ``site``.
+    """
+    count = max(count, len(failures))
+    if count <= 0:
+        return None
+    compile_kind = kind == "compile"
+    what = "failed to compile" if compile_kind else "failed while running"
+    evidence = [f"graph {f.get('hash', '?')[:16]}: {f.get('message') or 'no message'}"
+                + (f" (at {f['site']})" if f.get("site") else "") + (f"; HLO: {f['hlo_path']}" if f.get("hlo_path") else "")
+                for f in failures[:5]]
+    paths = [f["hlo_path"] for f in failures if f.get("hlo_path")]
+    if compile_kind:
+        detail = ("XLA rejected the graph, so the step that needed it raised XlaCompileError and computed nothing. "
+                  "The error names the op XLA could not handle.")
+        fix = ("Open the saved HLO and find the op the error names; run that op on the CPU (`.cpu()` around it) "
+               "until its lowering is fixed, and report the HLO.")
+    else:
+        detail = ("The graph compiled but failed on the device (often out of memory), so its step raised "
+                  "XlaExecutionError and its outputs are missing.")
+        fix = ("If the error says out of memory, lower the batch size or call mark_step() more often so graphs "
+               "stay small; otherwise report the saved HLO.")
+    return Finding(f"{kind}-failure", ERROR, f"{_plural(count, 'graph')} {what}", detail, fix,
+                   evidence=evidence or [f"{kind.capitalize()}Failed counter: {count}"],
+                   numbers={"failures": count, **({"hlo_path": paths[0]} if paths else {})})
+
+
 def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfers: int,
                     warmup_known: bool) -> Finding:
     """The statement that nothing is wrong, with the numbers that show it."""

@@ -293,3 +293,27 @@ def test_header_only_event_log_says_the_run_had_no_events_yet(tmp_path):
     path.write_text(records.dumps(records.Header()) + "\n")
     with pytest.raises(UnreadableInputError, match="event log with no events after its header"):
         load(str(path))
+
+
+def test_compile_failures_in_a_metrics_report_are_an_error_never_healthy(tmp_path):
+    records = [step_report(step, compiles=1) for step in range(12)]
+    healthy = load(write(tmp_path, "ok.txt", metrics_file(records).encode()))
+    assert [f.rule for f in healthy.findings] == ["healthy"]
+    records[-1] += "Counter: CompileFailed\n  Value: 2\n"
+    report = load(write(tmp_path, "failed.txt", metrics_file(records).encode()))
+    rules_found = [f.rule for f in report.findings]
+    assert rules_found[0] == "compile-failure" and "healthy" not in rules_found
+    assert report.findings[0].severity == "error" and report.findings[0].numbers["failures"] == 2
+
+
+def test_failure_lines_of_a_debug_log_name_the_graph_and_its_hlo(tmp_path):
+    text = ("Compilation Analysis: graph 0123abcd failed to compile: INVALID_ARGUMENT: bad shape\n"
+            "Compilation Analysis: its HLO is saved at /tmp/x/graph.hlo\n"
+            "Execution Analysis: graph 4567ef01 failed while running: RESOURCE_EXHAUSTED: out of memory\n"
+            "Execution Analysis: its HLO is saved at /tmp/x/run.hlo\n")
+    report = load(write(tmp_path, "debug.txt", text.encode()))
+    findings = {f.rule: f for f in report.findings}
+    assert "/tmp/x/graph.hlo" in findings["compile-failure"].evidence[0]
+    assert "bad shape" in findings["compile-failure"].evidence[0]
+    assert "/tmp/x/run.hlo" in findings["execute-failure"].evidence[0]
+    assert findings["execute-failure"].sources == [f"{tmp_path / 'debug.txt'}:3"]

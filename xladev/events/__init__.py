@@ -19,6 +19,7 @@ from xladev.events._types import (
     FallbackOp,
     StepMarked,
     CompileFailed,
+    ExecutionFailed,
     DeviceDataCacheMiss,
     GraphGrowing,
     GraphInfo,
@@ -27,6 +28,6 @@ from xladev.events._types import (
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
-    "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed",
+    "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",
 ]

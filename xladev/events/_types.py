@@ -173,6 +173,17 @@ class CompileFailed(Event):
 
 
 @dataclasses.dataclass(slots=True)
+class ExecutionFailed(Event):
+    """A compiled graph failed while running (out of memory, a runtime check...). `hlo_path` is its saved HLO."""
+
+    graph_hash: str
+    message: str
+    hlo_path: str
+    cause: Cause
+    frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
 class TransferToDevice(Event):
     nbytes: int
     duration_ns: int

@@ -16,6 +16,8 @@ MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
 
+_FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
+_FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
 _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
 _FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
@@ -111,6 +113,8 @@ class DebugLog:
       profiler_numbers: message kind -> parsed numbers of its latest line.
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
+      failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
+        message, hlo_path, site and line.
     """
 
     def __init__(self, warn: Callable[[int, str], None]):
@@ -129,6 +133,7 @@ class DebugLog:
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
+        self.failures: list[dict] = []
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
         self._last_compile: GraphEvent | None = None
@@ -137,7 +142,14 @@ class DebugLog:
 
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
-        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites)
+        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures)
+
+    def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
+                    site: str = "") -> None:
+        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``)."""
+        if len(self.failures) < 1000:
+            self.failures.append({"kind": kind, "hash": graph_hash, "message": message, "hlo_path": hlo_path,
+                                  "site": site, "line": lineno})
 
     def feed(self, lineno: int, text: str) -> bool:
         """Reads one line.
@@ -208,6 +220,15 @@ class DebugLog:
                 self._open[prefix] = None
             return
         if event is None:
+            failed = _FAILURE_RE.search(stripped)
+            if failed:  # xladev's lines for a graph XLA rejected or that failed while running
+                kind = "compile" if failed.group(2) == "failed to compile" else "execute"
+                self.add_failure(lineno, kind, failed.group(1), failed.group(3))
+                return
+            saved = _FAILURE_HLO_RE.search(stripped)
+            if saved and self.failures and not self.failures[-1]["hlo_path"]:
+                self.failures[-1]["hlo_path"] = saved.group(1).strip()
+                return
             if stripped in ("Compilation Cause", "Execution Cause"):
                 event = self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)
             else:

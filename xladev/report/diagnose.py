@@ -16,7 +16,7 @@ from xladev.report.debuglog import is_step_cause
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.rules import Finding
 
-_RULE_ORDER = ["recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
+_RULE_ORDER = ["compile-failure", "execute-failure", "recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
                "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "healthy"]
 
 
@@ -285,7 +285,24 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         facts.graph_hashes |= debug_hashes
     findings.extend(_debug_evidence(findings, sources, facts.steps if facts else 0))
     findings.extend(_growth_findings(sources))
+    findings.extend(_failure_findings(primary, sources))
     return findings, facts
+
+
+def _failure_findings(primary: SourceResult | None, sources: list[SourceResult]) -> list[Finding]:
+    """Compile and execution failures, from the counters (metrics) and each failure's details (logs)."""
+    counters = primary.final.counters if primary is not None and primary.final is not None else {}
+    found = []
+    for kind, counter in (("compile", "CompileFailed"), ("execute", "ExecuteFailed")):
+        failures = [f for source in sources if source.has_debug for f in source.debug.failures if f["kind"] == kind]
+        finding = rules.failure_finding(kind=kind, count=int(counters.get(counter, 0)), failures=failures)
+        if finding is not None:
+            finding.sources.extend(f"{source.name}:{f['line']}" for source in sources if source.has_debug
+                                   for f in source.debug.failures if f["kind"] == kind)
+            if counter in counters and primary is not None:
+                finding.sources.append(_where(primary, primary.final.counter_lines.get(counter)))
+            found.append(finding)
+    return found
 
 
 def _growth_findings(sources: list[SourceResult]) -> list[Finding]:

@@ -149,6 +149,11 @@ class EventLogReplay:
         self.step = record.step
         self._snapshot()
 
+    def _on_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
+        kind = "compile" if isinstance(record, rec.CompileFailed) else "execute"
+        self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
+                                      record.hlo_path, split_site(record.site)[0])
+
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
 
@@ -190,7 +195,8 @@ _HANDLERS = {
     rec.Header: EventLogReplay._on_header, rec.Compile: EventLogReplay._on_compile,
     rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
-    rec.End: EventLogReplay._on_end,
+    rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
+    rec.ExecuteFailed: EventLogReplay._on_failed,
 }
 
 

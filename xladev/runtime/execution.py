@@ -12,7 +12,7 @@ import threading
 import time
 
 from xladev._flags import config
-from xladev.events import Cause, DeviceDataCacheMiss, GraphExecuted, OpsRecorded, bus
+from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
 from xladev.runtime import annotate, backend, fork_guard, stack, steps
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -89,12 +89,12 @@ class Execution:
                 with annotate.execute_span(entry.hash, step):
                     outputs = entry.executable(*arrays)
             except Exception as exc:
-                self._execution_failed(graph, entry, exc)
+                self._execution_failed(graph, entry, exc, step, cause, frames)
             entry.runs += 1
 
             def announce(execute_ns: int, error: BaseException | None) -> None:
                 if error is not None:
-                    self._execution_failed(graph, entry, error)
+                    self._execution_failed(graph, entry, error, step, cause, frames)
                 if bus.active:
                     bus.emit(GraphExecuted(
                         time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
@@ -122,10 +122,18 @@ class Execution:
             with lock:
                 self.in_flight.settle()
 
-    def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException):
+    def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException, step: int, cause: Cause,
+                          frames) -> None:
+        """Saves the failing graph's HLO, publishes `ExecutionFailed` and raises.
+
+        Raises:
+          XlaExecutionError: always, naming the graph, the error and where its HLO is.
+        """
         path = save_failed(graph, lowered(graph), exc)
-        raise XlaExecutionError(f"graph {entry.hash} failed while running: {type(exc).__name__}: "
-                                f"{error_summary(exc)}. HLO saved to {path}") from exc
+        message = f"{type(exc).__name__}: {error_summary(exc)}"
+        if bus.active:
+            bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
+        raise XlaExecutionError(f"graph {entry.hash} failed while running: {message}. HLO saved to {path}") from exc
 
     def flush_ops(self) -> None:
         """Publishes the ops recorded since the last graph (OpsRecorded)."""

@@ -90,7 +90,8 @@ def _transfer(rec: r.Transfer) -> tuple[Update, ...]:
     return out + (_ITEM,) if rec.kind in SCALAR_READS else out
 
 
-_MARK_STEP, _CACHE_MISS, _COMPILE_FAILED = _count("MarkStep"), _count("DeviceDataCacheMiss"), _count("CompileFailed")
+_MARK_STEP, _CACHE_MISS = _count("MarkStep"), _count("DeviceDataCacheMiss")
+_COMPILE_FAILED, _EXECUTE_FAILED = _count("CompileFailed"), _count("ExecuteFailed")
 
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Ops: _ops,
@@ -100,6 +101,7 @@ TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Fallback: lambda rec: (_count(rec.op),),
     r.CacheMiss: lambda rec: (_CACHE_MISS,),
     r.CompileFailed: lambda rec: (_COMPILE_FAILED,),
+    r.ExecuteFailed: lambda rec: (_EXECUTE_FAILED,),
     r.Step: lambda rec: (_MARK_STEP,),
 }
 

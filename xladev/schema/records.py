@@ -207,6 +207,19 @@ class CompileFailed(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
+class ExecuteFailed(_Timed):
+    """A compiled graph failed while running; `hlo_path` is where its HLO was saved."""
+
+    TYPE: ClassVar[str] = "execute_failed"
+    hash: str = ""
+    message: str = ""
+    hlo_path: str = ""
+    cause: dict = dataclasses.field(default_factory=dict)
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class Execute(_Timed):
     TYPE: ClassVar[str] = "execute"
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
@@ -299,7 +312,7 @@ class End(Record):
 
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
-    Header, GraphText, Compile, CompileFailed, Execute, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
+    Header, GraphText, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

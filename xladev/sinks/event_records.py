@@ -7,7 +7,7 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CompileFailed, DeviceDataCacheMiss, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
+    CompileFailed, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
     Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
@@ -91,6 +91,11 @@ class RecordBuilder:
         site, frame = self._site(event.frames)
         return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
 
+    def _execution_failed(self, event: ExecutionFailed, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.ExecuteFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
+                                  self._cause(event.cause), site, frame),)
+
     def _compile_failed(self, event: CompileFailed, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
@@ -136,5 +141,5 @@ _BUILDERS = {
     TransferFromDevice: RecordBuilder._from_device, OpsRecorded: RecordBuilder._ops,
     GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
-    CompileFailed: RecordBuilder._compile_failed,
+    CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
 }

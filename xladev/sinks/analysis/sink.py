@@ -9,7 +9,7 @@ import threading
 from xladev import fallback_reasons, rules
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, Recompiled, StepMarked, TransferFromDevice,
+    CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, Recompiled, StepMarked, TransferFromDevice,
 )
 from xladev.schema.records import recompilation_lines
 from xladev.schema.sites import short_site
@@ -93,6 +93,9 @@ class AnalysisSink(Sink):
             self.growth.append(event)
             self.out.write(f"{rules.PROFILER_PREFIX}"
                            f"{rules.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
+        elif kind is ExecutionFailed:
+            self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running: {event.message}\n"
+                           f"Execution Analysis: its HLO is saved at {event.hlo_path}\n")
         elif kind is CompileFailed:
             self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
