@@ -24,6 +24,11 @@ INFO = "info"
 WARNING = "warning"
 ERROR = "error"
 SEVERITIES = (INFO, WARNING, ERROR)
+# A report's verdict: its worst finding's severity, "healthy" when there is none, "unknown" when the
+# input cannot show whether the run is healthy (no step count). Printed as these labels.
+UNKNOWN = "unknown"
+VERDICT_LABELS = {"healthy": "HEALTHY", INFO: "HEALTHY (notes)", UNKNOWN: "UNKNOWN", WARNING: "WARNING",
+                  ERROR: "ERROR"}
 
 # PyTorch/XLA's auto-metrics thresholds (torch_xla/csrc/runtime/metrics_analysis.cc).
 WARMUP_STEPS = 10
@@ -524,6 +529,19 @@ def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfer
                    "Nothing to fix.", evidence=evidence,
                    numbers={"steps": steps, "compiles": compiles, "cached_compiles": cached_compiles,
                             "transfers": transfers})
+
+
+def undetermined_finding(*, compiles: int, executions: int) -> Finding:
+    """Instead of "healthy" when the input cannot show it: no step count to judge compiles and transfers by."""
+    evidence = [f"{_plural(compiles, 'compile')} and {_plural(executions, 'execution')}, over an unknown number of steps"]
+    if executions:
+        evidence.append(f"compiles per execution: {compiles / executions:.2f} (a warmed-up loop is near 0)")
+    return Finding("not-enough-evidence", INFO, "Cannot tell whether the run is healthy: the input has no step count",
+                   "Recompilation and host transfers are judged per step, and nothing in this input says how many "
+                   "steps ran (no MarkStep counter, no [MetricsData; step=N] record, no end-of-run summary).",
+                   "Give the report more of the run: XLA_METRICS_FILE (one record per step), the whole "
+                   "PT_XLA_DEBUG_LEVEL=1 output with its end-of-run summary, or an event log (XLADEV_EVENT_LOG).",
+                   evidence=evidence, numbers={"compiles": compiles, "executions": executions})
 
 
 # ---------------------------------------------------------------- comparisons

@@ -16,6 +16,11 @@ MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
 
+# xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
+_SUMMARY_PREFIX = "xladev summary: "
+_SUMMARY_TOTALS_RE = re.compile(r"^(\d+) steps, (\d+) compiles, (\d+) device->host transfers$")
+_SUMMARY_SPOT_RE = re.compile(r"^(.+?) at (.+): (\d+) transfers, \S+, ([\d.]+) per step$")
+_SUMMARY_FALLBACK_RE = re.compile(r"^(\S+) at (.+): (\d+) call\(s\)")
 _FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
@@ -115,6 +120,9 @@ class DebugLog:
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
       failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
         message, hlo_path, site and line.
+      run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
+        ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
+        ``fallbacks`` (dicts: op, site, count, line).
     """
 
     def __init__(self, warn: Callable[[int, str], None]):
@@ -134,6 +142,8 @@ class DebugLog:
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
+        self.run_summary: dict | None = None
+        self._summary_section = ""
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
         self._last_compile: GraphEvent | None = None
@@ -142,7 +152,8 @@ class DebugLog:
 
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
-        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures)
+        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures
+                    or self.run_summary)
 
     def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
                     site: str = "") -> None:
@@ -161,6 +172,9 @@ class DebugLog:
         Returns:
           True when the line was PT_XLA_DEBUG output (so no other reader needs it).
         """
+        if _SUMMARY_PREFIX in text:
+            self._feed_run_summary(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
+            return True
         if "Analysis: " in text:
             match = _ANALYSIS_RE.search(text)
             if match:
@@ -184,6 +198,32 @@ class DebugLog:
         if self._in_summary:
             return self._feed_summary(text)
         return False
+
+    def _feed_run_summary(self, lineno: int, body: str) -> None:
+        """One line of xladev's end-of-run summary: totals, then sections of indented entries."""
+        totals = _SUMMARY_TOTALS_RE.match(body)
+        if totals:  # a new summary (a second run in the same file replaces the first)
+            self.run_summary = {"steps": int(totals.group(1)), "compiles": int(totals.group(2)),
+                                "transfers": int(totals.group(3)), "line": lineno, "hot_spots": [], "fallbacks": []}
+            self._summary_section = ""
+            return
+        if self.run_summary is None:
+            return
+        if not body.startswith("  "):
+            self._summary_section = body.rstrip(":")
+            return
+        entry = body.strip()
+        if self._summary_section.startswith("Transfer hot spots"):
+            spot = _SUMMARY_SPOT_RE.match(entry)
+            if spot:
+                self.run_summary["hot_spots"].append({"kind": spot.group(1), "site": spot.group(2),
+                                                      "count": int(spot.group(3)), "per_step": float(spot.group(4)),
+                                                      "line": lineno})
+        elif self._summary_section.startswith("CPU fallback ops"):
+            fallback = _SUMMARY_FALLBACK_RE.match(entry)
+            if fallback:
+                self.run_summary["fallbacks"].append({"op": fallback.group(1), "site": fallback.group(2),
+                                                      "count": int(fallback.group(3)), "line": lineno})
 
     def finish(self) -> None:
         """Closes blocks left open at the end of the input, with a warning each."""

@@ -12,12 +12,13 @@ from collections import Counter
 
 from xladev import fallback_reasons, rules
 from xladev.schema import units
+from xladev.schema.counters import SCALAR_READS
 from xladev.report.debuglog import is_step_cause
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.rules import Finding
 
 _RULE_ORDER = ["compile-failure", "execute-failure", "recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "healthy"]
+               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "not-enough-evidence", "healthy"]
 
 
 @dataclasses.dataclass
@@ -76,6 +77,16 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
     facts = RunFacts(steps=steps, compiles=sum(log.compiles for log in logs),
                      executions=sum(log.execution_count for log in logs),
                      graph_hashes={event.graph_hash for event in events})
+    for log in logs:  # xladev's end-of-run summary counts exactly what the blocks only sample
+        summary = log.run_summary
+        if summary is not None:
+            facts.steps = max(facts.steps, summary["steps"])
+            facts.compiles = max(facts.compiles, summary["compiles"])
+            facts.transfers += summary["transfers"]
+            facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
+            for entry in summary["fallbacks"]:
+                facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
+    steps = facts.steps
     if steps > facts.warmup_steps:
         facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
         late = [event for event in events if event.steps_before >= facts.warmup_steps]
@@ -260,7 +271,27 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
                                      f"{facts.steps} step syncs")
         findings.append(recompile)
-    ops = sorted({op for source in sources if source.has_debug for op in source.debug.not_lowered_ops})
+    summaries = [(source, source.debug.run_summary) for source in sources
+                 if source.has_debug and source.debug.run_summary is not None]
+    transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
+                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
+    if transfers is not None:
+        for source, summary in summaries:  # the user's lines, from the summary's hot spots
+            for spot in summary["hot_spots"][:3]:
+                transfers.evidence.append(f"{spot['kind']} at {spot['site']}: {spot['count']} transfers, "
+                                          f"{spot['per_step']:.2f} per step")
+                transfers.sources.append(f"{source.name}:{spot['line']}")
+        findings.append(transfers)
+    counted = rules.fallback_findings(facts.fallbacks, facts.steps)
+    for finding in counted:
+        for source, summary in summaries:
+            for entry in summary["fallbacks"]:
+                if entry["op"] == finding.subject:
+                    finding.evidence.append(f"{entry['op']} at {entry['site']}: {entry['count']} calls")
+                    finding.sources.append(f"{source.name}:{entry['line']}")
+        findings.append(finding)
+    ops = sorted({op for source in sources if source.has_debug for op in source.debug.not_lowered_ops}
+                 - {finding.subject for finding in counted})
     for op in ops:
         findings.append(Finding("cpu-fallback", rules.WARNING, f"{op} runs on the CPU",
                                 "PyTorch/XLA reported this op as not lowered: it runs on the CPU fallback"
@@ -372,7 +403,9 @@ def diagnose(report) -> list[Finding]:
     findings.extend(_rank_findings(per_rank))
     if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
-        if facts is not None:
+        if facts is not None and facts.steps <= 0 and (facts.compiles or facts.executions):
+            findings.append(rules.undetermined_finding(compiles=facts.compiles, executions=facts.executions))
+        elif facts is not None:
             findings.append(rules.healthy_finding(
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None

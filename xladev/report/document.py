@@ -46,7 +46,7 @@ class Document:
 
     Attributes:
       title: the heading.
-      verdict: ``healthy``, ``info``, ``warning`` or ``error``.
+      verdict: ``healthy``, ``info``, ``unknown``, ``warning`` or ``error``.
       headline: one sentence saying what matters most.
       summary: (label, value) pairs shown first.
       findings: findings, most severe first.
@@ -97,7 +97,8 @@ def _headline(verdict: str, findings: list[rules.Finding]) -> str:
         return healthy.title if healthy else "No problem found."
     serious = [f for f in problems if f.severity != rules.INFO]
     if not serious:
-        return "No problem found; notes below."
+        undetermined = next((f for f in problems if f.rule == "not-enough-evidence"), None)
+        return undetermined.title if undetermined else "No problem found; notes below."
     return f"{len(serious)} problem{'s' if len(serious) > 1 else ''} found. Most important: {serious[0].title}."
 
 

@@ -214,10 +214,13 @@ class Report:
         return diagnose(self)
 
     def verdict(self) -> str:
-        """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding."""
-        from xladev.rules import SEVERITIES, severity_rank
+        """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when the input
+        cannot show whether the run is healthy (no step count) and nothing worse was found."""
+        from xladev.rules import INFO, SEVERITIES, UNKNOWN, severity_rank
 
         worst = max((severity_rank(f.severity) for f in self.findings if f.rule != "healthy"), default=-1)
+        if worst <= severity_rank(INFO) and any(f.rule == "not-enough-evidence" for f in self.findings):
+            return UNKNOWN
         return "healthy" if worst < 0 else SEVERITIES[worst]
 
 

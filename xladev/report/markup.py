@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import html
 
+from xladev import rules
 from xladev.report.document import Document, Section, Table
 
 SEVERITY_MARKS = {"error": "✖ ERROR", "warning": "⚠ WARNING", "info": "ℹ INFO"}
-VERDICT_TEXT = {"healthy": "HEALTHY", "info": "HEALTHY (notes)", "warning": "WARNING", "error": "ERROR"}
+VERDICT_TEXT = rules.VERDICT_LABELS
 
 
 # ---------------------------------------------------------------- Markdown

@@ -1,0 +1,47 @@
+"""A PT_XLA_DEBUG_LEVEL=1 log alone: its end-of-run summary gives the steps and the user's lines, and a
+log without any step count is judged "unknown", never healthy."""
+
+from __future__ import annotations
+
+from xladev.events import Cause, CauseKind, Frame, GraphCompiled, StepMarked, TransferFromDevice
+from xladev.report import load
+from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+
+USER = Frame("train", "/home/user/train.py", 25)
+
+
+def _level1_log(tmp_path, steps: int, reads_per_step: int) -> str:
+    """The real analysis sink's level-1 output (compile blocks and the end-of-run summary) of a run."""
+    path = tmp_path / "debug.txt"
+    sink = AnalysisSink(1, DebugOutput(str(path)))
+    cause = Cause(CauseKind.USER_MARK_STEP)
+    sink.on_event(GraphCompiled(1, 0, "ab" * 16, 10, 2, 1, 5_000_000, {}, cause, (USER,), None))
+    for step in range(steps):
+        for _ in range(reads_per_step):
+            sink.on_event(TransferFromDevice(2, step, 4, 1000, ".item()", (USER,)))
+        sink.on_event(StepMarked(3, step, cause, 100, (USER,)))
+    sink.out.write(sink.summary_text())
+    return str(path)
+
+
+def test_level1_summary_names_the_transfer_line(tmp_path):
+    report = load(_level1_log(tmp_path, steps=12, reads_per_step=1))
+    findings = {f.rule: f for f in report.findings}
+    assert report.verdict() == "warning" and "healthy" not in findings
+    transfers = findings["host-transfers"]
+    assert any(".item() at train.py:25 (train): 12 transfers" in line for line in transfers.evidence)
+    assert transfers.numbers["steps"] == 12
+
+
+def test_level1_summary_of_a_clean_run_is_healthy(tmp_path):
+    report = load(_level1_log(tmp_path, steps=12, reads_per_step=0))
+    assert report.verdict() == "healthy"
+
+
+def test_no_step_count_is_unknown_not_healthy(tmp_path):
+    text = open(_level1_log(tmp_path, steps=12, reads_per_step=0)).read()
+    cut = tmp_path / "blocks_only.txt"
+    cut.write_text("".join(line for line in text.splitlines(keepends=True) if "xladev summary" not in line))
+    report = load(str(cut))
+    assert report.verdict() == "unknown"
+    assert [f.rule for f in report.findings] == ["not-enough-evidence"]
