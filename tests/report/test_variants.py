@@ -317,3 +317,18 @@ def test_failure_lines_of_a_debug_log_name_the_graph_and_its_hlo(tmp_path):
     assert "bad shape" in findings["compile-failure"].evidence[0]
     assert "/tmp/x/run.hlo" in findings["execute-failure"].evidence[0]
     assert findings["execute-failure"].sources == [f"{tmp_path / 'debug.txt'}:3"]
+
+
+def test_two_runs_appended_to_one_metrics_file_are_split_and_the_last_is_read(tmp_path):
+    # Run 1: 15 steps, its graphs growing; run 2 (appended): 12 clean steps of a small graph.
+    first = [step_report(step, compiles=1, graph_nodes=50 + 40 * step) for step in range(15)]
+    second = [step_report(step, compiles=1) for step in range(12)]
+    text = metrics_file(first) + metrics_file(second)
+    source = read_source(write(tmp_path, "appended.txt", text.encode()))
+    assert len(source.restarts) == 1
+    assert any("counters drop back" in w.message and w.line == source.restarts[0] for w in source.warnings)
+    assert source.final.counters["MarkStep"] == 12 and len(source.series) == 12
+    report = load(write(tmp_path, "appended2.txt", text.encode()))
+    assert "graph-growth" not in [f.rule for f in report.findings]
+    alone = load(write(tmp_path, "second.txt", metrics_file(second).encode()))
+    assert [f.rule for f in report.findings] == [f.rule for f in alone.findings]

@@ -137,6 +137,8 @@ class SourceResult:
     warnings: list[ParseWarning] = dataclasses.field(default_factory=list)
     warning_count: int = 0
     other_lines: int = 0
+    # Input lines where the cumulative counters dropped back: a new run appended to the same file.
+    restarts: list[int] = dataclasses.field(default_factory=list)
 
     def warn(self, line: int, message: str, always: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

@@ -54,6 +54,9 @@ _FIELD_RE = re.compile(r"(?:^|\s)(TotalSamples|Accumulator|Counter|ValueRate|Val
 _MARKER_RE = re.compile(r"\[MetricsData; step=(-?\d+)\]")
 
 
+_CUMULATIVE = ("steps", "compiles", "executions")
+
+
 class _RawSnapshot:
     """One report's blocks as raw bytes: name -> {field: (line, raw value)} plus "_line".
 
@@ -87,6 +90,7 @@ class TextReader:
         """
         self.source = source
         source.series = StepSeries(max_rows=max_rows)
+        self._max_rows = max_rows
         source.debug = DebugLog(source.warn)
         self._lineno = 0
         self._block: dict | None = None
@@ -248,6 +252,15 @@ class TextReader:
         self._commit(raw, self._series_row(raw))
 
     def _commit(self, raw: _RawSnapshot, row: dict[str, float]) -> None:
+        previous = self._pending_row
+        if previous is not None and any(row.get(name, 0.0) < previous.get(name, 0.0) for name in _CUMULATIVE):
+            # Counters only grow within a process: a drop is a new run appended to the same file. Its
+            # reports start a fresh series, so no rule mixes two runs (a false "graphs keep growing").
+            self.source.restarts.append(raw.line)
+            self.source.warn(raw.line, f"the counters drop back here: a new run starts (runs appended to one file); "
+                                       f"the report reads the last run, from line {raw.line}")
+            self.source.series = StepSeries(max_rows=self._max_rows)
+            self._pending_row = self._previous_raw = self._last_raw = None
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
         self._previous_raw, self._last_raw, self._pending_row = self._last_raw, raw, row
