@@ -136,7 +136,7 @@ def _show(kind: str, value: float) -> str:
         return "-"
     if kind == "value":
         return f"{value:,.2f}" if value != int(value) else f"{int(value):,}"
-    return units.format_kind(kind, value)
+    return units.compact_value(kind, value)
 
 
 def _ratio(ratio: float) -> str:

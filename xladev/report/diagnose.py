@@ -152,8 +152,8 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
         longest = compile_block.largest_percentile()
         finding = rules.slow_compile_finding(
             longest_ns=longest, total_ns=compile_block.accumulator or 0.0, compiles=compile_block.total_samples or 0,
-            formatted_longest=units.format_time_ns(longest),
-            formatted_total=units.format_time_ns(compile_block.accumulator or 0.0))
+            formatted_longest=units.compact_time_ns(longest),
+            formatted_total=units.compact_time_ns(compile_block.accumulator or 0.0))
         if finding is not None:
             finding.sources.append(_where(source, compile_block.line))
             findings.append(finding)
@@ -161,7 +161,7 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     if execute_block is not None and execute_block.largest_percentile() is not None:
         longest = execute_block.largest_percentile()
         finding = rules.slow_execute_finding(longest_ns=longest, executions=execute_block.total_samples or 0,
-                                             formatted_longest=units.format_time_ns(longest))
+                                             formatted_longest=units.compact_time_ns(longest))
         if finding is not None:
             finding.sources.append(_where(source, execute_block.line))
             findings.append(finding)

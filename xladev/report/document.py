@@ -116,8 +116,8 @@ def _summary(report) -> list[tuple[str, str]]:
         summary += [
             ("Steps", _count(steps)),
             ("Compiles", f"{_count(numbers['compiles'])} (cache hits {_count(numbers['cached_compiles'])}), "
-                         f"{units.format_time_ns(compile_time)} in total"),
-            ("Executions", f"{_count(numbers['executions'])}, {units.format_time_ns(execute_time)} in total"),
+                         f"{units.compact_time_ns(compile_time)} in total"),
+            ("Executions", f"{_count(numbers['executions'])}, {units.compact_time_ns(execute_time)} in total"),
             ("Device→host", f"{_count(numbers['transfers_from_device'])} transfers, "
                             f"{_count(numbers['item_calls'])} .item() calls"),
             ("CPU fallbacks", f"{_count(numbers['fallback_calls'])} calls of "
@@ -151,7 +151,8 @@ def _metrics_table(source) -> Table:
 def _fmt(kind: str, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return units.format_kind(kind, float(value))
+    # Rendered for people: `3m49s`, `12.4 ms` (the PyTorch/XLA grammar stays in met.metrics_report()).
+    return units.compact_value(kind, float(value))
 
 
 def _counters_table(source) -> Table:
@@ -207,7 +208,7 @@ def _ranks_table(report) -> Table | None:
         numbers = report.final_numbers(primary) if primary else {}
         rows.append([str(rank), _count(numbers.get("steps", float("nan"))), _count(numbers.get("compiles", float("nan"))),
                      _count(numbers.get("transfers_from_device", float("nan"))),
-                     units.format_time_ns(numbers["execute_time_ns"]) if numbers else "-"])
+                     units.compact_time_ns(numbers["execute_time_ns"]) if numbers else "-"])
     return Table("Ranks", ["Rank", "Steps", "Compiles", "Device→host", "Execute time"], rows, ["r", "r", "r", "r", "r"])
 
 

@@ -131,6 +131,10 @@ def compact_time_ns(ns: float | None) -> str:
     if ns is None:
         return "-"
     ns = float(ns)
+    if math.isnan(ns) or math.isinf(ns):
+        return "-" if math.isnan(ns) else ("-inf" if ns < 0 else "inf")
+    if ns < 0:
+        return "-" + compact_time_ns(-ns)
     if ns < 1e3:
         return f"{ns:.0f} ns"
     if ns < 1e6:
