@@ -85,9 +85,8 @@ def load() -> None:
     """Starts the runtime: registers the `xla` device with torch, starts the sinks the flags ask for."""
     install_config_error_hook()
     from xladev._flags import config
-    from xladev.runtime.compilation import XlaCompileError, initialize_cache  # noqa: F401
+    from xladev.runtime.compilation import initialize_cache
     from xladev.runtime.device import register
-    from xladev.runtime.recorder import GraphGrowthWarning  # noqa: F401
 
     check_output_paths(config)
     register()
