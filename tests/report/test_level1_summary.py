@@ -45,3 +45,12 @@ def test_no_step_count_is_unknown_not_healthy(tmp_path):
     report = load(str(cut))
     assert report.verdict() == "unknown"
     assert [f.rule for f in report.findings] == ["not-enough-evidence"]
+
+
+def test_advice_uses_the_runs_own_api_names(tmp_path):
+    from tests.report.helpers import fixture_path
+
+    ours = {f.rule: f for f in load(_level1_log(tmp_path, steps=12, reads_per_step=1)).findings}["host-transfers"]
+    assert "xladev.add_step_closure(" in ours.fix and "xm." not in ours.fix
+    theirs = {f.rule: f for f in load(str(fixture_path("item_every_step.metrics.txt"))).findings}["host-transfers"]
+    assert "xm.add_step_closure(" in theirs.fix and "xladev." not in theirs.fix

@@ -389,6 +389,25 @@ def _rank_findings(per_rank: dict) -> list[Finding]:
     return findings
 
 
+# Counters only xladev's runtime keeps: a metrics report holding one was written by xladev.
+_XLADEV_COUNTERS = frozenset({"ValueAccessSync", "FallbackSync", "ExecuteFailed", "CompileFailed"})
+
+
+def run_stack(sources: list[SourceResult]) -> str:
+    """``xladev`` when any input shows xladev wrote it (an event log, its end-of-run summary, its counters,
+    its recompilation causes), else ``torch_xla``: whose API names the advice should use."""
+    for source in sources:
+        if source.input_kind == "event-log":
+            return "xladev"
+        if source.final is not None and _XLADEV_COUNTERS & set(source.final.counters):
+            return "xladev"
+        debug = source.debug
+        if debug is not None and (debug.run_summary is not None or debug.failures
+                                  or any(event.recompilation for event in debug.compile_events)):
+            return "xladev"
+    return "torch_xla"
+
+
 def diagnose(report) -> list[Finding]:
     """All findings of a report, most severe first; a ``healthy`` finding when nothing is wrong.
 
@@ -410,8 +429,10 @@ def diagnose(report) -> list[Finding]:
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None
                 and facts.compiles_at_warmup == facts.compiles))
+    stack = run_stack(report.sources)
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))
+        rules.in_names_of(finding, stack)
     findings.sort(key=lambda f: (-rules.severity_rank(f.severity), _RULE_ORDER.index(f.rule)
                                  if f.rule in _RULE_ORDER else len(_RULE_ORDER), f.subject))
     return findings
