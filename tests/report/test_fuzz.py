@@ -153,3 +153,17 @@ def test_event_log_fields_of_any_type(changes):
         _check(source)
     for warning in source.warnings:
         assert 1 <= warning.line <= source.lines + 1 and warning.message
+
+
+def test_event_log_ops_counts_and_causes_of_the_wrong_type_are_skipped():
+    # Found by test_event_log_fields_of_any_type: a non-integer op count crashed the counter table.
+    lines = [json.loads(line) for line in _LOG_LINES if line.strip()]
+    ops = next(i for i, line in enumerate(lines) if line["type"] == "ops")
+    step = next(i for i, line in enumerate(lines) if line["type"] == "step")
+    lines[ops]["counts"] = {"aten::mm": None, "": ""}
+    lines[step]["cause"] = {"kind": 1}
+    source = _read_log(b"\n".join(json.dumps(line).encode() for line in lines))
+    messages = {w.line: w.message for w in source.warnings}
+    assert "count of 'aten::mm' is NoneType" in messages[ops + 1]
+    assert "'cause' holds a value that is not text" in messages[step + 1]
+    _check(source)

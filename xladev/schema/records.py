@@ -101,6 +101,9 @@ class Record:
                 raise RecordError(f"{cls.TYPE} record: field {name!r} is {type(value).__name__} {str(value)[:40]!r}, "
                                   f"expected {expected}")
             values[name] = float(value) if to_float and value is not None else value
+        cause = values.get("cause")
+        if cause and not all(isinstance(v, str) for v in cause.values()):
+            raise RecordError(f"{cls.TYPE} record: field 'cause' holds a value that is not text")
         return cls(**values)
 
 
@@ -276,6 +279,14 @@ class Ops(_Timed):
     tracing_ns: int = 0
     tracing_count: int = 0
     tracing_samples: list = _transient(factory=list)
+
+    @classmethod
+    def from_record(cls, data: dict) -> "Ops":
+        record = super(Ops, cls).from_record(data)
+        bad = next((k for k, v in record.counts.items() if type(v) is not int), None)
+        if bad is not None:
+            raise RecordError(f"ops record: the count of {bad!r} is {type(record.counts[bad]).__name__}, expected int")
+        return record
 
 
 @dataclasses.dataclass(slots=True)
