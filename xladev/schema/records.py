@@ -199,8 +199,9 @@ class Compile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class CompileFailed(_Timed):
-    TYPE: ClassVar[str] = "compile_failed"
+class _GraphFailed(_Timed):
+    """A graph that failed; `hlo_path` is where its HLO was saved."""
+
     hash: str = ""
     message: str = ""
     hlo_path: str = ""
@@ -210,16 +211,17 @@ class CompileFailed(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class ExecuteFailed(_Timed):
-    """A compiled graph failed while running; `hlo_path` is where its HLO was saved."""
+class CompileFailed(_GraphFailed):
+    """XLA (or the lowering) rejected a graph."""
+
+    TYPE: ClassVar[str] = "compile_failed"
+
+
+@dataclasses.dataclass(slots=True)
+class ExecuteFailed(_GraphFailed):
+    """A compiled graph failed while running."""
 
     TYPE: ClassVar[str] = "execute_failed"
-    hash: str = ""
-    message: str = ""
-    hlo_path: str = ""
-    cause: dict = dataclasses.field(default_factory=dict)
-    site: str | None = None
-    frame: dict | None = None
 
 
 @dataclasses.dataclass(slots=True)
