@@ -61,6 +61,28 @@ def closest(candidates: list[GraphSummary], new: GraphSummary) -> GraphSummary:
     return max(enumerate(candidates), key=score)[1]
 
 
+# What a line of `differences` says changed: the kinds the recompilation rule tells apart.
+INPUT_SHAPE, CONSTANT, STRUCTURE = "input shape", "constant", "structure"
+
+
+def change_kind(line: str) -> str:
+    """`INPUT_SHAPE`, `CONSTANT` or `STRUCTURE` for one line written by `differences`."""
+    if line.startswith(("input ", "Python scalar input ")) and ": shape " in line:
+        return INPUT_SHAPE
+    if line.startswith(("constant", "... and")) and "constant" in line or line.startswith("an input changed between"):
+        return CONSTANT
+    return STRUCTURE
+
+
+def recompile_kind(lines) -> str:
+    """What one recompilation changed, from its `differences` lines: only input shapes, only constants
+    (shapes may follow), or the graph's structure."""
+    kinds = {change_kind(line) for line in lines}
+    if not kinds or STRUCTURE in kinds:
+        return STRUCTURE
+    return CONSTANT if CONSTANT in kinds else INPUT_SHAPE
+
+
 def _input_text(index: int, inp: InputSummary) -> str:
     where = f", created at {inp.created_at}" if inp.created_at else ""
     what = "Python scalar input" if inp.kind == "scalar" else "input"

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from xladev import fallback_reasons
 from xladev.schema.counters import ITEM_COUNTER  # noqa: F401  (re-exported for the report's rules)
+from xladev.schema import units
 
 INFO = "info"
 WARNING = "warning"
@@ -74,6 +75,8 @@ class Finding:
       numbers: the same facts as machine-readable numbers.
       sources: where the evidence was read, as ``file:line``.
       subject: what the finding is about when a rule fires several times (an op, a site, a rank).
+      cost_ns: the wall time the problem cost, when the input measures it (`xladev.wall_time.price`).
+      saving: what the fix would save, e.g. ``pad to 3 buckets → ~3 compiles, saves ~229 s``.
     """
 
     rule: str
@@ -85,6 +88,16 @@ class Finding:
     numbers: dict[str, float | int | str] = dataclasses.field(default_factory=dict)
     sources: list[str] = dataclasses.field(default_factory=list)
     subject: str = ""
+    cost_ns: float | None = None
+    saving: str = ""
+
+    def cost_text(self) -> str:
+        """``3.82 s (49% of the run); pad to 3 buckets → ~4 compiles, saves ~2.73 s``; empty when not priced."""
+        if not self.cost_ns:
+            return ""
+        share = self.numbers.get("cost_share")
+        text = units.compact_time_ns(self.cost_ns) + (f" ({share:.0%} of the run)" if isinstance(share, float) else "")
+        return f"{text}; {self.saving}" if self.saving else text
 
     def to_dict(self) -> dict:
         """Returns the finding as a JSON-ready dict."""
@@ -178,7 +191,8 @@ def auto_metrics_messages(*, steps: int, compiles: int, transfers: int, counters
 def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int | None,
                           warmup_steps: int = WARMUP_STEPS, compile_steps_after_warmup: int | None = None,
                           last_compile_step: int | None = None, stable_graph_size: bool | None = None,
-                          data_dependent_ops: Sequence[str] = ()) -> Finding | None:
+                          data_dependent_ops: Sequence[str] = (), repeated: RepeatedRecompiles | None = None,
+                          ) -> Finding | None:
     """Tells recompilation apart from a healthy warm-up.
 
     Args:
@@ -192,10 +206,68 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
       stable_graph_size: True when every step traced a graph of the same size (IR nodes) or the
         same signature (inputs and outputs) from the same site.
       data_dependent_ops: fallback ops whose output shape depends on the data (nonzero...).
+      repeated: the site that recompiled most for a changed input shape or constant alone (from
+        xladev's recompilation causes), judged even inside warm-up.
 
     Returns:
       A finding, or None when compiles stop after warm-up.
     """
+    finding = _recompilation_by_rate(steps=steps, compiles=compiles, compiles_at_warmup=compiles_at_warmup,
+                                     warmup_steps=warmup_steps, compile_steps_after_warmup=compile_steps_after_warmup,
+                                     last_compile_step=last_compile_step, stable_graph_size=stable_graph_size,
+                                     data_dependent_ops=data_dependent_ops)
+    if repeated is None or repeated.count < REPEATED_RECOMPILES or data_dependent_ops:
+        return finding
+    fix = _repeated_fix(repeated.kind)
+    if finding is None:
+        finding = Finding(
+            "recompilation", WARNING,
+            f"{repeated.count} recompiles at {repeated.site}, each for a changed {repeated.kind}",
+            "The same code traced a new graph each time only because an input shape or a constant baked into "
+            "the graph changed. Every new value is a full XLA compile; a longer run or new data keeps compiling.",
+            fix, numbers={"compiles": compiles, "steps": steps})
+    else:
+        finding.fix = fix
+    finding.evidence.append(f"{repeated.site} recompiled {repeated.count} times for a changed {repeated.kind} "
+                            "and nothing else")
+    if repeated.example:
+        finding.evidence.append(f"e.g. {repeated.example}")
+    finding.numbers.update(repeated_recompiles=repeated.count)
+    return finding
+
+
+# A site recompiling this often for a changed input shape or constant alone is a finding even in warm-up.
+REPEATED_RECOMPILES = 3
+
+
+@dataclasses.dataclass
+class RepeatedRecompiles:
+    """The site that recompiled most for one kind of change alone.
+
+    Attributes:
+      site: the trigger site (``file.py:LINE``).
+      count: recompilations there whose only change was of `kind`.
+      kind: ``input shape`` or ``constant`` (`xladev.graphdiff`'s kinds).
+      example: one change line, e.g. ``input 5 ...: shape f32[9,16] -> f32[10,16]``.
+    """
+
+    site: str
+    count: int
+    kind: str
+    example: str = ""
+
+
+def _repeated_fix(kind: str) -> str:
+    if kind == "constant":
+        return ("Keep changing numbers out of the graph: pass them as device tensors (torch.tensor(value, "
+                "device=device)) instead of Python numbers; 0 and 1 are always baked in as constants.")
+    return ("Pad or bucket the changing shape: pad each batch to a fixed size (or a few bucket sizes) "
+            "and use drop_last=True so the last batch is not smaller.")
+
+
+def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int | None, warmup_steps: int,
+                           compile_steps_after_warmup: int | None, last_compile_step: int | None,
+                           stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> Finding | None:
     if compiles_at_warmup is None:
         message = compile_too_frequent_message(compiles, steps)
         if message is None:
@@ -531,6 +603,27 @@ def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfer
                             "transfers": transfers})
 
 
+# Notes that advise a speed-up without saying anything is wrong: they leave a healthy verdict healthy.
+ADVICE_RULES = frozenset({"compile-time"})
+
+
+def persistent_cache_advice(share: float) -> str:
+    """The persistent-cache sentence added to a fix when compiling took `share` of the run."""
+    return (f"Compiling took {share:.0%} of the run: turn on the persistent compilation cache "
+            "(xladev.initialize_cache(dir) (torch_xla.runtime.initialize_cache(dir))) so a restarted run loads "
+            "its compiled graphs from disk instead of compiling them again.")
+
+
+def compile_time_finding(*, compile_ns: float, share: float, compiles: int) -> Finding:
+    """Compiling took most of the run, without recompilation: a short run, or a restart that compiles again."""
+    return Finding("compile-time", INFO, f"Compiling took {share:.0%} of the run's wall time",
+                   f"{_plural(compiles, 'graph')} compiled once each; the time is spent again by every run that "
+                   "starts from scratch.",
+                   persistent_cache_advice(share),
+                   evidence=[f"{_plural(compiles, 'compile')}, {units.compact_time_ns(compile_ns)} compiling"],
+                   numbers={"compiles": compiles, "compile_ns": round(compile_ns), "compile_share": round(share, 4)})
+
+
 def undetermined_finding(*, compiles: int, executions: int) -> Finding:
     """Instead of "healthy" when the input cannot show it: no step count to judge compiles and transfers by."""
     evidence = [f"{_plural(compiles, 'compile')} and {_plural(executions, 'execution')}, over an unknown number of steps"]
@@ -550,6 +643,8 @@ def undetermined_finding(*, compiles: int, executions: int) -> Finding:
 # which one a finding shows: PyTorch/XLA's for its reports, xladev's for xladev's runs.
 _NAMES_FOR = {
     "xladev": (("xladev.mark_step() (torch_xla.sync())", "xladev.mark_step()"),
+               ("xladev.initialize_cache(dir) (torch_xla.runtime.initialize_cache(dir))",
+                "xladev.initialize_cache(dir) or XLADEV_COMPILATION_CACHE=dir"),
                ("torch_xla.sync() (xm.mark_step())", "xladev.mark_step()"),
                ("torch_xla.sync()", "xladev.mark_step()"),
                ("xm.add_step_closure(", "xladev.add_step_closure("),
@@ -557,6 +652,8 @@ _NAMES_FOR = {
                ("the parallel loader", "xladev.DeviceLoader"),
                ("a parallel loader", "an xladev.DeviceLoader")),
     "torch_xla": (("xladev.mark_step() (torch_xla.sync())", "torch_xla.sync()"),
+                  ("xladev.initialize_cache(dir) (torch_xla.runtime.initialize_cache(dir))",
+                   "torch_xla.runtime.initialize_cache(dir)"),
                   ("torch_xla.sync() (xm.mark_step())", "torch_xla.sync() (xm.mark_step())"),
                   ("a DeviceLoader (MpDeviceLoader)", "pl.MpDeviceLoader"),
                   ("a DeviceLoader", "pl.MpDeviceLoader"),

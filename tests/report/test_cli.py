@@ -80,6 +80,10 @@ def test_directory_and_unwritable_output_exit_2(capsys, tmp_path):
     assert code == 2 and "cannot write" in err
 
 
+def compile_time_total(data: dict) -> float:
+    return next(m for m in data["metrics"] if m["name"] == "CompileTime")["accumulator"]
+
+
 def test_json_schema(capsys, tmp_path):
     out_path = tmp_path / "report.json"
     code, out, _ = _run(capsys, fixture_path("fallback.metrics.txt"), fixture_path("fallback.debug.txt"),
@@ -90,7 +94,11 @@ def test_json_schema(capsys, tmp_path):
     assert [item["contents"] for item in data["inputs"]] == [["XLA_METRICS_FILE, 24 step records"], ["PT_XLA_DEBUG log"]]
     assert data["summary"]["steps"] == 24 and data["summary"]["fallback_calls"] == 48
     finding = next(f for f in data["findings"] if f["subject"] == "aten::nonzero")
-    assert set(finding) == {"rule", "severity", "title", "detail", "fix", "evidence", "numbers", "sources", "subject"}
+    assert set(finding) == {"rule", "severity", "title", "detail", "fix", "evidence", "numbers", "sources", "subject",
+                            "cost_ns", "saving"}
+    # Estimated from the metrics' accumulated times: the compile part is the CompileTime accumulator.
+    (time,) = data["time"]
+    assert time["exact"] is False and time["parts"]["compile"] == compile_time_total(data)
     compile_time = next(m for m in data["metrics"] if m["name"] == "CompileTime")
     assert compile_time["unit"] == "ns" and compile_time["percentiles"]["99%"] > 0
     assert len(data["steps"][0]["columns"]["steps"]) == 24

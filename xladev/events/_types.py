@@ -202,10 +202,15 @@ class TransferFromDevice(Event):
 
 @dataclasses.dataclass(slots=True)
 class FallbackOp(Event):
-    """An op without a lowering ran on the CPU. `name` is `aten::op.overload`."""
+    """An op without a lowering ran on the CPU. `name` is `aten::op.overload`.
+
+    `time_ns` is when the op was called; `cpu_ns` the time its CPU kernel took (its operands'
+    transfers are TransferToDevice/TransferFromDevice events of their own).
+    """
 
     name: str
     frames: tuple[Frame, ...] | None
+    cpu_ns: int = 0
 
 
 @dataclasses.dataclass(slots=True)

@@ -12,6 +12,8 @@ import dataclasses
 import re
 from collections.abc import Callable
 
+from xladev import wall_time
+
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
@@ -208,6 +210,10 @@ class DebugLog:
             self._summary_section = ""
             return
         if self.run_summary is None:
+            return
+        breakdown = wall_time.parse_summary_line(body, self.run_summary["steps"])
+        if breakdown is not None:
+            self.run_summary["time"] = breakdown
             return
         if not body.startswith("  "):
             self._summary_section = body.rstrip(":")

@@ -10,15 +10,18 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from xladev import fallback_reasons, rules
+from xladev import fallback_reasons, graphdiff, rules, wall_time
+from xladev.report import timing
 from xladev.schema import units
 from xladev.schema.counters import SCALAR_READS
+from xladev.schema.sites import short_site
 from xladev.report.debuglog import is_step_cause
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.rules import Finding
 
 _RULE_ORDER = ["compile-failure", "execute-failure", "recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "not-enough-evidence", "healthy"]
+               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "compile-time", "not-enough-evidence",
+               "healthy"]
 
 
 @dataclasses.dataclass
@@ -39,6 +42,8 @@ class RunFacts:
     last_compile_step: int | None = None
     stable_graph_size: bool | None = None
     graph_hashes: set[str] = dataclasses.field(default_factory=set)
+    time: wall_time.TimeBreakdown | None = None
+    repeated: rules.RepeatedRecompiles | None = None
 
 
 def _where(source: SourceResult, line: float | int | None) -> str:
@@ -118,7 +123,7 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
-        data_dependent_ops=data_dependent)
+        data_dependent_ops=data_dependent, repeated=facts.repeated)
     if recompile is not None:
         compile_block = _block(source, "CompileTime", "XrtCompile")
         recompile.sources.append(_where(source, compile_block.line if compile_block else 0))
@@ -266,7 +271,8 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
     recompile = rules.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
-        last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size)
+        last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
+        repeated=facts.repeated)
     if recompile is not None:
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
                                      f"{facts.steps} step syncs")
@@ -301,14 +307,35 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
     return findings
 
 
+def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles | None:
+    """The site that recompiled most for a changed input shape or constant alone (xladev's causes)."""
+    counts: Counter = Counter()
+    examples: dict = {}
+    for source in sources:
+        if not source.has_debug:
+            continue
+        for event in source.debug.compile_events:
+            changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
+            kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
+            if kind != graphdiff.STRUCTURE:
+                key = (event.site or "?", kind)
+                counts[key] += 1
+                examples.setdefault(key, changes[0])
+    if not counts:
+        return None
+    (site, kind), count = counts.most_common(1)[0]
+    return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)])
+
+
 def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], RunFacts | None]:
     """Findings of one run or rank, and the facts they were computed from."""
     primary = report.primary_metrics(sources)
+    facts = metrics_facts(report, primary) if primary is not None else debug_facts(sources)
+    if facts is not None:
+        facts.repeated = repeated_recompiles(sources)
     if primary is not None:
-        facts = metrics_facts(report, primary)
         findings = _metrics_findings(facts)
     else:
-        facts = debug_facts(sources)
         findings = _debug_only_findings(sources, facts) if facts is not None else []
     if facts is not None:
         debug_hashes = {event.graph_hash for source in sources if source.has_debug
@@ -317,6 +344,13 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
     findings.extend(_debug_evidence(findings, sources, facts.steps if facts else 0))
     findings.extend(_growth_findings(sources))
     findings.extend(_failure_findings(primary, sources))
+    breakdown = timing.group_breakdown(sources, primary)
+    if breakdown is not None:
+        if facts is not None:
+            facts.time = breakdown
+        costs = timing.cost_facts(facts, sources, breakdown)
+        wall_time.with_cache_advice(findings, costs)
+        wall_time.price(findings, costs)
     return findings, facts
 
 
@@ -433,9 +467,7 @@ def diagnose(report) -> list[Finding]:
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))
         rules.in_names_of(finding, stack)
-    findings.sort(key=lambda f: (-rules.severity_rank(f.severity), _RULE_ORDER.index(f.rule)
-                                 if f.rule in _RULE_ORDER else len(_RULE_ORDER), f.subject))
-    return findings
+    return wall_time.ranked(findings, _RULE_ORDER)
 
 
 def auto_metrics_lines(report) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xladev import rules
+from xladev import rules, wall_time
 from xladev.schema import units
 from xladev.schema.sites import short_site
 from xladev.report.diagnose import auto_metrics_lines
@@ -128,6 +128,8 @@ def _summary(report) -> list[tuple[str, str]]:
         compiles = sum(source.debug.compiles for source in logs)
         executions = sum(source.debug.execution_count for source in logs)
         summary.append(("Debug log", f"{compiles} compile and {executions} execution analyses"))
+    if len(report.time_breakdowns) == 1:
+        summary.append(("Wall time", next(iter(report.time_breakdowns.values())).headline()))
     if report.warning_count:
         summary.append(("Parse warnings", str(report.warning_count)))
     return summary
@@ -198,6 +200,50 @@ def _debug_tables(report) -> list:
     return items
 
 
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
+
+
+def _time_tables(breakdown: wall_time.TimeBreakdown, warmup_steps: int) -> list:
+    """The breakdown overall and per step, and the first, median and slowest steps."""
+    rows = [[label, units.compact_time_ns(total), _share(share), units.compact_time_ns(per_step)]
+            for _, label, total, share, per_step in breakdown.rows()]
+    rows.append(["wall time", units.compact_time_ns(breakdown.wall_ns), "100%" if breakdown.wall_ns else "-",
+                 units.compact_time_ns(breakdown.wall_ns / breakdown.steps)
+                 if breakdown.wall_ns is not None and breakdown.steps else "-"])
+    note = breakdown.basis + (". The parts add up to more than the wall time: asynchronous work overlapped."
+                              if breakdown.overlaps() else ".")
+    items: list = [Table("Overall" + ("" if breakdown.exact else " (estimated)"),
+                         ["Part", "Total", "Share", "Per step"], rows, ["l", "r", "r", "r"], note)]
+    typical = breakdown.typical_steps(warmup_steps)
+    if typical:
+        parts = [part for part in wall_time.PARTS if any(step.parts.get(part) for _, step in typical)]
+        items.append(Table("Per step", ["Step", "Wall"] + [wall_time.SHORT_LABELS[p] for p in parts] + ["other"],
+                           [[f"{label}: {step.step + 1}", units.compact_time_ns(step.wall_ns)]
+                            + [units.compact_time_ns(step.parts.get(p, 0.0)) for p in parts]
+                            + [units.compact_time_ns(step.other_ns())] for label, step in typical],
+                           ["l"] + ["r"] * (len(parts) + 2)))
+    return items
+
+
+def _time_section(report) -> Section | None:
+    breakdowns = report.time_breakdowns
+    if not breakdowns:
+        if not report.sources or all(source.final is None and not source.has_debug for source in report.sources):
+            return None
+        return Section("Where the time went", [
+            "These inputs hold no times (a PT_XLA_DEBUG log without xladev's end-of-run summary). A metrics "
+            "report (met.metrics_report() or XLA_METRICS_FILE) gives an estimate; an xladev event log "
+            "(XLADEV_EVENT_LOG) measures every part."])
+    items: list = []
+    for rank, breakdown in sorted(breakdowns.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0)):
+        if len(breakdowns) > 1:
+            items.append(f"Rank {rank}: {breakdown.headline()}")
+            continue
+        items += _time_tables(breakdown, rules.WARMUP_STEPS)
+    return Section("Where the time went", items)
+
+
 def _ranks_table(report) -> Table | None:
     groups = {rank: sources for rank, sources in report.ranks().items() if rank is not None}
     if len(groups) < 2:
@@ -225,6 +271,9 @@ def report_document(report) -> Document:
     verdict = report.verdict()
     sections = []
     primary = report.primary_metrics(report.sources)
+    time_section = _time_section(report)
+    if time_section is not None:
+        sections.append(time_section)
     ranks = _ranks_table(report)
     if ranks is not None:
         sections.append(Section("Ranks", [ranks]))

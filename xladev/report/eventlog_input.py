@@ -19,7 +19,7 @@ import collections
 import math
 from typing import BinaryIO
 
-from xladev import rules
+from xladev import rules, wall_time
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.model import MetricBlock, ReportSnapshot, SourceResult
@@ -33,6 +33,7 @@ from xladev.schema.units import COUNT
 KIND_NAME = "event-log"
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 MAX_SAMPLES = 1024
+MAX_STEP_TIMES = 100_000
 _POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
                        "temp": "temp_bytes", "generated_code": "program_bytes"}
 
@@ -77,6 +78,14 @@ class EventLogReplay:
         self.steps = 0
         self.ended = False
         self._fallback_sites: dict[tuple[str, str], int] = {}
+        # Where the time went: ns per part, overall and in the step in progress.
+        self.parts: dict[str, float] = dict.fromkeys(wall_time.PARTS, 0.0)
+        self._step_parts: dict[str, float] = {}
+        self.step_times: list[wall_time.StepTime] = []
+        self.last_t = 0
+        self.end_t: int | None = None
+        self.compile_ns_by_step: list[tuple[int, int]] = []  # (step, compile_ns)
+        self.fallback_transfer_ns = 0.0
 
     # ------------------------------------------------------------ records
     def feed(self, lineno: int, record: rec.Record) -> None:
@@ -92,9 +101,25 @@ class EventLogReplay:
                 if metric is None:
                     metric = self.metrics[update.name] = _Metric(update.kind, lineno)
                 metric.add(float(update.value), update.samples)
+        t = getattr(record, "t", None)
+        if isinstance(t, int) and t > self.last_t:
+            self.last_t = t
         handler = _HANDLERS.get(type(record))
         if handler is not None:
             handler(self, record)
+
+    def _spent(self, part: str, ns: float) -> None:
+        if ns > 0:
+            self.parts[part] += ns
+            self._step_parts[part] = self._step_parts.get(part, 0.0) + ns
+
+    def _on_ops(self, record: rec.Ops) -> None:
+        self._spent("tracing", record.tracing_ns)
+
+    def _on_transfer(self, record: rec.Transfer) -> None:
+        self._spent("from_device" if record.dir == "from_device" else "to_device", record.ns)
+        if record.dir == "from_device" and (record.kind or "").startswith("aten::"):
+            self.fallback_transfer_ns += record.ns  # operands of a CPU fallback op
 
     def _on_header(self, record: rec.Header) -> None:
         if self.header is None:
@@ -115,6 +140,8 @@ class EventLogReplay:
             event.recompilation = rec.recompilation_lines(
                 record.site, recompile.get("previous", "?"), recompile.get("changes"),
                 recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0))
+        self._spent("compile", record.compile_ns)
+        self.compile_ns_by_step.append((record.step, record.compile_ns))
         debug = self.source.debug
         debug.compiles += 1
         debug._last_compile = event
@@ -122,6 +149,7 @@ class EventLogReplay:
             debug.compile_events.append(event)
 
     def _on_execute(self, record: rec.Execute) -> None:
+        self._spent("execute", record.execute_ns)
         debug = self.source.debug
         debug.execution_count += 1
         site, _ = split_site(record.site)
@@ -133,6 +161,7 @@ class EventLogReplay:
             debug.executions[key] = [1, self.line, record.inputs, record.outputs]
 
     def _on_fallback(self, record: rec.Fallback) -> None:
+        self._spent("fallback", record.cpu_ns)
         self.source.debug.not_lowered_ops.add(record.op)
         key = (record.op, record.site or "")
         self._fallback_sites[key] = self._fallback_sites.get(key, 0) + 1
@@ -144,6 +173,9 @@ class EventLogReplay:
                                                                                    site=site))
 
     def _on_step(self, record: rec.Step) -> None:
+        if len(self.step_times) < MAX_STEP_TIMES:
+            self.step_times.append(wall_time.StepTime(record.step, float(record.interval_ns), self._step_parts))
+        self._step_parts = {}
         self.steps += 1
         self.source.debug.step_syncs = self.steps
         self.step = record.step
@@ -156,6 +188,7 @@ class EventLogReplay:
 
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
+        self.end_t = record.t
 
     # ------------------------------------------------------------ snapshots
     def _numbers(self) -> tuple[dict, dict, dict]:
@@ -189,6 +222,20 @@ class EventLogReplay:
         self.source.debug.fallback_sites = [
             {"count": count, "op": op, "frames": [site] if site else []}
             for (op, site), count in sorted(self._fallback_sites.items(), key=lambda kv: -kv[1])]
+        self._time_breakdown()
+
+    def _time_breakdown(self) -> None:
+        wall = self.end_t if self.end_t is not None else self.last_t
+        measured = ("tracing", "compile", "execute", "to_device", "from_device")
+        parts = {part: ns for part, ns in self.parts.items() if part in measured or ns}
+        basis = ("measured: every compile, execution, transfer and traced op of the event log"
+                 + ("" if self.end_t is not None else "; the log has no end record, so the wall time runs to its "
+                                                       "last record"))
+        self.source.time = wall_time.TimeBreakdown(parts=parts, wall_ns=float(wall) if wall else None,
+                                                   steps=self.steps, exact=True, basis=basis,
+                                                   step_times=self.step_times)
+        self.source.compile_ns_by_step = self.compile_ns_by_step
+        self.source.fallback_transfer_ns = self.fallback_transfer_ns
 
 
 _HANDLERS = {
@@ -196,7 +243,8 @@ _HANDLERS = {
     rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
-    rec.ExecuteFailed: EventLogReplay._on_failed,
+    rec.ExecuteFailed: EventLogReplay._on_failed, rec.Ops: EventLogReplay._on_ops,
+    rec.Transfer: EventLogReplay._on_transfer,
 }
 
 

@@ -103,6 +103,7 @@ def report_json(report) -> dict:
         "inputs": _clean(_inputs(report)),
         "summary": summary_numbers(report),
         "findings": _clean([finding.to_dict() for finding in report.findings]),
+        "time": _clean([{"rank": rank, **breakdown.to_dict()} for rank, breakdown in report.time_breakdowns.items()]),
         "auto_metrics": auto_metrics_lines(report),
         "metrics": _metrics(report),
         "counters": _records(report.counters),

@@ -207,6 +207,18 @@ class Report:
     # ------------------------------------------------------------ diagnosis
 
     @functools.cached_property
+    def time_breakdowns(self) -> dict:
+        """Where each run's (or rank's) wall time went: rank (None for a single run) to `TimeBreakdown`."""
+        from xladev.report.timing import group_breakdown
+
+        out = {}
+        for rank, sources in self.ranks().items():
+            breakdown = group_breakdown(sources, self.primary_metrics(sources))
+            if breakdown is not None:
+                out[rank] = breakdown
+        return out
+
+    @functools.cached_property
     def findings(self):
         """The diagnosis: a list of `xladev.rules.Finding`, most severe first."""
         from xladev.report.diagnose import diagnose
@@ -216,9 +228,10 @@ class Report:
     def verdict(self) -> str:
         """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when the input
         cannot show whether the run is healthy (no step count) and nothing worse was found."""
-        from xladev.rules import INFO, SEVERITIES, UNKNOWN, severity_rank
+        from xladev.rules import ADVICE_RULES, INFO, SEVERITIES, UNKNOWN, severity_rank
 
-        worst = max((severity_rank(f.severity) for f in self.findings if f.rule != "healthy"), default=-1)
+        worst = max((severity_rank(f.severity) for f in self.findings
+                     if f.rule != "healthy" and f.rule not in ADVICE_RULES), default=-1)
         if worst <= severity_rank(INFO) and any(f.rule == "not-enough-evidence" for f in self.findings):
             return UNKNOWN
         return "healthy" if worst < 0 else SEVERITIES[worst]

@@ -63,6 +63,8 @@ def render_markdown(document: Document) -> str:
         mark = "✔ OK" if finding.rule == "healthy" else SEVERITY_MARKS.get(finding.severity, finding.severity)
         lines += [f"### {mark}: {_md_escape(finding.title)}", "", f"*{finding.rule}*. {_md_escape(finding.detail)}", ""]
         lines += [f"- {_md_escape(line)}" for line in finding.evidence]
+        if finding.cost_text():
+            lines += ["", f"**Cost:** {_md_escape(finding.cost_text())}"]
         lines += ["", f"**Fix:** {_md_escape(finding.fix)}", ""]
         if finding.sources:
             lines += ["Where: " + ", ".join(f"`{source}`" for source in finding.sources), ""]
@@ -118,6 +120,8 @@ def _html_finding(finding) -> str:
              f'<div class="rule">{_h(finding.rule)}</div>', f"<p>{_h(finding.detail)}</p>"]
     if finding.evidence:
         parts.append("<ul>" + "".join(f"<li>{_h(line)}</li>" for line in finding.evidence) + "</ul>")
+    if finding.cost_text():
+        parts.append(f"<p><strong>Cost:</strong> {_h(finding.cost_text())}</p>")
     parts.append(f'<p class="fix"><strong>Fix:</strong> {_h(finding.fix)}</p>')
     if finding.sources:
         parts.append('<p class="where">Where: ' + ", ".join(f"<code>{_h(source)}</code>"

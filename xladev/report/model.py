@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.debuglog import DebugLog
     from xladev.report.series import StepSeries
+    from xladev.wall_time import TimeBreakdown
 
 MAX_STORED_WARNINGS = 1000
 
@@ -139,6 +140,11 @@ class SourceResult:
     other_lines: int = 0
     # Input lines where the cumulative counters dropped back: a new run appended to the same file.
     restarts: list[int] = dataclasses.field(default_factory=list)
+    # Where the wall time went, when the input measures it (an event log exactly; else estimated).
+    time: TimeBreakdown | None = None
+    # (step, compile ns) per compile, from an event log: the compile time after warm-up.
+    compile_ns_by_step: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    fallback_transfer_ns: float = 0.0
 
     def warn(self, line: int, message: str, always: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).
@@ -165,6 +171,8 @@ class SourceResult:
     def describe_kinds(self) -> list[str]:
         """What the input contained, e.g. ``["XLA_METRICS_FILE, 24 step records", "PT_XLA_DEBUG log"]``."""
         kinds = []
+        if self.input_kind == "event-log":
+            return [f"xladev event log, {self.snapshots} steps" if self.snapshots else "xladev event log"]
         if self.step_records:
             kinds.append(f"XLA_METRICS_FILE, {self.step_records} step records")
         elif self.snapshots > 1:

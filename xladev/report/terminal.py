@@ -43,6 +43,8 @@ def _finding_panel(finding) -> Panel:
     parts: list = [Text(finding.title, style="bold"), Text(finding.detail)]
     if finding.evidence:
         parts.append(_bullets(finding.evidence))
+    if finding.cost_text():
+        parts.append(_labelled("Cost: ", finding.cost_text(), "bold yellow"))
     parts.append(_labelled("Fix: ", finding.fix, "bold green"))
     if finding.sources:
         parts.append(_labelled("Where: ", ", ".join(finding.sources), "dim", "dim"))

@@ -153,10 +153,7 @@ def run_on_cpu(func, args, kwargs):
     _collect(args, found)
     _collect(list(kwargs.values()), found)
     unique = list({id(t): t for t in found}.values())
-    frames = None
-    if bus.active:
-        frames = stack.capture_frames() if bus.wants_frames else None
-        bus.emit(FallbackOp(time.perf_counter_ns(), steps.current(), name, frames))
+    called_ns = time.perf_counter_ns()
     with sync_cause(Cause(CauseKind.FALLBACK, name)):
         cpus = download(unique) if unique else []
     to_cpu = {id(t): c for t, c in zip(unique, cpus)}
@@ -173,6 +170,7 @@ def run_on_cpu(func, args, kwargs):
     cpu_args = down(tuple(args))
     cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
     missing = None
+    kernel_ns = time.perf_counter_ns()
     try:
         result = func(*cpu_args, **cpu_kwargs)
     except NotImplementedError as exc:
@@ -184,6 +182,9 @@ def run_on_cpu(func, args, kwargs):
         # The op's CPU kernel calls one without a CPU kernel. Nothing was written back yet, so the op
         # can still decompose; outside the `except`, so an error does not drag the dispatcher's along.
         return _without_cpu_kernel(func, args, kwargs, missing)
+    if bus.active:  # after the kernel, to carry its time; stamped with the time of the call
+        frames = stack.capture_frames() if bus.wants_frames else None
+        bus.emit(FallbackOp(called_ns, steps.current(), name, frames, time.perf_counter_ns() - kernel_ns))
 
     # Write back every argument the op mutated, so aliases on the device see the change.
     written = {}

@@ -297,6 +297,7 @@ class Fallback(_Timed):
     op: str = "?"
     site: str | None = None
     frame: dict | None = None
+    cpu_ns: int = 0  # the CPU kernel's time (0 in logs written before it was recorded)
 
 
 @dataclasses.dataclass(slots=True)

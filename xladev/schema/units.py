@@ -147,6 +147,22 @@ def compact_time_ns(ns: float | None) -> str:
     return f"{minutes}m{seconds:02d}s"
 
 
+_COMPACT_UNITS = {"ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def parse_compact_time(text: str) -> float | None:
+    """Nanoseconds of a `compact_time_ns` text (``850 ns``, ``4.56 ms``, ``2m05s``); None when it is not one."""
+    text = text.strip()
+    if "m" in text and text.endswith("s") and text[:-1].replace("m", "", 1).isdigit():
+        minutes, seconds = text[:-1].split("m", 1)
+        return (int(minutes) * 60 + int(seconds)) * 1e9
+    number, _, unit = text.partition(" ")
+    try:
+        return float(number) * _COMPACT_UNITS[unit]
+    except (KeyError, ValueError):
+        return None
+
+
 def compact_value(kind: str, value: float | None) -> str:
     """A value of any kind for a screen: compact times, report-style bytes, integers with separators."""
     if value is None:

@@ -82,7 +82,7 @@ class RecordBuilder:
 
     def _fallback(self, event: FallbackOp, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
-        return (rec.Fallback(t, event.step, event.name, site, frame),)
+        return (rec.Fallback(t, event.step, event.name, site, frame, event.cpu_ns),)
 
     def _cache_miss(self, event: DeviceDataCacheMiss, t: int) -> tuple[rec.Record, ...]:
         return (rec.CacheMiss(t, event.step, event.value, event.dtype),)

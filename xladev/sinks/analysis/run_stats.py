@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+
+from xladev import wall_time
 
 from xladev.events import FallbackOp, GraphCompiled, Recompiled, StepMarked, TransferFromDevice
 from xladev.schema.sites import site_of
@@ -30,6 +33,21 @@ class RunStats:
         self.compiles = 0
         self.longest_compile_ns = 0
         self.longest_execute_ns = 0
+        # Where the time went (`xladev.wall_time.PARTS`), since `started_ns`.
+        self.started_ns = time.perf_counter_ns()
+        self.times: dict[str, int] = dict.fromkeys(wall_time.PARTS, 0)
+
+    def spent(self, part: str, ns: int) -> None:
+        """Adds `ns` to a part of the run's time."""
+        with self.lock:
+            self.times[part] += ns
+
+    def time_breakdown(self) -> wall_time.TimeBreakdown:
+        """The run's time so far, by part."""
+        with self.lock:
+            parts = {part: float(ns) for part, ns in self.times.items() if ns or part != "fallback"}
+            return wall_time.TimeBreakdown(parts=parts, wall_ns=float(time.perf_counter_ns() - self.started_ns),
+                                           steps=self.steps, exact=True, basis="measured by the debug analysis")
 
     def on_recompiled(self, event: Recompiled) -> None:
         with self.lock:
@@ -39,6 +57,7 @@ class RunStats:
         site = site_of(event.frames)
         with self.lock:
             self.compiles += 1
+            self.times["compile"] += event.compile_ns
             self.longest_compile_ns = max(self.longest_compile_ns, event.compile_ns)
             count, ns = self.compile_sites.get(site, (0, 0))
             self.compile_sites[site] = (count + 1, ns + event.compile_ns)
@@ -46,6 +65,7 @@ class RunStats:
     def on_transfer(self, event: TransferFromDevice) -> HotSpot:
         key = (event.kind, site_of(event.frames))
         with self.lock:
+            self.times["from_device"] += event.duration_ns
             spot = self.transfers.get(key)
             if spot is None:
                 spot = self.transfers[key] = HotSpot(*key)
@@ -56,6 +76,7 @@ class RunStats:
     def on_fallback(self, event: FallbackOp) -> None:
         key = (event.name, site_of(event.frames))
         with self.lock:
+            self.times["fallback"] += event.cpu_ns
             self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
 
     def on_step(self, event: StepMarked) -> None:

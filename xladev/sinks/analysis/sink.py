@@ -6,10 +6,11 @@ import atexit
 import sys
 import threading
 
-from xladev import fallback_reasons, rules
+from xladev import fallback_reasons, rules, wall_time
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, Recompiled, StepMarked, TransferFromDevice,
+    CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled,
+    StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema.records import recompilation_lines
 from xladev.schema.sites import short_site
@@ -75,7 +76,12 @@ class AnalysisSink(Sink):
         elif kind is Recompiled:  # published just before its graph's GraphCompiled
             self.history.on_recompiled(event)
             self._recompiled[event.graph_hash] = event
+        elif kind is OpsRecorded:
+            self.history.spent("tracing", event.tracing_ns)
+        elif kind is TransferToDevice:
+            self.history.spent("to_device", event.duration_ns)
         elif kind is GraphExecuted:
+            self.history.spent("execute", event.execute_ns)
             self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
             if self.level >= 2:
                 self.out.write(analysis_block("Execution Analysis: ", "Execution Cause", event.cause, event.graph_hash,
@@ -160,7 +166,8 @@ class AnalysisSink(Sink):
     def summary_text(self) -> str:
         h = self.history
         p = "xladev summary: "
-        lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers"]
+        lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
+                 f"{p}{wall_time.summary_line(h.time_breakdown())}"]
         sites = h.compiles_per_site()
         if sites:
             lines.append(f"{p}Compiles per trigger site:")

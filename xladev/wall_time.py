@@ -1,0 +1,388 @@
+"""Where a run's wall time went, and what each finding costs and its fix would save.
+
+One shared leaf, so the report and the TUI split time and price findings the same way:
+
+- `TimeBreakdown`: the run's wall time split into tracing, XLA compile, execution, host↔device
+  transfers and CPU fallback ops, and the remainder (input pipeline, Python), overall and per step.
+  An event log measures every part (exact); a metrics report or a debug log gives what it printed
+  (estimated, and marked so).
+- `CostFacts` and `price`: the time a finding cost and an estimate of what its fix saves, so the
+  findings can be ranked by time.
+
+Pure functions of numbers: nothing here reads files or imports torch, jax or the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable
+
+from xladev import rules
+from xladev.schema.units import compact_time_ns, parse_compact_time
+
+# The parts of a step's time, in the order a step spends them.
+PARTS = ("tracing", "compile", "execute", "to_device", "from_device", "fallback")
+LABELS = {
+    "tracing": "tracing (Python, lazy ops)",
+    "compile": "XLA compile",
+    "execute": "execution",
+    "to_device": "host→device transfers",
+    "from_device": "device→host transfers",
+    "fallback": "CPU fallback ops",
+    "other": "other (input pipeline, Python)",
+}
+# Column headings where space is short (per-step tables, the TUI).
+SHORT_LABELS = {"tracing": "tracing", "compile": "compile", "execute": "execute", "to_device": "to device",
+                "from_device": "from device", "fallback": "fallback", "other": "other"}
+# Compile time above this share of the wall time makes the persistent compilation cache worth it.
+COMPILE_DOMINATES = 0.5
+# Buckets a changing shape is padded to, in the recompilation saving.
+SHAPE_BUCKETS = 3
+# Parts may overlap (an asynchronous execution runs while Python traces); a sum above the wall by
+# more than this share is said so rather than hidden.
+OVERLAP_TOLERANCE = 0.02
+
+
+@dataclasses.dataclass
+class StepTime:
+    """One step's time.
+
+    Attributes:
+      step: the step number (0-based, as the event log counts).
+      wall_ns: from the end of the previous step to the end of this one.
+      parts: nanoseconds per part of `PARTS` spent in the step.
+    """
+
+    step: int
+    wall_ns: float
+    parts: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def other_ns(self) -> float:
+        """The step's time outside every measured part (never below 0)."""
+        return max(0.0, self.wall_ns - sum(self.parts.values()))
+
+
+@dataclasses.dataclass
+class TimeBreakdown:
+    """A run's wall time by part.
+
+    Attributes:
+      parts: nanoseconds per part of `PARTS`; a part the input does not measure is absent.
+      wall_ns: the run's wall time, None when the input cannot tell.
+      steps: steps completed (0 when unknown).
+      exact: True when every number was measured (an event log), False when estimated.
+      basis: one line saying where the numbers come from.
+      step_times: per-step times (event logs; bounded), in step order.
+    """
+
+    parts: dict[str, float] = dataclasses.field(default_factory=dict)
+    wall_ns: float | None = None
+    steps: int = 0
+    exact: bool = False
+    basis: str = ""
+    step_times: list[StepTime] = dataclasses.field(default_factory=list)
+
+    @property
+    def measured_ns(self) -> float:
+        """The sum of the measured parts."""
+        return float(sum(self.parts.values()))
+
+    def is_empty(self) -> bool:
+        """True when the input measured nothing."""
+        return not self.parts and self.wall_ns is None
+
+    def other_ns(self) -> float | None:
+        """Wall time outside every measured part (input pipeline, Python); None when the wall is unknown."""
+        if self.wall_ns is None:
+            return None
+        return max(0.0, self.wall_ns - self.measured_ns)
+
+    def overlaps(self) -> bool:
+        """True when the parts add up to more than the wall time (asynchronous work overlapped)."""
+        return self.wall_ns is not None and self.measured_ns > self.wall_ns * (1 + OVERLAP_TOLERANCE)
+
+    def share(self, part: str) -> float | None:
+        """A part's share of the wall time (of the measured time when the wall is unknown)."""
+        whole = self.wall_ns if self.wall_ns else self.measured_ns
+        if not whole or part not in self.parts:
+            return None
+        return min(1.0, self.parts[part] / whole)
+
+    def share_of(self, ns: float) -> float | None:
+        """`ns` as a share of the wall time (of the measured time when the wall is unknown)."""
+        whole = self.wall_ns if self.wall_ns else self.measured_ns
+        return min(1.0, ns / whole) if whole else None
+
+    def rows(self) -> list[tuple[str, str, float | None, float | None, float | None]]:
+        """``(part, label, total ns, share of wall, mean per step ns)`` per part, then the remainder."""
+        whole = self.wall_ns if self.wall_ns else None
+        out = []
+        for part in PARTS:
+            if part in self.parts:
+                total = self.parts[part]
+                out.append((part, LABELS[part], total, total / whole if whole else None,
+                            total / self.steps if self.steps else None))
+        other = self.other_ns()
+        out.append(("other", LABELS["other"], other, other / whole if whole and other is not None else None,
+                    other / self.steps if self.steps and other is not None else None))
+        return out
+
+    def headline(self) -> str:
+        """One line: the wall time and its largest parts, e.g. ``250 s: XLA compile 229 s (92%), ...``."""
+        if self.is_empty():
+            return "no times in this input"
+        ranked = sorted(((total, label, share) for part, label, total, share, _ in self.rows()
+                         if total is not None and total > 0), reverse=True)[:3]
+        parts = ", ".join(f"{label} {compact_time_ns(total)}" + (f" ({share:.0%})" if share is not None else "")
+                          for total, label, share in ranked)
+        wall = f"{compact_time_ns(self.wall_ns)} wall" if self.wall_ns is not None else "wall time unknown"
+        return f"{wall}: {parts}" + ("" if self.exact else " (estimated)")
+
+    def typical_steps(self, warmup_steps: int) -> list[tuple[str, StepTime]]:
+        """The first step, the median step after warm-up and the slowest step after warm-up."""
+        if not self.step_times:
+            return []
+        out = [("first step", self.step_times[0])]
+        later = [s for s in self.step_times if s.step >= warmup_steps] or self.step_times[1:]
+        if later:
+            ordered = sorted(later, key=lambda s: s.wall_ns)
+            median, slowest = ordered[len(ordered) // 2], ordered[-1]
+            out.append(("median after warm-up" if later[0].step >= warmup_steps else "median", median))
+            if slowest is not median:
+                out.append(("slowest after warm-up" if later[0].step >= warmup_steps else "slowest", slowest))
+        return out
+
+    def to_dict(self) -> dict:
+        """The breakdown as a JSON-ready dict (per-step times summarised by `typical_steps`)."""
+        return {"wall_ns": self.wall_ns, "parts": dict(self.parts), "other_ns": self.other_ns(), "steps": self.steps,
+                "exact": self.exact, "basis": self.basis, "overlaps": self.overlaps(),
+                "typical_steps": [{"label": label, "step": s.step, "wall_ns": s.wall_ns, "parts": dict(s.parts)}
+                                  for label, s in self.typical_steps(10)]}
+
+
+# ---------------------------------------------------------------- the end-of-run summary's line
+# xladev's PT_XLA_DEBUG end-of-run summary carries the breakdown as one line; written and read here.
+SUMMARY_PREFIX = "Time: "
+
+
+def summary_line(breakdown: TimeBreakdown) -> str:
+    """``Time: 12.3 s wall; tracing (Python, lazy ops) 1.2 s; XLA compile 9.01 s; ...; other (...) 1.1 s``."""
+    items = [f"{compact_time_ns(breakdown.wall_ns)} wall"]
+    items += [f"{label} {compact_time_ns(total)}" for _, label, total, _, _ in breakdown.rows() if total is not None]
+    return SUMMARY_PREFIX + "; ".join(items)
+
+
+_PART_OF_LABEL = {label: part for part, label in LABELS.items()}
+
+
+def parse_summary_line(text: str, steps: int = 0) -> TimeBreakdown | None:
+    """The breakdown of a `summary_line` text (rounded as printed); None when `text` is not one."""
+    if not text.startswith(SUMMARY_PREFIX):
+        return None
+    wall = None
+    parts: dict[str, float] = {}
+    for item in text[len(SUMMARY_PREFIX):].split("; "):
+        if item.endswith(" wall"):
+            wall = parse_compact_time(item[:-len(" wall")])
+            continue
+        for label, part in _PART_OF_LABEL.items():
+            if item.startswith(label + " ") and part != "other":
+                ns = parse_compact_time(item[len(label) + 1:])
+                if ns is not None:
+                    parts[part] = ns
+    if wall is None:
+        return None
+    return TimeBreakdown(parts=parts, wall_ns=wall, steps=steps, exact=False,
+                         basis="xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL), rounded as printed")
+
+
+def from_metric_totals(totals: dict[str, float | None], *, steps: int, wall_ns: float | None,
+                       basis: str) -> TimeBreakdown:
+    """An estimated breakdown from a report's accumulated times.
+
+    Args:
+      totals: nanoseconds per part, None or absent for what the input did not print.
+      steps: steps completed, 0 when unknown.
+      wall_ns: the wall time when it can be estimated, else None.
+      basis: one line saying where the numbers come from.
+
+    Returns:
+      The breakdown, marked estimated.
+    """
+    parts = {part: float(value) for part, value in totals.items() if part in PARTS and value is not None}
+    return TimeBreakdown(parts=parts, wall_ns=wall_ns, steps=steps, exact=False, basis=basis)
+
+
+def span_from_rates(metrics: Iterable[tuple[int | None, float | None]], window: int = 1024) -> float | None:
+    """The time from the first to the last sample of a metric, from its printed Rate.
+
+    PyTorch/XLA prints ``Rate`` as the samples it keeps (the last `window`) per second between the
+    oldest and the newest of them; while a metric has no more samples than that, samples / rate is
+    the time the run spent between its first and last sample.
+
+    Args:
+      metrics: ``(TotalSamples, Rate per second)`` of the time metrics of one report.
+      window: the samples a metric keeps.
+
+    Returns:
+      The longest such span in nanoseconds, or None when no metric gives one.
+    """
+    spans = [total / rate * 1e9 for total, rate in metrics
+             if total and rate and rate > 0 and not math.isinf(rate) and 1 < total <= window]
+    return max(spans) if spans else None
+
+
+# ---------------------------------------------------------------- prices of findings
+
+
+@dataclasses.dataclass
+class CostFacts:
+    """The numbers the prices need, from any input.
+
+    Attributes:
+      breakdown: the run's time breakdown.
+      compiles: graphs compiled.
+      compiles_at_warmup: graphs compiled by the end of warm-up, None when unknown.
+      compile_ns_after_warmup: compile time after warm-up, None when unknown.
+      persistent_cache_hits: compiles served by the persistent cache (0 when none or unknown).
+      fallback_transfer_ns: transfer time spent moving CPU fallback operands, when measured.
+    """
+
+    breakdown: TimeBreakdown
+    compiles: int = 0
+    compiles_at_warmup: int | None = None
+    compile_ns_after_warmup: float | None = None
+    persistent_cache_hits: int = 0
+    fallback_transfer_ns: float = 0.0
+
+    def part(self, name: str) -> float | None:
+        return self.breakdown.parts.get(name)
+
+
+def _saves(ns: float | None) -> str:
+    return f"saves ~{compact_time_ns(ns)}" if ns is not None and ns > 0 else ""
+
+
+def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
+    compile_ns = facts.part("compile")
+    if compile_ns is None or not facts.compiles:
+        return None, ""
+    mean = compile_ns / facts.compiles
+    cost = facts.compile_ns_after_warmup
+    graphs = facts.compiles_at_warmup
+    if cost is None:  # no warm-up boundary: everything beyond a few graphs is recompilation
+        graphs = min(facts.compiles, SHAPE_BUCKETS)
+        cost = mean * (facts.compiles - graphs)
+    repeated = int(finding.numbers.get("repeated_recompiles", 0))
+    if repeated and mean * repeated > cost:  # recompiles inside warm-up, each for a new shape or constant
+        cost = mean * repeated
+        graphs = max(1, facts.compiles - repeated)
+    if "Pad or bucket" in finding.fix:
+        after, how = (graphs or 1) + SHAPE_BUCKETS - 1, f"pad to {SHAPE_BUCKETS} buckets"
+    else:
+        after, how = graphs or 1, "static shapes"
+    saved = max(0.0, (facts.compiles - after) * mean)
+    saved = min(saved, cost) if cost else saved
+    return cost, f"{how} → ~{after} compiles, " + _saves(saved)
+
+
+def _prices(finding, facts: CostFacts) -> tuple[float | None, str]:
+    rule = finding.rule
+    if rule == "recompilation":
+        return _recompilation_price(finding, facts)
+    if rule == "host-transfers":
+        cost = facts.part("from_device")
+        return cost, ("reading values once per epoch (or in a step closure) " + _saves(cost)) if cost else ""
+    if rule == "cpu-fallback":
+        fallback = facts.part("fallback")
+        if fallback is None:
+            return None, ""
+        cost = fallback + facts.fallback_transfer_ns
+        return cost, "lowered ops run inside the graph: " + _saves(cost)
+    if rule in ("slow-compile", "compile-time"):
+        cost = facts.part("compile")
+        return cost, ("a restarted run loads its graphs from the persistent cache: " + _saves(cost)) if cost else ""
+    if rule in ("slow-execute", "huge-graph"):
+        return facts.part("execute"), ""
+    if rule == "device-data-cache-miss":
+        return facts.part("to_device"), ""
+    return None, ""
+
+
+def price(findings: list, facts: CostFacts) -> list:
+    """Sets each finding's ``cost_ns`` and ``saving`` from `facts`.
+
+    Args:
+      findings: `xladev.rules.Finding` objects.
+      facts: the run's numbers.
+
+    Returns:
+      The same findings.
+    """
+    for finding in findings:
+        cost, saving = _prices(finding, facts)
+        if cost is not None and cost > 0:
+            finding.cost_ns = float(cost)
+            finding.saving = saving
+            share = facts.breakdown.share_of(cost)
+            finding.numbers["cost_ns"] = round(float(cost))
+            if share is not None:
+                finding.numbers["cost_share"] = round(share, 4)
+    return findings
+
+
+def ranked(findings: list, order: list[str]) -> list:
+    """Findings in the order to act on them.
+
+    Failures first; then the problems (warnings and errors) by the time they cost, most first, and
+    those whose cost the input does not measure by severity; then the notes the same way.
+
+    Args:
+      findings: `xladev.rules.Finding` objects, priced by `price`.
+      order: rule names in their order of importance, to break ties.
+
+    Returns:
+      A new sorted list.
+    """
+    def key(finding):
+        failed = finding.rule.endswith("-failure")
+        severity = rules.severity_rank(finding.severity)
+        cost = finding.cost_ns or 0.0
+        position = order.index(finding.rule) if finding.rule in order else len(order)
+        return (not failed, severity < rules.severity_rank(rules.WARNING), not cost, -cost, -severity, position,
+                finding.subject)
+    return sorted(findings, key=key)
+
+
+def compile_dominates(breakdown: TimeBreakdown, persistent_cache_hits: int = 0) -> bool:
+    """True when compiling took most of the run and the persistent cache was not already serving it."""
+    share = breakdown.share("compile")
+    return share is not None and share >= COMPILE_DOMINATES and persistent_cache_hits == 0
+
+
+def with_cache_advice(findings: list, facts: CostFacts) -> list:
+    """When compile time dominates, the compile findings advise the persistent compilation cache.
+
+    The advice joins the recompilation or slow-compile finding; a run with neither gets the
+    ``compile-time`` finding of its own.
+
+    Args:
+      findings: the run's findings.
+      facts: the run's numbers.
+
+    Returns:
+      The findings, with the advice added where it applies.
+    """
+    if not compile_dominates(facts.breakdown, facts.persistent_cache_hits):
+        return findings
+    share = facts.breakdown.share("compile") or 0.0
+    advised = False
+    for finding in findings:
+        if finding.rule in ("recompilation", "slow-compile"):
+            finding.fix = f"{finding.fix} {rules.persistent_cache_advice(share)}"
+            advised = True
+    if not advised:
+        findings.append(rules.compile_time_finding(compile_ns=facts.part("compile") or 0.0, share=share,
+                                                   compiles=facts.compiles))
+    return findings
