@@ -12,6 +12,7 @@ from xladev.events._types import (
     Frame,
     Event,
     OpsRecorded,
+    CompileStarted,
     GraphCompiled,
     GraphExecuted,
     TransferToDevice,
@@ -27,7 +28,7 @@ from xladev.events._types import (
 )
 
 __all__ = [
-    "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "GraphCompiled",
+    "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",
 ]

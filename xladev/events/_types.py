@@ -101,6 +101,18 @@ class OpsRecorded(Event):
 
 
 @dataclasses.dataclass(slots=True)
+class CompileStarted(Event):
+    """XLA started compiling a graph; its `GraphCompiled` or `CompileFailed` follows when it ends.
+
+    Lets a live view say "compiling…" while a long compile runs.
+    """
+
+    graph_hash: str
+    num_nodes: int
+    frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
 class GraphCompiled(Event):
     """A graph missed the in-memory cache and was compiled.
 

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from xladev._flags import config
-from xladev.events import Cause, CompileFailed, GraphCompiled, bus
+from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, stack, steps
 from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph_lowering import graph_function
@@ -106,6 +106,8 @@ class CompileCache:
         avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
                  for n in graph.inputs]
         hits_before = self.persistent_hits
+        if bus.active:
+            bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), frames))
         start = time.perf_counter_ns()
         lowered = None
         try:

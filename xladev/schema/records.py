@@ -199,6 +199,18 @@ class Compile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
+class CompileStart(_Timed):
+    """XLA started compiling a graph; its ``compile`` or ``compile_failed`` record follows."""
+
+    TYPE: ClassVar[str] = "compile_start"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
+    hash: str = ""
+    nodes: int = 0
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class _GraphFailed(_Timed):
     """A graph that failed; `hlo_path` is where its HLO was saved."""
 
@@ -326,7 +338,7 @@ class End(Record):
 
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
-    Header, GraphText, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
+    Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

@@ -7,7 +7,7 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CompileFailed, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
+    CompileFailed, CompileStarted, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
     Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
@@ -72,6 +72,10 @@ class RecordBuilder:
                              event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
                              event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None))
         return self._with_graph(event, t, record)
+
+    def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame),)
 
     def _recompiled(self, event: Recompiled, t: int) -> tuple[rec.Record, ...]:
         # Published just before its graph's GraphCompiled: kept to go into that compile record.
@@ -139,7 +143,7 @@ class RecordBuilder:
 _BUILDERS = {
     GraphExecuted: RecordBuilder._executed, StepMarked: RecordBuilder._step, TransferToDevice: RecordBuilder._to_device,
     TransferFromDevice: RecordBuilder._from_device, OpsRecorded: RecordBuilder._ops,
-    GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
+    CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
 }
