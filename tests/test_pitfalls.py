@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,28 +10,63 @@ from pathlib import Path
 
 import pytest
 
+from xladev import rules, wall_time
+from xladev.report import load
+
 ROOT = Path(__file__).resolve().parents[1]
 _COUNTS = re.compile(r"\[(broken|fixed)\] compiles: (\d+), steps: (\d+), device->host transfers: (\d+), CPU fallbacks: (\d+)")
 
 
-def _run(name: str, *extra: str) -> dict:
+def _run(name: str, *extra: str, log: Path | None = None, env: dict | None = None) -> dict:
+    environ = {**os.environ, **(env or {})}
+    if log is not None:
+        environ["XLADEV_EVENT_LOG"] = str(log)
     result = subprocess.run([sys.executable, "-m", f"examples.pitfalls.{name}", *extra], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env=environ)
     assert result.returncode == 0, result.stderr[-2000:]
     match = _COUNTS.search(result.stdout)
     assert match, result.stdout
     return {"compiles": int(match[2]), "steps": int(match[3]), "transfers": int(match[4]), "fallbacks": int(match[5]),
-            "out": result.stdout}
+            "out": result.stdout, "rules": _rules(log) if log is not None else set()}
 
 
-@pytest.mark.parametrize("name,check", [
-    ("dynamic_shapes", lambda b, f: b["compiles"] >= 8 and f["compiles"] <= 2),
-    ("item_in_loop", lambda b, f: b["transfers"] >= 12 and f["transfers"] <= 4 and f["compiles"] <= 2),
-    ("unlowered_op", lambda b, f: b["fallbacks"] >= 24 and f["fallbacks"] == 0),
-    ("scalar_constants", lambda b, f: b["compiles"] > f["compiles"] == 2),
-    ("missing_barrier", lambda b, f: b["steps"] == 1 and f["steps"] >= 10),
-    ("profiling_steptrace", lambda b, f: b["steps"] <= 2 and f["steps"] >= 9),
+def _rules(log: Path) -> set[str]:
+    report = load(str(log))
+    return {f.rule for f in report.findings if f.rule not in rules.ADVICE_RULES and f.severity != rules.INFO}
+
+
+# Each pitfall: what its counts show broken and fixed, and the finding the report gives the broken
+# run, which the fix the report recommends (the example's --fixed) must make disappear.
+@pytest.mark.parametrize("name,check,finding", [
+    ("dynamic_shapes", lambda b, f: b["compiles"] >= 8 and f["compiles"] <= 2, "recompilation"),
+    ("item_in_loop", lambda b, f: b["transfers"] >= 12 and f["transfers"] <= 4 and f["compiles"] <= 2,
+     "host-transfers"),
+    ("unlowered_op", lambda b, f: b["fallbacks"] >= 24 and f["fallbacks"] == 0, "cpu-fallback"),
+    ("scalar_constants", lambda b, f: b["compiles"] > f["compiles"] == 2, "recompilation"),
+    ("missing_barrier", lambda b, f: b["steps"] == 1 and f["steps"] >= 10, "graph-growing"),
+    ("profiling_steptrace", lambda b, f: b["steps"] <= 2 and f["steps"] >= 9, "graph-growing"),
 ])
-def test_pitfall_and_its_fix(name, check):
-    broken, fixed = _run(name), _run(name, "--fixed")
+def test_pitfall_and_its_fix(name, check, finding, tmp_path):
+    broken = _run(name, log=tmp_path / "broken.jsonl")
+    fixed = _run(name, "--fixed", log=tmp_path / "fixed.jsonl")
     assert check(broken, fixed), (broken, fixed)
+    assert finding in broken["rules"], (name, broken["rules"])
+    assert not fixed["rules"], (name, "the fix left findings", fixed["rules"])
+
+
+def test_persistent_cache_advice_is_followed_by_a_run_that_needs_none(tmp_path):
+    """The persistent-cache advice is given when compiling dominates and the cache is off, and a restart
+    with the cache on compiles faster and is not advised again."""
+    cache = {"XLADEV_COMPILATION_CACHE": str(tmp_path / "cache")}
+    _run("dynamic_shapes", "--fixed", log=tmp_path / "first.jsonl", env=cache)
+    _run("dynamic_shapes", "--fixed", log=tmp_path / "again.jsonl", env=cache)
+    first, again = load(str(tmp_path / "first.jsonl")), load(str(tmp_path / "again.jsonl"))
+    for report in (first, again):
+        breakdown = report.sources[0].time
+        hits = report.sources[0].final.counters.get("PersistentCacheHit", 0)
+        advised = "compile-time" in {f.rule for f in report.findings}
+        assert advised == wall_time.compile_dominates(breakdown, hits), (breakdown.parts, hits)
+    assert first.sources[0].final.counters.get("PersistentCacheMiss", 0) >= 1
+    assert again.sources[0].final.counters.get("PersistentCacheHit", 0) >= 1
+    assert "compile-time" not in {f.rule for f in again.findings}
+    assert again.sources[0].time.parts["compile"] < first.sources[0].time.parts["compile"]

@@ -216,13 +216,14 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
                                      warmup_steps=warmup_steps, compile_steps_after_warmup=compile_steps_after_warmup,
                                      last_compile_step=last_compile_step, stable_graph_size=stable_graph_size,
                                      data_dependent_ops=data_dependent_ops)
-    if repeated is None or repeated.count < REPEATED_RECOMPILES or data_dependent_ops:
+    if repeated is None or repeated.count < REPEATED_RECOMPILES.get(repeated.kind, 3) or data_dependent_ops:
         return finding
     fix = _repeated_fix(repeated.kind)
     if finding is None:
+        each = "each " if repeated.count > 1 else ""
         finding = Finding(
             "recompilation", WARNING,
-            f"{repeated.count} recompiles at {repeated.site}, each for a changed {repeated.kind}",
+            f"{_plural(repeated.count, 'recompile')} at {repeated.site}, {each}for a changed {repeated.kind}",
             "The same code traced a new graph each time only because an input shape or a constant baked into "
             "the graph changed. Every new value is a full XLA compile; a longer run or new data keeps compiling.",
             fix, numbers={"compiles": compiles, "steps": steps})
@@ -237,7 +238,9 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
 
 
 # A site recompiling this often for a changed input shape or constant alone is a finding even in warm-up.
-REPEATED_RECOMPILES = 3
+# A few shapes are normal (a last, smaller batch; an evaluation pass); a constant that changes value is
+# always a graph per value, and passing it as a tensor costs nothing.
+REPEATED_RECOMPILES = {"input shape": 3, "constant": 1}
 
 
 @dataclasses.dataclass
@@ -349,7 +352,8 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
       A warning when more than one transfer every two steps, else None.
     """
     transfers = max(transfers, item_calls)
-    if steps <= 0 or transfers / steps <= TRANSFER_FREQUENCY_RATIO:
+    # One read in a run of one step is the final loss, not a habit: a rate needs two of either.
+    if steps <= 0 or transfers / steps <= TRANSFER_FREQUENCY_RATIO or transfers < 2:
         return None
     per_step = transfers / steps
     evidence = [f"{transfers} device→host transfers in {steps} steps ({per_step:.2f} per step)"]

@@ -39,6 +39,8 @@ SHORT_LABELS = {"tracing": "tracing", "compile": "compile", "execute": "execute"
 COMPILE_DOMINATES = 0.5
 # Buckets a changing shape is padded to, in the recompilation saving.
 SHAPE_BUCKETS = 3
+# A finding that cost less than this share of the run is ranked after those of unknown cost.
+NEGLIGIBLE_SHARE = 0.01
 # Parts may overlap (an asynchronous execution runs while Python traces); a sum above the wall by
 # more than this share is said so rather than hidden.
 OVERLAP_TOLERANCE = 0.02
@@ -349,8 +351,11 @@ def ranked(findings: list, order: list[str]) -> list:
         failed = finding.rule.endswith("-failure")
         severity = rules.severity_rank(finding.severity)
         cost = finding.cost_ns or 0.0
+        share = finding.numbers.get("cost_share")
+        # A cost the run barely felt ranks after the problems whose cost the input cannot measure.
+        bucket = 1 if not cost else 2 if isinstance(share, float) and share < NEGLIGIBLE_SHARE else 0
         position = order.index(finding.rule) if finding.rule in order else len(order)
-        return (not failed, severity < rules.severity_rank(rules.WARNING), not cost, -cost, -severity, position,
+        return (not failed, severity < rules.severity_rank(rules.WARNING), bucket, -cost, -severity, position,
                 finding.subject)
     return sorted(findings, key=key)
 

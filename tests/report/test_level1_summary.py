@@ -54,3 +54,10 @@ def test_advice_uses_the_runs_own_api_names(tmp_path):
     assert "xladev.add_step_closure(" in ours.fix and "xm." not in ours.fix
     theirs = {f.rule: f for f in load(str(fixture_path("item_every_step.metrics.txt"))).findings}["host-transfers"]
     assert "xm.add_step_closure(" in theirs.fix and "xladev." not in theirs.fix
+
+
+def test_level1_summary_carries_where_the_time_went(tmp_path):
+    report = load(_level1_log(tmp_path, steps=12, reads_per_step=1))
+    breakdown = report.time_breakdowns[None]
+    assert breakdown.parts["compile"] == 5_000_000 and breakdown.parts["from_device"] == 12 * 1000
+    assert "end-of-run summary" in breakdown.basis and not breakdown.exact

@@ -125,3 +125,36 @@ def test_a_very_deep_chain_into_a_reduction_compiles_and_runs(ops):
         x = _grow(ops)
         total = x.sum()
         assert total.item() == pytest.approx(4 * ops * 1.5, rel=1e-6)
+
+
+def test_an_optimizer_stepping_twice_in_one_graph_warns_whatever_the_graph_size(fresh_history):
+    """A missing barrier shows as the same optimizer stepping again before any graph ran, even in a small model
+    far below the ops threshold; one barrier per step never warns."""
+    model = torch.nn.Linear(4, 2).to(xladev.device())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.ones(3, 4, device=xladev.device())
+
+    def train(steps: int, barrier: bool) -> list:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(steps):
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()  # optimizer-step
+                if barrier:
+                    xladev.mark_step()
+            xladev.mark_step()
+        return [w for w in caught if issubclass(w.category, GraphGrowthWarning)]
+
+    assert train(3, barrier=True) == []
+    growth = train(3, barrier=False)
+    assert growth and growth[0].lineno == line_of(__file__, "optimizer-step"), [str(w.message) for w in growth]
+    # A CPU optimizer is none of the device's business.
+    cpu = torch.nn.Linear(2, 2)
+    cpu_opt = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            cpu(torch.ones(1, 2)).sum().backward()
+            cpu_opt.step()
+    assert not [w for w in caught if issubclass(w.category, GraphGrowthWarning)]

@@ -11,6 +11,8 @@ import threading
 import time
 import warnings
 
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
 from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
 from xladev.events import GraphGrowing, bus
@@ -39,6 +41,9 @@ class Recorder:
         self.largest_ops = 0
         self.growth_floor = config.graph_growth_warning
         self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=0)
+        # Optimizers that stepped since the last graph ran: one stepping twice means two training steps
+        # in one graph, a missing barrier whatever the graph's size.
+        self.stepped_optimizers: set[int] = set()
         config.on_update(self._on_flag)
 
     def _on_flag(self, name, value) -> None:
@@ -56,6 +61,14 @@ class Recorder:
         self.pending_ops += 1
         if self.pending_ops >= self.warn_at:
             self._graph_growing()
+
+    def optimizer_stepped(self, optimizer) -> None:
+        """An optimizer with device parameters stepped: warn when it steps again before any graph ran."""
+        key = id(optimizer)
+        if key in self.stepped_optimizers:
+            self.stepped_optimizers.clear()  # once per pending graph: warned again only after it grows again
+            self._graph_growing()
+        self.stepped_optimizers.add(key)
 
     def _graph_growing(self) -> None:
         """The pending graph passed the threshold: warn at the user's line, then again at twice as many ops."""
@@ -98,6 +111,7 @@ class Recorder:
         with self.lock:
             self.largest_ops = max(self.largest_ops, self.pending_ops)
             self.pending_ops = 0
+            self.stepped_optimizers.clear()
             self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             counts, self.counts = self.counts, {}
             ns, self.tracing_ns = self.tracing_ns, 0
@@ -116,3 +130,15 @@ class Recorder:
 
 
 recorder = Recorder()
+
+
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.device.type == "xla":
+                recorder.optimizer_stepped(optimizer)
+            return  # the first parameter tells the optimizer's device
+
+
+# Every optimizer's step, however it is called (optimizer.step(), xm.optimizer_step, a scheduler's wrapper).
+register_optimizer_step_post_hook(_after_optimizer_step)

@@ -1,0 +1,146 @@
+"""Where the time went: exact from an event log, from xladev's level-1 summary, estimated from metrics reports;
+findings priced by the time they cost and ranked by it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.report.helpers import fixture_path
+from xladev import rules, wall_time
+from xladev.report import load
+from xladev.schema import records as rec
+from xladev.schema.units import compact_time_ns
+
+MS = 1_000_000
+
+
+def _log(tmp_path, steps: int = 12, late_compiles: int = 0, end: bool = True) -> tuple[str, dict]:
+    """An event log with known times; returns its path and the sums each part must have."""
+    lines = [rec.Header(command="train.py")]
+    sums = dict.fromkeys(wall_time.PARTS, 0)
+    t = 0
+    for step in range(steps):
+        start = t
+        compile_ns = 300 * MS if step == 0 or step >= steps - late_compiles else 0
+        parts = {"tracing": 2 * MS, "compile": compile_ns, "execute": 5 * MS, "to_device": 1 * MS,
+                 "from_device": 3 * MS, "fallback": 4 * MS}
+        lines.append(rec.Ops(t, step, {"aten::add": 3}, parts["tracing"], 1))
+        if compile_ns:
+            lines.append(rec.Compile(t, step, hash=f"g{step}", nodes=10, compile_ns=compile_ns, site="train.py:9"))
+        lines.append(rec.Execute(t, step, hash=f"g{step}", execute_ns=parts["execute"]))
+        lines.append(rec.Transfer(t, step, dir="to_device", bytes=8, ns=parts["to_device"]))
+        lines.append(rec.Transfer(t, step, dir="from_device", bytes=8, ns=parts["from_device"], kind=".item()"))
+        lines.append(rec.Fallback(t, step, op="aten::nonzero", cpu_ns=parts["fallback"]))
+        t += sum(parts.values()) + 10 * MS  # 10 ms of "other" per step
+        lines.append(rec.Step(t, step, interval_ns=t - start))
+        for part, ns in parts.items():
+            sums[part] += ns
+    if end:
+        lines.append(rec.End(t + 50 * MS, steps=steps))
+    sums["wall"] = t + 50 * MS if end else t
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(rec.dumps(r) for r in lines) + "\n")
+    return str(path), sums
+
+
+def test_an_event_log_gives_the_exact_breakdown_overall_and_per_step(tmp_path):
+    path, sums = _log(tmp_path)
+    breakdown = load(path).time_breakdowns[None]
+    assert breakdown.exact and breakdown.steps == 12
+    assert breakdown.parts == {part: float(sums[part]) for part in wall_time.PARTS}
+    assert breakdown.wall_ns == sums["wall"]
+    assert breakdown.other_ns() == sums["wall"] - sum(sums[p] for p in wall_time.PARTS)
+    assert [s.step for s in breakdown.step_times] == list(range(12))
+    assert breakdown.step_times[0].parts["compile"] == 300 * MS and "compile" not in breakdown.step_times[5].parts
+    assert breakdown.step_times[5].other_ns() == 10 * MS
+    labels = [label for label, _ in breakdown.typical_steps(rules.WARMUP_STEPS)]
+    assert labels[0] == "first step" and labels[1].startswith("median")
+
+
+def test_a_log_without_an_end_record_runs_to_its_last_record(tmp_path):
+    path, sums = _log(tmp_path, end=False)
+    breakdown = load(path).time_breakdowns[None]
+    assert breakdown.wall_ns == sums["wall"] and "no end record" in breakdown.basis
+
+
+def test_recompilation_is_priced_by_its_compile_time_and_ranked_first(tmp_path):
+    path, _ = _log(tmp_path, steps=20, late_compiles=6)
+    report = load(path)
+    recompile = next(f for f in report.findings if f.rule == "recompilation")
+    assert recompile.cost_ns == 6 * 300 * MS  # the compiles after warm-up
+    assert "saves ~" in recompile.saving and compact_time_ns(recompile.cost_ns) in recompile.cost_text()
+    costed = [f for f in report.findings if f.cost_ns and f.severity != rules.INFO]
+    assert report.findings[0] is recompile and costed[0] is recompile
+    # Compiling is 7 × 300 ms of a ~2.9 s run: more than half, so the fix also names the persistent cache.
+    assert report.time_breakdowns[None].share("compile") > wall_time.COMPILE_DOMINATES
+    assert "persistent compilation cache" in recompile.fix and "xladev.initialize_cache" in recompile.fix
+
+
+def test_compile_dominated_healthy_run_gets_the_cache_note_but_stays_healthy(tmp_path):
+    path, _ = _log(tmp_path, steps=3)
+    report = load(path)
+    rules_found = {f.rule for f in report.findings}
+    assert "compile-time" in rules_found and report.verdict() in ("healthy", "warning", "error")
+    note = next(f for f in report.findings if f.rule == "compile-time")
+    assert note.cost_ns == 300 * MS and "initialize_cache" in note.fix
+
+
+def test_persistent_cache_hits_silence_the_cache_advice():
+    breakdown = wall_time.TimeBreakdown(parts={"compile": 9e9}, wall_ns=10e9, steps=5, exact=True)
+    facts = wall_time.CostFacts(breakdown=breakdown, compiles=3)
+    assert [f.rule for f in wall_time.with_cache_advice([], facts)] == ["compile-time"]
+    facts.persistent_cache_hits = 3
+    assert wall_time.with_cache_advice([], facts) == []
+
+
+def test_ranking_puts_failures_first_and_negligible_costs_after_unknown_ones():
+    def finding(rule, severity, cost=None, share=None):
+        f = rules.Finding(rule, severity, rule, "", "")
+        f.cost_ns = cost
+        if share is not None:
+            f.numbers["cost_share"] = share
+        return f
+    order = ["compile-failure", "recompilation", "host-transfers", "graph-growing", "compile-time"]
+    found = [finding("host-transfers", rules.WARNING, 1e5, 0.0001), finding("graph-growing", rules.WARNING),
+             finding("compile-time", rules.INFO, 5e9, 0.5), finding("recompilation", rules.WARNING, 2e9, 0.2),
+             finding("compile-failure", rules.ERROR)]
+    assert [f.rule for f in wall_time.ranked(found, order)] == [
+        "compile-failure", "recompilation", "graph-growing", "host-transfers", "compile-time"]
+
+
+def test_the_level1_summary_line_round_trips_as_printed():
+    breakdown = wall_time.TimeBreakdown(parts={"tracing": 1.234e9, "compile": 229.4e9, "execute": 12.3e6,
+                                               "to_device": 850.0, "from_device": 4.56e6, "fallback": 0.0},
+                                        wall_ns=250e9, steps=10, exact=True)
+    line = wall_time.summary_line(breakdown)
+    assert line.startswith("Time: 4m10s wall; ") and "XLA compile 3m49s" in line
+    parsed = wall_time.parse_summary_line(line, steps=10)
+    assert parsed.wall_ns == 250e9 and not parsed.exact
+    for part, ns in breakdown.parts.items():
+        assert parsed.parts[part] == pytest.approx(ns, rel=5e-3, abs=1e9 if ns >= 60e9 else 0), part
+    assert wall_time.parse_summary_line("Time: nonsense") is None
+
+
+def test_metrics_reports_give_an_estimate_from_their_accumulators_and_rates():
+    report = load(str(fixture_path("dynamic_shape.metrics.txt")))
+    breakdown = report.time_breakdowns[None]
+    compile_block = report.sources[0].final.metrics["CompileTime"]
+    assert not breakdown.exact and "estimated" in breakdown.basis
+    assert breakdown.parts["compile"] == compile_block.accumulator
+    assert breakdown.wall_ns >= breakdown.measured_ns
+    recompile = next(f for f in report.findings if f.rule == "recompilation")
+    assert recompile.cost_ns and recompile.cost_ns <= breakdown.parts["compile"]
+
+
+def test_span_from_rates_needs_every_sample_in_the_window():
+    assert wall_time.span_from_rates([(100, 10.0)]) == pytest.approx(10e9)
+    assert wall_time.span_from_rates([(5000, 10.0)]) is None  # only the last 1024 samples are in the rate
+    assert wall_time.span_from_rates([(1, 10.0), (None, 1.0), (10, 0.0)]) is None
+
+
+def test_a_debug_log_without_times_says_so(tmp_path):
+    report = load(str(fixture_path("dynamic_shape.debug.txt")))
+    assert report.time_breakdowns == {}
+    from xladev.report.document import report_document
+    section = next(s for s in report_document(report).sections if s.title == "Where the time went")
+    assert "no times" in section.items[0]
