@@ -76,6 +76,8 @@ def _is_comparison(args, sources_by_input: list[list]) -> bool:
     if len(first) != 1 or len(second) != 1:
         return False
     a, b = first[0], second[0]
+    if a.run_id and b.run_id and a.run_id != b.run_id and a.rank == b.rank:
+        return True  # two runs xladev tells apart: compared, not merged
     if not (a.has_metrics and b.has_metrics) or a.has_debug or b.has_debug:
         return False
     return a.final.counters != b.final.counters  # the same run printed twice has the same last counters

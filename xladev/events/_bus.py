@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Callable
 
 from xladev.events._types import Event, GraphExecuted
@@ -47,6 +48,9 @@ class Bus:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # When this process's xladev started: with the host and pid, the run's identity in every output
+        # (the event log's header, the PT_XLA_DEBUG summary), so the report can tell runs apart.
+        self.started_unix = time.time()
         self._subs: tuple[Subscription, ...] = ()
         self.active = False
         self.wants_frames = False

@@ -109,7 +109,10 @@ class CompileStarted(Event):
 
     graph_hash: str
     num_nodes: int
+    num_inputs: int
+    num_outputs: int
     frames: tuple[Frame, ...] | None
+    graph: GraphInfo | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -151,7 +151,7 @@ def comparison_document(comparison: Comparison) -> Document:
     summary_rows = rows[rows["measure"] == "summary"]
     other = rows[(rows["measure"] != "summary") & rows["verdict"].isin(["better", "worse", "new", "gone", "changed"])]
     other = other.assign(size=[abs(math.log(r)) if 0 < r < math.inf else math.inf for r in other["ratio"]])
-    other = other.sort_values("size", ascending=False).head(15)
+    other = other.sort_values("size", ascending=False)  # every row the headline counts
     key = Table("Per step", ["Number", "A", "B", "B/A"],
                 [[row.item, _show(row.kind, row.a), _show(row.kind, row.b), f"{_ratio(row.ratio)} {row.verdict}"]
                  for row in summary_rows.itertuples(index=False)], ["l", "r", "r", "r"])

@@ -20,6 +20,7 @@ MAX_PROFILER_KINDS = 100
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
+_SUMMARY_RUN = "Run: "  # host:pid:start, `xladev.schema.records.run_identity`
 _SUMMARY_TOTALS_RE = re.compile(r"^(\d+) steps, (\d+) compiles, (\d+) device->host transfers$")
 _SUMMARY_SPOT_RE = re.compile(r"^(.+?) at (.+): (\d+) transfers, \S+, ([\d.]+) per step$")
 _SUMMARY_FALLBACK_RE = re.compile(r"^(\S+) at (.+): (\d+) call\(s\)")
@@ -214,6 +215,9 @@ class DebugLog:
         breakdown = wall_time.parse_summary_line(body, self.run_summary["steps"])
         if breakdown is not None:
             self.run_summary["time"] = breakdown
+            return
+        if body.startswith(_SUMMARY_RUN):
+            self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
             return
         if not body.startswith("  "):
             self._summary_section = body.rstrip(":")

@@ -124,6 +124,10 @@ class EventLogReplay:
     def _on_header(self, record: rec.Header) -> None:
         if self.header is None:
             self.header = record
+            self.source.run_id = rec.run_identity(record.host, record.pid, record.start_unix)
+            self.source.run_label = rec.run_label(record.host, record.pid, record.start_unix)
+            if self.source.rank is None and (record.world_size or 1) > 1:
+                self.source.rank = record.rank
         else:
             self.source.warn(self.line, "a second header: two logs concatenated? read as one run")
 

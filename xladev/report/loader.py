@@ -15,6 +15,7 @@ import pandas as pd
 
 from xladev.report.inputs import expand_rank_paths, read_source
 from xladev.report.model import ParseWarning, SourceResult, UnreadableInputError
+from xladev.report.run_identity import reconcile
 from xladev.report.names import canonical_numbers, counter_category
 from xladev.report.series import DEFAULT_MAX_ROWS
 
@@ -277,8 +278,10 @@ def report_from_sources(sources: list[SourceResult]) -> Report:
       The report.
 
     Raises:
-      UnreadableInputError: when no input contains a metrics report or PT_XLA_DEBUG output.
+      UnreadableInputError: when no input contains a metrics report or PT_XLA_DEBUG output, or
+        (`DifferentRunsError`) when inputs of the same rank come from different runs.
     """
+    sources = reconcile(sources)
     recognised = [source for source in sources if source.has_metrics or source.has_debug]
     if not recognised:
         raise UnreadableInputError("; ".join(f"{source.name}: {_why_empty(source)}" for source in sources))

@@ -6,6 +6,8 @@ Every piece of text from the inputs is escaped.
 
 from __future__ import annotations
 
+import re
+
 import html
 
 from xladev import rules
@@ -18,8 +20,15 @@ VERDICT_TEXT = rules.VERDICT_LABELS
 # ---------------------------------------------------------------- Markdown
 
 
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
+
+
 def _md_escape(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    """Text safe in a Markdown line or table cell; code spans stay as written (an entity would show literally)."""
+    parts = _CODE_SPAN.split(str(text).replace("\n", " "))
+    return "".join(part.replace("|", "\\|") if i % 2 else
+                   part.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+                   for i, part in enumerate(parts))
 
 
 def _md_table(table: Table) -> list[str]:
@@ -38,7 +47,7 @@ def _md_section(section: Section) -> list[str]:
         if isinstance(item, Table):
             lines += _md_table(item)
         elif isinstance(item, list):
-            lines += [f"- `{line}`" if line.startswith("pt-xla-profiler") else f"- {_md_escape(line)}"
+            lines += [f"- {_md_escape(f'`{line}`')}" if line.startswith("pt-xla-profiler") else f"- {_md_escape(line)}"
                       for line in item] + [""]
         else:
             lines += [_md_escape(item), ""]

@@ -145,6 +145,10 @@ class SourceResult:
     # (step, compile ns) per compile, from an event log: the compile time after warm-up.
     compile_ns_by_step: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     fallback_transfer_ns: float = 0.0
+    # The run it came from (`xladev.schema.records.run_identity`), when the input says: an event log's
+    # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
+    run_id: str | None = None
+    run_label: str = ""
 
     def warn(self, line: int, message: str, always: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

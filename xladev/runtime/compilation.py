@@ -106,8 +106,10 @@ class CompileCache:
         avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
                  for n in graph.inputs]
         hits_before = self.persistent_hits
+        info = RuntimeGraphInfo(graph)
         if bus.active:
-            bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), frames))
+            bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs),
+                                    len(graph.roots), frames, info))
         start = time.perf_counter_ns()
         lowered = None
         try:
@@ -125,7 +127,6 @@ class CompileCache:
         compile_ns = time.perf_counter_ns() - start
         memory = _memory_analysis(compiled)
         entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
-        info = RuntimeGraphInfo(graph)
         # Every compile joins its site's history, listened to or not, so a later recompilation is
         # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
         publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import types
 import typing
 from typing import Any, ClassVar
@@ -447,6 +448,17 @@ def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, 
     return ([f"compared with graph {previous_hash} from the same site:"]
             + [f"- {change}" for change in (changes or ["graph changed"])]
             + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])
+
+
+def run_identity(host: str | None, pid: int | None, started_unix: float | None) -> str:
+    """A run's identity as every xladev output states it: ``host:pid:start`` (start in whole seconds)."""
+    return f"{host or '?'}:{pid if pid is not None else '?'}:{int(started_unix or 0)}"
+
+
+def run_label(host: str | None, pid: int | None, started_unix: float | None) -> str:
+    """The identity for people: ``pid 1176 on vm, started 2026-11-23 06:29:32``."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_unix)) if started_unix else "?"
+    return f"pid {pid} on {host or '?'}, started {started}"
 
 
 def read_header(path: str, limit: int = 1 << 20) -> Header | None:

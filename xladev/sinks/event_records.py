@@ -75,7 +75,7 @@ class RecordBuilder:
 
     def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
-        return (rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame),)
+        return self._with_graph(event, t, rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame))
 
     def _recompiled(self, event: Recompiled, t: int) -> tuple[rec.Record, ...]:
         # Published just before its graph's GraphCompiled: kept to go into that compile record.

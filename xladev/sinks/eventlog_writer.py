@@ -61,7 +61,7 @@ class EventLog(Sink):
     # ---- life cycle ---------------------------------------------------------------------------
     def _write_header(self) -> None:
         rank, world = rank_and_world()
-        now = time.time()
+        now = bus.started_unix
         runtime = bus.runtime_description()
         header = rec.Header(
             command=" ".join([os.path.basename(sys.executable)] + list(sys.argv)), argv=list(sys.argv),

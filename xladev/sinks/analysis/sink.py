@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import os
+import socket
 import sys
 import threading
 
@@ -10,9 +12,9 @@ from xladev import fallback_reasons, rules, wall_time
 from xladev._flags import ConfigError, config
 from xladev.events import (
     CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled,
-    StepMarked, TransferFromDevice, TransferToDevice,
+    StepMarked, TransferFromDevice, TransferToDevice, bus,
 )
-from xladev.schema.records import recompilation_lines
+from xladev.schema.records import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
@@ -167,7 +169,8 @@ class AnalysisSink(Sink):
         h = self.history
         p = "xladev summary: "
         lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
-                 f"{p}{wall_time.summary_line(h.time_breakdown())}"]
+                 f"{p}{wall_time.summary_line(h.time_breakdown())}",
+                 f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}"]
         sites = h.compiles_per_site()
         if sites:
             lines.append(f"{p}Compiles per trigger site:")
