@@ -229,8 +229,9 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
             fix, numbers={"compiles": compiles, "steps": steps})
     else:
         finding.fix = fix
-    finding.evidence.append(f"{repeated.site} recompiled {repeated.count} times for a changed {repeated.kind} "
-                            "and nothing else")
+    if repeated.kind in ("input shape", "constant"):  # xladev's recompilation causes say exactly what changed
+        finding.evidence.append(f"{repeated.site} recompiled {repeated.count} times for a changed {repeated.kind} "
+                                "and nothing else")
     if repeated.example:
         finding.evidence.append(f"e.g. {repeated.example}")
     finding.numbers.update(repeated_recompiles=repeated.count)
@@ -240,7 +241,7 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
 # A site recompiling this often for a changed input shape or constant alone is a finding even in warm-up.
 # A few shapes are normal (a last, smaller batch; an evaluation pass); a constant that changes value is
 # always a graph per value, and passing it as a tensor costs nothing.
-REPEATED_RECOMPILES = {"input shape": 3, "constant": 1}
+REPEATED_RECOMPILES = {"input shape": 3, "constant": 1, "input shape or constant": 3}
 
 
 @dataclasses.dataclass
@@ -261,6 +262,8 @@ class RepeatedRecompiles:
 
 
 def _repeated_fix(kind: str) -> str:
+    if kind == "input shape or constant":
+        return _recompile_fix(None, ())
     if kind == "constant":
         return ("Keep changing numbers out of the graph: pass them as device tensors (torch.tensor(value, "
                 "device=device)) instead of Python numbers; 0 and 1 are always baked in as constants.")
@@ -312,6 +315,42 @@ def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int
                    numbers={"compiles": compiles, "steps": steps, "warmup_steps": warmup_steps,
                             "compiles_at_warmup": compiles_at_warmup, "compiles_after_warmup": new_compiles,
                             "compiles_per_step_after_warmup": round(rate, 4)})
+
+
+def recompilation_without_steps(*, compiles: int, executions: int, median_compile_ns: float | None = None,
+                                p90_compile_ns: float | None = None) -> Finding | None:
+    """Recompilation judged without a step count: compiles per execution, and how alike the compiles are.
+
+    A warmed-up loop runs cached graphs, so its compiles are a small share of its executions. When most
+    executions compiled, and the compiles took about the same time (the same code traced again), the
+    run recompiles, whatever its step count.
+
+    Args:
+      compiles: graphs compiled.
+      executions: graphs run.
+      median_compile_ns: the 50% compile-time percentile, when printed.
+      p90_compile_ns: the 90% compile-time percentile, when printed.
+
+    Returns:
+      A warning, or None when the compiles are few for the executions.
+    """
+    if executions < 4 or compiles < 4 or compiles / executions <= COMPILE_FREQUENCY_RATIO:
+        return None
+    alike = bool(median_compile_ns and p90_compile_ns and p90_compile_ns <= 1.5 * median_compile_ns)
+    evidence = [f"{compiles} graphs compiled for {executions} executions ({compiles / executions:.2f} per execution; "
+                "a warmed-up loop is near 0)",
+                "the input has no step count (no MarkStep counter, no [MetricsData; step=N] record), so the "
+                "rate per step is unknown"]
+    if alike:
+        evidence.append(f"compile times are alike (50%: {units.compact_time_ns(median_compile_ns)}, 90%: "
+                        f"{units.compact_time_ns(p90_compile_ns)}): the same code compiled again, typically for a "
+                        "changing input shape")
+    return Finding("recompilation", WARNING, f"{compiles} compiles for {executions} executions",
+                   "Most executions compiled a new graph instead of running a cached one. Every new graph costs a "
+                   "full XLA compile and stalls the run.",
+                   _recompile_fix(alike or None, ()), evidence=evidence,
+                   numbers={"compiles": compiles, "executions": executions,
+                            "compiles_per_execution": round(compiles / executions, 4)})
 
 
 def _recompile_cause(stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> str:

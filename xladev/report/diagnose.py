@@ -58,6 +58,9 @@ def metrics_facts(report, source: SourceResult) -> RunFacts:
                      transfers=int(numbers["transfers_from_device"]), item_calls=int(numbers["item_calls"]),
                      fallbacks={name: value for name, value in source.final.counters.items()
                                 if name in rules.fallback_ops(source.final.counters)})
+    if facts.steps <= 0 and (source.step_records or source.final.step):
+        # No MarkStep counter (older reports): XLA_METRICS_FILE's [MetricsData; step=N] records count the steps.
+        facts.steps = max(source.step_records, source.final.step or 0)
     series = source.series
     if series is not None and len(series) > 1:
         baseline = series.at_warmup
@@ -119,7 +122,15 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
     findings = []
     data_dependent = [name for name, count in facts.fallbacks.items()
                       if fallback_reasons.is_data_dependent(name)]
-    recompile = rules.recompilation_finding(
+    compile_block = _block(source, "CompileTime", "XrtCompile")
+    if facts.steps <= 0:
+        percentiles = dict(compile_block.percentiles) if compile_block is not None else {}
+        recompile = rules.recompilation_without_steps(compiles=facts.compiles, executions=facts.executions,
+                                                      median_compile_ns=percentiles.get("50%"),
+                                                      p90_compile_ns=percentiles.get("90%"))
+    else:
+        recompile = None
+    recompile = recompile or rules.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
@@ -307,6 +318,36 @@ def _debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[F
     return findings
 
 
+def _repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.RepeatedRecompiles | None:
+    """Warm-up steps that compiled a graph of the same size as the step before: the same code, new shapes.
+
+    From a per-step metrics file alone (no recompilation causes): the first two steps are skipped (the
+    optimizer's state makes the second step's graph differ), then every later warm-up step whose
+    graph compiled while its IR-node count per sync stayed the same counts.
+    """
+    series = source.series if source is not None else None
+    if series is None or len(series) < 4:
+        return None
+    columns = series.columns()
+    steps, compiles = columns.get("steps", []), columns.get("compiles", [])
+    nodes, syncs = columns.get("graph_nodes", []), columns.get("graph_syncs", [])
+    if not (steps and compiles and nodes and syncs):
+        return None
+    count, previous_size = 0, None
+    for i in range(1, len(steps)):
+        if steps[i] > warmup_steps or steps[i] - steps[i - 1] != 1:
+            break  # only consecutive per-step reports inside warm-up
+        new_syncs = syncs[i] - syncs[i - 1]
+        size = (nodes[i] - nodes[i - 1]) / new_syncs if new_syncs > 0 else None
+        if steps[i] > 2 and compiles[i] > compiles[i - 1] and size is not None and size == previous_size:
+            count += int(compiles[i] - compiles[i - 1])
+        previous_size = size
+    if not count:
+        return None
+    return rules.RepeatedRecompiles(site="one training step", count=count, kind="input shape or constant",
+                                    example="warm-up steps compiled new graphs of the same size as the step before")
+
+
 def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles | None:
     """The site that recompiled most for a changed input shape or constant alone (xladev's causes)."""
     counts: Counter = Counter()
@@ -332,7 +373,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
     primary = report.primary_metrics(sources)
     facts = metrics_facts(report, primary) if primary is not None else debug_facts(sources)
     if facts is not None:
-        facts.repeated = repeated_recompiles(sources)
+        facts.repeated = repeated_recompiles(sources) or _repeated_in_series(primary, facts.warmup_steps)
     if primary is not None:
         findings = _metrics_findings(facts)
     else:
