@@ -27,4 +27,6 @@ def test_demo_names_both_problems_then_reports_the_fix_healthy():
     assert "WARNING host-transfers" in broken and "from .item()" in broken
     # and calls the fixed run healthy
     assert "HEALTHY" in fixed and "OK healthy" in fixed and "ERROR" not in fixed
-    assert len(out.splitlines()) < 300
+    assert re.search(r"\[ *\d+\.\d s\] step 12", broken)  # each step shown as it ran, with the time
+    assert "takes 2 to 3 minutes" in out
+    assert len(out.splitlines()) < 360  # two reports and a line per training step
