@@ -23,11 +23,19 @@ from textual.widgets import Button, DataTable, Footer, Label, Static, TabbedCont
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, RunModel, RunView, WAITING
 from xladev_tui.sources import Source
 from xladev_tui.widgets import (
-    CompilePanel, CountersPanel, FallbackPanel, GraphBrowser, LogPane, RunHeader, TransfersPanel,
+    CompilePanel, CountersPanel, FallbackPanel, FindingsPanel, GraphBrowser, LogPane, RunHeader, TimePanel,
+    TransfersPanel,
 )
+from xladev_tui.widgets.common import OpenGraph
 
+# From this width the findings and the time breakdown sit side by side; from WIDER the overview's
+# tables take two columns too, and the graph list sits beside the graph's details (narrower, its
+# site column would be cut to nothing).
 WIDE_COLUMNS = 120
+WIDER_COLUMNS = 160
 TALL_ROWS = 40
+# The widget each tab key focuses (each tab has one, so the key never leaves the focus behind).
+TAB_FOCUS = {"overview": "#findings", "counters": "#counters", "graphs": "#graphs", "log": "#log-pane"}
 
 
 class SnapshotReady(Message):
@@ -80,6 +88,11 @@ class XladevTUI(App):
     Screen { layout: vertical; }
     #body { height: 1fr; }
     #overview-scroll { height: 1fr; }
+    #overview-top { layout: vertical; height: auto; }
+    #overview-top.wide { layout: grid; grid-size: 2; grid-columns: 1fr 52; grid-gutter: 0 2; }
+    #overview-top > * { height: auto; margin-bottom: 1; }
+    #overview-top.wide { margin-bottom: 1; }
+    #overview-top.wide > * { margin-bottom: 0; }
     #overview { layout: vertical; height: auto; }
     #overview.wide { layout: grid; grid-size: 2; grid-columns: 1fr 1fr; grid-gutter: 0 2; }
     #overview.wide > .column { height: auto; }
@@ -89,6 +102,7 @@ class XladevTUI(App):
     #notice.info { background: $warning 15%; }
     #bottom-log { display: none; height: 10; border-top: solid $primary; }
     Screen.tall #bottom-log { display: block; }
+    Screen.tall GraphBrowser #graphs { max-height: 12; }
     TabPane { padding: 0; }
     """
     BINDINGS = [
@@ -122,11 +136,14 @@ class XladevTUI(App):
 
     # ---- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield RunHeader(id="header")
+        yield RunHeader(clock=self.model.clock, id="header")
         with TabbedContent(initial="tab-overview", id="body"):
             with TabPane("Overview", id="tab-overview"):
                 with VerticalScroll(id="overview-scroll"):
                     yield Static(id="notice")
+                    with Grid(id="overview-top"):
+                        yield FindingsPanel(id="findings-panel")
+                        yield TimePanel(id="time-panel")
                     with Grid(id="overview"):
                         with Vertical(classes="column"):
                             yield CompilePanel(id="compiles")
@@ -153,8 +170,9 @@ class XladevTUI(App):
 
     def _layout_for(self, width: int, height: int) -> None:
         wide = width >= WIDE_COLUMNS
-        self.query_one("#overview").set_class(wide, "wide")
-        self.query_one(GraphBrowser).set_class(wide, "wide")
+        self.query_one("#overview-top").set_class(wide, "wide")
+        self.query_one("#overview").set_class(width >= WIDER_COLUMNS, "wide")
+        self.query_one(GraphBrowser).set_class(width >= WIDER_COLUMNS, "wide")
         self.screen.set_class(height >= TALL_ROWS, "tall")
 
     # ---- the reader thread --------------------------------------------------------------------
@@ -174,6 +192,7 @@ class XladevTUI(App):
                 self._stop.wait(0.5)
             if items:
                 model.apply_all(items)
+            model.update_diagnosis()  # at most once a second, and once more when the run ends
             now = time.monotonic()
             if model.version != self.latest.version and now - last_post >= self.refresh_interval:
                 self.latest = model.snapshot()
@@ -193,6 +212,8 @@ class XladevTUI(App):
     def _render(self, snap: RunView) -> None:
         self.query_one(RunHeader).show(snap, paused=self.paused)
         self._show_notice(snap)
+        self.query_one(FindingsPanel).show(snap)
+        self.query_one(TimePanel).show(snap)
         self.query_one(CompilePanel).show(snap)
         self.query_one(TransfersPanel).show(snap)
         self.query_one(FallbackPanel).show(snap)
@@ -215,6 +236,10 @@ class XladevTUI(App):
             bad = True
         elif snap.state == DISCONNECTED:
             text.append(f"Disconnected: {self.model.state_detail}", style="bold")
+            if snap.output_lines:  # a replay with the job's saved output: how it ended
+                text.append("\nIts last output:", style="bold")
+                for line in [line for line in snap.log if not line.startswith("[xladev tui]")][-8:]:
+                    text.append("\n  " + line)
             bad = True
         elif snap.state == EXITED and snap.exit_code != 0:
             text.append(f"The job {snap.state_text}. Its last output:", style="bold")
@@ -231,11 +256,20 @@ class XladevTUI(App):
 
     # ---- actions ------------------------------------------------------------------------------
     def action_show_tab(self, tab: str) -> None:
+        # Drop the focus before switching: a focused widget in the pane being hidden would hand the
+        # focus to its neighbour in that pane, and a pane whose widget gets the focus becomes the
+        # active one again (keys 1 and 4 did nothing on the Graphs tab).
+        self.set_focus(None)
         self.query_one(TabbedContent).active = f"tab-{tab}"
-        if tab == "graphs":
-            self.query_one("#graphs", DataTable).focus()
-        elif tab == "counters":
-            self.query_one("#counters", DataTable).focus()
+        # The overview keeps its scroll position (the findings' title and verdict stay in view).
+        self.query_one(TAB_FOCUS[tab]).focus(scroll_visible=tab != "overview")
+
+    def on_open_graph(self, message: OpenGraph) -> None:
+        """An alert or a finding was selected: the Graphs tab, at that graph."""
+        message.stop()
+        self.action_show_tab("graphs")
+        if not self.query_one(GraphBrowser).show_graph(message.graph_hash):
+            self.notify(f"graph {message.graph_hash[:12]} is not in the list", severity="warning", timeout=3)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -4,15 +4,15 @@
 keeps running aggregates: steps and step times, compiles grouped by trigger site with their
 recompilation alerts, device→host transfer hot spots, CPU fallback ops, graphs by hash (IR text,
 memory analysis, compile time, the steps that ran them), counters and metrics named as the
-runtime's metrics registry names them, and the run's state. `snapshot()` copies what the screen
-shows; the UI only ever reads snapshots, so the model can live in a reader thread.
+runtime's metrics registry names them, the graphs compiling now, and the run's state. The same
+records feed the report's reader (`tui.diagnosis`), whose findings and time breakdown are
+recomputed at most once a second (`update_diagnosis`). `snapshot()` copies what the screen shows
+(`tui.views`); the UI only ever reads snapshots, so the model can live in a reader thread.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import os
 import time
 from typing import Callable
 
@@ -20,15 +20,12 @@ from xladev.schema import records as rec
 from xladev.schema.counters import updates
 from xladev.schema.records import RecordError, parse_line
 from xladev.schema.sites import UNKNOWN_SITE, short_site
-from xladev.schema.units import COUNT, compact_time_ns
-
-# Run states.
-WAITING = "waiting"
-RUNNING = "running"
-FINISHED = "finished"
-EXITED = "exited"
-DISCONNECTED = "disconnected"
-ERROR = "error"
+from xladev.schema.units import COUNT
+from xladev_tui.diagnosis import LiveDiagnosis
+from xladev_tui.views import (
+    DISCONNECTED, ENDED_STATES, ERROR, EXITED, FINISHED, RUNNING, WAITING, Alert, CounterRow, Diagnosis, FallbackRow,
+    FindingView, GraphRow, HotSpot, OpenCompile, RunView, SiteRow, TimeRow, TimeView,
+)
 
 # What a source hands the model (tuples, to stay cheap at thousands of records a second).
 LINE = "line"          # (LINE, text): one complete log line
@@ -41,133 +38,15 @@ MAX_STEP_TIMES = 600
 MAX_LOG_LINES = 2000
 MAX_ALERTS = 200
 MAX_STEP_RANGES = 64
-
-
-# ---------------------------------------------------------------- view records (immutable)
-
-@dataclasses.dataclass(frozen=True)
-class Alert:
-    """A recompilation: a site that had compiled before compiled a different graph."""
-
-    step: int
-    site: str
-    graph_hash: str
-    previous_hash: str
-    changes: tuple[str, ...]
-    cause: str
-    graphs_at_site: int
-    compile_ns: int
-
-    @property
-    def headline(self) -> str:
-        return self.changes[0] if self.changes else "graph changed"
-
-    def text(self) -> str:
-        """One line: where, when and what changed."""
-        more = f" (+{len(self.changes) - 1} more)" if len(self.changes) > 1 else ""
-        return f"step {self.step} {short_site(self.site)}: recompiled, {self.headline}{more}"
-
-
-@dataclasses.dataclass(frozen=True)
-class SiteRow:
-    site: str
-    compiles: int
-    graphs: int
-    compile_ns: int
-    first_step: int
-    last_step: int
-    alerts: int
-    last_cause: str
-
-
-@dataclasses.dataclass(frozen=True)
-class HotSpot:
-    kind: str
-    site: str
-    count: int
-    nbytes: int
-    per_step: float
-    last_step: int
-
-
-@dataclasses.dataclass(frozen=True)
-class FallbackRow:
-    op: str
-    site: str
-    count: int
-    per_step: float
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphRow:
-    graph_hash: str
-    nodes: int
-    inputs: int
-    outputs: int
-    compile_ns: int | None
-    compiled_step: int | None
-    site: str
-    cause: str
-    memory: tuple[tuple[str, int], ...]
-    executions: int
-    execute_ns: int
-    steps: str
-    ir: str
-    recompile: Alert | None
-
-
-@dataclasses.dataclass(frozen=True)
-class CounterRow:
-    name: str
-    kind: str
-    count: int
-    total: float
-    per_step: float | None
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.count if self.kind != COUNT and self.count else None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunView:
-    """What the screen shows at one moment. Everything is a copy; nothing changes later."""
-
-    version: int
-    source: str
-    command: str
-    pid: int | None
-    device: str
-    state: str
-    state_text: str
-    exit_code: int | None
-    steps: int
-    last_step: int | None
-    step_times: tuple[float, ...]
-    last_step_ns: int | None
-    mean_step_ns: float | None
-    compiles: int
-    compile_ns: int
-    sites: tuple[SiteRow, ...]
-    alerts: tuple[Alert, ...]
-    hot_spots: tuple[HotSpot, ...]
-    fallbacks: tuple[FallbackRow, ...]
-    graphs: tuple[GraphRow, ...]
-    counters: tuple[CounterRow, ...]
-    log: tuple[str, ...]
-    log_total: int
-    records: int
-    bad_lines: int
-    truncated: bool
-    elapsed_ns: int
-    compile_failures: tuple[str, ...]
+# The most often the report's diagnosis is recomputed while records arrive, in seconds.
+DIAGNOSIS_INTERVAL = 1.0
 
 
 # ---------------------------------------------------------------- mutable aggregates
 
 class _Graph:
     __slots__ = ("hash", "nodes", "inputs", "outputs", "compile_ns", "compiled_step", "site", "cause", "memory",
-                 "executions", "execute_ns", "ranges", "ir", "recompile", "order")
+                 "executions", "execute_ns", "ranges", "ir", "recompile", "order", "failure")
 
     def __init__(self, graph_hash: str, order: int):
         self.hash = graph_hash
@@ -183,6 +62,7 @@ class _Graph:
         self.ir = ""
         self.recompile: Alert | None = None
         self.order = order
+        self.failure = ""
 
     def ran_at(self, step: int) -> None:
         ranges = self.ranges
@@ -200,7 +80,7 @@ class _Graph:
     def row(self) -> GraphRow:
         return GraphRow(self.hash, self.nodes, self.inputs, self.outputs, self.compile_ns, self.compiled_step,
                         self.site, self.cause, tuple(sorted(self.memory.items())), self.executions, self.execute_ns,
-                        self.steps_text(), self.ir, self.recompile)
+                        self.steps_text(), self.ir, self.recompile, self.failure)
 
 
 class _Site:
@@ -221,12 +101,21 @@ class RunModel:
 
     Args:
       source: what is followed (a path or a command), shown until the header arrives.
-      clock: seconds, monotonic; only used to time state changes (tests pass a fake one).
+      clock: seconds, monotonic: when a compile started, and how often to diagnose (tests pass a
+        fake one).
+      diagnosis_interval: the most often `update_diagnosis` recomputes the findings, in seconds.
     """
 
-    def __init__(self, source: str = "", clock: Callable[[], float] = time.monotonic):
+    def __init__(self, source: str = "", clock: Callable[[], float] = time.monotonic,
+                 diagnosis_interval: float = DIAGNOSIS_INTERVAL):
         self.source = source
         self.clock = clock
+        self.diagnosis = LiveDiagnosis(source or "event log")
+        self.diagnosis_interval = diagnosis_interval
+        self._diagnosed_at: float | None = None
+        self.lines = 0  # log lines read, blank ones included: the report's line numbers
+        self.compiling: dict[str, OpenCompile] = {}
+        self.output_lines = 0
         self.version = 0
         self.header: rec.Header | None = None
         self.state = WAITING
@@ -262,6 +151,7 @@ class RunModel:
         if tag is LINE or tag == LINE:
             self.feed_line(item[1])
         elif tag == OUTPUT:
+            self.output_lines += 1
             self.add_log(item[2] if item[1] == "stdout" else f"[{item[1]}] {item[2]}")
         elif tag == STATUS:
             self.set_state(item[1], item[2], item[3] if len(item) > 3 else None)
@@ -301,6 +191,7 @@ class RunModel:
 
     def feed_line(self, text: str) -> None:
         """One complete line of the event log."""
+        self.lines += 1
         if not text.strip():
             return
         try:
@@ -335,6 +226,26 @@ class RunModel:
                 handler(self, record)
             except (TypeError, ValueError, KeyError, AttributeError):  # well-typed record, odd contents
                 self.bad_lines += 1
+        self.diagnosis.feed(self.lines, record)
+
+    def update_diagnosis(self, force: bool = False) -> bool:
+        """Recomputes the report's findings when records arrived since the last time and either a
+        `diagnosis_interval` has passed, the run ended, or `force`.
+
+        Returns:
+          True when it recomputed.
+        """
+        if not self.diagnosis.stale:
+            return False
+        now = self.clock()
+        due = (force or self._diagnosed_at is None or now - self._diagnosed_at >= self.diagnosis_interval
+               or self.state in ENDED_STATES)
+        if not due:
+            return False
+        self._diagnosed_at = now
+        self.diagnosis.compute()
+        self.version += 1
+        return True
 
     # ---- records ----------------------------------------------------------------------------
     def _graph(self, graph_hash: str) -> _Graph:
@@ -359,7 +270,15 @@ class RunModel:
         graph.ir = record.ir or graph.ir
         graph.nodes, graph.inputs, graph.outputs = record.nodes, record.inputs, record.outputs
 
+    def _on_compile_start(self, record: rec.CompileStart) -> None:
+        graph = self._graph(record.hash)
+        graph.nodes = graph.nodes or record.nodes
+        graph.site = graph.site or record.site or ""
+        self.compiling[record.hash] = OpenCompile(record.hash, record.nodes, record.site or "", record.step, record.t,
+                                                  self.clock())
+
     def _on_compile(self, record: rec.Compile) -> None:
+        self.compiling.pop(record.hash, None)
         site = record.site or UNKNOWN_SITE
         cause = record.cause.get("text", "")
         self.compiles += 1
@@ -395,6 +314,11 @@ class RunModel:
                 f"{verb}: {message[0] if message else ''} (HLO: {record.hlo_path or '?'})")
         self.compile_failures.append(text)
         self.add_log(f"[xladev tui] {text}")
+        if isinstance(record, rec.CompileFailed):
+            self.compiling.pop(record.hash, None)
+        graph = self._graph(record.hash)
+        graph.site = graph.site or record.site or ""
+        graph.failure = f"{verb} at step {record.step}: {record.message} (HLO: {record.hlo_path or '?'})"
 
     def _on_execute(self, record: rec.Execute) -> None:
         graph = self._graph(record.hash)
@@ -463,13 +387,16 @@ class RunModel:
             compiles=self.compiles, compile_ns=self.compile_ns, sites=sites, alerts=tuple(self.alerts),
             hot_spots=spots, fallbacks=fallbacks, graphs=graphs, counters=tuple(counters), log=tuple(self.log),
             log_total=self.log_total, records=self.records, bad_lines=self.bad_lines, truncated=self.truncated,
-            elapsed_ns=self.last_t, compile_failures=tuple(self.compile_failures[-20:]))
+            elapsed_ns=self.last_t, compile_failures=tuple(self.compile_failures[-20:]),
+            compiling=tuple(self.compiling.values()), diagnosis=self.diagnosis.current,
+            output_lines=self.output_lines)
         self._snapshot = snapshot
         return snapshot
 
 
 _HANDLERS = {
     rec.Header: RunModel._on_header, rec.GraphText: RunModel._on_graph, rec.Compile: RunModel._on_compile,
+    rec.CompileStart: RunModel._on_compile_start,
     rec.CompileFailed: RunModel._on_compile_failed, rec.ExecuteFailed: RunModel._on_compile_failed,
     rec.Execute: RunModel._on_execute,
     rec.Transfer: RunModel._on_transfer, rec.Fallback: RunModel._on_fallback, rec.Step: RunModel._on_step,
@@ -477,16 +404,18 @@ _HANDLERS = {
 }
 
 
-def model_from_lines(lines, source: str = "") -> RunModel:
-    """A model fed with these complete log lines (tests, replays)."""
+def model_from_lines(lines, source: str = "", diagnose: bool = True) -> RunModel:
+    """A model fed with these complete log lines (tests, replays), diagnosed at the end unless not `diagnose`."""
     model = RunModel(source)
     for line in lines:
         model.feed_line(line)
+    if diagnose:
+        model.update_diagnosis(force=True)
     return model
 
 
 __all__ = [
-    "Alert", "CounterRow", "DISCONNECTED", "ERROR", "EXITED", "FINISHED", "FallbackRow", "GraphRow", "HotSpot",
-    "LINE", "NOTICE", "OUTPUT", "RUNNING", "RunModel", "STATUS", "SiteRow", "RunView", "TRUNCATED", "WAITING",
-    "model_from_lines",
+    "Alert", "CounterRow", "DISCONNECTED", "Diagnosis", "ERROR", "EXITED", "FINISHED", "FallbackRow", "FindingView",
+    "GraphRow", "HotSpot", "LINE", "NOTICE", "OUTPUT", "OpenCompile", "RUNNING", "RunModel", "STATUS", "SiteRow",
+    "RunView", "TRUNCATED", "TimeRow", "TimeView", "WAITING", "model_from_lines",
 ]

@@ -4,6 +4,11 @@ A source is read from one background thread. `read(timeout)` returns the items t
 `tui.run_model`: LINE, OUTPUT, STATUS, TRUNCATED, NOTICE), waiting at most `timeout` seconds when
 there are none. Sources never raise for what the followed job does (a file that vanishes, a
 child that crashes): they report it as a state.
+
+The child's output survives the run: `ChildProcessSource` writes every line it shows to a sidecar
+file next to the event log, ``<log>.stdout`` (`output_path`): stdout lines as printed, stderr lines
+with a ``[stderr] `` prefix, in the order they arrived. `FileTailSource` reads that file back
+(and follows it while it grows), so a later ``xladev tui run.events.jsonl`` shows the output too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,25 @@ from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NO
 from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
 
 READ_CHUNK = 1 << 20
+OUTPUT_SUFFIX = ".stdout"
+STDERR_PREFIX = "[stderr] "
+
+
+def output_path(log_path: str) -> str:
+    """Where the child's output of the run logging to `log_path` is kept: ``<log_path>.stdout``."""
+    return log_path + OUTPUT_SUFFIX
+
+
+def output_line(stream: str, text: str) -> str:
+    """A line of the output file: stdout as printed, stderr prefixed (as the log pane shows them)."""
+    return text if stream == "stdout" else f"[{stream}] {text}"
+
+
+def parse_output_line(line: str) -> tuple:
+    """The OUTPUT item of a line of the output file."""
+    if line.startswith(STDERR_PREFIX):
+        return (OUTPUT, "stderr", line[len(STDERR_PREFIX):])
+    return (OUTPUT, "stdout", line)
 
 
 class Source(Protocol):
@@ -70,12 +94,14 @@ class FileTailSource:
       check_writer: watch the header's pid to notice a killed writer (off when a `ChildProcessSource`
         watches the process itself).
       idle_before_check: seconds without new data before the writer's pid is checked.
+      read_output: also read (and follow) the job's saved output, ``<path>.stdout``, when there is one
+        (off for the `ChildProcessSource` that writes it).
     """
 
     owns_child = False
 
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic, check_writer: bool = True,
-                 idle_before_check: float = 0.5, poll_interval: float = 0.02):
+                 idle_before_check: float = 0.5, poll_interval: float = 0.02, read_output: bool = True):
         self.path = path
         self.label = path
         self.clock = clock
@@ -91,6 +117,9 @@ class FileTailSource:
         self._state: str | None = None
         self._said_waiting = False
         self._done = False
+        self.read_output = read_output
+        self._out_fh = None
+        self._out_pending = b""
 
     def start(self) -> None:
         self._open()
@@ -142,6 +171,7 @@ class FileTailSource:
                 self._status(items, WAITING, f"waiting for {self.path} to appear (start the job with "
                                              f"XLADEV_EVENT_LOG={self.path})")
             return items
+        self._read_output(items)  # the output first, as a ChildProcessSource hands it out
         data = self._fh.read(READ_CHUNK)
         if data:
             self._offset += len(data)
@@ -150,6 +180,28 @@ class FileTailSource:
         else:
             self._check_idle(items)
         return items
+
+    def _read_output(self, items: list, everything: bool = False) -> None:
+        """New complete lines of the saved output file (all that is left when `everything`)."""
+        if not self.read_output:
+            return
+        if self._out_fh is None:
+            try:
+                self._out_fh = open(output_path(self.path), "rb")
+            except OSError:  # none (yet): a run without a UI, or one still starting
+                return
+        while True:
+            data = self._out_fh.read(READ_CHUNK)
+            if not data:
+                break
+            lines = (self._out_pending + data).split(b"\n")
+            self._out_pending = lines.pop()
+            items.extend(parse_output_line(raw.decode("utf-8", "replace")) for raw in lines)
+            if not everything:
+                break
+        if everything and self._out_pending:
+            items.append(parse_output_line(self._out_pending.decode("utf-8", "replace")))
+            self._out_pending = b""
 
     def _take(self, data: bytes, items: list) -> None:
         lines = (self._pending + data).split(b"\n")
@@ -198,6 +250,7 @@ class FileTailSource:
                                     "killed or crashed")
 
     def _disconnect(self, items: list, detail: str) -> None:
+        self._read_output(items, everything=True)
         self.flush_partial(items)
         self._status(items, DISCONNECTED, detail)
         self._done = True
@@ -236,14 +289,17 @@ class FileTailSource:
 
     def stop(self) -> None:
         self._done = True
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        for name in ("_fh", "_out_fh"):
+            fh = getattr(self, name)
+            if fh is not None:
+                fh.close()
+                setattr(self, name, None)
 
 
 class ChildProcessSource:
     """Runs `argv` (e.g. `python train.py --steps 5`) with XLADEV_EVENT_LOG pointed at a log file,
-    follows that log, and captures the child's stdout and stderr for the log pane.
+    follows that log, and captures the child's stdout and stderr for the log pane. What it shows of
+    that output it also keeps in ``<log>.stdout`` (`output_path`), for later replays.
 
     The child's exit is a state (`exited 0`, `exited with code 1`); its last output stays in the
     log pane. `stop()` terminates the child (SIGTERM, then SIGKILL after `kill_after` seconds).
@@ -277,7 +333,9 @@ class ChildProcessSource:
         self.env["XLADEV_EVENT_LOG"] = log_path
         self.env["PYTHONUNBUFFERED"] = "1"
         self.env.pop("WORLD_SIZE", None)  # one process, one log file
-        self.tail = FileTailSource(log_path, clock=clock, check_writer=False)
+        self.output_path = output_path(log_path)
+        self._output_file = None
+        self.tail = FileTailSource(log_path, clock=clock, check_writer=False, read_output=False)
         self.process: subprocess.Popen | None = None
         self._output: queue.Queue = queue.Queue()
         self._readers: list[threading.Thread] = []
@@ -285,10 +343,15 @@ class ChildProcessSource:
         self.exit_code: int | None = None
 
     def start(self) -> None:
+        for path in (self.log_path, self.output_path):
+            try:
+                os.unlink(path)  # never show an older run's records or output
+            except OSError:
+                pass
         try:
-            os.unlink(self.log_path)  # never show an older run's records
-        except OSError:
-            pass
+            self._output_file = open(self.output_path, "w", encoding="utf-8")
+        except OSError as exc:  # the output is still shown, just not kept
+            self._output.put((NOTICE, f"cannot keep the output in {self.output_path}: {exc.strerror or exc}"))
         try:
             self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, env=self.env, cwd=self.cwd,
@@ -322,11 +385,7 @@ class ChildProcessSource:
 
     def _read_now(self) -> list[tuple]:
         items: list[tuple] = []
-        while True:
-            try:
-                items.append(self._output.get_nowait())
-            except queue.Empty:
-                break
+        self._take_output(items)
         if self._exit_reported:
             return items
         tail_items = self.tail.read_now()
@@ -334,11 +393,7 @@ class ChildProcessSource:
         items.extend(item for item in tail_items if not (item[0] == STATUS and item[1] == WAITING))
         process = self.process
         if process is not None and process.poll() is not None and not any(t.is_alive() for t in self._readers):
-            while True:  # output printed just before exiting
-                try:
-                    items.append(self._output.get_nowait())
-                except queue.Empty:
-                    break
+            self._take_output(items)  # output printed just before exiting
             items.extend(item for item in self.tail.drain() if not (item[0] == STATUS and item[1] == WAITING))
             code = process.returncode
             if code < 0:
@@ -353,6 +408,25 @@ class ChildProcessSource:
             items.append((STATUS, EXITED, detail, code))
             self._exit_reported = True
         return items
+
+    def _take_output(self, items: list) -> None:
+        """What the pipes' readers queued, in arrival order; the child's lines also go to the output file."""
+        start = len(items)
+        while True:
+            try:
+                items.append(self._output.get_nowait())
+            except queue.Empty:
+                break
+        out = self._output_file
+        if out is None or len(items) == start:
+            return
+        try:
+            for item in items[start:]:
+                if item[0] == OUTPUT:
+                    out.write(output_line(item[1], item[2]) + "\n")
+            out.flush()  # a UI following the log from elsewhere sees the output as it comes
+        except (OSError, ValueError):  # disk full, or closed by stop(): keep showing, stop keeping
+            self._output_file = None
 
     def child_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -373,6 +447,9 @@ class ChildProcessSource:
                     process.kill()
                 process.wait()
         self.tail.stop()
+        out, self._output_file = self._output_file, None
+        if out is not None:
+            out.close()
 
 
 class FixtureSource:

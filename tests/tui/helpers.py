@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import time
+
+from rich.console import Console
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "fixture_run.jsonl")
 
@@ -32,3 +35,18 @@ def async_test(fn):
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+def plain(renderable, width: int = 200) -> str:
+    """The text a rich renderable (Text, Table ...) shows, without styles."""
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def option_texts(app, selector: str) -> list[str]:
+    """The plain text of each entry of an OptionList (the alerts, the findings)."""
+    from textual.widgets import OptionList
+
+    options = app.query_one(selector, OptionList)
+    return [plain(options.get_option_at_index(i).prompt) for i in range(options.option_count)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable, Static
 
-from tests.tui.helpers import async_test, fixture_lines, wait_for
+from tests.tui.helpers import async_test, fixture_lines, option_texts, wait_for
 from xladev_tui import run_model as m
 from xladev_tui.app import ConfirmQuit, XladevTUI
 from xladev_tui.sources import FileTailSource, FixtureSource
@@ -26,7 +26,7 @@ async def test_overview_shows_sites_alerts_transfers_and_fallbacks():
         await wait_for(pilot, _loaded(app))
         sites = app.query_one("#sites", DataTable)
         assert sites.get_row_at(0)[:3] == ["train.py:30 (train)", "2", "2"]
-        alerts = _text(app, "#alerts")
+        alerts = "\n".join(option_texts(app, "#alerts"))
         assert "step 5" in alerts and "input 3" in alerts and "f32[8,16] -> f32[12,16]" in alerts
         assert "cause: user mark_step" in alerts
         transfers = app.query_one("#transfers", DataTable)

@@ -7,7 +7,7 @@ import textwrap
 
 from textual.widgets import DataTable, Static
 
-from tests.tui.helpers import async_test, wait_for
+from tests.tui.helpers import async_test, option_texts, wait_for
 from xladev_tui import run_model as m
 from xladev_tui.app import XladevTUI
 from xladev_tui.sources import ChildProcessSource
@@ -64,7 +64,7 @@ async def test_tui_runs_a_real_training_to_exit_0(tmp_path):
         (alert,) = [a for a in snap.alerts if a.site.endswith(f"train.py:{mark_line} (<module>)")]
         assert alert.step == 3
         assert any("shape f32[4,8] -> f32[6,8]" in change and change.startswith("input ") for change in alert.changes)
-        alerts_text = str(app.query_one("#alerts", Static).render())
+        alerts_text = "\n".join(option_texts(app, "#alerts"))
         assert "input" in alerts_text and "f32[4,8] -> f32[6,8]" in alerts_text
         assert any(line.startswith("step 4 loss") for line in snap.log)  # the child's output
         transfers = app.query_one("#transfers", DataTable)

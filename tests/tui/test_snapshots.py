@@ -1,4 +1,7 @@
-"""Screen snapshots (pytest-textual-snapshot) of the fixed fixture at 80x24 and 160x50.
+"""Screen snapshots (pytest-textual-snapshot) on fixed logs, at 80x24, 120x40 and 160x50.
+
+The fixture log (short names) and `logs.long_run()` (long paths and names, a compile failure,
+five recompiles) check that the screen stays readable at 80 and 120 columns.
 
 Regenerate after an intended change of the screen with:
     .venv/bin/python -m pytest tests/tui/test_snapshots.py --snapshot-update
@@ -11,41 +14,66 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot")
 
 from tests.tui.helpers import fixture_lines, wait_for  # noqa: E402
+from tests.tui.logs import SITE, LogBuilder, graph_hash, long_run  # noqa: E402
+from xladev.schema import records as rec  # noqa: E402
 from xladev_tui.app import XladevTUI  # noqa: E402
 from xladev_tui.sources import FixtureSource  # noqa: E402
 
 SIZES = [(80, 24), (160, 50)]
+READABLE_SIZES = [(80, 24), (120, 40)]
 
 
-def _app() -> XladevTUI:
-    # A fixed log, a fixed clock: the screen depends on nothing but the fixture.
-    return XladevTUI(FixtureSource(fixture_lines()), clock=lambda: 0.0)
+def _app(lines=None) -> XladevTUI:
+    # A fixed log, a fixed clock: the screen depends on nothing but the log.
+    return XladevTUI(FixtureSource(fixture_lines() if lines is None else lines), clock=lambda: 0.0)
 
 
-async def _loaded(pilot) -> None:
-    await wait_for(pilot, lambda: pilot.app.shown.records >= 72)
-    await pilot.pause()
+def _loaded(records: int = 72):
+    async def loaded(pilot) -> None:
+        await wait_for(pilot, lambda: pilot.app.shown.records >= records
+                       and pilot.app.shown.diagnosis.records >= records)
+        await pilot.pause()
+    return loaded
+
+
+def _then(records: int, *keys: str):
+    async def run_before(pilot) -> None:
+        await _loaded(records)(pilot)
+        await pilot.press(*keys)
+        await pilot.pause()
+    return run_before
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_overview(snap_compare, size):
-    assert snap_compare(_app(), terminal_size=size, run_before=_loaded)
+    assert snap_compare(_app(), terminal_size=size, run_before=_loaded())
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_graph_ir(snap_compare, size):
-    async def open_graph(pilot) -> None:
-        await _loaded(pilot)
-        await pilot.press("3", "down", "enter")
-        await pilot.pause()
-
-    assert snap_compare(_app(), terminal_size=size, run_before=open_graph)
+    assert snap_compare(_app(), terminal_size=size, run_before=_then(72, "3", "down", "enter"))
 
 
 def test_counters_filtered(snap_compare):
-    async def filtered(pilot) -> None:
-        await _loaded(pilot)
-        await pilot.press("slash", *"time", "enter")
-        await pilot.pause()
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_then(72, "slash", *"time", "enter"))
 
-    assert snap_compare(_app(), terminal_size=(80, 24), run_before=filtered)
+
+@pytest.mark.parametrize("size", READABLE_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("tab", ["1", "3"], ids=["overview", "graphs"])
+def test_long_names(snap_compare, tab, size):
+    lines = long_run().lines()
+    assert snap_compare(_app(lines), terminal_size=size, run_before=_then(len(lines), tab))
+
+
+def test_long_names_counters(snap_compare):
+    lines = long_run().lines()
+    assert snap_compare(_app(lines), terminal_size=(80, 24), run_before=_then(len(lines), "2"))
+
+
+def test_compiling(snap_compare):
+    log = LogBuilder()
+    log.compile(0, graph_hash(0), 40, 8, 500_000_000)
+    log.step(0, graph_hash(0), 40)
+    log.add(rec.CompileStart(step=1, hash="4bc441ec" * 4, nodes=47, site=SITE), 1_000_000)
+    lines = log.lines()
+    assert snap_compare(_app(lines), terminal_size=(80, 24), run_before=_loaded(len(lines)))

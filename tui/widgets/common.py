@@ -1,8 +1,69 @@
-"""Helpers shared by the widgets."""
+"""Helpers shared by the widgets: syncing table rows, fitting a table to its width, the jump message."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
+from textual.message import Message
 from textual.widgets import DataTable
+
+# Cells a DataTable spends around each column (one each side), and on its vertical scrollbar.
+CELL_PADDING = 2
+SCROLLBAR = 2
+
+
+class OpenGraph(Message):
+    """Asks the app to show a graph in the Graphs tab (posted by an alert or a finding).
+
+    Args:
+      graph_hash: the graph to show.
+    """
+
+    def __init__(self, graph_hash: str) -> None:
+        super().__init__()
+        self.graph_hash = graph_hash
+
+
+def clip(text: str, width: int) -> str:
+    """`text` cut to `width` cells, with an ellipsis when cut."""
+    if cell_len(text) <= width:
+        return text
+    out = ""
+    for char in text:
+        if cell_len(out + char) > width - 1:
+            break
+        out += char
+    return out + "…"
+
+
+def fit_rows(rows: list[tuple[str, tuple]], headers: tuple[str, ...], flex: int, width: int,
+             min_width: int = 12) -> list[tuple[str, tuple]]:
+    """Clips the text of column `flex` so that a table of `rows` fits in `width` cells.
+
+    The other columns keep their full width (numbers are never cut); the flexible one (a site, a
+    name) is shortened with an ellipsis, never below `min_width`.
+
+    Args:
+      rows: (key, cells) pairs, cells as text.
+      headers: the column labels.
+      flex: the index of the column that may be clipped.
+      width: the cells the table has, its scrollbar included.
+      min_width: the narrowest the flexible column gets.
+
+    Returns:
+      The rows, with column `flex` clipped where needed.
+    """
+    if width <= 0 or not rows:
+        return rows
+    widths = [cell_len(h) for h in headers]
+    for _, cells in rows:
+        for index, cell in enumerate(cells):
+            widths[index] = max(widths[index], cell_len(str(cell)))
+    others = sum(w + CELL_PADDING for index, w in enumerate(widths) if index != flex)
+    room = max(min_width, width - others - CELL_PADDING - SCROLLBAR)
+    if widths[flex] <= room:
+        return rows
+    return [(key, tuple(clip(str(cell), room) if index == flex else cell for index, cell in enumerate(cells)))
+            for key, cells in rows]
 
 
 def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
@@ -22,19 +83,27 @@ def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
     old_keys = [key for key, _ in getattr(table, "_shown_rows", ())]
     new_keys = [key for key, _ in rows]
     if old_keys == new_keys and table.row_count == len(rows):
-        # Same rows in the same order: update the cells that changed (no flicker, cursor kept).
+        # Same rows in the same order: update the cells that changed (no flicker, cursor kept). The
+        # column widths follow the new text, narrower too (a clipped site after a resize).
         previous = dict(getattr(table, "_shown_rows", ()))
         columns = list(table.columns.keys())
         for key, cells in rows:
             before = previous.get(key)
             for index, cell in enumerate(cells):
                 if before is None or before[index] != cell:
-                    table.update_cell(key, columns[index], cell)
+                    table.update_cell(key, columns[index], cell, update_width=True)
     else:
         table.clear()
+        for column in table.columns.values():  # clear() keeps the widths of the old rows
+            column.content_width = cell_len(str(column.label))
         for key, cells in rows:
             table.add_row(*cells, key=key)
         if cursor_key is not None and cursor_key in new_keys:
             table.move_cursor(row=new_keys.index(cursor_key), animate=False)
     table._shown_rows = rows
     return True
+
+
+def table_width(widget) -> int:
+    """The cells a widget's tables have: its own width once laid out, else the screen's."""
+    return widget.content_size.width or widget.app.size.width

@@ -7,10 +7,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Input, Static
 
 from xladev.schema.units import COUNT, compact_value
-from xladev_tui.run_model import CounterRow, RunView
-from xladev_tui.widgets.common import sync_rows
+from xladev_tui.views import CounterRow, RunView
+from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
 
 SORT_KEYS = ("name", "count", "total", "per step")
+COLUMNS = ("Name", "Kind", "Count", "Total", "Mean", "Per step")
 
 
 class CountersPanel(Vertical):
@@ -107,7 +108,7 @@ class CountersPanel(Vertical):
     def _render_rows(self) -> None:
         rows = []
         for r in self.visible_rows():
-            kind = "counter" if r.kind == COUNT else f"metric ({r.kind})"
+            kind = "counter" if r.kind == COUNT else r.kind  # time, bytes or value: a metric
             total = "" if r.kind == COUNT else compact_value(r.kind, r.total)
             mean = "" if r.mean is None else compact_value(r.kind, r.mean)
             if r.per_step is None:
@@ -117,4 +118,8 @@ class CountersPanel(Vertical):
             else:
                 per_step = compact_value(r.kind, r.per_step)
             rows.append((r.name, (r.name, kind, f"{r.count:,}", total, mean, per_step)))
-        sync_rows(self.query_one("#counters", DataTable), rows)
+        sync_rows(self.query_one("#counters", DataTable), fit_rows(rows, COLUMNS, 0, table_width(self)))
+
+    def on_resize(self, event) -> None:
+        if self._snap is not None:  # the name column is clipped to the new width
+            self._render_rows()

@@ -1,29 +1,51 @@
-"""Top region: command, pid, device, state, step, step-time sparkline, compile count."""
+"""Top region: command, pid, device, state, step, step-time sparkline, compile count, and the
+graph compiling now (with its elapsed time, ticking), seen from every tab."""
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from xladev.schema.units import compact_time_ns
-from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
+from xladev_tui.views import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
+
+# How often the compile line's elapsed time is redrawn, in seconds (no record arrives while XLA compiles).
+TICK = 0.2
 
 STATE_STYLES = {WAITING: "bold black on yellow", RUNNING: "bold black on green", FINISHED: "bold black on cyan",
                 EXITED: "bold black on cyan", DISCONNECTED: "bold white on red", ERROR: "bold white on red"}
 
 
 class RunHeader(Vertical):
-    """Three lines: what runs where; its state and numbers; the step-time sparkline."""
+    """Three lines: what runs where; its state and numbers; the step-time sparkline. A fourth while
+    a graph compiles (or when the job died compiling one).
+
+    Args:
+      clock: the model's clock (seconds), for the elapsed compile time.
+    """
 
     DEFAULT_CSS = """
-    RunHeader { height: 3; dock: top; background: $boost; }
+    RunHeader { height: auto; dock: top; background: $boost; }
     RunHeader > Static { height: 1; width: 1fr; }
+    RunHeader #compile-line { display: none; }
+    RunHeader #compile-line.shown { display: block; }
+    RunHeader #compile-line.live { background: $warning 30%; text-style: bold; }
+    RunHeader #compile-line.dead { background: $error 40%; text-style: bold; }
     RunHeader #spark-row { height: 1; }
     RunHeader #spark-label { width: auto; padding-right: 1; color: $text-muted; }
     RunHeader Sparkline { height: 1; width: 1fr; }
     """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.clock = clock
+        self._snap: RunView | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="title-line")
@@ -31,8 +53,33 @@ class RunHeader(Vertical):
         with Horizontal(id="spark-row"):
             yield Static("step time", id="spark-label")
             yield Sparkline([], id="step-spark", summary_function=max)
+        yield Static(id="compile-line")
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK, self._tick)
+
+    def _tick(self) -> None:
+        if self._snap is not None and self._snap.compiling and not self._snap.ended:
+            self._show_compiling(self._snap)
+
+    def _show_compiling(self, snap: RunView) -> None:
+        line = self.query_one("#compile-line", Static)
+        shown = bool(snap.compiling)
+        line.set_class(shown, "shown")
+        line.set_class(shown and not snap.ended, "live")
+        line.set_class(shown and snap.ended, "dead")
+        if not shown:
+            return
+        first = snap.compiling[0]
+        more = f" (+{len(snap.compiling) - 1} more)" if len(snap.compiling) > 1 else ""
+        mark = "⏳ " if not snap.ended else "✗ "
+        width = (line.size.width or self.app.size.width) - cell_len(mark + more)
+        text = mark + first.text(self.clock(), snap.ended, snap.died, width) + more
+        line.update(Text(text, no_wrap=True, overflow="ellipsis"))
 
     def show(self, snap: RunView, paused: bool = False, pending: int = 0) -> None:
+        self._snap = snap
+        self._show_compiling(snap)
         title = Text()
         title.append("xladev ", style="bold")
         title.append(snap.command or snap.source or "?", style="bold cyan")
@@ -52,10 +99,8 @@ class RunHeader(Vertical):
                 status.append(f" +{pending} records", style="magenta")
         step = "-" if snap.last_step is None else str(snap.last_step)
         status.append(f"  step {step}", style="bold")
-        status.append(f" ({snap.steps} done)")
-        if snap.last_step_ns is not None:
-            status.append(f"  last {compact_time_ns(snap.last_step_ns)}")
-            status.append(f" avg {compact_time_ns(snap.mean_step_ns)}")
+        if snap.last_step is None or snap.steps != snap.last_step + 1:  # else the count says nothing new
+            status.append(f" ({snap.steps} done)")
         status.append(f"  compiles {snap.compiles}", style="bold")
         if snap.compiles:
             status.append(f" ({compact_time_ns(snap.compile_ns)})")
@@ -66,6 +111,11 @@ class RunHeader(Vertical):
         if snap.fallbacks:
             status.append(f"  fallbacks {sum(f.count for f in snap.fallbacks)}", style="yellow")
         self.query_one("#status-line", Static).update(status)
+        # The step times go with their sparkline, so that the status line keeps the counts at 80 columns.
+        label = "step time"
+        if snap.last_step_ns is not None:
+            label = f"step {compact_time_ns(snap.last_step_ns)} (avg {compact_time_ns(snap.mean_step_ns)})"
+        self.query_one("#spark-label", Static).update(label)
         spark = self.query_one("#step-spark", Sparkline)
         data = [t / 1e6 for t in snap.step_times[-200:]]
         if list(spark.data or []) != data:

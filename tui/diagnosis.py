@@ -1,0 +1,176 @@
+"""The report's diagnosis, live: the same findings and time breakdown as `xladev report`, from the
+same rules, on the records the TUI has read so far. No Textual here.
+
+Every record the model reads is also fed, once, to the report's own event-log reader
+(`xladev.report.eventlog_input.EventLogReplay`), so nothing is ever read twice. `compute()` then
+asks the report for its findings (`xladev.report.loader.report_from_sources`), exactly as
+`xladev report run.events.jsonl` would on the log so far, and copies what the screen shows into
+immutable views (`tui.views.Diagnosis`).
+
+Calling the replay's `finish()` more than once is safe with two precautions, both taken here:
+
+- before the first ``step`` record, `finish()` appends its end-of-log row to the per-step series
+  and counts it as a snapshot; a later ``step`` would then add a second row, and the series would
+  differ from a one-shot read. So until the first step, `finish()` writes into a throwaway series
+  and the live one is put back afterwards.
+- the `TimeBreakdown` that `finish()` builds shares its list of step times with the replay, which
+  keeps appending to it; the breakdown is copied into a `TimeView` before the next record is fed.
+
+Both run in the one thread that feeds the replay (the reader thread), never concurrently with it.
+
+The report's modules (and pandas) are imported on the first record, not when the TUI starts.
+"""
+
+from __future__ import annotations
+
+import time
+
+from xladev.schema import records as rec
+from xladev_tui.views import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
+
+# Graph lines remembered to point findings at their graphs (compile and failure records only).
+MAX_GRAPH_LINES = 50_000
+
+
+class LiveDiagnosis:
+    """The report's reader and rules, fed record by record.
+
+    Args:
+      name: the input's name in the report's ``file:line`` references.
+    """
+
+    def __init__(self, name: str = "event log"):
+        self.name = name
+        self._replay = None
+        self._source = None
+        self._diagnose = None
+        self.lines = 0          # the last line number fed
+        self.fed = 0            # records fed
+        self.failed_feeds = 0   # records the report's reader could not take
+        self.computed_for = 0   # `fed` when the current diagnosis was computed
+        self.current: Diagnosis = NO_DIAGNOSIS
+        # To point a finding at a graph: the log line of each compile (or failure) record -> its
+        # graph, each graph's site, and each site's latest recompiled graph.
+        self.graph_lines: dict[int, str] = {}
+        self.site_of: dict[str, str] = {}
+        self.last_recompile_at: dict[str, str] = {}
+
+    def _start(self) -> None:
+        from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
+        from xladev.report.model import SourceResult
+
+        self._source = SourceResult(path=self.name, name=self.name, input_kind=KIND_NAME)
+        self._replay = EventLogReplay(self._source)
+
+    @property
+    def stale(self) -> bool:
+        """True when records arrived since the current diagnosis was computed."""
+        return self.fed != self.computed_for
+
+    def feed(self, lineno: int, record: rec.Record) -> None:
+        """One record, read at line `lineno` of the log (1-based, blank lines counted)."""
+        if self._replay is None:
+            self._start()
+        self.lines = lineno
+        self.fed += 1
+        try:
+            self._replay.feed(lineno, record)
+        except Exception:  # odd contents the report's reader chokes on: the TUI reads on
+            self.failed_feeds += 1
+        if isinstance(record, (rec.Compile, rec.CompileFailed, rec.ExecuteFailed)):
+            if len(self.graph_lines) < MAX_GRAPH_LINES:
+                self.graph_lines[lineno] = record.hash
+            if record.site:
+                self.site_of[record.hash] = record.site
+            if isinstance(record, rec.Compile) and record.recompile and record.site:
+                self.last_recompile_at[record.site] = record.hash
+
+    def compute(self) -> Diagnosis:
+        """Diagnoses the log so far (the report's findings, verdict and time breakdown).
+
+        Returns:
+          The new diagnosis (also kept as `current`). When the report cannot diagnose yet (no event
+          after the header) it says so in `note`; when its rules fail, the previous findings stay
+          and `note` says why.
+        """
+        if self._replay is None:
+            return self.current
+        from xladev.report.model import UnreadableInputError
+        from xladev.report.series import StepSeries
+
+        started = time.perf_counter()
+        source, replay = self._source, self._replay
+        source.lines = self.lines
+        self.computed_for = self.fed
+        live_series = source.series if source.snapshots == 0 else None
+        if live_series is not None:
+            source.series = StepSeries()  # takes finish()'s end-of-log row (see the module's docstring)
+        try:
+            replay.finish()
+            if self._diagnose is None:
+                from xladev.report.loader import report_from_sources
+
+                self._diagnose = report_from_sources
+            report = self._diagnose([source])
+            findings = tuple(self._view(f) for f in report.findings)
+            verdict = report.verdict()
+            time_view = _time_view(source.time)
+        except UnreadableInputError:
+            self.current = Diagnosis("", (), None, self.fed, "nothing to diagnose yet: no event after the log's header",
+                                     time.perf_counter() - started)
+            return self.current
+        except Exception as exc:  # a rule that fails on a partial log must not stop the UI
+            previous = self.current
+            self.current = Diagnosis(previous.verdict, previous.findings, previous.time, previous.records,
+                                     f"the diagnosis failed: {type(exc).__name__}: {exc}",
+                                     time.perf_counter() - started)
+            return self.current
+        finally:
+            if live_series is not None:
+                source.series = live_series
+                source.snapshots = 0
+        self.current = Diagnosis(verdict, findings, time_view, self.fed, "", time.perf_counter() - started)
+        return self.current
+
+    def _view(self, finding) -> FindingView:
+        return FindingView(finding.rule, finding.severity, finding.title, finding.detail, finding.fix,
+                           finding.cost_text(), tuple(finding.evidence), self.graph_of(finding))
+
+    def graph_of(self, finding) -> str | None:
+        """The graph a finding is about, from the log lines it cites; None when it is not about one.
+
+        A recompilation points at the latest graph its site recompiled (whose details say what
+        changed); a failure at the graph that failed.
+        """
+        for where in finding.sources:
+            line = where.rpartition(":")[2]
+            graph = self.graph_lines.get(int(line)) if line.isdigit() else None
+            if graph is None:
+                continue
+            if finding.rule == "recompilation":
+                return self.last_recompile_at.get(self.site_of.get(graph, ""), graph)
+            return graph
+        return None
+
+
+def _time_view(breakdown) -> TimeView | None:
+    """A copy of a `TimeBreakdown`: overall rows, with the last completed step's share of each part."""
+    if breakdown is None or breakdown.is_empty():
+        return None
+    from xladev.wall_time import SHORT_LABELS
+
+    last = breakdown.step_times[-1] if breakdown.step_times else None
+    rows = []
+    for part, label, total, share, per_step in breakdown.rows():
+        if last is None:
+            in_last = None
+        elif part == "other":
+            in_last = last.other_ns()
+        else:
+            in_last = last.parts.get(part, 0.0)
+        rows.append(TimeRow(part, label, SHORT_LABELS.get(part, part), total, share, per_step, in_last))
+    rows.append(TimeRow("wall", "wall time", "wall", breakdown.wall_ns, 1.0 if breakdown.wall_ns else None,
+                        breakdown.wall_ns / breakdown.steps if breakdown.wall_ns and breakdown.steps else None,
+                        last.wall_ns if last is not None else None))
+    return TimeView(breakdown.headline(), tuple(rows), breakdown.steps, last.step if last is not None else None,
+                    breakdown.overlaps())
