@@ -227,8 +227,10 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
             "The same code traced a new graph each time only because an input shape or a constant baked into "
             "the graph changed. Every new value is a full XLA compile; a longer run or new data keeps compiling.",
             fix, numbers={"compiles": compiles, "steps": steps})
+    elif repeated.kind in ("input shape", "constant"):
+        finding.fix = fix  # what changed is known exactly: its own fix
     else:
-        finding.fix = fix
+        return finding  # the rate finding already says it, with its own fix
     if repeated.kind in ("input shape", "constant"):  # xladev's recompilation causes say exactly what changed
         finding.evidence.append(f"{repeated.site} recompiled {repeated.count} times for a changed {repeated.kind} "
                                 "and nothing else")

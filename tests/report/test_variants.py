@@ -332,3 +332,17 @@ def test_two_runs_appended_to_one_metrics_file_are_split_and_the_last_is_read(tm
     assert "graph-growth" not in [f.rule for f in report.findings]
     alone = load(write(tmp_path, "second.txt", metrics_file(second).encode()))
     assert [f.rule for f in report.findings] == [f.rule for f in alone.findings]
+
+
+@pytest.mark.parametrize("scenario,rule", [("dynamic_shape", "recompilation"), ("item_every_step", "host-transfers")])
+def test_pytorch_xla_level1_log_without_execution_blocks(tmp_path, scenario, rule):
+    """PT_XLA_DEBUG_LEVEL=1 in PyTorch/XLA skips the execution analysis: the steps come from the
+    auto-analysis lines ("... too frequent: N counts during M steps") and recompilation from the graphs
+    one site keeps compiling."""
+    from tests.report.helpers import fixture_path
+
+    lines = fixture_path(f"{scenario}.debug.txt").read_text().splitlines()
+    level1 = write(tmp_path, "level1.txt", "\n".join(l for l in lines if not l.startswith("Execution Analysis")))
+    report = load(level1)
+    assert report.verdict() in ("warning", "error")
+    assert rule in {f.rule for f in report.findings}

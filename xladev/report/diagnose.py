@@ -94,6 +94,13 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
             facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
             for entry in summary["fallbacks"]:
                 facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
+    for log in logs:  # PyTorch/XLA's auto-analysis lines count steps, compiles and transfers (a lower bound)
+        for kind, numbers in log.profiler_numbers.items():
+            facts.steps = max(facts.steps, int(numbers.get("steps", 0)))
+            if kind == "CompileTime too frequent":
+                facts.compiles = max(facts.compiles, int(numbers["count"]))
+            elif kind == "TransferFromDeviceTime too frequent":
+                facts.transfers = max(facts.transfers, int(numbers["count"]))
     steps = facts.steps
     if steps > facts.warmup_steps:
         facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
@@ -352,16 +359,28 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
     """The site that recompiled most for a changed input shape or constant alone (xladev's causes)."""
     counts: Counter = Counter()
     examples: dict = {}
+    signatures: dict = {}
     for source in sources:
         if not source.has_debug:
             continue
         for event in source.debug.compile_events:
+            if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
+                signatures.setdefault((event.site or "?", event.inputs, event.outputs), set()).add(event.graph_hash)
             changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
             kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
             if kind != graphdiff.STRUCTURE:
                 key = (event.site or "?", kind)
                 counts[key] += 1
                 examples.setdefault(key, changes[0])
+    for (site, inputs, outputs), hashes in signatures.items() if not counts else ():
+        # (xladev's causes, when present, say exactly what changed)
+        if len(hashes) < 2:
+            continue
+        key = (site, "input shape or constant")
+        if len(hashes) - 1 > counts.get(key, 0):
+            counts[key] = len(hashes) - 1
+            examples[key] = (f"{len(hashes)} different graphs at {short_site(site)}, all with {inputs} inputs and "
+                             f"{outputs} outputs")
     if not counts:
         return None
     (site, kind), count = counts.most_common(1)[0]
