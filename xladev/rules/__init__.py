@@ -1,0 +1,46 @@
+"""The one place that decides what counts as a problem: thresholds, wording and advice.
+
+Both `xladev report` and the runtime's live auto-analysis call these functions, so they are pure:
+they take plain numbers (counts, steps, durations in nanoseconds, counter maps) and return text or
+`Finding` objects. Nothing here reads files, the environment or the runtime.
+
+- `finding_model`: the `Finding` type, severities, verdict labels and the thresholds every rule shares;
+- `auto_metrics`: PyTorch/XLA's auto-metrics analysis (``pt-xla-profiler:`` lines), its exact
+  thresholds and wording;
+- `recompile_rules`: recompilation told apart from warm-up;
+- `diagnoses`: xladev's other diagnoses, each a `Finding` with evidence and a concrete fix, or None;
+- `api_names`: the advice in the run's own API names;
+- `preferences`: which way is better when two runs are compared.
+
+Everything public is importable from `xladev.rules` itself.
+"""
+
+from __future__ import annotations
+
+from xladev.rules.finding_model import (  # noqa: F401
+    CACHE_MISS_PER_STEP, COMPILE_FREQUENCY_RATIO, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS,
+    FALLBACK_PER_STEP_WARNING, Finding, GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO,
+    ITEM_COUNTER, PENDING_OPS_STEP_FACTOR, PENDING_OPS_WARNING, PROFILER_PREFIX, SEVERITIES,
+    TRANSFER_FREQUENCY_RATIO, UNKNOWN, VERDICT_LABELS, WARMUP_STEPS, WARNING, fallback_remedy, op_base_name,
+    severity_rank,
+)
+from xladev.rules.auto_metrics import (  # noqa: F401
+    auto_metrics_messages, compile_too_frequent_message, fallback_ops, ops_not_lowered_message,
+    too_slow_message, transfer_too_frequent_message,
+)
+from xladev.rules.recompile_rules import (  # noqa: F401
+    REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
+)
+from xladev.rules.diagnoses import (  # noqa: F401
+    ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
+    fallback_findings, graph_growing_finding, graph_growing_message, graph_growth_finding, healthy_finding,
+    host_transfer_finding, huge_graph_finding, parse_graph_growing, pending_ops_threshold,
+    persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
+    undetermined_finding,
+)
+from xladev.rules.api_names import (  # noqa: F401
+    in_names_of,
+)
+from xladev.rules.preferences import (  # noqa: F401
+    LOWER_IS_BETTER, metric_preference,
+)
