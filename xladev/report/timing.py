@@ -16,7 +16,7 @@ from xladev import wall_time
 from xladev.report.model import SourceResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from xladev.report.diagnose import RunFacts
+    from xladev.report.run_facts import RunFacts
 
 # Part -> the metrics that time it, newest name first (XRT-era names last).
 _METRIC_PARTS = {

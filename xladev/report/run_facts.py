@@ -1,0 +1,171 @@
+"""The numbers of one run (or rank) that the rules need, read from its metrics inputs and debug logs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from xladev import graphdiff, rules, wall_time
+from xladev.report.model import MetricBlock, SourceResult
+from xladev.schema.counters import SCALAR_READS
+from xladev.schema.sites import short_site
+
+
+@dataclasses.dataclass
+class RunFacts:
+    """The numbers of one run (or rank) that the rules need."""
+
+    source: SourceResult | None = None
+    steps: int = 0
+    compiles: int = 0
+    cached_compiles: int = 0
+    executions: int = 0
+    transfers: int = 0
+    item_calls: int = 0
+    fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)
+    warmup_steps: int = rules.WARMUP_STEPS
+    compiles_at_warmup: int | None = None
+    compile_steps_after_warmup: int | None = None
+    last_compile_step: int | None = None
+    stable_graph_size: bool | None = None
+    graph_hashes: set[str] = dataclasses.field(default_factory=set)
+    time: wall_time.TimeBreakdown | None = None
+    repeated: rules.RepeatedRecompiles | None = None
+
+
+def where(source: SourceResult, line: float | int | None) -> str:
+    return f"{source.name}:{int(line)}" if line else source.name
+
+
+def metric_block(source: SourceResult | None, *names: str) -> MetricBlock | None:
+    if source is None or source.final is None:
+        return None
+    for name in names:
+        if name in source.final.metrics:
+            return source.final.metrics[name]
+    return None
+
+
+def metrics_facts(report, source: SourceResult) -> RunFacts:
+    """Reads the rule inputs from an input's last report and its per-step series."""
+    numbers = report.final_numbers(source)
+    facts = RunFacts(source=source, steps=int(numbers["steps"]), compiles=int(numbers["compiles"]),
+                     cached_compiles=int(numbers["cached_compiles"]), executions=int(numbers["executions"]),
+                     transfers=int(numbers["transfers_from_device"]), item_calls=int(numbers["item_calls"]),
+                     fallbacks={name: value for name, value in source.final.counters.items()
+                                if name in rules.fallback_ops(source.final.counters)})
+    if facts.steps <= 0 and (source.step_records or source.final.step):
+        # No MarkStep counter (older reports): XLA_METRICS_FILE's [MetricsData; step=N] records count the steps.
+        facts.steps = max(source.step_records, source.final.step or 0)
+    series = source.series
+    if series is not None and len(series) > 1:
+        baseline = series.at_warmup
+        if baseline is None:  # the file starts after warm-up: its first report is the baseline
+            baseline = series.first
+            facts.warmup_steps = int(baseline["steps"])
+        facts.compiles_at_warmup = int(baseline["compiles"])
+        facts.compile_steps_after_warmup = series.increases_after_warmup["compiles"]
+        last = series.last_increase_steps.get("compiles")
+        facts.last_compile_step = None if last is None else int(last)
+        facts.stable_graph_size = series.stable_graph_size()
+    return facts
+
+
+def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
+    """Reads the rule inputs from PT_XLA_DEBUG logs alone (no metrics report)."""
+    logs = [source.debug for source in sources if source.has_debug]
+    if not logs:
+        return None
+    events = [event for log in logs for event in log.compile_events]
+    steps = sum(log.step_syncs for log in logs)
+    facts = RunFacts(steps=steps, compiles=sum(log.compiles for log in logs),
+                     executions=sum(log.execution_count for log in logs),
+                     graph_hashes={event.graph_hash for event in events})
+    for log in logs:  # xladev's end-of-run summary counts exactly what the blocks only sample
+        summary = log.run_summary
+        if summary is not None:
+            facts.steps = max(facts.steps, summary["steps"])
+            facts.compiles = max(facts.compiles, summary["compiles"])
+            facts.transfers += summary["transfers"]
+            facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
+            for entry in summary["fallbacks"]:
+                facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
+    for log in logs:  # PyTorch/XLA's auto-analysis lines count steps, compiles and transfers (a lower bound)
+        for kind, numbers in log.profiler_numbers.items():
+            facts.steps = max(facts.steps, int(numbers.get("steps", 0)))
+            if kind == "CompileTime too frequent":
+                facts.compiles = max(facts.compiles, int(numbers["count"]))
+            elif kind == "TransferFromDeviceTime too frequent":
+                facts.transfers = max(facts.transfers, int(numbers["count"]))
+    steps = facts.steps
+    if steps > facts.warmup_steps:
+        facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
+        late = [event for event in events if event.steps_before >= facts.warmup_steps]
+        after = {event.steps_before for event in late}
+        facts.compile_steps_after_warmup = len(after)
+        facts.last_compile_step = max(after) + 1 if after else None
+        if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
+            facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
+    return facts
+
+
+def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.RepeatedRecompiles | None:
+    """Warm-up steps that compiled a graph of the same size as the step before: the same code, new shapes.
+
+    From a per-step metrics file alone (no recompilation causes): the first two steps are skipped (the
+    optimizer's state makes the second step's graph differ), then every later warm-up step whose
+    graph compiled while its IR-node count per sync stayed the same counts.
+    """
+    series = source.series if source is not None else None
+    if series is None or len(series) < 4:
+        return None
+    columns = series.columns()
+    steps, compiles = columns.get("steps", []), columns.get("compiles", [])
+    nodes, syncs = columns.get("graph_nodes", []), columns.get("graph_syncs", [])
+    if not (steps and compiles and nodes and syncs):
+        return None
+    count, previous_size = 0, None
+    for i in range(1, len(steps)):
+        if steps[i] > warmup_steps or steps[i] - steps[i - 1] != 1:
+            break  # only consecutive per-step reports inside warm-up
+        new_syncs = syncs[i] - syncs[i - 1]
+        size = (nodes[i] - nodes[i - 1]) / new_syncs if new_syncs > 0 else None
+        if steps[i] > 2 and compiles[i] > compiles[i - 1] and size is not None and size == previous_size:
+            count += int(compiles[i] - compiles[i - 1])
+        previous_size = size
+    if not count:
+        return None
+    return rules.RepeatedRecompiles(site="one training step", count=count, kind="input shape or constant",
+                                    example="warm-up steps compiled new graphs of the same size as the step before")
+
+
+def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles | None:
+    """The site that recompiled most for a changed input shape or constant alone (xladev's causes)."""
+    counts: Counter = Counter()
+    examples: dict = {}
+    signatures: dict = {}
+    for source in sources:
+        if not source.has_debug:
+            continue
+        for event in source.debug.compile_events:
+            if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
+                signatures.setdefault((event.site or "?", event.inputs, event.outputs), set()).add(event.graph_hash)
+            changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
+            kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
+            if kind != graphdiff.STRUCTURE:
+                key = (event.site or "?", kind)
+                counts[key] += 1
+                examples.setdefault(key, changes[0])
+    for (site, inputs, outputs), hashes in signatures.items() if not counts else ():
+        # (xladev's causes, when present, say exactly what changed)
+        if len(hashes) < 2:
+            continue
+        key = (site, "input shape or constant")
+        if len(hashes) - 1 > counts.get(key, 0):
+            counts[key] = len(hashes) - 1
+            examples[key] = (f"{len(hashes)} different graphs at {short_site(site)}, all with {inputs} inputs and "
+                             f"{outputs} outputs")
+    if not counts:
+        return None
+    (site, kind), count = counts.most_common(1)[0]
+    return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)])
