@@ -7,9 +7,6 @@ graphs the others do not are flagged. Evidence carries the input line numbers it
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
-
 from xladev import fallback_reasons, rules, wall_time
 from xladev.report import timing
 from xladev.report.debug_findings import debug_evidence, debug_only_findings, growth_findings
