@@ -162,6 +162,7 @@ class XladevTUI(App):
     def on_mount(self) -> None:
         self._layout_for(self.size.width, self.size.height)
         self._render(self.latest)
+        self.model.diagnosis.prepare_in_background()  # the report's imports, off the reader's way
         self._reader = threading.Thread(target=self._read_loop, name="xladev-tui-reader", daemon=True)
         self._reader.start()
 
@@ -181,6 +182,7 @@ class XladevTUI(App):
             self.source.start()
         except Exception as exc:  # a source that cannot start is a state, not a crash
             self.model.set_state(ERROR, f"cannot start {self.source.label}: {exc}")
+
         last_post = 0.0
         model = self.model
         while not self._stop.is_set():

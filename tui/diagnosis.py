@@ -18,16 +18,23 @@ Calling the replay's `finish()` more than once is safe with two precautions, bot
 
 Both run in the one thread that feeds the replay (the reader thread), never concurrently with it.
 
-The report's modules (and pandas) are imported on the first record, not when the TUI starts.
+The report's modules (and pandas: half a second to more than a second) are imported in a thread of
+their own (`prepare_in_background`, which the app calls when it starts) or else at the first
+record; records fed meanwhile wait in a list, so the screen comes up at once and the model never
+stops for the import.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 
 from xladev.schema import records as rec
 from xladev_tui.views import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
 
+# Records that waited for the import, fed to the replay per reader pass (about 25 ms of work).
+CATCH_UP = 1000
 # Graph lines remembered to point findings at their graphs (compile and failure records only).
 MAX_GRAPH_LINES = 50_000
 
@@ -54,13 +61,51 @@ class LiveDiagnosis:
         self.graph_lines: dict[int, str] = {}
         self.site_of: dict[str, str] = {}
         self.last_recompile_at: dict[str, str] = {}
+        self._importing: threading.Thread | None = None
+        self._pending: collections.deque = collections.deque()  # (lineno, record) fed during the import
+
+    def prepare(self) -> None:
+        """Imports the report's reader and rules (and pandas), starts the replay and feeds it every
+        record that waited, now."""
+        self._start()
+        self._catch_up(len(self._pending))
+
+    def prepare_in_background(self) -> None:
+        """Imports the report's modules in a thread of their own. Records fed meanwhile wait, and
+        `catch_up` feeds them to the replay a slice at a time, so the model never stops for long."""
+        if self._replay is not None or self._importing is not None:
+            return
+        self._importing = threading.Thread(target=_import_report, name="xladev-tui-import", daemon=True)
+        self._importing.start()
 
     def _start(self) -> None:
+        if self._replay is not None:
+            return
         from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
+        from xladev.report.loader import report_from_sources
         from xladev.report.model import SourceResult
 
+        self._diagnose = report_from_sources
         self._source = SourceResult(path=self.name, name=self.name, input_kind=KIND_NAME)
         self._replay = EventLogReplay(self._source)
+
+    def catch_up(self, limit: int = CATCH_UP) -> bool:
+        """Feeds the replay at most `limit` of the records that waited for the import.
+
+        Returns:
+          True when no record waits any more.
+        """
+        if self._replay is None:
+            if self._importing is not None and self._importing.is_alive():
+                return False
+            self._start()
+        return self._catch_up(limit)
+
+    def _catch_up(self, limit: int) -> bool:
+        pending = self._pending
+        for _ in range(min(limit, len(pending))):
+            self._feed(*pending.popleft())
+        return not pending
 
     @property
     def stale(self) -> bool:
@@ -69,10 +114,16 @@ class LiveDiagnosis:
 
     def feed(self, lineno: int, record: rec.Record) -> None:
         """One record, read at line `lineno` of the log (1-based, blank lines counted)."""
-        if self._replay is None:
-            self._start()
         self.lines = lineno
         self.fed += 1
+        if self._replay is None and self._importing is None:
+            self._start()  # no import under way: import here
+        if self._replay is None or self._pending:  # the import is under way, or records wait: in order
+            self._pending.append((lineno, record))
+            return
+        self._feed(lineno, record)
+
+    def _feed(self, lineno: int, record: rec.Record) -> None:
         try:
             self._replay.feed(lineno, record)
         except Exception:  # odd contents the report's reader chokes on: the TUI reads on
@@ -93,7 +144,11 @@ class LiveDiagnosis:
           after the header) it says so in `note`; when its rules fail, the previous findings stay
           and `note` says why.
         """
-        if self._replay is None:
+        if not self.fed:
+            return self.current
+        if self._importing is None:
+            self.prepare()
+        elif not self.catch_up(0):  # a diagnosis of part of the records read: wait for them
             return self.current
         from xladev.report.model import UnreadableInputError
         from xladev.report.series import StepSeries
@@ -107,10 +162,6 @@ class LiveDiagnosis:
             source.series = StepSeries()  # takes finish()'s end-of-log row (see the module's docstring)
         try:
             replay.finish()
-            if self._diagnose is None:
-                from xladev.report.loader import report_from_sources
-
-                self._diagnose = report_from_sources
             report = self._diagnose([source])
             findings = tuple(self._view(f) for f in report.findings)
             verdict = report.verdict()
@@ -151,6 +202,11 @@ class LiveDiagnosis:
                 return self.last_recompile_at.get(self.site_of.get(graph, ""), graph)
             return graph
         return None
+
+
+def _import_report() -> None:
+    import xladev.report.eventlog_input  # noqa: F401
+    import xladev.report.loader  # noqa: F401
 
 
 def _time_view(breakdown) -> TimeView | None:

@@ -235,6 +235,7 @@ class RunModel:
         Returns:
           True when it recomputed.
         """
+        self.diagnosis.catch_up()  # records that arrived while the report's modules imported
         if not self.diagnosis.stale:
             return False
         now = self.clock()

@@ -10,7 +10,8 @@ from textual.widgets import DataTable, Static
 from tests.tui.helpers import async_test, option_texts, wait_for
 from xladev_tui import run_model as m
 from xladev_tui.app import XladevTUI
-from xladev_tui.sources import ChildProcessSource
+from xladev_tui.sources import ChildProcessSource, output_path
+from xladev.report import load
 from xladev.cli import tui as tui_command
 from xladev.cli.main import _build_parser, main
 
@@ -69,6 +70,17 @@ async def test_tui_runs_a_real_training_to_exit_0(tmp_path):
         assert any(line.startswith("step 4 loss") for line in snap.log)  # the child's output
         transfers = app.query_one("#transfers", DataTable)
         assert transfers.get_row_at(0)[0] == ".item()" and transfers.get_row_at(0)[2] == "5"
+        # The report's diagnosis of the same log, shown as it is; every compile_start has its compile.
+        await wait_for(pilot, lambda: app.shown.diagnosis.records == app.shown.records, timeout=10)
+        report = load(source.log_path)
+        assert [(f.rule, f.title, f.cost) for f in app.shown.diagnosis.findings] == \
+            [(f.rule, f.title, f.cost_text()) for f in report.findings]
+        assert app.shown.diagnosis.verdict == report.verdict() and app.shown.compiling == ()
+        with open(source.log_path) as fh:
+            assert sum('"type":"compile_start"' in line for line in fh) == snap.compiles
+        with open(output_path(source.log_path)) as fh:  # the output, kept for a replay
+            assert [line for line in fh.read().splitlines() if line.startswith("step ")] == \
+                [line for line in snap.log if line.startswith("step ")]
         await pilot.press("q")  # the child is gone: quits without asking
         await pilot.pause(0.05)
     assert not app.is_running

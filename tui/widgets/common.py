@@ -67,13 +67,24 @@ def fit_rows(rows: list[tuple[str, tuple]], headers: tuple[str, ...], flex: int,
 
 
 def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
-    """Puts `rows` ((key, cells) pairs) in `table`, keeping the cursor on the same key.
+    """Puts `rows` ((key, cells) pairs, cells as text) in `table`, keeping the cursor on the same key.
+
+    Cells that changed are updated in place while the rows and the columns' widths stay the same;
+    otherwise the table is rebuilt, so that every column is as wide as its widest cell, narrower
+    too (a site clipped after a resize). Rebuilding is rare (a count gains a digit); in place, an
+    update that shrinks a cell would make the table measure its whole column again, per cell.
 
     Returns False (and does nothing) when the rows are the ones already shown.
     """
     rows = tuple(rows)
     if getattr(table, "_shown_rows", None) == rows:
         return False
+    widths = [cell_len(str(column.label)) for column in table.columns.values()]
+    for _, cells in rows:
+        for index, cell in enumerate(cells):
+            width = cell_len(str(cell))
+            if width > widths[index]:
+                widths[index] = width
     cursor_key = None
     if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
         try:
@@ -82,16 +93,15 @@ def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
             cursor_key = None
     old_keys = [key for key, _ in getattr(table, "_shown_rows", ())]
     new_keys = [key for key, _ in rows]
-    if old_keys == new_keys and table.row_count == len(rows):
-        # Same rows in the same order: update the cells that changed (no flicker, cursor kept). The
-        # column widths follow the new text, narrower too (a clipped site after a resize).
+    if old_keys == new_keys and table.row_count == len(rows) and widths == getattr(table, "_shown_widths", None):
+        # Same rows, same widths: update the cells that changed (no flicker, cursor kept).
         previous = dict(getattr(table, "_shown_rows", ()))
         columns = list(table.columns.keys())
         for key, cells in rows:
             before = previous.get(key)
             for index, cell in enumerate(cells):
                 if before is None or before[index] != cell:
-                    table.update_cell(key, columns[index], cell, update_width=True)
+                    table.update_cell(key, columns[index], cell)
     else:
         table.clear()
         for column in table.columns.values():  # clear() keeps the widths of the old rows
@@ -101,6 +111,7 @@ def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
         if cursor_key is not None and cursor_key in new_keys:
             table.move_cursor(row=new_keys.index(cursor_key), animate=False)
     table._shown_rows = rows
+    table._shown_widths = widths
     return True
 
 
