@@ -1,8 +1,12 @@
 """`xladev tui`: a live terminal view of an xladev run, from its event log (docs/tui.md).
 
 - `tui.run_model`: the state (steps, compiles by site, recompilation alerts, transfer hot spots,
-  fallbacks, graphs, counters, run state) fed by event-log records; no Textual import.
-- `tui.sources`: where records come from: a growing file, a child process, a fixture.
+  fallbacks, graphs, counters, compiles in progress, run state) fed by event-log records, copied
+  into the immutable views of `tui.run_view`; no Textual import.
+- `tui.diagnosis`: the report's findings and time breakdown of the records read so far, from the
+  report's own reader and rules (`xladev.report`); no Textual import.
+- `tui.sources`: where records come from: a growing file, a child process, a fixture;
+  `tui.job_output`: the child's output kept next to its log.
 - `tui.app`: the Textual app; `tui.widgets`: its screen regions.
 
 This package never imports xladev's runtime (nor torch or jax): it reads files and pipes only.

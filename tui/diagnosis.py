@@ -5,7 +5,7 @@ Every record the model reads is also fed, once, to the report's own event-log re
 (`xladev.report.eventlog_input.EventLogReplay`), so nothing is ever read twice. `compute()` then
 asks the report for its findings (`xladev.report.loader.report_from_sources`), exactly as
 `xladev report run.events.jsonl` would on the log so far, and copies what the screen shows into
-immutable views (`tui.views.Diagnosis`).
+immutable views (`tui.run_view.Diagnosis`).
 
 Calling the replay's `finish()` more than once is safe with two precautions, both taken here:
 
@@ -31,7 +31,7 @@ import threading
 import time
 
 from xladev.schema import records as rec
-from xladev_tui.views import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
+from xladev_tui.run_view import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
 
 # Records that waited for the import, fed to the replay per reader pass (about 25 ms of work).
 CATCH_UP = 1000

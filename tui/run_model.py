@@ -7,7 +7,7 @@ memory analysis, compile time, the steps that ran them), counters and metrics na
 runtime's metrics registry names them, the graphs compiling now, and the run's state. The same
 records feed the report's reader (`tui.diagnosis`), whose findings and time breakdown are
 recomputed at most once a second (`update_diagnosis`). `snapshot()` copies what the screen shows
-(`tui.views`); the UI only ever reads snapshots, so the model can live in a reader thread.
+(`tui.run_view`); the UI only ever reads snapshots, so the model can live in a reader thread.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from xladev.schema.records import RecordError, parse_line
 from xladev.schema.sites import UNKNOWN_SITE, short_site
 from xladev.schema.units import COUNT
 from xladev_tui.diagnosis import LiveDiagnosis
-from xladev_tui.views import (
+from xladev_tui.run_view import (
     DISCONNECTED, ENDED_STATES, ERROR, EXITED, FINISHED, RUNNING, WAITING, Alert, CounterRow, Diagnosis, FallbackRow,
     FindingView, GraphRow, HotSpot, OpenCompile, RunView, SiteRow, TimeRow, TimeView,
 )
@@ -235,8 +235,9 @@ class RunModel:
         Returns:
           True when it recomputed.
         """
-        self.diagnosis.catch_up()  # records that arrived while the report's modules imported
-        if not self.diagnosis.stale:
+        # Records that arrived while the report's modules imported go first; until they are all in,
+        # a diagnosis would be of part of the log (and would use up this second's turn).
+        if not self.diagnosis.catch_up() or not self.diagnosis.stale:
             return False
         now = self.clock()
         due = (force or self._diagnosed_at is None or now - self._diagnosed_at >= self.diagnosis_interval

@@ -5,10 +5,9 @@ A source is read from one background thread. `read(timeout)` returns the items t
 there are none. Sources never raise for what the followed job does (a file that vanishes, a
 child that crashes): they report it as a state.
 
-The child's output survives the run: `ChildProcessSource` writes every line it shows to a sidecar
-file next to the event log, ``<log>.stdout`` (`output_path`): stdout lines as printed, stderr lines
-with a ``[stderr] `` prefix, in the order they arrived. `FileTailSource` reads that file back
-(and follows it while it grows), so a later ``xladev tui run.events.jsonl`` shows the output too.
+The child's output survives the run: `ChildProcessSource` keeps every line it shows in a file next
+to the event log, ``<log>.stdout``, and `FileTailSource` reads it back (tui.job_output), so a later
+``xladev tui run.events.jsonl`` shows the output too.
 """
 
 from __future__ import annotations
@@ -27,29 +26,11 @@ from typing import Callable, Iterable, Protocol
 
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
 from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
+from xladev_tui.job_output import OutputReader, OutputWriter, output_path
+
+__all__ = ["ChildProcessSource", "FileTailSource", "FixtureSource", "Source", "output_path", "pid_alive"]
 
 READ_CHUNK = 1 << 20
-OUTPUT_SUFFIX = ".stdout"
-STDERR_PREFIX = "[stderr] "
-
-
-def output_path(log_path: str) -> str:
-    """Where the child's output of the run logging to `log_path` is kept: ``<log_path>.stdout``."""
-    return log_path + OUTPUT_SUFFIX
-
-
-def output_line(stream: str, text: str) -> str:
-    """A line of the output file: stdout as printed, stderr prefixed (as the log pane shows them)."""
-    return text if stream == "stdout" else f"[{stream}] {text}"
-
-
-def parse_output_line(line: str) -> tuple:
-    """The OUTPUT item of a line of the output file."""
-    if line.startswith(STDERR_PREFIX):
-        return (OUTPUT, "stderr", line[len(STDERR_PREFIX):])
-    return (OUTPUT, "stdout", line)
-
-
 class Source(Protocol):
     """What the TUI reads records from."""
 
@@ -117,9 +98,7 @@ class FileTailSource:
         self._state: str | None = None
         self._said_waiting = False
         self._done = False
-        self.read_output = read_output
-        self._out_fh = None
-        self._out_pending = b""
+        self._output = OutputReader(output_path(path)) if read_output else None
 
     def start(self) -> None:
         self._open()
@@ -182,26 +161,8 @@ class FileTailSource:
         return items
 
     def _read_output(self, items: list, everything: bool = False) -> None:
-        """New complete lines of the saved output file (all that is left when `everything`)."""
-        if not self.read_output:
-            return
-        if self._out_fh is None:
-            try:
-                self._out_fh = open(output_path(self.path), "rb")
-            except OSError:  # none (yet): a run without a UI, or one still starting
-                return
-        while True:
-            data = self._out_fh.read(READ_CHUNK)
-            if not data:
-                break
-            lines = (self._out_pending + data).split(b"\n")
-            self._out_pending = lines.pop()
-            items.extend(parse_output_line(raw.decode("utf-8", "replace")) for raw in lines)
-            if not everything:
-                break
-        if everything and self._out_pending:
-            items.append(parse_output_line(self._out_pending.decode("utf-8", "replace")))
-            self._out_pending = b""
+        if self._output is not None:
+            items.extend(self._output.read(everything))
 
     def _take(self, data: bytes, items: list) -> None:
         lines = (self._pending + data).split(b"\n")
@@ -289,11 +250,11 @@ class FileTailSource:
 
     def stop(self) -> None:
         self._done = True
-        for name in ("_fh", "_out_fh"):
-            fh = getattr(self, name)
-            if fh is not None:
-                fh.close()
-                setattr(self, name, None)
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self._output is not None:
+            self._output.close()
 
 
 class ChildProcessSource:
@@ -334,7 +295,7 @@ class ChildProcessSource:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.env.pop("WORLD_SIZE", None)  # one process, one log file
         self.output_path = output_path(log_path)
-        self._output_file = None
+        self._output_file: OutputWriter | None = None
         self.tail = FileTailSource(log_path, clock=clock, check_writer=False, read_output=False)
         self.process: subprocess.Popen | None = None
         self._output: queue.Queue = queue.Queue()
@@ -348,10 +309,9 @@ class ChildProcessSource:
                 os.unlink(path)  # never show an older run's records or output
             except OSError:
                 pass
-        try:
-            self._output_file = open(self.output_path, "w", encoding="utf-8")
-        except OSError as exc:  # the output is still shown, just not kept
-            self._output.put((NOTICE, f"cannot keep the output in {self.output_path}: {exc.strerror or exc}"))
+        self._output_file = OutputWriter(self.output_path)
+        if self._output_file.error:
+            self._output.put((NOTICE, self._output_file.error))
         try:
             self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, env=self.env, cwd=self.cwd,
@@ -417,16 +377,8 @@ class ChildProcessSource:
                 items.append(self._output.get_nowait())
             except queue.Empty:
                 break
-        out = self._output_file
-        if out is None or len(items) == start:
-            return
-        try:
-            for item in items[start:]:
-                if item[0] == OUTPUT:
-                    out.write(output_line(item[1], item[2]) + "\n")
-            out.flush()  # a UI following the log from elsewhere sees the output as it comes
-        except (OSError, ValueError):  # disk full, or closed by stop(): keep showing, stop keeping
-            self._output_file = None
+        if self._output_file is not None and len(items) > start:
+            self._output_file.write(items[start:])
 
     def child_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -447,9 +399,8 @@ class ChildProcessSource:
                     process.kill()
                 process.wait()
         self.tail.stop()
-        out, self._output_file = self._output_file, None
-        if out is not None:
-            out.close()
+        if self._output_file is not None:
+            self._output_file.close()
 
 
 class FixtureSource:

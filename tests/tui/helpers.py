@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 
 from rich.console import Console
@@ -23,6 +24,20 @@ async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.02) 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await pilot.pause(step)
+
+
+async def settle(pilot, timeout: float = 10.0) -> None:
+    """Lets the app run until two screenshots 50 ms apart are the same (a loaded machine can leave a
+    layout pass pending, e.g. a scrollbar's thumb one row short, after a plain pause)."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        shot = re.sub(r"terminal-\d+", "", pilot.app.export_screenshot())
+        if shot == previous:
+            return
+        previous = shot
+    raise AssertionError(f"the screen kept changing for {timeout} s")
 
 
 def async_test(fn):

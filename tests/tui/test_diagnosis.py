@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.tui.logs import FAILED_HASH, SITE, LogBuilder, graph_hash, long_run
 from xladev.report import load
 from xladev.schema import records as rec
 from xladev_tui import run_model as m
+from xladev_tui.diagnosis import CATCH_UP
 from xladev_tui.run_model import RunModel, model_from_lines
 
 
@@ -105,6 +107,30 @@ def test_diagnosis_is_recomputed_at_most_once_a_second_and_when_the_run_ends():
     assert model.snapshot().diagnosis.verdict == "error"
 
 
+def test_records_read_during_the_import_wait_then_catch_up_in_slices():
+    # The app imports the report's modules in a thread; here a thread that waits for a go stands
+    # for a slow import, with a clock that never moves (the rate limit must not eat the turn).
+    go = threading.Event()
+    lines = long_run(steps=400, end=False).lines()
+    assert len(lines) > 2 * CATCH_UP
+    model = RunModel(clock=lambda: 0.0)
+    model.diagnosis._importing = threading.Thread(target=go.wait, daemon=True)
+    model.diagnosis._importing.start()
+    for line in lines:
+        model.feed_line(line)
+    assert model.update_diagnosis() is False and model.snapshot().diagnosis.records == 0
+    assert model.records == len(lines)  # the model itself never waited
+    go.set()
+    model.diagnosis._importing.join()
+    model.diagnosis.prepare_in_background()  # already done: no second import
+    passes = 0
+    while not model.update_diagnosis():
+        passes += 1
+        assert passes < 10
+    assert passes == (len(lines) - 1) // CATCH_UP  # one slice of records per pass, then diagnosed
+    assert model.snapshot().diagnosis.records == len(lines) and model.snapshot().diagnosis.findings
+
+
 def test_findings_point_at_their_graphs(long_log):
     with open(long_log) as fh:
         findings = {f.rule: f for f in model_from_lines(fh.read().splitlines()).snapshot().diagnosis.findings}
@@ -149,7 +175,7 @@ def test_a_replay_that_ends_inside_a_compile_says_the_process_died():
 
 
 def test_the_model_needs_no_textual(long_log):
-    code = ("import sys, xladev_tui.run_model, xladev_tui.diagnosis, xladev_tui.views, xladev_tui.sources; "
+    code = ("import sys, xladev_tui.run_model, xladev_tui.diagnosis, xladev_tui.run_view, xladev_tui.sources; "
             "m = xladev_tui.run_model.model_from_lines(open(sys.argv[1]).read().splitlines()); "
             "assert m.snapshot().diagnosis.findings; "
             "sys.exit(1 if 'textual' in sys.modules else 0)")

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from tests.tui.helpers import fixture_lines, wait_for  # noqa: E402
+from tests.tui.helpers import fixture_lines, settle, wait_for  # noqa: E402
 from tests.tui.logs import SITE, LogBuilder, graph_hash, long_run  # noqa: E402
 from xladev.schema import records as rec  # noqa: E402
 from xladev_tui.app import XladevTUI  # noqa: E402
@@ -32,7 +32,7 @@ def _loaded(records: int = 72):
     async def loaded(pilot) -> None:
         await wait_for(pilot, lambda: pilot.app.shown.records >= records
                        and pilot.app.shown.diagnosis.records >= records)
-        await pilot.pause()
+        await settle(pilot)
     return loaded
 
 
@@ -40,7 +40,7 @@ def _then(records: int, *keys: str):
     async def run_before(pilot) -> None:
         await _loaded(records)(pilot)
         await pilot.press(*keys)
-        await pilot.pause()
+        await settle(pilot)
     return run_before
 
 

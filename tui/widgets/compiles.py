@@ -13,7 +13,7 @@ from textual.widgets.option_list import Option
 
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
-from xladev_tui.views import Alert, RunView
+from xladev_tui.run_view import Alert, RunView
 from xladev_tui.widgets.common import OpenGraph, fit_rows, sync_rows, table_width
 
 MAX_ALERTS_SHOWN = 6

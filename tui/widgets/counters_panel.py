@@ -7,7 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Input, Static
 
 from xladev.schema.units import COUNT, compact_value
-from xladev_tui.views import CounterRow, RunView
+from xladev_tui.run_view import CounterRow, RunView
 from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
 
 SORT_KEYS = ("name", "count", "total", "per step")

@@ -15,7 +15,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from xladev.rules import ERROR, INFO, VERDICT_LABELS, WARNING
-from xladev_tui.views import Diagnosis, FindingView, RunView
+from xladev_tui.run_view import Diagnosis, FindingView, RunView
 from xladev_tui.widgets.common import OpenGraph
 
 SEVERITY_STYLES = {ERROR: "bold white on red", WARNING: "bold black on yellow", INFO: "bold black on cyan"}

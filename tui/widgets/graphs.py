@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns, format_bytes
-from xladev_tui.views import GraphRow, RunView
+from xladev_tui.run_view import GraphRow, RunView
 from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
 
 COLUMNS = ("Graph", "Nodes", "In/Out", "Compile", "Runs", "Site")

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from xladev.schema.units import compact_time_ns
-from xladev_tui.views import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
+from xladev_tui.run_view import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
 
 # How often the compile line's elapsed time is redrawn, in seconds (no record arrives while XLA compiles).
 TICK = 0.2

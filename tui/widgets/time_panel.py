@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from xladev.schema.units import compact_time_ns
-from xladev_tui.views import RunView, TimeView
+from xladev_tui.run_view import RunView, TimeView
 
 
 class TimePanel(Vertical):

@@ -8,7 +8,7 @@ from textual.widgets import DataTable, Static
 
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes
-from xladev_tui.views import RunView
+from xladev_tui.run_view import RunView
 from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
 
 TRANSFER_COLUMNS = ("Kind", "User line", "Count", "Per step", "Bytes", "Last step")
