@@ -3,7 +3,8 @@
 The reader thread applies every item a source returns to a `RunModel` and posts a snapshot at
 most every `refresh_interval` seconds (100 ms), and never more than one at a time: at thousands of
 records a second the screen is redrawn ten times a second from the latest state, so the lag
-between a record written and a record shown stays bounded.
+between a record written and a record shown stays bounded. The same thread recomputes the report's
+findings at most once a second (`RunModel.update_diagnosis`).
 """
 
 from __future__ import annotations
@@ -182,7 +183,6 @@ class XladevTUI(App):
             self.source.start()
         except Exception as exc:  # a source that cannot start is a state, not a crash
             self.model.set_state(ERROR, f"cannot start {self.source.label}: {exc}")
-
         last_post = 0.0
         model = self.model
         while not self._stop.is_set():

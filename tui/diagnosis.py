@@ -20,8 +20,9 @@ Both run in the one thread that feeds the replay (the reader thread), never conc
 
 The report's modules (and pandas: half a second to more than a second) are imported in a thread of
 their own (`prepare_in_background`, which the app calls when it starts) or else at the first
-record; records fed meanwhile wait in a list, so the screen comes up at once and the model never
-stops for the import.
+record; records fed meanwhile wait in a queue and catch up a slice per reader pass, so the screen
+comes up at once and the model never stops for long. If the report cannot be imported at all, the
+TUI shows everything else and says why there are no findings.
 """
 
 from __future__ import annotations
@@ -62,13 +63,14 @@ class LiveDiagnosis:
         self.site_of: dict[str, str] = {}
         self.last_recompile_at: dict[str, str] = {}
         self._importing: threading.Thread | None = None
+        self.broken = ""  # why the report's modules cannot be used, when they cannot
         self._pending: collections.deque = collections.deque()  # (lineno, record) fed during the import
 
     def prepare(self) -> None:
         """Imports the report's reader and rules (and pandas), starts the replay and feeds it every
         record that waited, now."""
-        self._start()
-        self._catch_up(len(self._pending))
+        if self._start():
+            self._catch_up(len(self._pending))
 
     def prepare_in_background(self) -> None:
         """Imports the report's modules in a thread of their own. Records fed meanwhile wait, and
@@ -78,9 +80,21 @@ class LiveDiagnosis:
         self._importing = threading.Thread(target=_import_report, name="xladev-tui-import", daemon=True)
         self._importing.start()
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Starts the replay; False (and a note saying why) when the report cannot be imported."""
         if self._replay is not None:
-            return
+            return True
+        if self.broken:
+            return False
+        try:
+            return self._start_replay()
+        except Exception as exc:  # e.g. pandas missing: no findings, the rest of the UI works
+            self.broken = f"no findings: the report cannot be imported ({type(exc).__name__}: {exc})"
+            self.current = Diagnosis("", (), None, 0, self.broken)
+            self._pending.clear()
+            return False
+
+    def _start_replay(self) -> bool:
         from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
         from xladev.report.loader import report_from_sources
         from xladev.report.model import SourceResult
@@ -88,6 +102,7 @@ class LiveDiagnosis:
         self._diagnose = report_from_sources
         self._source = SourceResult(path=self.name, name=self.name, input_kind=KIND_NAME)
         self._replay = EventLogReplay(self._source)
+        return True
 
     def catch_up(self, limit: int = CATCH_UP) -> bool:
         """Feeds the replay at most `limit` of the records that waited for the import.
@@ -98,7 +113,8 @@ class LiveDiagnosis:
         if self._replay is None:
             if self._importing is not None and self._importing.is_alive():
                 return False
-            self._start()
+            if not self._start():
+                return True  # nothing will ever be diagnosed: nothing waits
         return self._catch_up(limit)
 
     def _catch_up(self, limit: int) -> bool:
@@ -114,10 +130,12 @@ class LiveDiagnosis:
 
     def feed(self, lineno: int, record: rec.Record) -> None:
         """One record, read at line `lineno` of the log (1-based, blank lines counted)."""
+        if self.broken:
+            return
         self.lines = lineno
         self.fed += 1
-        if self._replay is None and self._importing is None:
-            self._start()  # no import under way: import here
+        if self._replay is None and self._importing is None and not self._start():  # import here
+            return
         if self._replay is None or self._pending:  # the import is under way, or records wait: in order
             self._pending.append((lineno, record))
             return
@@ -144,7 +162,8 @@ class LiveDiagnosis:
           after the header) it says so in `note`; when its rules fail, the previous findings stay
           and `note` says why.
         """
-        if not self.fed:
+        if not self.fed or self.broken:
+            self.computed_for = self.fed  # nothing more to do until more records come
             return self.current
         if self._importing is None:
             self.prepare()
@@ -205,8 +224,11 @@ class LiveDiagnosis:
 
 
 def _import_report() -> None:
-    import xladev.report.eventlog_input  # noqa: F401
-    import xladev.report.loader  # noqa: F401
+    try:
+        import xladev.report.eventlog_input  # noqa: F401
+        import xladev.report.loader  # noqa: F401
+    except Exception:  # the reader thread imports again, and says why it cannot
+        pass
 
 
 def _time_view(breakdown) -> TimeView | None:

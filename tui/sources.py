@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable, Iterable, Protocol
 
-from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, FINISHED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
+from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
 from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
 from xladev_tui.job_output import OutputReader, OutputWriter, output_path
 

@@ -181,3 +181,14 @@ def test_the_model_needs_no_textual(long_log):
             "sys.exit(1 if 'textual' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code, long_log], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_without_the_report_the_rest_still_works(long_log):
+    # pandas missing (None in sys.modules makes its import fail): no findings, and a note saying why.
+    code = ("import sys; sys.modules['pandas'] = None; import xladev_tui.run_model as m; "
+            "model = m.model_from_lines(open(sys.argv[1]).read().splitlines()); "
+            "snap = model.snapshot(); print(snap.steps, snap.diagnosis.note); "
+            "assert not model.update_diagnosis(force=True)")
+    result = subprocess.run([sys.executable, "-c", code, long_log], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("24 no findings: the report cannot be imported (ModuleNotFoundError")
