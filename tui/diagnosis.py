@@ -31,6 +31,7 @@ import collections
 import threading
 import time
 
+from xladev import rules
 from xladev.schema import records as rec
 from xladev_tui.run_view import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
 
@@ -184,6 +185,7 @@ class LiveDiagnosis:
             report = self._diagnose([source])
             findings = tuple(self._view(f) for f in report.findings)
             verdict = report.verdict()
+            headline = rules.headline(verdict, report.findings)
             time_view = _time_view(source.time)
         except UnreadableInputError:
             self.current = Diagnosis("", (), None, self.fed, "nothing to diagnose yet: no event after the log's header",
@@ -199,7 +201,7 @@ class LiveDiagnosis:
             if live_series is not None:
                 source.series = live_series
                 source.snapshots = 0
-        self.current = Diagnosis(verdict, findings, time_view, self.fed, "", time.perf_counter() - started)
+        self.current = Diagnosis(verdict, findings, time_view, self.fed, "", time.perf_counter() - started, headline)
         return self.current
 
     def _view(self, finding) -> FindingView:

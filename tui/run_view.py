@@ -217,6 +217,7 @@ class Diagnosis:
       records: the log records it covers.
       note: why there is no diagnosis yet, or why the latest one failed ("" otherwise).
       seconds: how long computing it took.
+      headline: the report's sentence for it (`xladev.rules.headline`).
     """
 
     verdict: str
@@ -225,6 +226,7 @@ class Diagnosis:
     records: int
     note: str = ""
     seconds: float = 0.0
+    headline: str = ""
 
 
 NO_DIAGNOSIS = Diagnosis("", (), None, 0, "no events yet")

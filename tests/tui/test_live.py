@@ -39,8 +39,8 @@ async def test_findings_panel_shows_the_reports_verdict_findings_costs_and_fixes
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, _done(app, records))
         await pilot.pause()
-        assert "ERROR" in _text(app, "#verdict") and f"3 problems, 1 note, from {records} records" in \
-            _text(app, "#verdict")
+        assert "ERROR" in _text(app, "#verdict") and f"3 problems found. Most important: 1 graph failed to compile. ({records} records)" in \
+            _text(app, "#verdict")  # the report's own headline
         entries = [" ".join(text.split()) for text in option_texts(app, "#findings")]
         assert len(entries) == len(report.findings)
         for entry, finding in zip(entries, report.findings):  # in the report's order, with its words

@@ -80,12 +80,7 @@ def verdict_text(diagnosis: Diagnosis) -> Text:
         return text
     text.append(f" {VERDICT_LABELS.get(diagnosis.verdict, diagnosis.verdict.upper())} ",
                 style=VERDICT_STYLES.get(diagnosis.verdict, "bold"))
-    problems = sum(f.severity in (WARNING, ERROR) for f in diagnosis.findings)
-    notes = sum(f.severity == INFO and f.rule != "healthy" for f in diagnosis.findings)
-    counts = [f"{problems} problem{'' if problems == 1 else 's'}" if problems else "no problem"]
-    if notes:
-        counts.append(f"{notes} note{'' if notes == 1 else 's'}")
-    text.append(f" {', '.join(counts)}, from {diagnosis.records:,} records")
+    text.append(f" {diagnosis.headline} ({diagnosis.records:,} records)")
     if diagnosis.note:
         text.append(f"\n{diagnosis.note}", style="italic red")
     return text

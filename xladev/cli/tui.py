@@ -14,9 +14,13 @@ import os
 import sys
 
 EPILOG = """\
-keys: 1-4 switch views (overview, counters, graphs, log), / filter counters, s sort them,
-p pause the display, Enter on a graph opens its IR, q quit (asks first when it would stop a job
-the UI started).
+keys: 1-4 switch views (overview, counters, graphs, log) from any view, / filter counters, s sort
+them, p pause the display, Enter on a graph opens its IR, Enter on a finding or an alert opens its
+graph, q quit (asks first when it would stop a job the UI started).
+
+The overview leads with the findings of `xladev report` (the same rules, on the log so far) and
+where the time went; a line says which graph is compiling and for how long. The output of a job the
+UI started is kept beside its event log (<log>.stdout) and shown again in a replay.
 
 examples:
   xladev tui -- python train.py --steps 50
@@ -88,7 +92,11 @@ def run(args: argparse.Namespace) -> int:
     code = app.run()
     log_path = getattr(source, "log_path", None)
     if log_path and os.path.exists(log_path):
-        print(f"xladev tui: the event log is kept at {log_path} (xladev report {log_path})", file=sys.stderr)
+        from xladev_tui.job_output import output_path
+
+        kept = output_path(log_path)
+        output = f"; the job's output at {kept}" if os.path.exists(kept) else ""
+        print(f"xladev tui: the event log is kept at {log_path} (xladev report {log_path}){output}", file=sys.stderr)
     if source.owns_child:
         exit_code = getattr(source, "exit_code", None)
         return exit_code if isinstance(exit_code, int) and exit_code >= 0 else 0

@@ -90,18 +90,6 @@ def _count(value: float) -> str:
     return f"{int(value):,}" if value == value else "-"
 
 
-def _headline(verdict: str, findings: list[rules.Finding]) -> str:
-    problems = [f for f in findings if f.rule != "healthy"]
-    if verdict == "healthy":
-        healthy = next((f for f in findings if f.rule == "healthy"), None)
-        return healthy.title if healthy else "No problem found."
-    serious = [f for f in problems if f.severity != rules.INFO]
-    if not serious:
-        undetermined = next((f for f in problems if f.rule == "not-enough-evidence"), None)
-        return undetermined.title if undetermined else "No problem found; notes below."
-    return f"{len(serious)} problem{'s' if len(serious) > 1 else ''} found. Most important: {serious[0].title}."
-
-
 def _summary(report) -> list[tuple[str, str]]:
     inputs = [f"{source.name} ({'; '.join(source.describe_kinds())})" for source in report.sources]
     summary = [("Input" if len(inputs) == 1 else "Inputs", "; ".join(inputs))]
@@ -294,5 +282,5 @@ def report_document(report) -> Document:
         if report.warning_count > len(shown):
             shown.append(f"… {report.warning_count - len(shown)} more (see --format json)")
         sections.append(Section("Parse warnings", [shown]))
-    return Document(f"xladev report: {report.name}", verdict, _headline(verdict, findings), _summary(report),
+    return Document(f"xladev report: {report.name}", verdict, rules.headline(verdict, findings), _summary(report),
                     findings, sections)

@@ -237,8 +237,9 @@ class EventLogReplay:
                                                        "last record"))
         self.source.time = wall_time.TimeBreakdown(parts=parts, wall_ns=float(wall) if wall else None,
                                                    steps=self.steps, exact=True, basis=basis,
-                                                   step_times=self.step_times)
-        self.source.compile_ns_by_step = self.compile_ns_by_step
+                                                   step_times=list(self.step_times))
+        # Copies: a live reader (the TUI) calls finish() on a log that keeps growing.
+        self.source.compile_ns_by_step = list(self.compile_ns_by_step)
         self.source.fallback_transfer_ns = self.fallback_transfer_ns
 
 

@@ -18,6 +18,7 @@ Everything public is importable from `xladev.rules` itself.
 from __future__ import annotations
 
 from xladev.rules.finding_model import (  # noqa: F401
+    headline,
     CACHE_MISS_PER_STEP, COMPILE_FREQUENCY_RATIO, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS,
     FALLBACK_PER_STEP_WARNING, Finding, GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO,
     ITEM_COUNTER, PENDING_OPS_STEP_FACTOR, PENDING_OPS_WARNING, PROFILER_PREFIX, SEVERITIES,

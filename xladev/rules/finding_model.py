@@ -91,6 +91,19 @@ class Finding:
         return dataclasses.asdict(self)
 
 
+def headline(verdict: str, findings: list[Finding]) -> str:
+    """The one sentence a report (and the TUI) leads with: the verdict's reason or the most important problem."""
+    problems = [f for f in findings if f.rule != "healthy"]
+    if verdict == "healthy":
+        healthy = next((f for f in findings if f.rule == "healthy"), None)
+        return healthy.title if healthy else "No problem found."
+    serious = [f for f in problems if f.severity != INFO]
+    if not serious:
+        undetermined = next((f for f in problems if f.rule == "not-enough-evidence"), None)
+        return undetermined.title if undetermined else "No problem found; notes below."
+    return f"{len(serious)} problem{'s' if len(serious) > 1 else ''} found. Most important: {serious[0].title}."
+
+
 def _per_step(count: float, steps: int) -> float:
     return count / steps if steps > 0 else float(count)
 
