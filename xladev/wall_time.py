@@ -249,6 +249,7 @@ class CostFacts:
       compile_ns_after_warmup: compile time after warm-up, None when unknown.
       persistent_cache_hits: compiles served by the persistent cache (0 when none or unknown).
       fallback_transfer_ns: transfer time spent moving CPU fallback operands, when measured.
+      fallback_ns_by_op: CPU kernel time per fallback op (``aten::op.overload``), when measured.
     """
 
     breakdown: TimeBreakdown
@@ -257,6 +258,7 @@ class CostFacts:
     compile_ns_after_warmup: float | None = None
     persistent_cache_hits: int = 0
     fallback_transfer_ns: float = 0.0
+    fallback_ns_by_op: dict = dataclasses.field(default_factory=dict)
 
     def part(self, name: str) -> float | None:
         return self.breakdown.parts.get(name)
@@ -296,11 +298,15 @@ def _prices(finding, facts: CostFacts) -> tuple[float | None, str]:
     if rule == "host-transfers":
         cost = facts.part("from_device")
         return cost, ("reading values once per epoch (or in a step closure) " + _saves(cost)) if cost else ""
-    if rule == "cpu-fallback":
+    if rule == "cpu-fallback":  # one finding per op: its own kernel time, and its share of the copies
         fallback = facts.part("fallback")
-        if fallback is None:
+        if not fallback:
             return None, ""
-        cost = fallback + facts.fallback_transfer_ns
+        own = sum(ns for op, ns in facts.fallback_ns_by_op.items() if op.split(".")[0] == finding.subject.split(".")[0])
+        if facts.fallback_ns_by_op and not own:
+            return None, ""
+        share = own / fallback if own else 1.0
+        cost = share * (fallback + facts.fallback_transfer_ns)
         return cost, "lowered ops run inside the graph: " + _saves(cost)
     if rule in ("slow-compile", "compile-time"):
         cost = facts.part("compile")

@@ -144,3 +144,16 @@ def test_a_debug_log_without_times_says_so(tmp_path):
     from xladev.report.document import report_document
     section = next(s for s in report_document(report).sections if s.title == "Where the time went")
     assert "no times" in section.items[0]
+
+
+def test_each_cpu_fallback_finding_costs_its_own_ops_time(tmp_path):
+    lines = [rec.Header(command="train.py")]
+    for step in range(12):
+        lines.append(rec.Fallback(step * 100 * MS, step, op="aten::nonzero", cpu_ns=30 * MS))
+        lines.append(rec.Fallback(step * 100 * MS, step, op="aten::median.dim", cpu_ns=10 * MS))
+        lines.append(rec.Step((step + 1) * 100 * MS, step, interval_ns=100 * MS))
+    lines.append(rec.End(1200 * MS, steps=12))
+    path = tmp_path / "fallbacks.jsonl"
+    path.write_text("\n".join(rec.dumps(r) for r in lines) + "\n")
+    costs = {f.subject: f.cost_ns for f in load(str(path)).findings if f.rule == "cpu-fallback"}
+    assert costs == {"aten::nonzero": 12 * 30 * MS, "aten::median.dim": 12 * 10 * MS}

@@ -86,6 +86,7 @@ class EventLogReplay:
         self.end_t: int | None = None
         self.compile_ns_by_step: list[tuple[int, int]] = []  # (step, compile_ns)
         self.fallback_transfer_ns = 0.0
+        self.fallback_ns_by_op: dict[str, int] = {}
 
     # ------------------------------------------------------------ records
     def feed(self, lineno: int, record: rec.Record) -> None:
@@ -166,6 +167,8 @@ class EventLogReplay:
 
     def _on_fallback(self, record: rec.Fallback) -> None:
         self._spent("fallback", record.cpu_ns)
+        if record.cpu_ns > 0:
+            self.fallback_ns_by_op[record.op] = self.fallback_ns_by_op.get(record.op, 0) + record.cpu_ns
         self.source.debug.not_lowered_ops.add(record.op)
         key = (record.op, record.site or "")
         self._fallback_sites[key] = self._fallback_sites.get(key, 0) + 1
@@ -241,6 +244,7 @@ class EventLogReplay:
         # Copies: a live reader (the TUI) calls finish() on a log that keeps growing.
         self.source.compile_ns_by_step = list(self.compile_ns_by_step)
         self.source.fallback_transfer_ns = self.fallback_transfer_ns
+        self.source.fallback_ns_by_op = dict(self.fallback_ns_by_op)
 
 
 _HANDLERS = {

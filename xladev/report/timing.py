@@ -99,6 +99,8 @@ def cost_facts(facts: RunFacts | None, sources: list[SourceResult],
             out.compile_ns_after_warmup = max(0.0, final.get("compile_time_ns", 0.0)
                                               - at_warmup.get("compile_time_ns", 0.0))
     for source in sources:
+        if source.fallback_ns_by_op:
+            out.fallback_ns_by_op = dict(source.fallback_ns_by_op)
         if source.final is not None:
             out.persistent_cache_hits = max(out.persistent_cache_hits,
                                             int(source.final.counters.get("PersistentCacheHit", 0)))
