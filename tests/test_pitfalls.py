@@ -56,7 +56,7 @@ def test_pitfall_and_its_fix(name, check, finding, tmp_path):
 
 def test_persistent_cache_advice_is_followed_by_a_run_that_needs_none(tmp_path):
     """The persistent-cache advice is given when compiling dominates and the cache is off, and a restart
-    with the cache on compiles faster and is not advised again."""
+    with the cache on loads every graph from it and is not advised again."""
     cache = {"XLADEV_COMPILATION_CACHE": str(tmp_path / "cache")}
     _run("dynamic_shapes", "--fixed", log=tmp_path / "first.jsonl", env=cache)
     _run("dynamic_shapes", "--fixed", log=tmp_path / "again.jsonl", env=cache)
@@ -67,6 +67,7 @@ def test_persistent_cache_advice_is_followed_by_a_run_that_needs_none(tmp_path):
         advised = "compile-time" in {f.rule for f in report.findings}
         assert advised == wall_time.compile_dominates(breakdown, hits), (breakdown.parts, hits)
     assert first.sources[0].final.counters.get("PersistentCacheMiss", 0) >= 1
-    assert again.sources[0].final.counters.get("PersistentCacheHit", 0) >= 1
+    # Every graph of the restart came from the cache (no timing compared: that is a benchmark's job).
+    counters = again.sources[0].final.counters
+    assert counters.get("PersistentCacheHit", 0) >= 1 and counters.get("PersistentCacheMiss", 0) == 0
     assert "compile-time" not in {f.rule for f in again.findings}
-    assert again.sources[0].time.parts["compile"] < first.sources[0].time.parts["compile"]
