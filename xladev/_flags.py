@@ -227,6 +227,8 @@ _DEFINITIONS = [
     Flag("no_special_scalars", "XLA_NO_SPECIAL_SCALARS", _parse_bool, False,
          "feed 0 and 1 as graph inputs too, instead of baking them in as constants"),
     Flag("eager_debug_mode", "XLA_USE_EAGER_DEBUG_MODE", _parse_bool, False, "run every op as soon as it is recorded"),
+    Flag("allow_execution", "XLADEV_ALLOW_EXECUTION", _parse_bool, True,
+         "0: any graph execution raises, naming its cause and line (PyTorch/XLA's _set_allow_execution(False))"),
     Flag("sync_execution", "XLADEV_SYNC_EXECUTION", _parse_bool, False,
          "wait for each graph to finish inside the barrier instead of overlapping it with the next step"),
     Flag("graph_growth_warning", "XLADEV_GRAPH_GROWTH_WARNING", _parse_int, 50_000,

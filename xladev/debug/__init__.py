@@ -2,12 +2,14 @@
 
 - `xladev.debug.metrics` (import as `met`): counters and metrics.
 - `assert_no_recompiles(after_step=N)`: fail fast, with the cause, when a warmed-up loop recompiles.
+- `allow_execution(False)`: fail fast, with the cause and the line, when any graph would run.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from xladev._flags import config
 from xladev.events import GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
 from xladev.schema.records import recompilation_lines
 from xladev.schema.sites import short_site, site_of
@@ -110,6 +112,36 @@ def get_tensors_dot(tensors) -> str:
     return graph_to_dot(graph_of(tensors))
 
 
+class allow_execution:
+    """Allows or forbids graph executions: forbidden, any execution raises `ExecutionNotAllowedError`
+    naming its cause and the user's line (PyTorch/XLA's ``torch_xla._XLAC._set_allow_execution``).
+
+    A call sets it until changed; a ``with`` block restores the previous setting on exit:
+
+        with xladev.debug.allow_execution(False):
+            logits = model(x)          # tracing only: a hidden .item() or print(tensor) raises here
+        xladev.mark_step()
+
+    The flag is ``XLADEV_ALLOW_EXECUTION`` (``xladev.config.allow_execution``).
+
+    Args:
+      allowed: False to make every execution raise.
+    """
+
+    def __init__(self, allowed: bool) -> None:
+        self._config = config
+        self._previous = config.allow_execution
+        config.update("allow_execution", bool(allowed))
+
+    def __enter__(self) -> "allow_execution":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._config.update("allow_execution", self._previous)
+        return False
+
+
+__all__ += ["allow_execution"]
 __all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot"]
 
 

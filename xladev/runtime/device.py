@@ -111,12 +111,29 @@ def _copy_from(src, dst, non_blocking=False):
     return copy_into(dst, src)
 
 
+_meta_warmed = False
+
+
+def _warm_meta_kernels() -> None:
+    """Runs one op on the meta device, once.
+
+    torch imports its meta-kernel machinery (about a second: `torch._dynamo`) on the first meta op. The
+    runtime infers every recorded op's shape on the meta device, so without this the first op a user
+    records would carry that start-up in its `LazyTracing` sample.
+    """
+    global _meta_warmed
+    if not _meta_warmed:
+        _meta_warmed = True
+        torch.empty(1, device="meta") + 1
+
+
 def device(n: int | None = None) -> torch.device:
     """The torch device `xla:n` (`xla:0` when n is None).
 
     Raises:
       ValueError: n is not a valid device index.
     """
+    _warm_meta_kernels()
     return torch_device(0 if n is None else check_index(int(n)))
 
 

@@ -23,9 +23,17 @@ from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import pending, pending_storages
+from xladev.schema.sites import short_site, site_of
 
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
 lock = threading.RLock()
+
+
+class ExecutionNotAllowedError(RuntimeError):
+    """A graph was about to run while executions are disallowed (`xladev.debug.allow_execution(False)`).
+
+    The message names the cause of the execution and the user's line that asked for it.
+    """
 
 
 class XlaExecutionError(RuntimeError):
@@ -76,6 +84,8 @@ class Execution:
           XlaExecutionError: it failed while running (or an earlier dispatched graph did).
         """
         fork_guard.check()
+        if not config.allow_execution:
+            _refuse(cause, frames)
         with lock:
             self.in_flight.settle()
             self.flush_ops()
@@ -137,7 +147,14 @@ class Execution:
 
     def flush_ops(self) -> None:
         """Publishes the ops recorded since the last graph (OpsRecorded)."""
-        counts, ns, samples = recorder.drain()
+        self._publish_ops(*recorder.drain())
+
+    def publish_recorded_ops(self) -> None:
+        """Publishes the ops recorded so far in the pending graph, which stays pending: PyTorch/XLA counts
+        an op (`xla::add`, `LazyTracing`) as it is recorded, so a report in mid-step shows it."""
+        self._publish_ops(*recorder.take_counts())
+
+    def _publish_ops(self, counts: dict, ns: int, samples: list) -> None:
         if counts and bus.active:
             bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples))
 
@@ -186,6 +203,15 @@ class Execution:
         with lock:
             self.in_flight.forget()
             self.scalars.clear()
+
+
+def _refuse(cause: Cause, frames) -> None:
+    site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
+    what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
+    raise ExecutionNotAllowedError(
+        f"a graph was about to run at {site} ({what}) while executions are disallowed by "
+        "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0): keep the tensor on the device "
+        "there, or allow executions around this code")
 
 
 def _device_index_of(graph: Graph) -> int:

@@ -113,9 +113,18 @@ class Recorder:
             self.pending_ops = 0
             self.stepped_optimizers.clear()
             self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
-            counts, self.counts = self.counts, {}
-            ns, self.tracing_ns = self.tracing_ns, 0
-            samples, self.tracing_samples = self.tracing_samples, []
+            return self._take_counts()
+
+    def take_counts(self) -> tuple[dict[str, int], int, list[int]]:
+        """Like `drain`, but the pending graph stays as it is (its size still counts towards the growth
+        warning): for a metrics query in the middle of a step, which must see the ops recorded so far."""
+        with self.lock:
+            return self._take_counts()
+
+    def _take_counts(self) -> tuple[dict[str, int], int, list[int]]:
+        counts, self.counts = self.counts, {}
+        ns, self.tracing_ns = self.tracing_ns, 0
+        samples, self.tracing_samples = self.tracing_samples, []
         return counts, ns, samples
 
     def push_scope(self, name: str) -> None:
