@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("xladev.cli.diff", "compare graphs from XLA_SAVE_TENSORS_FILE dumps"),
     "capture": ("xladev.cli.capture", "capture profiles from a profiler server (xp.start_server) for TensorBoard"),
     "doctor": ("xladev.cli.doctor", "check the profiling stack: versions, duplicate plugins, a real capture"),
+    "run": ("xladev.cli.run", "run an unchanged PyTorch/XLA script on xladev (torch_xla alias)"),
 }
 
 

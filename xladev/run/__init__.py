@@ -1,0 +1,1 @@
+"""`python -m xladev.run SCRIPT [ARGS...]`: `xladev run` without the launcher (see `xladev.cli.run`)."""

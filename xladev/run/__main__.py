@@ -1,0 +1,7 @@
+"""Entry point of `python -m xladev.run`."""
+
+import sys
+
+from xladev.cli.run import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""`torch_xla` on xladev: PyTorch/XLA's top-level API as renames of, and thin adapters onto, xladev's.
+
+This package exists only inside `xladev run script.py` (and `python -m xladev.run`), which puts its folder
+on `sys.path`, so that a PyTorch/XLA training script runs unchanged on xladev's `xla` device. It holds no
+runtime of its own: every call lands in `xladev`. A torch_xla name the alias lacks raises an error naming it
+and saying what to use instead (docs/compat.md lists both).
+
+Like PyTorch/XLA, importing it registers the `xla` device with torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+import xladev
+from xladev import device as _xladev_device  # starts xladev's runtime: `device='xla'` works after `import torch_xla`
+
+from torch_xla import _xladev
+
+_xladev.install_finder()
+
+# torch_xla releases follow torch's version; the local part says this is xladev's alias, not PyTorch/XLA.
+__version__ = f"{torch.__version__.split('+')[0]}+xladev.{xladev.__version__}"
+
+
+def device(index: int | None = None) -> torch.device:
+    """The xla device `xla:index` (`xla:0` when None): `xladev.device`.
+
+    Raises:
+      ValueError: this process has no such device.
+    """
+    return _xladev_device(index)
+
+
+def devices() -> list[torch.device]:
+    """Every xla device of this process: `xladev.devices`."""
+    return xladev.devices()
+
+
+def device_count() -> int:
+    """The number of xla devices of this process: `xladev.device_count`."""
+    return xladev.device_count()
+
+
+def sync(wait: bool = False, reset_scope: bool = True) -> None:
+    """Ends the step: compiles (or reuses) and starts the pending graph; `xladev.sync`.
+
+    Args:
+      wait: block until the graph has run.
+      reset_scope: accepted for PyTorch/XLA's signature; xladev has no IR scope to reset.
+    """
+    xladev.sync(wait=wait)
+
+
+class _CompiledRegion(contextlib.ContextDecorator):
+    """What `torch_xla.compile()` and `torch_xla.step()` return: a context manager and a decorator.
+
+    As in PyTorch/XLA, entering syncs what was pending before the region, so the region's ops form their own
+    graph, and leaving normally syncs the region. A region that raises leaves its ops pending (no barrier
+    on a half-recorded step, as with xladev's StepTrace).
+    """
+
+    def __enter__(self) -> "_CompiledRegion":
+        xladev.sync()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            xladev.sync()
+        return False
+
+
+def compile(f: Callable | None = None, full_graph: bool | None = False, name: str | None = None,
+            max_different_graphs: int | None = None, custom_compile_options: dict[str, Any] | None = None):
+    """Runs `f` (or the `with` block) as one graph: a sync before it and one after.
+
+    Args:
+      f: the function to wrap; None returns a context manager (also usable as a decorator).
+      full_graph, name, max_different_graphs, custom_compile_options: accepted for PyTorch/XLA's signature;
+        xladev neither enforces a single graph or a graph count nor names graphs (see docs/compat.md).
+
+    Returns:
+      The wrapped function, or the context manager when `f` is None.
+    """
+    region = _CompiledRegion()
+    return region if f is None else region(f)  # ContextDecorator keeps f's name and docstring
+
+
+def step() -> _CompiledRegion:
+    """`with torch_xla.step():` marks a training step: syncs before the block and after it.
+
+    Returns:
+      The context manager of `compile()`.
+    """
+    return compile()
+
+
+def manual_seed(seed: int, device: torch.device | None = None) -> None:
+    """Seeds the device RNG: `xladev.manual_seed`."""
+    xladev.manual_seed(seed, device)
+
+
+def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_single_process: bool = False):
+    """Runs `fn(0, *args)` in this process, as `xmp.spawn` does under xladev (one process, one replica).
+
+    Args:
+      fn: the per-process function; its first argument is the process index.
+      args: the rest of its arguments.
+      start_method, debug_single_process: accepted for PyTorch/XLA's signature; there is no process to start.
+
+    Returns:
+      What `fn` returned.
+    """
+    from torch_xla.distributed import xla_multiprocessing
+
+    return xla_multiprocessing.spawn(fn, args=args, nprocs=1 if debug_single_process else None,
+                                     start_method=start_method)
+
+
+# PyTorch/XLA imports these with the package; here they load on first use.
+__getattr__ = _xladev.module_getattr(__name__, submodules=("core", "debug", "distributed", "runtime"))
+
+from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)
+from torch_xla.core import xla_model  # noqa: E402,F401  (binds torch_xla.core.xla_model)

@@ -1,0 +1,166 @@
+"""The alias's own plumbing: which torch_xla names xladev does not provide, and the errors that say so.
+
+Every module of the alias ends with `__getattr__ = module_getattr(__name__, ...)`, and `torch_xla/__init__.py`
+installs `_MissingSubmoduleFinder`, so a name the alias lacks fails with its full dotted name and advice:
+
+    torch_xla.core.xla_model.all_to_all is not supported by xladev: ...
+
+`UNSUPPORTED` is the one table of known names and their advice; a name not in it gets a generic message.
+The errors subclass the built-in ones Python expects at each kind of use (AttributeError for `xm.foo` and
+`hasattr`, ImportError for `from ... import foo`, ModuleNotFoundError for `import torch_xla.foo`), so code
+that probes for a feature behaves as it would with an older torch_xla.
+"""
+
+from __future__ import annotations
+
+import dis
+import importlib
+import sys
+from typing import Callable, Iterable
+
+_DISTRIBUTED = ("xladev runs one process with one replica (world size 1); multi-process and multi-device "
+                "training comes with xladev's distributed work")
+_SPMD = "SPMD sharding needs several devices, and xladev runs one replica on one device"
+_DYNAMO = ("there is no dynamo backend (torch.compile(backend='openxla')); trace lazily and end each step with "
+           "torch_xla.sync() (or xm.mark_step())")
+_CPP = ("PyTorch/XLA's C++ bindings do not exist here; use the public API: torch_xla.sync(), "
+        "torch_xla.debug.metrics, or xladev.debug.get_tensors_text/get_tensors_hlo for graphs")
+
+# Full dotted name -> advice. An entry for a module also covers every name below it.
+UNSUPPORTED: dict[str, str] = {
+    "torch_xla._XLAC": _CPP,
+    "torch_xla._dynamo": _DYNAMO,
+    "torch_xla.core.dynamo_bridge": _DYNAMO,
+    "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
+                      "or cast the model with .to(torch.bfloat16)"),
+    "torch_xla.experimental": "eager mode, scan, pallas kernels and the other experimental APIs are not available",
+    "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
+    "torch_xla.utils": ("torch_xla.utils is not provided; read environment variables with os.environ and build "
+                        "data with torch.utils.data"),
+    "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
+    "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
+    "torch_xla.core.xla_env_vars": "read environment variables with os.environ; xladev's flags are in xladev.config",
+    "torch_xla.distributed.spmd": _SPMD,
+    "torch_xla.distributed.xla_sharding": _SPMD,
+    "torch_xla.distributed.fsdp": "FSDP shards over several replicas; " + _DISTRIBUTED,
+    "torch_xla.distributed.xla_backend": "torch.distributed's 'xla' backend: " + _DISTRIBUTED,
+    "torch_xla.distributed.zero_redundancy_optimizer": _DISTRIBUTED,
+    "torch_xla.runtime.use_spmd": _SPMD,
+    "torch_xla.runtime.get_master_ip": _DISTRIBUTED,
+    "torch_xla.core.xla_model.world_size": "PyTorch/XLA has no xm.world_size; use torch_xla.runtime.world_size()",
+    "torch_xla.core.xla_model.all_to_all": _DISTRIBUTED,
+    "torch_xla.core.xla_model.collective_permute": _DISTRIBUTED,
+    "torch_xla.core.xla_model.collective_broadcast": _DISTRIBUTED,
+    "torch_xla.core.xla_model.send": _DISTRIBUTED,
+    "torch_xla.core.xla_model.recv": _DISTRIBUTED,
+    "torch_xla.core.xla_model.reduce_scatter": _DISTRIBUTED,
+    "torch_xla.core.xla_model.reduce_scatter_bucketized": _DISTRIBUTED,
+    "torch_xla.core.xla_model.all_gather_bucketized": _DISTRIBUTED,
+    "torch_xla.core.xla_model.all_reduce_bucketized_gradients": _DISTRIBUTED,
+    "torch_xla.core.xla_model.set_replication": _DISTRIBUTED,
+    "torch_xla.core.xla_model.xla_replication_devices": _DISTRIBUTED,
+    "torch_xla.core.xla_model.do_on_ordinals": ("there is one ordinal (0): call the function directly, on CPU "
+                                                "copies of its tensors (t.cpu())"),
+    "torch_xla.core.xla_model.RateTracker": ("time the loop with time.perf_counter(), or read "
+                                            "met.metric_data('ExecuteTime')"),
+    "torch_xla.core.xla_model.get_rng_state": "reseed with torch_xla.manual_seed(seed); torch.xla.get_rng_state() "
+                                              "returns the device RNG state as a tensor",
+    "torch_xla.core.xla_model.get_memory_info": "device memory statistics are not available",
+    "torch_xla.core.xla_model.xla_device_kind": "use xm.xla_device_hw(device) (CPU or CUDA)",
+    "torch_xla.core.xla_model.unlazy": "use torch_xla.sync(), which materialises every pending tensor",
+    "torch_xla.core.xla_model.optimization_barrier_": "optimization barriers are not exposed",
+    "torch_xla.core.xla_model.get_stablehlo_bytecode": "use xm.get_stablehlo(tensors) (text)",
+    "torch_xla.core.xla_model.send_cpu_data_to_device": "use tensor.to(torch_xla.device())",
+    "torch_xla.core.xla_model.parse_xla_device": "use torch.device(name).index",
+    "torch_xla.debug.metrics_compare_utils": "compare metrics reports with `xladev report A B`",
+    "torch_xla.debug.profiler.set_tracer_marked_step": ("StepTrace and the loaders mark the step themselves "
+                                                        "under xladev"),
+    "torch_xla.debug.profiler.get_tracer_marked_step": "StepTrace and the loaders mark the step themselves under xladev",
+}
+
+_GENERIC = ("xladev's torch_xla alias does not provide it. The alias covers PyTorch/XLA's everyday single-process "
+            "API (docs/compat.md in xladev lists it); xladev's own API (`import xladev`) may have an equivalent")
+
+
+def message(fullname: str) -> str:
+    """The error text for a torch_xla name the alias does not provide.
+
+    Args:
+      fullname: the dotted name, e.g. `torch_xla.core.xla_model.foo`.
+
+    Returns:
+      One line naming it, with the table's advice (of the name or of its nearest listed parent), or the generic text.
+    """
+    parts = fullname.split(".")
+    for end in range(len(parts), 0, -1):
+        advice = UNSUPPORTED.get(".".join(parts[:end]))
+        if advice is not None:
+            return f"{fullname} is not supported by xladev: {advice}"
+    return f"{fullname} is not available: {_GENERIC}"
+
+
+class UnsupportedAttributeError(AttributeError):
+    """`module.name` for a torch_xla name the alias does not provide (so `hasattr` is False)."""
+
+
+class UnsupportedImportError(ImportError):
+    """`from torch_xla... import name` for a name the alias does not provide."""
+
+
+class UnsupportedModuleError(ModuleNotFoundError):
+    """`import torch_xla.x` for a module the alias does not provide."""
+
+
+def _called_by_import_from() -> bool:
+    # Python turns an AttributeError raised during `from m import name` into its own ImportError and drops
+    # the message, so that case raises an ImportError directly. The frame two levels up is the one running
+    # the statement: `__getattr__` is called from C, straight from its IMPORT_FROM instruction.
+    try:
+        frame = sys._getframe(2)
+        return dis.opname[frame.f_code.co_code[frame.f_lasti]] == "IMPORT_FROM"
+    except (AttributeError, IndexError, ValueError):  # another interpreter: fall back to AttributeError
+        return False
+
+
+def module_getattr(module_name: str, submodules: Iterable[str] = ()) -> Callable[[str], object]:
+    """The `__getattr__` of an alias module: imports its listed submodules on first use, refuses the rest.
+
+    Args:
+      module_name: the module's `__name__`.
+      submodules: names of the alias's own submodules of a package, imported when first accessed.
+
+    Returns:
+      A function for the module's `__getattr__`.
+    """
+    lazy = frozenset(submodules)
+
+    def __getattr__(name: str):
+        if name in lazy:
+            return importlib.import_module(f"{module_name}.{name}")
+        if name.startswith("__") and name.endswith("__"):
+            # Dunder probes (`__path__`, `__file__`, `__wrapped__`...) by tools are not user names.
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        text = message(f"{module_name}.{name}")
+        if _called_by_import_from():
+            raise UnsupportedImportError(text, name=module_name)
+        raise UnsupportedAttributeError(text, name=name, obj=sys.modules.get(module_name))
+
+    return __getattr__
+
+
+class _MissingSubmoduleFinder:
+    """The last finder on `sys.meta_path`: a `torch_xla.*` module no other finder found gets the table's message."""
+
+    @staticmethod
+    def find_spec(fullname: str, path=None, target=None):
+        if not fullname.startswith("torch_xla."):
+            return None
+        # `name=fullname` lets `from torch_xla import foo` go on to the package's `__getattr__`, as Python
+        # does for any missing submodule, so the statement raises UnsupportedImportError with the message.
+        raise UnsupportedModuleError(message(fullname), name=fullname)
+
+
+def install_finder() -> None:
+    """Appends the missing-submodule finder to `sys.meta_path` once (at the end: real modules win)."""
+    if not any(isinstance(f, _MissingSubmoduleFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MissingSubmoduleFinder())
