@@ -89,7 +89,7 @@ def test_every_event_kind_is_recorded(training_log):
     uploads = [r for r in records if r["type"] == "transfer" and r["dir"] == "to_device"]
     assert any(r["bytes"] == 9 * 7 * 4 for r in uploads)
     executes = [r for r in records if r["type"] == "execute"]
-    assert all(e["cause"]["kind"] == "USER_MARK_STEP" and e["cause"]["text"] == "user mark_step" for e in executes)
+    assert all(e["cause"]["kind"] == "USER_MARK_STEP" and e["cause"]["text"] == "user torch_xla.sync" for e in executes)
 
 
 def test_recompile_record_says_what_changed(training_log):
@@ -198,7 +198,7 @@ def test_report_reads_the_event_log(training_log, capsys):
     assert source.final.metrics["CompileTime"].total_samples >= 2
     assert len(source.series) == 6 and source.series.last["steps"] == 6
     compiles = [e for e in source.debug.compile_events if e.function == "_train"]
-    assert len(compiles) == 2 and compiles[1].cause == "user mark_step" and not compiles[0].recompilation
+    assert len(compiles) == 2 and compiles[1].cause == "user torch_xla.sync" and not compiles[0].recompilation
     assert any("shape f32[5,7] -> f32[9,7]" in line and line.startswith("- ") for line in compiles[1].recompilation)
     assert compiles[1].sizes["input_bytes"] > 0
     assert source.debug.executions

@@ -15,7 +15,7 @@ FRAME = {"file": "/home/user/projects/speech_recognition_experiments/src/models/
          "name": "forward_with_cache"}
 ITEM_SITE = "/home/user/projects/speech_recognition_experiments/src/training/train_loop.py:88 (log_metrics)"
 FALLBACK_SITE = "/home/user/projects/speech_recognition_experiments/src/data/augment.py:41 (mask_spectrogram)"
-CAUSE = {"kind": "USER_MARK_STEP", "text": "user mark_step", "detail": ""}
+CAUSE = {"kind": "USER_MARK_STEP", "text": "user torch_xla.sync", "detail": ""}
 FAILED_HASH = "deadbeef" * 4
 
 

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 class CauseKind(str, enum.Enum):
     """Why a barrier ran. The set is closed so analysis can rely on it."""
 
-    USER_MARK_STEP = "user mark_step"
-    DEVICE_LOADER = "mark_step in DeviceLoader at step end"
+    # PyTorch/XLA's cause lines (2.9) where it has one.
+    USER_MARK_STEP = "user torch_xla.sync"
+    DEVICE_LOADER = "mark_step in parallel loader at step end"
     STEP_TRACE = "mark_step when exiting a profiler StepTrace region"
     OPTIMIZER_STEP = "mark_step in optimizer_step(barrier=True)"
     VALUE_ACCESS = "value access"

@@ -20,6 +20,7 @@ MAX_PROFILER_KINDS = 100
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
+_XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/analysis/blocks.py)
 _SUMMARY_RUN = "Run: "  # host:pid:start, `xladev.schema.records.run_identity`
 _SUMMARY_TOTALS_RE = re.compile(r"^(\d+) steps, (\d+) compiles, (\d+) device->host transfers$")
 _SUMMARY_SPOT_RE = re.compile(r"^(.+?) at (.+): (\d+) transfers, \S+, ([\d.]+) per step$")
@@ -298,6 +299,8 @@ class DebugLog:
             self._section[prefix] = "frames"
         elif section == "recompilation" and stripped:
             event.recompilation.append(stripped)
+        elif section == "cause" and stripped.startswith(_XLADEV_CAUSE):
+            event.cause = stripped[len(_XLADEV_CAUSE):]  # xladev's exact cause replaces PyTorch/XLA's guess
         elif section == "cause" and stripped:
             event.cause = f"{event.cause}; {stripped}" if event.cause else stripped
         elif section == "graph":

@@ -24,7 +24,7 @@ def mark_step(cause: Cause | None = None, wait: bool = False) -> None:
     for it.
 
     Args:
-      cause: why the barrier runs; `user mark_step` when called by the user.
+      cause: why the barrier runs; `user torch_xla.sync` when called by the user.
       wait: block until the step's graph has finished running.
     """
     step_barrier.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
@@ -82,7 +82,7 @@ class DeviceLoader:
     """Wraps a data loader: copies each batch to the device ahead of use and marks the step per batch.
 
     Like PyTorch/XLA's `MpDeviceLoader`, each `next()` first ends the previous step with a barrier
-    (cause "DeviceLoader at step end"), so the loop needs no explicit `mark_step()`.
+    (cause "mark_step in parallel loader at step end", PyTorch/XLA's words), so the loop needs no explicit `mark_step()`.
 
     Host-side loading runs ahead on a thread named `xladev-loader`. Leaving the loop early (`break`,
     an exception, or dropping the iterator) stops that thread and shuts the loader's iterator down, so

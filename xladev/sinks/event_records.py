@@ -12,7 +12,7 @@ from xladev.events import (
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
-from xladev.sinks.analysis.blocks import cause_text
+from xladev.sinks.analysis.blocks import exact_cause
 
 
 class RecordBuilder:
@@ -136,7 +136,7 @@ class RecordBuilder:
     def _cause(self, cause) -> dict:
         record = self._causes.get(cause)
         if record is None:  # causes repeat every step: build each one's record once
-            record = self._causes[cause] = {"kind": cause.kind.name, "text": cause_text(cause), "detail": cause.detail}
+            record = self._causes[cause] = {"kind": cause.kind.name, "text": exact_cause(cause), "detail": cause.detail}
         return record
 
 

@@ -11,11 +11,23 @@ RULE_DASH = "-" * 80
 DOTS = "." * 10
 
 
+# PyTorch/XLA's line for every sync that is not a barrier: it cannot tell a read from a fallback.
+GUESSED_VALUE_ACCESS = "most likely user code trying to access tensor value before torch_xla.sync"
+XLADEV_CAUSE_PREFIX = "xladev: "
+
+
 def cause_text(cause: Cause) -> str:
-    """The cause line: PyTorch/XLA's wording where it has one, made exact where it guessed."""
+    """The cause line as PyTorch/XLA writes it, so its parsers (the line after "... Cause") read ours."""
+    if cause.kind in (CauseKind.VALUE_ACCESS, CauseKind.FALLBACK):
+        return GUESSED_VALUE_ACCESS
+    return cause.kind.value
+
+
+def exact_cause(cause: Cause) -> str:
+    """What xladev knows of the cause: the access (`.item()`, `print`...) or the fallback op and why."""
     kind = cause.kind
     if kind is CauseKind.VALUE_ACCESS:
-        return f"user code trying to access tensor value before mark_step: {cause.detail}"
+        return f"user code trying to access tensor value before torch_xla.sync: {cause.detail}"
     if kind is CauseKind.FALLBACK:
         return f"CPU fallback op {cause.detail} needs its inputs on the host ({fallback_reasons.reason(cause.detail)})"
     return kind.value
@@ -39,6 +51,8 @@ def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_i
     """A Compilation or Execution Analysis block, with optional extra sections after the cause."""
     p = prefix
     lines = ["", f"{p}{RULE_EQ}", f"{p}{title}", f"{p}  {cause_text(cause)}"]
+    if exact_cause(cause) != cause_text(cause):  # xladev's line after PyTorch/XLA's
+        lines.append(f"{p}  {XLADEV_CAUSE_PREFIX}{exact_cause(cause)}")
     for heading, body in extra:
         lines.append(f"{p}{heading}")
         lines.extend(f"{p}  {line}" for line in body)
