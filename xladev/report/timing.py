@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # Part -> the metrics that time it, newest name first (XRT-era names last).
 _METRIC_PARTS = {
     "tracing": ("LazyTracing",),
-    "compile": ("CompileTime", "XrtCompile"),
-    "execute": ("ExecuteTime", "XrtExecute"),
+    "compile": ("CompileTime", "XrtCompile", "EagerOpCompileTime"),
+    "execute": ("ExecuteTime", "XrtExecute", "EagerOpExecuteTime"),
     "to_device": ("TransferToDeviceTime", "TransferToServerTime"),
     "from_device": ("TransferFromDeviceTime", "TransferFromServerTime"),
 }

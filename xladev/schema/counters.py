@@ -68,15 +68,21 @@ def _ops(rec: r.Ops) -> list[Update]:
     return out
 
 
+# Eager debug mode's one-op graphs are timed as PyTorch/XLA's eager mode times them, not as graphs.
+_EAGER = "EAGER_DEBUG"
+
+
 def _compile(rec: r.Compile) -> tuple[Update, ...]:
-    out = (Update("CompileTime", TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
+    name = "EagerOpCompileTime" if rec.cause.get("kind") == _EAGER else "CompileTime"
+    out = (Update(name, TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
     if rec.persistent_cache_hit is not None:
         out += (_PERSISTENT[bool(rec.persistent_cache_hit)],)
     return out
 
 
 def _execute(rec: r.Execute) -> tuple[Update, ...]:
-    out = (Update("ExecuteTime", TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH)
+    name = "EagerOpExecuteTime" if rec.cause.get("kind") == _EAGER else "ExecuteTime"
+    out = (Update(name, TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH)
     if rec.cached:
         out += (_CACHED_COMPILE,)
     return out + (_count("CreateDataHandles", rec.outputs),) + _CAUSE_SYNCS.get(rec.cause.get("kind"), ())

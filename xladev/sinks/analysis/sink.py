@@ -12,7 +12,7 @@ from xladev import fallback_reasons, rules, wall_time
 from xladev._flags import ConfigError, config
 from xladev.events import (
     CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled,
-    StepMarked, TransferFromDevice, TransferToDevice, bus,
+    StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind,
 )
 from xladev.schema.records import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
@@ -73,6 +73,15 @@ class AnalysisSink(Sink):
     # ---- events ---------------------------------------------------------------------------------
     def on_event(self, event) -> None:
         kind = type(event)
+        cause = getattr(event, "cause", None)
+        if cause is not None and cause.kind is CauseKind.EAGER_DEBUG and kind in (GraphCompiled, GraphExecuted):
+            # Eager debug mode runs each op as its own graph: like PyTorch/XLA's eager mode, no analysis
+            # blocks for them (the times still count, as EagerOpCompileTime/EagerOpExecuteTime).
+            if kind is GraphCompiled:
+                self.history.on_compiled(event)
+            else:
+                self.history.spent("execute", event.execute_ns)
+            return
         if kind is GraphCompiled:
             self._compiled(event)
         elif kind is Recompiled:  # published just before its graph's GraphCompiled
