@@ -257,3 +257,19 @@ def test_invalid_dump_format_is_a_clear_error(tmp_path):
                             env=dict(os.environ, XLA_SAVE_TENSORS_FILE=str(tmp_path / "d"), XLA_SAVE_TENSORS_FMT="png"))
     assert result.returncode != 0 and "XLA_SAVE_TENSORS_FMT='png' is not valid" in result.stderr
     assert "text, dot, hlo, stablehlo" in result.stderr
+
+
+def test_the_dump_file_is_named_per_ordinal_and_found_by_its_plain_name(tmp_path):
+    """XLA_SAVE_TENSORS_FILE=PATH writes PATH.0 as PyTorch/XLA does; `xladev diff --file PATH` reads it."""
+    code = ("import torch, xladev\n"
+            "x = torch.ones(3, device=xladev.device())\n"
+            "for i in range(2):\n"
+            "    x = x * 2\n"
+            "    xladev.mark_step()\n")
+    path = tmp_path / "dump.txt"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, XLA_SAVE_TENSORS_FILE=str(path)))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not path.exists() and (tmp_path / "dump.txt.0").exists()
+    status, out, err = _cli("diff", "--file", str(path))
+    assert status == 0 and "2 records" in out, (out, err)

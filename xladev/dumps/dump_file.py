@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Iterator
 
@@ -62,6 +63,8 @@ def read_records(path: str, warnings: list[str]) -> list[Record]:
     Raises:
       DumpError: the file cannot be read or holds no record.
     """
+    if not os.path.exists(path) and os.path.exists(path + ".0"):
+        path += ".0"  # XLA_SAVE_TENSORS_FILE=PATH writes PATH.<ordinal> (PATH.0 for one process)
     try:
         handle = open(path, encoding="utf-8", errors="replace")
     except OSError as exc:

@@ -24,6 +24,11 @@ def per_rank_path(path: str) -> str:
     return f"{path}.{rank}" if world > 1 else path
 
 
+def ordinal_path(path: str) -> str:
+    """`path.<ordinal>` always, as PyTorch/XLA names its per-device debug files (XLA_SAVE_TENSORS_FILE)."""
+    return f"{path}.{rank_and_world()[0]}"
+
+
 def is_local_rank0() -> bool:
     """True on the process that prints for its machine (LOCAL_RANK, else RANK, is 0 or unset)."""
     local = _env_int("LOCAL_RANK", "RANK")

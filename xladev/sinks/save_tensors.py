@@ -29,6 +29,7 @@ from xladev._flags import ConfigError, config
 from xladev.events import GraphExecuted
 from xladev.schema.sites import shown_frames
 from xladev.sinks._lifecycle import Sink
+from xladev.sinks._ranks import ordinal_path
 
 
 class DumpSink(Sink):
@@ -77,6 +78,7 @@ _sink: DumpSink | None = None
 def start_from_flags() -> DumpSink | None:
     global _sink
     if config.save_tensors_file and _sink is None:
-        _sink = DumpSink(config.save_tensors_file, config.save_tensors_fmt)
+        # PATH.<ordinal>, as PyTorch/XLA writes it (PATH.0 for one process); `xladev diff --file PATH` finds it.
+        _sink = DumpSink(ordinal_path(config.save_tensors_file), config.save_tensors_fmt)
         _sink.start()
     return _sink
