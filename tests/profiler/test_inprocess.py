@@ -169,3 +169,23 @@ def test_env_profile_steps_arms_at_import(tmp_path):
     assert "steps 2-3 profiled" in result.stderr and f"tensorboard --logdir {logdir}" in result.stderr
     events = events_of(files[0])
     assert {int(e["args"]["step"]) for e in events if e["name"] == "xladev.mark_step"} == {2, 3}
+
+
+def test_a_device_loader_skips_its_barrier_after_a_step_trace_marked_the_step():
+    """As PyTorch/XLA's parallel loader: StepTrace's exit ends the step, so each step is one MarkStep."""
+    import xladev.debug.metrics as met
+
+    device = xladev.device()
+    data = [torch.full((2,), float(i)) for i in range(5)]
+    xladev.mark_step()
+    before = met.counter_value("MarkStep") or 0
+    outs = []
+    for i, x in enumerate(xladev.DeviceLoader(data, device)):
+        with xp.StepTrace("train", step_num=i):
+            outs.append(x * 2)
+    assert (met.counter_value("MarkStep") or 0) - before == 5
+    before = met.counter_value("MarkStep")
+    for x in xladev.DeviceLoader(data, device):  # without StepTrace the loader marks each step itself
+        outs.append(x * 2)
+    assert met.counter_value("MarkStep") - before == 5
+    assert [o.cpu()[0].item() for o in outs] == [0.0, 2.0, 4.0, 6.0, 8.0] * 2

@@ -27,9 +27,17 @@ def mark_step(cause: Cause | None = None, wait: bool = False) -> None:
       cause: why the barrier runs; `user torch_xla.sync` when called by the user.
       wait: block until the step's graph has finished running.
     """
-    step_barrier.mark_step(cause or Cause(CauseKind.USER_MARK_STEP))
+    cause = cause or Cause(CauseKind.USER_MARK_STEP)
+    step_barrier.mark_step(cause)
+    global _tracer_marked_step
+    _tracer_marked_step = cause.kind is CauseKind.STEP_TRACE
     if wait:
         execution.settle()
+
+
+# True when the last barrier was a profiler StepTrace's exit: a DeviceLoader then skips its own barrier
+# for that batch, as PyTorch/XLA's parallel loader does, so a step is one MarkStep, not two.
+_tracer_marked_step = False
 
 
 sync = mark_step
@@ -122,8 +130,10 @@ class DeviceLoader:
             first = True
             while True:
                 batch = q.get()
-                if not first:
+                global _tracer_marked_step
+                if not first and not _tracer_marked_step:
                     mark_step(Cause(CauseKind.DEVICE_LOADER))
+                _tracer_marked_step = False
                 first = False
                 if batch is _DONE:
                     if errors:
