@@ -227,3 +227,21 @@ def test_metrics_file_stdout_and_per_rank(tmp_path):
     proc = _run_training(tmp_path, 2, 0, XLA_METRICS_FILE=str(path), RANK="1", WORLD_SIZE="2")
     proc.communicate(timeout=120)
     assert (tmp_path / "m.txt.1").exists() and not path.exists()
+
+
+def test_every_upload_is_a_transfer_scalars_and_seeds_included():
+    """As PyTorch/XLA counts them: a random op's seed and a Python scalar fed to a graph are uploads."""
+    import torch
+    import xladev
+    import xladev.debug.metrics as met
+
+    device = xladev.device()
+    met.clear_all()
+    xladev.manual_seed(1234)  # the seed goes to the device
+    torch.rand(3, device=device).cpu()
+    seeds = met.metric_data("TransferToDeviceTime")[0]
+    assert seeds >= 1 and met.metric_data("TensorToData")[0] == seeds
+    (torch.ones(2, device=device) * 0.123456).cpu()  # a new Python scalar, uploaded once
+    assert met.metric_data("TransferToDeviceTime")[0] == seeds + 1
+    (torch.ones(2, device=device) * 0.123456).cpu()  # the same value again: from the scalar cache
+    assert met.metric_data("TransferToDeviceTime")[0] == seeds + 1

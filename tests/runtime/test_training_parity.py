@@ -54,6 +54,10 @@ def train_xla_counting(module, cfg, steps: int = STEPS):
     import xladev
 
     xladev.mark_step()  # nothing pending from earlier tests may land in this run's first graph
+    # "Compiles once" needs a cold cache: an earlier test in this process may have trained the same model.
+    from xladev.runtime.executor import executor
+
+    executor.reset()
     counter = StepEvents()
     with bus.subscribe(counter, (GraphCompiled, GraphExecuted)):
         result = module.train("xla", steps, seed=0, cfg=cfg, on_step=counter.on_step)

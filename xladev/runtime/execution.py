@@ -13,7 +13,7 @@ import time
 
 from xladev._flags import config
 from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
-from xladev.runtime import annotate, backend, fork_guard, stack, steps
+from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -61,7 +61,8 @@ class Execution:
         if array is None:
             import numpy as np
 
-            array = backend.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
+            # A Python scalar fed as a graph input is uploaded once per value: a transfer, as PyTorch/XLA counts it.
+            array = device_put.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
             self.scalars[key] = array
             if len(self.scalars) > 4096:
                 self.scalars.popitem(last=False)

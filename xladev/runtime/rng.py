@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from xladev.events import Cause, CauseKind
-from xladev.runtime import backend
+from xladev.runtime import backend, device_put
 from xladev.runtime.dispatch import handle
 from xladev.runtime.ir import SLOT, DataNode, Meta, Node, OpDef, getitem
 from xladev.runtime.recorder import recorder
@@ -30,7 +30,7 @@ _KEY_META = Meta((2,), torch.uint32)
 def _seed_node(seed: int, device_index: int):
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     key = np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
-    return DataNode(backend.put(key, device_index), _KEY_META)
+    return DataNode(device_put.put(key, device_index), _KEY_META)  # the seed's upload is a transfer too
 
 
 def manual_seed(seed: int, device_index: int | None = None) -> None:
@@ -56,7 +56,7 @@ def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     key = np.frombuffer(state.detach().cpu().contiguous().numpy().tobytes(), dtype=np.uint32)
     if key.shape != (2,):
         raise ValueError(f"an xla RNG state is 8 bytes (a threefry key), got {state.numel()} elements")
-    _state(device_index).set(DataNode(backend.put(key.copy(), device_index), _KEY_META))
+    _state(device_index).set(DataNode(device_put.put(key.copy(), device_index), _KEY_META))
 
 
 def _state(device_index: int) -> Storage:

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import torch
 
-from xladev.events import Cause, CauseKind, TransferFromDevice, TransferToDevice, bus
-from xladev.runtime import backend, fork_guard, stack, steps
+from xladev.events import Cause, CauseKind, TransferFromDevice, bus
+from xladev.runtime import backend, device_put, fork_guard, stack, steps
 from xladev.runtime.execution import execution
 from xladev.runtime.ir import DataNode, Meta
 from xladev.runtime.stack import user_location
@@ -108,10 +108,5 @@ def tensor_repr(t) -> str:
 
 def upload(cpu: torch.Tensor, device_index: int = 0) -> DataNode:
     """Copies a CPU tensor to the device and returns its data node (counted as a host→device transfer)."""
-    start = time.perf_counter_ns()
-    array = backend.put(backend.torch_to_numpy(cpu), device_index)
-    node = DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), user_location() if bus.wants_frames else None)
-    if bus.active:
-        bus.emit(TransferToDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
-                                  time.perf_counter_ns() - start))
-    return node
+    array = device_put.put(backend.torch_to_numpy(cpu), device_index)
+    return DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), user_location() if bus.wants_frames else None)

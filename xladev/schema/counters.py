@@ -89,9 +89,9 @@ def _execute(rec: r.Execute) -> tuple[Update, ...]:
 
 
 def _transfer(rec: r.Transfer) -> tuple[Update, ...]:
-    if rec.dir == "to_device":
-        return (Update("TransferToDeviceTime", TIME, rec.ns), Update("OutboundData", BYTES, rec.bytes),
-                _count("CreateDataHandles", rec.count))
+    if rec.dir == "to_device":  # PyTorch/XLA times each upload twice: the copy, and the conversion to device data
+        return (Update("TransferToDeviceTime", TIME, rec.ns), Update("TensorToData", TIME, rec.ns),
+                Update("OutboundData", BYTES, rec.bytes), _count("CreateDataHandles", rec.count))
     out = (Update("TransferFromDeviceTime", TIME, rec.ns), Update("InboundData", BYTES, rec.bytes))
     return out + (_ITEM,) if rec.kind in SCALAR_READS else out
 

@@ -1,0 +1,30 @@
+"""Every host→device copy, timed and published: tensors, Python scalars fed as graph inputs, RNG seeds.
+
+PyTorch/XLA counts each of them as a transfer (`TransferToDeviceTime`, `TensorToData`), so a script
+reading those counters sees the same numbers here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from xladev.events import TransferToDevice, bus
+from xladev.runtime import backend, steps
+
+
+def put(host_array, device_index: int):
+    """`backend.put`, published as a `TransferToDevice` event.
+
+    Args:
+      host_array: a numpy array.
+      device_index: the xla device it goes to.
+
+    Returns:
+      The device array.
+    """
+    start = time.perf_counter_ns()
+    array = backend.put(host_array, device_index)
+    if bus.active:
+        now = time.perf_counter_ns()
+        bus.emit(TransferToDevice(now, steps.current(), int(host_array.nbytes), now - start))
+    return array
