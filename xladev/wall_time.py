@@ -106,10 +106,7 @@ class TimeBreakdown:
 
     def share(self, part: str) -> float | None:
         """A part's share of the wall time (of the measured time when the wall is unknown)."""
-        whole = self.wall_ns if self.wall_ns else self.measured_ns
-        if not whole or part not in self.parts:
-            return None
-        return min(1.0, self.parts[part] / whole)
+        return self.share_of(self.parts[part]) if part in self.parts else None
 
     def share_of(self, ns: float) -> float | None:
         """`ns` as a share of the wall time (of the measured time when the wall is unknown)."""
