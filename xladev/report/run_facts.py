@@ -156,15 +156,13 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
                 key = (event.site or "?", kind)
                 counts[key] += 1
                 examples.setdefault(key, changes[0])
-    for (site, inputs, outputs), hashes in signatures.items() if not counts else ():
-        # (xladev's causes, when present, say exactly what changed)
-        if len(hashes) < 2:
-            continue
-        key = (site, "input shape or constant")
-        if len(hashes) - 1 > counts.get(key, 0):
-            counts[key] = len(hashes) - 1
-            examples[key] = (f"{len(hashes)} different graphs at {short_site(site)}, all with {inputs} inputs and "
-                             f"{outputs} outputs")
+    if not counts:  # xladev's causes, when present, say exactly what changed: only without them
+        for (site, inputs, outputs), hashes in signatures.items():
+            key = (site, "input shape or constant")
+            if len(hashes) >= 2 and len(hashes) - 1 > counts.get(key, 0):
+                counts[key] = len(hashes) - 1
+                examples[key] = (f"{len(hashes)} different graphs at {short_site(site)}, all with {inputs} "
+                                 f"inputs and {outputs} outputs")
     if not counts:
         return None
     (site, kind), count = counts.most_common(1)[0]
