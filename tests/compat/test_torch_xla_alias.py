@@ -19,6 +19,7 @@ import pytest
 
 from xladev.cli.run import ALIAS_DIR
 from xladev.events import CauseKind
+from xladev.sinks.analysis.blocks import PT_XLA_CAUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "torch_xla_style" / "train.py"
@@ -75,7 +76,7 @@ def test_example_trains_as_xladev_does_with_debug_metrics_file_and_report(tmp_pa
     for name in ("Metric: CompileTime", "Metric: ExecuteTime", "Counter: MarkStep"):
         assert name in out
     blocks = _blocks(result.stderr)
-    assert blocks and {_cause(b) for b in blocks} == {CauseKind.DEVICE_LOADER.value}, result.stderr[:3000]
+    assert blocks and {_cause(b) for b in blocks} == {PT_XLA_CAUSES[CauseKind.DEVICE_LOADER]}, result.stderr[:3000]
     assert "Post Compilation Analysis" in result.stderr
 
     import torch
@@ -104,9 +105,9 @@ def debug_cases(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,cause", [
-    ("user_sync", CauseKind.USER_MARK_STEP.value),
-    ("step_trace", CauseKind.STEP_TRACE.value),
-    ("parallel_loader", CauseKind.DEVICE_LOADER.value),  # ten batches, one compile
+    ("user_sync", PT_XLA_CAUSES[CauseKind.USER_MARK_STEP]),  # PyTorch/XLA's cause lines
+    ("step_trace", PT_XLA_CAUSES[CauseKind.STEP_TRACE]),
+    ("parallel_loader", PT_XLA_CAUSES[CauseKind.DEVICE_LOADER]),  # ten batches, one compile
 ])
 def test_each_barrier_compiles_once_with_its_cause(debug_cases, name, cause):
     blocks = _blocks(debug_cases[name]["debug"])

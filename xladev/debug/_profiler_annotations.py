@@ -1,10 +1,15 @@
-"""User annotations: `Trace` (also the IR scope), `StepTrace` (a profiler step that ends with a barrier), `trace_me`."""
+"""User annotations: `Trace` (also the IR scope), `StepTrace` (a profiler step that ends with a barrier), `trace_me`.
+
+Each region is also a profiler scope (`_profiler_scopes`): as in PyTorch/XLA, a step barrier inside an open
+`Trace` raises, and a `StepTrace` closes its own scope before its exit marks the step.
+"""
 
 from __future__ import annotations
 
 import functools
 from typing import Callable
 
+from xladev.debug import _profiler_scopes
 from xladev.events import Cause, CauseKind
 
 
@@ -13,17 +18,23 @@ class Trace:
 
     `with xp.Trace("forward", batch=32): ...` shows as a `forward` span (with `batch` among its
     arguments) in a captured profile, and IR nodes recorded inside carry `scope=forward` (nested
-    Traces join with '/'), visible in `get_tensors_text` and graph dumps.
+    Traces join with '/'), visible in `get_tensors_text` and graph dumps. As in PyTorch/XLA, a step
+    barrier (`mark_step`, `torch_xla.sync()`, a loader's or `optimizer_step(barrier=True)`'s) inside
+    the region raises `TraceScopeError` ("Expecting scope to be empty but it is forward.1 ...") before
+    it syncs anything.
 
     Args:
       name: the span's name.
       **metadata: shown as the span's arguments in the trace viewer.
     """
 
+    _kind = "xp.Trace"  # how the error message names a region of this class
+
     def __init__(self, name: str, **metadata) -> None:
         self.name = name
         self.metadata = metadata
         self._span = None
+        self._scope = None  # the open profiler scope (a _profiler_scopes entry); None once closed
 
     def __enter__(self) -> "Trace":
         import jax.profiler
@@ -32,6 +43,7 @@ class Trace:
         from xladev.runtime.recorder import recorder
 
         recorder.push_scope(self.name)
+        self._scope = _profiler_scopes.push(self.name, self._kind)
         try:
             # Cut the runtime's tracing span here, so it nests inside this span on the timeline.
             annotate.tracing_pause()
@@ -39,16 +51,24 @@ class Trace:
             self._span.__enter__()
             annotate.tracing_resume(_current_step())
         except BaseException:
-            recorder.pop_scope()
+            self._close_scope()
             raise
         return self
+
+    def _close_scope(self) -> None:
+        """Pops this region's IR scope and profiler scope, once (a StepTrace closes them before its barrier)."""
+        from xladev.runtime.recorder import recorder
+
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            _profiler_scopes.pop(scope)
+            recorder.pop_scope()
 
     def _make_span(self, profiler):
         return profiler.TraceAnnotation(self.name, **self.metadata)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         from xladev.runtime import annotate
-        from xladev.runtime.recorder import recorder
 
         try:
             span, self._span = self._span, None
@@ -62,7 +82,7 @@ class Trace:
             else:
                 self._span_closed()
         finally:
-            recorder.pop_scope()
+            self._close_scope()
         return False
 
     def _span_closed(self) -> None:
@@ -81,13 +101,17 @@ class StepTrace(Trace):
     Shows as `train <i>` in the timeline (a jax StepTraceAnnotation, so TensorBoard's step views group
     by it). Leaving the block normally ends the step with a barrier (`mark_step`, cause "mark_step when
     exiting a profiler StepTrace region"), inside the span, so the step's compile and execution belong
-    to it. When the block raises, the error propagates and no barrier runs.
+    to it. As in PyTorch/XLA, its own scope is closed before that barrier, so the barrier is refused only
+    when the StepTrace sits inside another open `Trace`. When the block raises, the error propagates and
+    no barrier runs.
 
     Args:
       name: the step's name.
       step_num: the step number shown after the name; None shows the name only.
       **metadata: extra span arguments.
     """
+
+    _kind = "xp.StepTrace"
 
     def __init__(self, name: str, step_num: int | None = None, **metadata) -> None:
         if step_num is not None:
@@ -105,6 +129,7 @@ class StepTrace(Trace):
         # window holds whole `name N` spans.
         annotate.hold_hooks()
         try:
+            self._close_scope()  # PyTorch/XLA closes the step's own scope before marking the step
             if exc_type is None:
                 from xladev.runtime.training import mark_step
 
@@ -117,6 +142,12 @@ class StepTrace(Trace):
         from xladev.runtime import annotate
 
         annotate.release_hooks()
+
+
+class _TraceMe(Trace):
+    """The `Trace` of a `trace_me` function (named so in the scope error)."""
+
+    _kind = "xp.trace_me"
 
 
 def trace_me(name: str | None = None, **metadata) -> Callable:
@@ -133,7 +164,7 @@ def trace_me(name: str | None = None, **metadata) -> Callable:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with Trace(label, **metadata):
+            with _TraceMe(label, **metadata):
                 return fn(*args, **kwargs)
 
         return wrapper

@@ -16,6 +16,8 @@ or exact steps with `xp.profile_steps("logs", start=5, count=3)` (also `XLADEV_P
 Then `tensorboard --logdir logs`. The runtime annotates every compile (`xladev.compile`), execution
 (`xladev.execute`, around `PjitFunction(jit(xladev_<hash>))`), barrier (`xladev.mark_step`) and the lazy
 tracing of each step (`xladev.tracing`), each with its graph hash and step number.
+As in PyTorch/XLA, a step barrier inside an open `Trace` raises `TraceScopeError` ("Expecting scope to be
+empty but it is forward.1", then where and what to do); a `StepTrace`'s own exit barrier does not.
 See docs/profiling.md.
 """
 
@@ -25,12 +27,13 @@ from xladev.debug import _profiler_capture, _profiler_server, _profiler_steps
 from xladev.debug._profiler_annotations import StepTrace, Trace, trace_me
 from xladev.debug._profiler_capture import CaptureHandle, trace_session
 from xladev.debug._profiler_common import ProfileSummary, ProfilerError, check_profile, tensorboard_command
+from xladev.debug._profiler_scopes import TraceScopeError
 from xladev.debug._profiler_server import ProfilerServer
 from xladev.debug._profiler_steps import StepWindow
 
 __all__ = [
     "CaptureHandle", "ProfileSummary", "ProfilerError", "ProfilerServer", "StepTrace", "StepWindow", "Trace",
-    "check_profile", "profile_steps", "start_server", "start_trace", "stop_server", "stop_trace",
+    "TraceScopeError", "check_profile", "profile_steps", "start_server", "start_trace", "stop_server", "stop_trace",
     "tensorboard_command", "trace", "trace_detached", "trace_me", "trace_session",
 ]
 

@@ -13,7 +13,8 @@ the capture runs in-process (`xp.start_trace`) or from another process through `
 With no capture running, jax's `TraceMe.is_enabled()` is False and each helper costs that one C call
 and returns a shared no-op context manager. `set_enabled(False)` turns every helper off (for measuring
 that cost). The runtime calls `barrier_begin`/`barrier_end` around each step barrier; anything that must
-act exactly at a step boundary (the step-window profiler) registers a hook with `add_barrier_hook`.
+act exactly at a step boundary (the step-window profiler) registers a hook with `add_barrier_hook`, and
+what may refuse a barrier before it starts (the profiler's open `Trace` scopes) sets `set_barrier_guard`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable
 
 __all__ = [
     "add_barrier_hook", "barrier_begin", "barrier_end", "compile_span", "enabled", "execute_span", "hold_hooks",
-    "release_hooks", "remove_barrier_hook", "set_enabled", "tracing_pause", "tracing_resume",
+    "release_hooks", "remove_barrier_hook", "set_barrier_guard", "set_enabled", "tracing_pause", "tracing_resume",
 ]
 
 
@@ -49,6 +50,7 @@ _barrier_span = None  # the open `xladev.mark_step` span
 _hooks: list[Callable[[int], None]] = []
 _held = 0  # > 0 while a StepTrace holds the hooks back
 _held_steps: list[int] = []
+_guard: Callable | None = None  # called with the cause as a barrier starts; may raise to refuse it
 
 
 def _is_enabled() -> bool:  # rebound to jax's TraceMe.is_enabled on first call
@@ -85,9 +87,22 @@ def execute_span(graph_hash: str, step: int):
     return _Annotation("xladev.execute", graph=graph_hash, step=step)
 
 
+def set_barrier_guard(guard: Callable | None) -> None:
+    """Installs `guard(cause)`, called first thing in every barrier on the thread that asked for it.
+
+    It may raise to refuse the barrier (xladev.debug.profiler does when a `Trace` scope is open, as
+    PyTorch/XLA's step marker does): nothing of the barrier has happened then. None removes it.
+    """
+    global _guard
+    _guard = guard
+
+
 def barrier_begin(step: int, cause) -> None:
-    """Called as a step barrier starts: ends the step's tracing span, opens the barrier's span."""
+    """Called as a step barrier starts: runs the guard (which may raise, before anything else happens),
+    ends the step's tracing span, opens the barrier's span."""
     global _tracing_span, _barrier_span
+    if _guard is not None:
+        _guard(cause)
     if _tracing_span is None and _barrier_span is None and (_forced_off or not _is_enabled()):
         return
     with _lock:

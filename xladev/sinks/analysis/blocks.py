@@ -15,12 +15,44 @@ DOTS = "." * 10
 GUESSED_VALUE_ACCESS = "most likely user code trying to access tensor value before torch_xla.sync"
 XLADEV_CAUSE_PREFIX = "xladev: "
 
+# The cause lines of PyTorch/XLA 2.8 and later (torch_xla/csrc/debug_util.cpp), which its debug-tool tests
+# match: a barrier is "torch_xla.sync", named after where it was called from when that is the parallel
+# loader or a StepTrace's exit, and "user torch_xla.sync" otherwise (optimizer_step(barrier=True)
+# included). Every other execution is its guess at a value read. (2.7 and earlier said "mark_step".)
+PT_XLA_CAUSES = {
+    CauseKind.USER_MARK_STEP: "user torch_xla.sync",
+    CauseKind.DEVICE_LOADER: "torch_xla.sync in parallel loader at step end",
+    CauseKind.STEP_TRACE: "torch_xla.sync when exiting a profiler StepTrace region",
+    CauseKind.OPTIMIZER_STEP: "user torch_xla.sync",
+}
+# Causes PyTorch/XLA's line already says in full: no xladev line after it.
+_SAID_IN_FULL = frozenset((CauseKind.USER_MARK_STEP, CauseKind.DEVICE_LOADER, CauseKind.STEP_TRACE))
+
 
 def cause_text(cause: Cause) -> str:
-    """The cause line as PyTorch/XLA writes it, so its parsers (the line after "... Cause") read ours."""
-    if cause.kind in (CauseKind.VALUE_ACCESS, CauseKind.FALLBACK):
-        return GUESSED_VALUE_ACCESS
-    return cause.kind.value
+    """The cause line as PyTorch/XLA writes it, so its parsers (the line after "... Cause") read ours.
+
+    Args:
+      cause: the sync's cause.
+
+    Returns:
+      PyTorch/XLA's line for it (PT_XLA_CAUSES), or its guess at a value read for every other execution.
+    """
+    return PT_XLA_CAUSES.get(cause.kind, GUESSED_VALUE_ACCESS)
+
+
+def xladev_cause_line(cause: Cause) -> str | None:
+    """xladev's line after PyTorch/XLA's, when xladev knows more than that line says.
+
+    Args:
+      cause: the sync's cause.
+
+    Returns:
+      `xladev: <exact cause>`, or None when PyTorch/XLA's line already says it all.
+    """
+    if cause.kind in _SAID_IN_FULL:
+        return None
+    return XLADEV_CAUSE_PREFIX + exact_cause(cause)
 
 
 def exact_cause(cause: Cause) -> str:
@@ -51,8 +83,9 @@ def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_i
     """A Compilation or Execution Analysis block, with optional extra sections after the cause."""
     p = prefix
     lines = ["", f"{p}{RULE_EQ}", f"{p}{title}", f"{p}  {cause_text(cause)}"]
-    if exact_cause(cause) != cause_text(cause):  # xladev's line after PyTorch/XLA's
-        lines.append(f"{p}  {XLADEV_CAUSE_PREFIX}{exact_cause(cause)}")
+    xladev_line = xladev_cause_line(cause)
+    if xladev_line:  # after PyTorch/XLA's line: its parsers read only the line right after "... Cause"
+        lines.append(f"{p}  {xladev_line}")
     for heading, body in extra:
         lines.append(f"{p}{heading}")
         lines.extend(f"{p}  {line}" for line in body)

@@ -18,6 +18,7 @@ import torch
 import xladev
 from xladev import device as _xladev_device  # starts xladev's runtime: `device='xla'` works after `import torch_xla`
 
+from xladev.debug import _profiler_scopes
 from torch_xla import _xladev
 
 _xladev.install_finder()
@@ -50,9 +51,17 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
 
     Args:
       wait: block until the graph has run.
-      reset_scope: accepted for PyTorch/XLA's signature; xladev has no IR scope to reset.
+      reset_scope: as PyTorch/XLA's: True (default) refuses to sync inside an open `xp.Trace` region;
+        False syncs there anyway.
+
+    Raises:
+      TraceScopeError: (a RuntimeError) `reset_scope` is True and an `xp.Trace` region is open; nothing was synced.
     """
-    xladev.sync(wait=wait)
+    if reset_scope:
+        xladev.sync(wait=wait)
+        return
+    with _profiler_scopes.allow_barrier_in_scope():
+        xladev.sync(wait=wait)
 
 
 class _CompiledRegion(contextlib.ContextDecorator):

@@ -15,6 +15,7 @@ import torch
 
 import xladev
 import xladev.debug
+from xladev.debug import _profiler_scopes
 
 from torch_xla import _xladev
 
@@ -126,9 +127,17 @@ def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
 
     Args:
       wait: block until the step's graph has run.
-      reset_scope: accepted; xladev has no IR scope to reset.
+      reset_scope: as PyTorch/XLA's: True (default) refuses to mark the step inside an open `xp.Trace`
+        region; False marks it there anyway.
+
+    Raises:
+      TraceScopeError: (a RuntimeError) `reset_scope` is True and an `xp.Trace` region is open; nothing was synced.
     """
-    xladev.mark_step(wait=wait)
+    if reset_scope:
+        xladev.mark_step(wait=wait)
+        return
+    with _profiler_scopes.allow_barrier_in_scope():
+        xladev.mark_step(wait=wait)
 
 
 def wait_device_ops(devices: list | None = None) -> None:
