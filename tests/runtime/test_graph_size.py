@@ -23,12 +23,17 @@ def test_a_chain_of_one_repeated_scalar_has_one_scalar_input():
     torch.testing.assert_close(y.cpu(), torch.full((8,), 1501.0))
 
 
-def test_distinct_values_types_and_signs_stay_distinct_inputs():
+def test_one_input_per_value_and_dtype():
     x = torch.ones(4, device=xladev.device())
-    y = (x + 2) * 2.0 - 2.5 + 2.5 * x  # int 2 and float 2.0 are different inputs (int64 vs float64)
+    y = (x + 2) * 2.0 - 2.5 + 2.5 * x  # int 2 and float 2.0 are both float32 2.0 here: one input, as in PyTorch/XLA
     values = _scalar_inputs(y)
-    assert sorted(map(repr, values)) == sorted(["2", "2.0", "2.5"])
+    assert sorted(map(repr, values)) == sorted(["2.0", "2.5"])
     torch.testing.assert_close(y.cpu(), (torch.ones(4) + 2) * 2.0 - 2.5 + 2.5 * torch.ones(4))
+    n = torch.ones(4, dtype=torch.int64, device=xladev.device())
+    z = (n + 2) * x * 2.0  # on an int64 tensor, 2 is an int64 input of its own
+    dtypes = sorted((repr(node.value), str(node.meta.dtype)) for node in graph_of([z]).inputs if hasattr(node, "value"))
+    assert dtypes == [("2", "torch.int64"), ("2.0", "torch.float32")]
+    assert z.cpu().tolist() == [6.0] * 4
 
 
 def test_a_changing_scalar_reuses_the_compiled_graph():

@@ -5,7 +5,13 @@
       %1 = f32[2,2]{1,0} aten::add(%0, %0), xla_shape=f32[2,2]{1,0}, ROOT=0
     }
 
-Multi-output ops print a tuple shape and are referenced as `%N.i`, as in PyTorch/XLA.
+Multi-output ops print a tuple shape and are referenced as `%N.i`, as in PyTorch/XLA. A special scalar
+(0, 1, -1) baked into an op prints as its own `prim::Constant` operand, as PyTorch/XLA prints its
+constant scalars, with the dtype PyTorch/XLA gives it (runtime/scalars.py); in the graph it stays a
+constant of the op's lowering, never an input:
+
+      %1 = f32[] prim::Constant(), xla_shape=f32[], value=1
+      %2 = f32[2,2]{1,0} aten::add(%0, %1), xla_shape=f32[2,2]{1,0}
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ import hashlib
 
 import torch
 
+from xladev.runtime import scalars
 from xladev.runtime.ir import DATA_OP, GETITEM_OP, SCALAR_OP, SLOT, Frozen, Graph, Meta
+from xladev.runtime.op_traits import op_traits
 
 _SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -49,26 +57,97 @@ def _has_slot(value) -> bool:
     return False
 
 
-def node_attributes(node) -> list[tuple[str, object]]:
+def node_attributes(node, numbers: bool = True) -> list[tuple[str, object]]:
     """The constants baked into a node, named by the op's schema (`eps`, `dim`...), in argument order.
 
-    Operands (and arguments holding operands) are left out; they are the `%N` references.
+    Operands (and arguments holding operands) are left out; they are the `%N` references. With
+    `numbers=False`, so are the numbers in Scalar and Tensor slots (`constants`, printed as operands).
     """
     template = node.template
     if template is None:
         return []
     args, kwargs = template
-    schema_args = node.op.aten._schema.arguments if node.op.aten is not None else ()
+    aten = node.op.aten
+    schema_args = aten._schema.arguments if aten is not None else ()
+    traits = op_traits(aten) if aten is not None and not numbers else None
     out = []
     for i, value in enumerate(args):
         if _has_slot(value) or isinstance(value, Frozen):
             continue
+        if traits is not None and i in traits.scalar_positions and _is_number(value):
+            continue
         name = schema_args[i].name if i < len(schema_args) else f"arg{i}"
         out.append((name, value))
     for name, value in kwargs:
-        if not _has_slot(value) and not isinstance(value, Frozen):
-            out.append((name, value))
+        if _has_slot(value) or isinstance(value, Frozen):
+            continue
+        if traits is not None and name in traits.scalar_names and _is_number(value):
+            continue
+        out.append((name, value))
     return out
+
+
+def _operand_refs(node, numbers: dict, new_constant) -> list[str]:
+    """The `%N` of each operand in argument order, with a `prim::Constant` made for each baked number."""
+    refs = [numbers[id(o)] for o in node.operands]
+    for k, (before, value) in enumerate(constants(node)):
+        refs.insert(before + k, new_constant(value))
+    return refs
+
+
+def _slots(value) -> int:
+    if value is SLOT:
+        return 1
+    if type(value) is tuple:
+        return sum(_slots(v) for v in value)
+    return 0
+
+
+def _is_number(value) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def constants(node) -> list[tuple[int, object]]:
+    """The Python numbers baked into an op's Scalar and Tensor slots (the special scalars 0, 1, -1):
+    PyTorch/XLA's `prim::Constant` operands. Each is (how many operands precede it, value)."""
+    aten = node.op.aten
+    template = node.template
+    if aten is None or template is None:
+        return []
+    traits = op_traits(aten)
+    args, kwargs = template
+    found = []
+    before = 0
+    for i, value in enumerate(args):
+        if i in traits.scalar_positions and _is_number(value):
+            found.append((before, value))
+        elif not isinstance(value, Frozen):
+            before += _slots(value)
+    for name, value in kwargs:
+        if name in traits.scalar_names and _is_number(value):
+            found.append((before, value))
+        elif not isinstance(value, Frozen):
+            before += _slots(value)
+    return found
+
+
+def constant_meta(node, value) -> Meta:
+    """The 0-d shape and dtype of a constant baked into `node`, as PyTorch/XLA types it."""
+    template = node.template
+    traits = op_traits(node.op.aten)
+    kinds = [type(v) for i, v in enumerate(template[0]) if i in traits.scalar_positions and _is_number(v)]
+    kinds += [type(v) for k, v in template[1] if k in traits.scalar_names and _is_number(v)]
+    out = node.meta
+    while out is not None and type(out) is not Meta:
+        out = next((m for m in out if m is not None), None)
+    dtype = scalars.scalar_dtype(node.op.aten, type(value), [o.meta for o in node.operands], kinds,
+                                 None if out is None else out.dtype)
+    return Meta((), dtype)
+
+
+def scalar_text(value) -> str:
+    """A number as PyTorch/XLA prints a scalar's value: `1`, `-0`, `0.5` (C++ stream formatting)."""
+    return f"{value:g}" if type(value) is float else str(value)
 
 
 def _attr_text(value) -> str:
@@ -95,16 +174,28 @@ def graph_to_text(graph: Graph) -> str:
             if id(node) in roots:
                 lines.append(f"  {numbers[id(node)]} = ROOT=" + ",".join(map(str, roots[id(node)])))
             continue
+        context = ""
+        if node.scope:
+            context += f", scope={node.scope}"
+        if node.location:
+            context += f", location={node.location}"
+
+        def new_constant(value, node=node, context=context):
+            nonlocal counter
+            ref = f"%{counter}"
+            counter += 1
+            const_shape = shape_text(constant_meta(node, value))
+            lines.append(f"  {ref} = {const_shape} prim::Constant(), xla_shape={const_shape}, "
+                         f"value={scalar_text(value)}{context}")
+            return ref
+
+        operands = ", ".join(_operand_refs(node, numbers, new_constant))
         ref = f"%{counter}"
         counter += 1
         numbers[id(node)] = ref
-        operands = ", ".join(numbers[id(o)] for o in node.operands)
         shape = shape_text(node.meta)
-        extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node))
-        if node.scope:
-            extra += f", scope={node.scope}"
-        if node.location:
-            extra += f", location={node.location}"
+        extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node, numbers=False))
+        extra += context
         if id(node) in roots:
             extra += ", ROOT=" + ",".join(map(str, roots[id(node)]))
         lines.append(f"  {ref} = {shape} {node.op.name}({operands}), xla_shape={shape}{extra}")
@@ -139,18 +230,25 @@ def graph_to_dot(graph: Graph) -> str:
             source = names[id(node.operands[0])]
             names[id(node)] = source
             continue
+        consts = []
+        for _, value in constants(node):
+            const = f"node{count}"
+            count += 1
+            consts.append(const)
+            lines.append(f'  {const} [label="prim::Constant\\n{shape_text(constant_meta(node, value))}'
+                         f'\\nvalue={scalar_text(value)}"]')
         name = f"node{count}"
         count += 1
         names[id(node)] = name
         label = f"{node.op.name}\\n{shape_text(node.meta)}"
-        attrs = node_attributes(node)
+        attrs = node_attributes(node, numbers=False)
         if attrs:
             label += "\\n" + ", ".join(f"{k}={v}" for k, v in attrs)[:80].replace('"', "'")
         if node.location:
             label += f"\\n{node.location}"
         style = ', style="filled", fillcolor="lightblue"' if id(node) in roots else ""
         lines.append(f'  {name} [label="{label}"{style}]')
-        for operand in node.operands:
-            lines.append(f"  {names[id(operand)]} -> {name}")
+        for source in [names[id(o)] for o in node.operands] + consts:
+            lines.append(f"  {source} -> {name}")
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from xladev._flags import config
+from xladev.runtime import scalars
 from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, getitem, scalar_node
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
@@ -20,8 +21,17 @@ from xladev.runtime.tensor import XlaTensor
 from xladev.runtime.views import ViewStep
 
 aten = torch.ops.aten
-# 0 and 1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
-_SPECIAL_SCALARS = () if config.no_special_scalars else (0, 1)
+# 0, 1 and -1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
+_SPECIAL_SCALARS = scalars.NONE_SPECIAL if config.no_special_scalars else scalars.SPECIAL
+
+
+def _on_flag(name, value) -> None:
+    global _SPECIAL_SCALARS
+    if name == "no_special_scalars":
+        _SPECIAL_SCALARS = scalars.NONE_SPECIAL if value else scalars.SPECIAL
+
+
+config.on_update(_on_flag)
 
 
 def mismatch(a: str, b: str) -> RuntimeError:
@@ -34,8 +44,12 @@ _PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_forma
 def _flatten(args, kwargs, traits, device_ref):
     """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
 
+    A Python number fed as an input is left in `operands` as the number itself: its dtype depends on
+    the whole op (`_bind_scalars` makes it a node).
+
     Returns:
-      (operands, template, key) where template is (args, kwargs-items) with SLOT for operands.
+      (operands, template, key, numbers) where template is (args, kwargs-items) with SLOT for operands
+      and `numbers` tells whether `operands` holds Python numbers.
     """
     if not kwargs:
         # Fast path, same results as `walk` below: positional device tensors, Python scalars and
@@ -45,6 +59,7 @@ def _flatten(args, kwargs, traits, device_ref):
         template = []
         device = device_ref[0]
         scalar_pos = traits.scalar_positions
+        numbers = False
         for i, value in enumerate(args):
             kind = type(value)
             if kind is XlaTensor:
@@ -57,9 +72,10 @@ def _flatten(args, kwargs, traits, device_ref):
                 key.append((value.shape, value.dtype))
                 template.append(SLOT)
             elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
-                operands.append(scalar_node(value, torch.float64 if kind is float else torch.int64))
+                operands.append(value)
                 key.append(ScalarType(kind))
                 template.append(SLOT)
+                numbers = True
             elif kind is int or kind is float or kind in _PLAIN_TYPES:
                 key.append((kind, value))  # True == 1 == 1.0 as dict keys, not as arguments
                 template.append(value)
@@ -67,8 +83,8 @@ def _flatten(args, kwargs, traits, device_ref):
                 break
         else:
             device_ref[0] = device
-            return operands, (tuple(template), ()), tuple(key)
-    operands: list[Node] = []
+            return operands, (tuple(template), ()), tuple(key), numbers
+    operands: list = []
     key: list = []
 
     def walk(value, is_scalar_arg):
@@ -95,7 +111,7 @@ def _flatten(args, kwargs, traits, device_ref):
         if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
             # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
             # bias correction) reuses the compiled graph instead of recompiling it.
-            operands.append(scalar_node(value, _scalar_dtype(value)))
+            operands.append(value)
             key.append(ScalarType(type(value)))
             return SLOT
         if isinstance(value, torch.device):
@@ -109,11 +125,69 @@ def _flatten(args, kwargs, traits, device_ref):
     # Keyword names are part of the key: f(x, a=True, b=False) is not f(x, b=True, a=False).
     template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
                             for k, v in kwargs.items()) if kwargs else ()
-    return operands, (template_args, template_kwargs), tuple(key)
+    numbers = any(type(o) is int or type(o) is float for o in operands)
+    return operands, (template_args, template_kwargs), tuple(key), numbers
 
 
-def _scalar_dtype(value) -> torch.dtype:
-    return torch.float64 if type(value) is float else torch.int64
+# (op traits, meta-cache key) → [(operand index, dtype, conversion)]: how an op's Python numbers become
+# inputs. The key holds every tensor's shape and dtype and every number's type, which decide the dtypes.
+_plans: dict = {}
+_PLANS_SIZE = 65_536
+_AS_FLOAT, _INT_RANGE = scalars.AS_FLOAT, scalars.INT_RANGE
+
+
+def _numbers_of(args, kwargs, traits) -> list[type]:
+    """Types of the op's Python numbers in Scalar and Tensor slots, constants included."""
+    kinds = [type(a) for i, a in enumerate(args) if i in traits.scalar_positions and type(a) in (int, float)]
+    kinds += [type(v) for k, v in kwargs.items() if k in traits.scalar_names and type(v) in (int, float)]
+    return kinds
+
+
+def _out_dtype(meta):
+    while meta is not None and type(meta) is not Meta:
+        meta = next((m for m in meta if m is not None), None)
+    return None if meta is None else meta.dtype
+
+
+def _plan(func, operands, args, kwargs, traits, meta) -> list:
+    metas = [o.meta for o in operands if isinstance(o, Node)]
+    kinds = _numbers_of(args, kwargs, traits)
+    out = _out_dtype(meta)
+    plan = []
+    for i, value in enumerate(operands):
+        kind = type(value)
+        if kind is int or kind is float:
+            dtype = scalars.scalar_dtype(func, kind, metas, kinds, out)
+            how = scalars.conversion(dtype)
+            if (how[0] == scalars.AS_FLOAT and kind is float) or (how[0] == scalars.INT_RANGE and dtype is torch.int64):
+                how = (scalars.AS_IS, 0, 0)  # already a value of the dtype: nothing to convert
+            plan.append((i, dtype) + how)
+    return plan
+
+
+def _bind_scalars(func, operands, key, args, kwargs, traits, meta) -> None:
+    """Replaces the Python numbers in `operands` by scalar input nodes of the dtype PyTorch/XLA gives them."""
+    try:
+        plan = _plans.get((traits, key))
+    except TypeError:  # an unhashable argument: plan without memoising
+        plan = _plan(func, operands, args, kwargs, traits, meta)
+    else:
+        if plan is None:
+            plan = _plan(func, operands, args, kwargs, traits, meta)
+            if len(_plans) >= _PLANS_SIZE:
+                _plans.clear()
+            _plans[(traits, key)] = plan
+    for i, dtype, mode, lo, hi in plan:
+        value = operands[i]
+        if mode:  # scalars.convert, its common cases inline
+            if mode == _AS_FLOAT:
+                value = float(value)
+            elif mode == _INT_RANGE:
+                if not lo <= value <= hi:
+                    dtype = torch.int64
+            else:
+                value, dtype = scalars.convert(value, dtype, mode, lo, hi)
+        operands[i] = scalar_node(value, dtype)
 
 
 def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
@@ -125,8 +199,10 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
     """
     traits = op_traits(func)
     device_ref = [device_index]
-    operands, template, key = _flatten(args, kwargs, traits, device_ref)
+    operands, template, key, numbers = _flatten(args, kwargs, traits, device_ref)
     meta = infer_meta(func, key, args, kwargs)
+    if numbers:
+        _bind_scalars(func, operands, key, args, kwargs, traits, meta)
     if extra_meta:
         meta = tuple(meta) + tuple(extra_meta)
     if opdef is None:
@@ -152,7 +228,7 @@ def record_view(func, args, kwargs):
     base = args[0]
     traits = op_traits(func)
     device_ref = [base._st.device_index]
-    _, template, key = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
+    _, template, key, _ = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
     template = ((SLOT,) + template[0], template[1])
     metas = view_meta(func, base, key, args, kwargs)
     opdef = LOWERINGS.get(func)
