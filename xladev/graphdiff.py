@@ -26,6 +26,7 @@ class InputSummary:
     shape: tuple
     dtype: str         # XLA's short name: f32, s64, pred...
     created_at: str | None
+    donated: bool = False  # its buffer is given to the executable (an in-place update's old value)
 
 
 @dataclasses.dataclass
@@ -120,6 +121,18 @@ def _only_sizes_changed(a: tuple, b: tuple) -> bool:
     return len(a) == len(b)
 
 
+def _donation_changes(old: GraphSummary, new: GraphSummary) -> list[str]:
+    """Inputs donated in one graph and not the other: the step barrier donates the old buffer of a tensor
+    updated in place only when nothing else holds it, so keeping a reference to one changes the graph."""
+    lines = []
+    for i, (a, b) in enumerate(zip(old.inputs, new.inputs)):
+        if a.donated != b.donated:
+            now = "now donated" if b.donated else ("no longer donated: another tensor (a `copy_` of it, a view "
+                                                    "read earlier) still holds its old buffer")
+            lines.append(f"{_input_text(i, b)} ({_meta_text(b.shape, b.dtype)}) {now}")
+    return lines
+
+
 def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
     """Readable differences of `new` against `old`, root causes first."""
     lines: list[str] = []
@@ -178,6 +191,8 @@ def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
         if a.kind != b.kind:
             lines.append("an input changed between device data and a Python scalar")
             break
+    if not lines:
+        lines.extend(_donation_changes(old, new))
     if not lines:
         lines.append("same ops, shapes and constants; the inputs are aliased differently (the same tensor passed twice?)")
     if len(lines) > MAX_LINES:

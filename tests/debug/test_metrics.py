@@ -245,3 +245,14 @@ def test_every_upload_is_a_transfer_scalars_and_seeds_included():
     assert met.metric_data("TransferToDeviceTime")[0] == seeds + 1
     (torch.ones(2, device=device) * 0.123456).cpu()  # the same value again: from the scalar cache
     assert met.metric_data("TransferToDeviceTime")[0] == seeds + 1
+
+
+def test_create_xla_tensor_counts_every_device_tensor_as_it_is_made(dev):
+    xladev.mark_step()
+    met.clear_counters()
+    x = torch.ones(3, device=dev)  # a factory output
+    y = x + 1                      # an op output
+    first = y[0]                   # a view
+    assert met.counter_value("CreateXlaTensor") == 3  # before any barrier, as PyTorch/XLA counts it
+    xladev.mark_step()
+    assert met.counter_value("CreateXlaTensor") == 3 and first.item() == 2.0

@@ -31,6 +31,7 @@ SUITE = [
     ("report parse", "bench_report_parse.py", ["--size", "128MB"], ["--size", "512MB"]),
     ("tui", "bench_tui.py", [], []),
     ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
+    ("donation", "bench_donation.py", ["--steps", "6"], ["--steps", "12"]),
 ]
 
 
@@ -86,6 +87,11 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
     elif name == "graph build" and "ratio_vs_jax" in data:
         rows.append((f"graph build: {data['ops']}-op chain, xladev / jax.jit", f"{_num(data['ratio_vs_jax'])}x "
                      f"({_num(data['xladev']['total_s'])} s vs {_num(data['jax']['total_s'])} s)", "<= 3x"))
+    elif name == "donation" and "on" in data:
+        on, off = data["on"], data["off"]
+        for label, key in (("live device buffers", "live_peak_bytes"), ("XLA plan", "xla_plan_bytes")):
+            rows.append((f"transformer step peak, {label}: donation / none",
+                         f"{on[key] / off[key]:.2f}x ({on[key] / 2**20:.2f} / {off[key] / 2**20:.2f} MiB)", "< 1x"))
     if not rows:
         flat = {k: v for k, v in data.items() if isinstance(v, (int, float, str))}
         for key, value in list(flat.items())[:6]:

@@ -99,6 +99,7 @@ class OpsRecorded(Event):
     counts: dict[str, int]
     tracing_ns: int
     tracing_samples: list[int] = dataclasses.field(default_factory=list)
+    tensors_created: int = 0  # device tensors created meanwhile (PyTorch/XLA's CreateXlaTensor)
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,6 +134,7 @@ class GraphCompiled(Event):
     frames: tuple[Frame, ...] | None
     persistent_cache_hit: bool | None  # None when the persistent compilation cache is off
     graph: GraphInfo | None = None
+    donated: int = 0  # input buffers donated to the executable (PyTorch/XLA's InputOutputAliasCount)
 
 
 @dataclasses.dataclass(slots=True)

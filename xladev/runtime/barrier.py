@@ -38,7 +38,7 @@ class Barrier:
         with lock:
             storages = pending_storages()
             if storages:
-                self.runner.sync_storages(storages, cause, frames)
+                self.runner.sync_storages(storages, cause, frames, donate=True)
             # Ops recorded in a step that ran no graph (everything already data) still count.
             self.runner.flush_ops()
             ended = steps.advance()

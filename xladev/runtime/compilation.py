@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import warnings
 
 from xladev._flags import config
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
@@ -39,7 +40,7 @@ class CacheEntry:
         self.runs = 0
         self.num_nodes = len(graph.nodes)
         self.num_inputs = len(graph.inputs)
-        self.num_outputs = len(graph.roots)
+        self.num_outputs = graph.user_outputs
 
 
 class CompileCache:
@@ -109,13 +110,16 @@ class CompileCache:
         info = RuntimeGraphInfo(graph)
         if bus.active:
             bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs),
-                                    len(graph.roots), frames, info))
+                                    graph.user_outputs, frames, info))
         start = time.perf_counter_ns()
         lowered = None
         try:
             with annotate.compile_span(graph.hash, step):
-                lowered = jax.jit(graph_function(graph)).lower(*avals)
-                compiled = lowered.compile()
+                lowered = jax.jit(graph_function(graph), donate_argnums=graph.donated).lower(*avals)
+                with warnings.catch_warnings():
+                    # Each donor has an output of its shape and dtype; jax warns when XLA pairs them differently.
+                    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+                    compiled = lowered.compile()
         except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
             path = save_failed(graph, lowered, exc)
             if bus.active:
@@ -132,9 +136,9 @@ class CompileCache:
         publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step)
         if bus.active:
             bus.emit(GraphCompiled(
-                time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), len(graph.roots),
+                time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,
                 compile_ns, memory, cause, frames,
-                (self.persistent_hits > hits_before) if _persistent_cache else None, info,
+                (self.persistent_hits > hits_before) if _persistent_cache else None, info, len(graph.donated),
             ))
         return entry
 

@@ -14,7 +14,7 @@ import torch
 
 from xladev.events import Cause, CauseKind
 from xladev.runtime.decompositions import DECOMPOSITIONS
-from xladev.runtime.execution import execution
+from xladev.runtime.execution import execution, lock as _execution_lock
 from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported
@@ -135,8 +135,12 @@ def dispatch(func, args, kwargs):
     start = time.perf_counter_ns()
     if recorder.eager_debug:
         return _dispatch_eagerly(func, args, kwargs, start)
+    # An op and a step barrier never interleave: an op on another thread reads a tensor's value either
+    # before the barrier took it or after the barrier replaced it by device data, never the pending
+    # value of a graph whose input buffers the barrier donated (execution._donatable).
     try:
-        return handle(func, args, kwargs)
+        with _execution_lock:
+            return handle(func, args, kwargs)
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)
 
@@ -146,7 +150,8 @@ def _dispatch_eagerly(func, args, kwargs, start):
     depth = getattr(_local, "depth", 0)
     _local.depth = depth + 1
     try:
-        result = handle(func, args, kwargs)
+        with _execution_lock:
+            result = handle(func, args, kwargs)
     finally:
         _local.depth = depth
         recorder.add_tracing_time(time.perf_counter_ns() - start)

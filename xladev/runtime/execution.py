@@ -8,6 +8,7 @@ value reads (transfers.py), and the eager debug mode (one small graph per op).
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 
@@ -74,11 +75,21 @@ class Execution:
         return array
 
     # ---- run -----------------------------------------------------------------------------------
-    def run(self, roots: list[Node], cause: Cause, frames=None) -> list:
+    def run(self, roots: list[Node], cause: Cause, frames=None, donors: list[DataNode] | None = None,
+            internal_outputs: int = 0) -> list:
         """Computes `roots` and returns their jax arrays (computed roots only run once).
 
         The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
         are ready when read. The previous graphs are settled first, so events keep their order.
+
+        Args:
+          roots: the nodes to compute.
+          cause: why the graph runs.
+          frames: the user's stack, when captured.
+          donors: device data whose buffers may be donated to the graph (each the old value of a tensor
+            the graph updates). Only those nothing else references are donated; their arrays are
+            deleted by the run.
+          internal_outputs: how many roots are the runtime's own state (the RNG key), not user tensors.
 
         Raises:
           XlaCompileError: the graph failed to compile.
@@ -91,6 +102,9 @@ class Execution:
             self.in_flight.settle()
             self.flush_ops()
             graph = Graph(roots)
+            graph.user_outputs -= internal_outputs
+            if donors:
+                graph.donate(_donatable(graph, donors))
             device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
@@ -155,9 +169,9 @@ class Execution:
         an op (`xla::add`, `LazyTracing`) as it is recorded, so a report in mid-step shows it."""
         self._publish_ops(*recorder.take_counts())
 
-    def _publish_ops(self, counts: dict, ns: int, samples: list) -> None:
-        if counts and bus.active:
-            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples))
+    def _publish_ops(self, counts: dict, ns: int, samples: list, created: int) -> None:
+        if (counts or created) and bus.active:
+            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created))
 
     # ---- what callers need computed ------------------------------------------------------------
     def materialize(self, nodes: list[Node], cause: Cause) -> list:
@@ -169,16 +183,26 @@ class Execution:
         results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
         return [n.array if type(n) is DataNode else results[id(n)] for n in nodes]
 
-    def sync_storages(self, storages: list, cause: Cause, frames=None) -> None:
-        """Computes the given storages' pending values and makes them device data."""
+    def sync_storages(self, storages: list, cause: Cause, frames=None, donate: bool = False) -> None:
+        """Computes the given storages' pending values and makes them device data.
+
+        Args:
+          storages: the storages to sync (those already device data are skipped).
+          cause: why.
+          frames: the user's stack, when captured.
+          donate: give the executable the old buffers of storages updated in place (the step
+            barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
+        """
         storages = [s for s in storages if type(s.value) is not DataNode]
         if not storages:
             return
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
         self.settle()
+        donors = _donors(storages) if donate and config.param_aliasing else None
+        internal = sum(1 for s in storages if s.internal)
         try:
-            arrays = self.run(roots, cause, frames)
+            arrays = self.run(roots, cause, frames, donors, internal)
         except (XlaCompileError, XlaExecutionError):
             # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
             # reading one of them again raises the same error.
@@ -213,6 +237,55 @@ def _refuse(cause: Cause, frames) -> None:
         f"a graph was about to run at {site} ({what}) while executions are disallowed by "
         "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0): keep the tensor on the device "
         "there, or allow executions around this code")
+
+
+def _donors(storages: list) -> list[DataNode]:
+    """The old device data of storages updated in place, when the new value has the same shape and dtype."""
+    donors: list[DataNode] = []
+    seen: set[int] = set()
+    for storage in storages:
+        ref = storage.donor
+        data = ref() if ref is not None else None
+        if data is not None and data.array is not None and data.meta == storage.value.meta and id(data) not in seen:
+            seen.add(id(data))
+            donors.append(data)
+    return donors
+
+
+def _operand_uses(graph: Graph, wanted: set[int]) -> collections.Counter:
+    """How many operand slots of the graph read each wanted node (each slot is one reference to it)."""
+    uses: collections.Counter = collections.Counter()
+    for node in graph.nodes:
+        for operand in node.operands:
+            if id(operand) in wanted:
+                uses[id(operand)] += 1
+    return uses
+
+
+# References a donor has when only this graph uses it, besides one per operand slot reading it: the
+# caller's `donors` list, `graph.inputs`, `graph.nodes`, `_donatable`'s local and getrefcount's argument.
+_DONOR_BASE_REFS = 5
+
+
+def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
+    """Positions of the donors whose buffers nothing outside this graph can read.
+
+    A donated buffer is gone once the graph ran, so a donor must not be reachable from anything else:
+    another tensor holding the same data (`detach`, `copy_` of device data), a view's cached value, a
+    pending value left out of this graph. Python's reference count says exactly that: every holder adds
+    one, so a donor with no more references than this graph's own is read by nothing else. Its jax array
+    must have no holder but the node either.
+    """
+    wanted = {id(d) for d in donors}
+    uses = _operand_uses(graph, wanted)
+    inputs = graph.inputs
+    positions = []
+    for i in range(len(inputs)):
+        node = inputs[i]
+        if (id(node) in wanted and sys.getrefcount(node) == _DONOR_BASE_REFS + uses[id(node)]
+                and sys.getrefcount(node.array) == 2):
+            positions.append(i)
+    return tuple(positions)
 
 
 def _device_index_of(graph: Graph) -> int:

@@ -26,13 +26,15 @@ class RuntimeGraphInfo:
     def summary(self) -> GraphSummary:
         nodes = []
         inputs = []
+        donated = frozenset(self._graph.donated)
         for node in self._graph.nodes:
             if node.op is DATA_OP or node.op is SCALAR_OP:
                 inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
-                                           dtype_short(node.meta.dtype), getattr(node, "created_at", None)))
+                                           dtype_short(node.meta.dtype), getattr(node, "created_at", None),
+                                           len(inputs) in donated))
                 continue
             nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta), node.location))
-        return GraphSummary(self.hash, tuple(nodes), tuple(inputs), len(self._graph.roots))
+        return GraphSummary(self.hash, tuple(nodes), tuple(inputs), self._graph.user_outputs)
 
     def ir_text(self) -> str:
         return graph_to_text(self._graph)

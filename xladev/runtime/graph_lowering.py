@@ -112,4 +112,4 @@ def lowered(graph: Graph):
     import jax
 
     avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype)) for n in graph.inputs]
-    return jax.jit(graph_function(graph)).lower(*avals)
+    return jax.jit(graph_function(graph), donate_argnums=graph.donated).lower(*avals)

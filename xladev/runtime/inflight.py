@@ -75,6 +75,9 @@ class InFlight:
             except BaseException as exc:  # reported on the recording thread by settle()
                 item.error = exc
             item.ready_ns = time.perf_counter_ns()
+            # The outputs are the tensors' data now: a reference kept here would stop the next step from
+            # donating them (execution._donatable counts references).
+            item.outputs = ()
             item.done.set()
 
     def __bool__(self) -> bool:

@@ -203,11 +203,14 @@ class Graph:
       nodes: post-order list of nodes reachable from the roots.
       inputs: leaf nodes (DataNode/ScalarNode) in first-use order; their position is the parameter number.
       roots: the output nodes, in the order given.
-      key: hashable structural key (ops, templates, metas, operand positions, input aliasing).
+      key: hashable structural key (ops, templates, metas, operand positions, input aliasing, donated inputs).
       hash: 32 hex digits, deterministic across processes.
+      donated: positions of the inputs whose buffers the executable may reuse for its outputs (`donate`).
+      user_outputs: how many roots are user tensors (the others are the runtime's own state, such as
+        the RNG key, which PyTorch/XLA does not count as graph outputs).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index")
+    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index", "donated", "user_outputs")
 
     def __init__(self, roots: list[Node]):
         self.roots = roots
@@ -243,6 +246,26 @@ class Graph:
         self.index = index
         self.key = (tuple(key_parts), tuple(index[id(r)] for r in roots))
         self._hash = None
+        self.donated: tuple[int, ...] = ()
+        self.user_outputs = len(roots)
+
+    def donate(self, positions: tuple[int, ...]) -> None:
+        """Marks inputs as donated: their buffers are given to the executable, which may write outputs into
+        them. An executable is compiled for one set of donated inputs, so the set is part of the key and
+        hash (as PyTorch/XLA hashes its buffer donors).
+
+        Raises:
+          ValueError: donation was already set, or a position is not a device-data input.
+        """
+        if self.donated:
+            raise ValueError("the graph's donated inputs are already set")
+        for i in positions:
+            if not 0 <= i < len(self.inputs) or self.inputs[i].op is not DATA_OP:
+                raise ValueError(f"input {i} is not device data and cannot be donated")
+        if positions:
+            self.donated = tuple(positions)
+            self.key = (self.key, self.donated)
+            self._hash = None
 
     @property
     def hash(self) -> str:

@@ -32,6 +32,8 @@ class Recorder:
         self.counts: dict[str, int] = {}
         self.tracing_ns = 0
         self.tracing_samples: list[int] = []
+        # Device tensors created (every XlaTensor: op outputs, views, uploads), PyTorch/XLA's CreateXlaTensor.
+        self.tensors_created = 0
         self.scope_stack = threading.local()
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
@@ -102,8 +104,8 @@ class Recorder:
             return user_location(), scope
         return None, scope
 
-    def drain(self) -> tuple[dict[str, int], int, list[int]]:
-        """Returns and resets the counts, total tracing ns and tracing samples since the last call.
+    def drain(self) -> tuple[dict[str, int], int, list[int], int]:
+        """Returns and resets the counts, total tracing ns, tracing samples and tensors created since the last call.
 
         Called when a graph is about to run: the pending op count starts again, and the growth threshold
         follows the largest graph recorded so far.
@@ -115,17 +117,18 @@ class Recorder:
             self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             return self._take_counts()
 
-    def take_counts(self) -> tuple[dict[str, int], int, list[int]]:
+    def take_counts(self) -> tuple[dict[str, int], int, list[int], int]:
         """Like `drain`, but the pending graph stays as it is (its size still counts towards the growth
         warning): for a metrics query in the middle of a step, which must see the ops recorded so far."""
         with self.lock:
             return self._take_counts()
 
-    def _take_counts(self) -> tuple[dict[str, int], int, list[int]]:
+    def _take_counts(self) -> tuple[dict[str, int], int, list[int], int]:
         counts, self.counts = self.counts, {}
         ns, self.tracing_ns = self.tracing_ns, 0
         samples, self.tracing_samples = self.tracing_samples, []
-        return counts, ns, samples
+        created, self.tensors_created = self.tensors_created, 0
+        return counts, ns, samples, created
 
     def push_scope(self, name: str) -> None:
         self.scopes_used = True

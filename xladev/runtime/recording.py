@@ -126,6 +126,9 @@ def _flatten(args, kwargs, traits, device_ref):
     template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
                             for k, v in kwargs.items()) if kwargs else ()
     numbers = any(type(o) is int or type(o) is float for o in operands)
+    # `walk` refers to itself through its closure: a cycle that would keep `operands` (old device data)
+    # alive until the garbage collector runs, and so keep the step barrier from donating that data.
+    walk = None  # noqa: F841
     return operands, (template_args, template_kwargs), tuple(key), numbers
 
 

@@ -39,7 +39,8 @@ def manual_seed(seed: int, device_index: int | None = None) -> None:
     for index in indices:
         state = _states.get(index)
         if state is None:
-            _states[index] = Storage(_seed_node(seed, index), index)
+            state = _states[index] = Storage(_seed_node(seed, index), index)
+            state.internal = True
         else:
             state.set(_seed_node(seed, index))
 

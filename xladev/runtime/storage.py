@@ -30,26 +30,38 @@ class Storage:
       version: bumped on every write, so views know to re-read.
       device_index: which `xla:N`.
       sid: creation order.
+      donor: a weak reference to the device data this storage held before its pending value was
+        written (an in-place update since the last sync), or None. The step barrier may donate that
+        buffer to the graph computing the new value (execution.py).
+      internal: the runtime's own state (the RNG key), not a user tensor: a graph output for it is not
+        counted among the graph's outputs, as PyTorch/XLA keeps that state outside its graphs.
     """
 
-    __slots__ = ("value", "version", "device_index", "sid", "__weakref__")
+    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "__weakref__")
 
     def __init__(self, value: Node, device_index: int):
         self.value = value
         self.version = 0
         self.device_index = device_index
         self.sid = next(_storage_ids)
+        self.donor = None
+        self.internal = False
         if type(value) is not DataNode:
             pending[self.sid] = self
 
     def set(self, value: Node) -> None:
         # Under the lock: a barrier on another thread must not replace this write by older data.
         with _write_lock:
+            old = self.value
             self.value = value
             self.version += 1
             if type(value) is not DataNode:
+                if type(old) is DataNode:
+                    # Weak: the old buffer must die when nothing computes from it any more.
+                    self.donor = weakref.ref(old)
                 pending[self.sid] = self
             else:  # e.g. `copy_` of uploaded data: nothing left to compute
+                self.donor = None
                 pending.pop(self.sid, None)
 
     def set_data(self, value: DataNode, computed: Node) -> bool:
@@ -63,6 +75,7 @@ class Storage:
                 return False
             self.value = value
             self.version += 1
+            self.donor = None
             pending.pop(self.sid, None)
             return True
 

@@ -15,6 +15,7 @@ import torch
 
 from xladev.runtime import fork_guard
 from xladev.runtime.ir import Meta, Node
+from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
 from xladev.runtime.transfers import reading, tensor_repr
 from xladev.runtime.views import replay, scatter_into_base
@@ -61,6 +62,7 @@ class XlaTensor(torch.Tensor):
         t._chain = chain
         t._vnode = None
         t._vver = -1
+        recorder.tensors_created += 1
         return t
 
     def __init__(self, *args, **kwargs):

@@ -65,6 +65,8 @@ def _ops(rec: r.Ops) -> list[Update]:
                           rec.tracing_samples))
     elif rec.tracing_count:  # read from a log: the count and total, not each sample
         out.append(Update("LazyTracing", TIME, rec.tracing_ns, rec.tracing_count))
+    if rec.tensors_created:
+        out.append(_count("CreateXlaTensor", rec.tensors_created))
     return out
 
 
@@ -77,6 +79,8 @@ def _compile(rec: r.Compile) -> tuple[Update, ...]:
     out = (Update(name, TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
     if rec.persistent_cache_hit is not None:
         out += (_PERSISTENT[bool(rec.persistent_cache_hit)],)
+    if rec.donated is not None and name == "CompileTime":  # PyTorch/XLA samples every graph compile, 0 included
+        out += (Update("InputOutputAliasCount", VALUE, rec.donated),)
     return out
 
 

@@ -191,6 +191,7 @@ class Compile(_Timed):
     frame: dict | None = None
     persistent_cache_hit: bool | None = None
     recompile: dict | None = None
+    donated: int | None = None  # input buffers donated to the executable (InputOutputAliasCount); None in older logs
 
     def to_record(self) -> dict:
         out = Record.to_record(self)
@@ -294,6 +295,7 @@ class Ops(_Timed):
     tracing_ns: int = 0
     tracing_count: int = 0
     tracing_samples: list = _transient(factory=list)
+    tensors_created: int = 0  # device tensors created (CreateXlaTensor); 0 in older logs
 
     @classmethod
     def from_record(cls, data: dict) -> "Ops":

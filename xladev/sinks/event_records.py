@@ -64,13 +64,14 @@ class RecordBuilder:
 
     def _ops(self, event: OpsRecorded, t: int) -> tuple[rec.Record, ...]:
         return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
-                        event.tracing_samples),)
+                        event.tracing_samples, event.tensors_created),)
 
     def _compiled(self, event: GraphCompiled, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
                              event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
-                             event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None))
+                             event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None),
+                             event.donated)
         return self._with_graph(event, t, record)
 
     def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:
