@@ -271,10 +271,17 @@ def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
     """Positions of the donors whose buffers nothing outside this graph can read.
 
     A donated buffer is gone once the graph ran, so a donor must not be reachable from anything else:
-    another tensor holding the same data (`detach`, `copy_` of device data), a view's cached value, a
+    another tensor holding the same data (made by `copy_` of device data), a view's cached value, a
     pending value left out of this graph. Python's reference count says exactly that: every holder adds
     one, so a donor with no more references than this graph's own is read by nothing else. Its jax array
     must have no holder but the node either.
+
+    Args:
+      graph: the graph about to run.
+      donors: candidate device data (`_donors`), each at most once.
+
+    Returns:
+      The positions in `graph.inputs` of the donors to donate.
     """
     wanted = {id(d) for d in donors}
     uses = _operand_uses(graph, wanted)
