@@ -1,8 +1,9 @@
 """Buffer donation at the step barrier: the old buffers of tensors updated in place are given to the
 step's executable, counted as `InputOutputAliasCount`, and never when anything else can still read them.
 
-Each aliasing case runs the same code with donation on and off (`XLA_ENABLE_PARAM_ALIASING`) and on the
-CPU: donation must change no value, and a buffer still referenced elsewhere must not be donated.
+Each aliasing case (clones, views, `copy_`, detach, pending values, gradient accumulation across
+barriers) checks the values eager PyTorch gives and whether the buffer was donated; the trainings are
+compared with the same training on the CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def _donated(events) -> list[int]:
 
 
 def _fresh(dev, *values):
+    """Device tensors of these values, synced. A graph keeps the donation it was first compiled with, so a
+    test that asserts donation uses shapes no other test here uses."""
     tensors = [torch.tensor(v, dtype=torch.float32).to(dev) for v in values]
     xladev.mark_step()
     return tensors
@@ -149,13 +152,13 @@ def test_gradient_accumulation_across_barriers(dev, micro_batches):
 
 
 def test_detach_then_update_donates(dev, events):
-    (w,) = _fresh(dev, [1.0, 2.0])
+    (w,) = _fresh(dev, [1.0, 2.0, 0.0, 0.0, 0.0])  # a shape of its own: a graph keeps its first donation
     alias = w.detach()  # shares w's storage, so it holds no buffer of its own
     events.clear()
     w.add_(1.0)
     xladev.mark_step()
     assert _donated(events) == [1]
-    assert alias.cpu().tolist() == [2.0, 3.0]
+    assert alias.cpu().tolist() == [2.0, 3.0, 1.0, 1.0, 1.0]
 
 
 def test_a_change_of_donation_explains_the_recompile():
@@ -166,3 +169,16 @@ def test_a_change_of_donation_explains_the_recompile():
     assert lines == ["input 0, created at train.py:4 (f32[2,3]) no longer donated: another tensor (a `copy_` "
                      "of it, a view read earlier) still holds its old buffer"]
     assert "now donated" in differences(graph(False), graph(True))[0]
+
+
+def test_a_buffer_held_for_once_is_copied_not_recompiled(dev, events):
+    (w,) = _fresh(dev, [1.0, 2.0, 3.0, 5.0])  # a shape no other test uses: this graph is new
+    w.add_(1.0)
+    xladev.mark_step()
+    other = torch.empty_like(w)
+    other.copy_(w)  # holds w's buffer this step: the graph donates a copy of it instead
+    events.clear()
+    w.add_(1.0)
+    xladev.mark_step()
+    assert events.of(GraphCompiled) == [] and len(events.of(GraphExecuted)) == 1
+    assert other.cpu().tolist() == [2.0, 3.0, 4.0, 6.0] and w.cpu().tolist() == [3.0, 4.0, 5.0, 7.0]

@@ -60,6 +60,20 @@ class CompileCache:
         self.persistent_misses = 0
         self._listener_installed = False
         self.site_history = SiteHistory()
+        self._donations: dict = {}
+
+    def donation_of(self, key, donatable: tuple[int, ...]) -> tuple[int, ...]:
+        """The inputs a graph donates: those `donatable` when a graph of this key (before donation) first
+        ran, for good, so its executable and hash stay the same from step to step.
+
+        Args:
+          key: the graph's structural key, donation not yet applied.
+          donatable: the inputs that may be donated this time.
+
+        Returns:
+          The inputs to donate; any of them not in `donatable` must be given to the executable as a copy.
+        """
+        return self._donations.setdefault(key, donatable)
 
     def get_or_compile(self, graph: Graph, device_index: int, cause: Cause, frames) -> tuple[CacheEntry, bool]:
         """The executable of `graph`: cached, or compiled now. Returns (entry, whether it was cached).
@@ -79,6 +93,7 @@ class CompileCache:
         """Forgets every compiled graph, the persistent-cache counts and the site history."""
         self.cache.clear()
         self.by_hash.clear()
+        self._donations.clear()
         self.persistent_hits = 0
         self.persistent_misses = 0
         self.site_history.clear()

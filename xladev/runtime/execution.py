@@ -103,11 +103,20 @@ class Execution:
             self.flush_ops()
             graph = Graph(roots)
             graph.user_outputs -= internal_outputs
+            copies: tuple[int, ...] = ()
             if donors:
-                graph.donate(_donatable(graph, donors))
+                # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
+                # elsewhere for once (a reference cycle the garbage collector has not freed yet) does not
+                # recompile: that input is copied, and the executable consumes the copy.
+                now = _donatable(graph, donors)
+                chosen = self.compiler.donation_of(graph.key, now)
+                graph.donate(chosen)
+                copies = tuple(i for i in chosen if i not in now)
             device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
+            for i in copies:
+                arrays[i] = arrays[i].copy()
             step = steps.current()
             start = time.perf_counter_ns()
             try:
