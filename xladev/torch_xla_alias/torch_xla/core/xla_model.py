@@ -15,8 +15,8 @@ import torch
 
 import xladev
 import xladev.debug
-from xladev.debug import _profiler_scopes
 
+import torch_xla
 from torch_xla import _xladev
 
 REDUCE_SUM = "sum"
@@ -133,11 +133,7 @@ def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
     Raises:
       TraceScopeError: (a RuntimeError) `reset_scope` is True and an `xp.Trace` region is open; nothing was synced.
     """
-    if reset_scope:
-        xladev.mark_step(wait=wait)
-        return
-    with _profiler_scopes.allow_barrier_in_scope():
-        xladev.mark_step(wait=wait)
+    torch_xla.sync(wait=wait, reset_scope=reset_scope)  # one barrier under two names, as in PyTorch/XLA
 
 
 def wait_device_ops(devices: list | None = None) -> None:
