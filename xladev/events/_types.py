@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 class CauseKind(str, enum.Enum):
     """Why a barrier ran. The set is closed so analysis can rely on it."""
 
-    # PyTorch/XLA's cause lines (2.9) where it has one.
+    # PyTorch/XLA's cause lines where it has one, in its 2.7 words: the values are written to event logs,
+    # so they stay; the analysis blocks write 2.8+'s words (sinks/analysis/blocks.py PT_XLA_CAUSES).
     USER_MARK_STEP = "user torch_xla.sync"
     DEVICE_LOADER = "mark_step in parallel loader at step end"
     STEP_TRACE = "mark_step when exiting a profiler StepTrace region"

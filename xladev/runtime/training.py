@@ -90,7 +90,8 @@ class DeviceLoader:
     """Wraps a data loader: copies each batch to the device ahead of use and marks the step per batch.
 
     Like PyTorch/XLA's `MpDeviceLoader`, each `next()` first ends the previous step with a barrier
-    (cause "mark_step in parallel loader at step end", PyTorch/XLA's words), so the loop needs no explicit `mark_step()`.
+    (cause DEVICE_LOADER: "torch_xla.sync in parallel loader at step end" in the analysis blocks, PyTorch/XLA
+    2.9's words), so the loop needs no explicit `mark_step()`.
 
     Host-side loading runs ahead on a thread named `xladev-loader`. Leaving the loop early (`break`,
     an exception, or dropping the iterator) stops that thread and shuts the loader's iterator down, so
