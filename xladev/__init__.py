@@ -30,6 +30,7 @@ _RUNTIME_NAMES = {
     "initialize_cache": "xladev.runtime.compilation", "manual_seed": "xladev.runtime.training",
     "mark_step": "xladev.runtime.training", "optimizer_step": "xladev.runtime.training",
     "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
+    "compile": "xladev.runtime.compiled_region", "GraphLimitError": "xladev.runtime.compiled_region",
 }
 
 __all__ = sorted([*_RUNTIME_NAMES, "debug"])
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads thes
     from xladev._flags import ConfigError, config
     from xladev.runtime.device import device, device_count, devices
     from xladev.runtime.compilation import XlaCompileError, initialize_cache
+    from xladev.runtime.compiled_region import GraphLimitError, compile
     from xladev.runtime.recorder import GraphGrowthWarning
     from xladev.runtime.training import (
         DeviceLoader, add_step_closure, manual_seed, mark_step, optimizer_step, sync, wait_device_ops,

@@ -214,9 +214,6 @@ def test_compile_syncs_before_and_after(files):
     assert (infos[0].num_input, infos[0].num_output) == (1, 1)  # the pending t1, synced before the function
 
 
-@pytest.mark.xfail(strict=True, reason="torch_xla.compile's syncs are plain syncs in xladev (cause 'user "
-                   "torch_xla.sync', no Graph Name line): the runtime's Cause has no torch_xla.compile kind and "
-                   "GraphInfo no name; see docs/compat.md")
 def test_compile_causes_and_graph_names(files):
     f = files["compile_fn"]
     compilations = f.causes("Compilation Cause")

@@ -32,9 +32,15 @@ def start(path: str) -> str:
 
 
 def stop() -> str | None:
-    """Stops the event log, writing its `end` record; returns the file written, or None if none ran."""
+    """Stops the event log, writing its `end` record; returns the file written, or None if none ran.
+
+    The graphs still running and the ops and tensors counted since the last barrier are written first, so
+    the log's counters equal the in-process ones over the same span.
+    """
+    from xladev.debug.metrics import _settle_executions
     from xladev.sinks import eventlog_writer as eventlog
 
+    _settle_executions()
     return eventlog.stop()
 
 

@@ -28,6 +28,9 @@ class CauseKind(str, enum.Enum):
     STEP_CLOSURE = "step closure reading a tensor"
     EAGER_DEBUG = "eager debug mode"
     WAIT_DEVICE_OPS = "wait_device_ops"
+    # The two syncs of a compiled region (`xladev.compile`, `torch_xla.compile`), in PyTorch/XLA's words.
+    COMPILE_PENDING = "torch_xla.compile clear the pending graph prior calling the target function"
+    COMPILE_REGION = "torch_xla.compile"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class OpsRecorded(Event):
     tracing_ns: int
     tracing_samples: list[int] = dataclasses.field(default_factory=list)
     tensors_created: int = 0  # device tensors created meanwhile (PyTorch/XLA's CreateXlaTensor)
+    tensors_destroyed: int = 0  # device tensors freed meanwhile (PyTorch/XLA's DestroyXlaTensor)
 
 
 @dataclasses.dataclass(slots=True)
@@ -116,6 +120,7 @@ class CompileStarted(Event):
     num_outputs: int
     frames: tuple[Frame, ...] | None
     graph: GraphInfo | None = None
+    graph_name: str | None = None  # the compiled region's name (`xladev.compile(name=...)`), if any
 
 
 @dataclasses.dataclass(slots=True)
@@ -136,6 +141,7 @@ class GraphCompiled(Event):
     persistent_cache_hit: bool | None  # None when the persistent compilation cache is off
     graph: GraphInfo | None = None
     donated: int = 0  # input buffers donated to the executable (PyTorch/XLA's InputOutputAliasCount)
+    graph_name: str | None = None  # the compiled region's name (PyTorch/XLA's "Graph Name"), if any
 
 
 @dataclasses.dataclass(slots=True)
@@ -151,6 +157,7 @@ class GraphExecuted(Event):
     cause: Cause
     frames: tuple[Frame, ...] | None
     graph: GraphInfo | None = None
+    graph_name: str | None = None  # the compiled region's name (PyTorch/XLA's "Graph Name"), if any
 
 
 @dataclasses.dataclass(slots=True)

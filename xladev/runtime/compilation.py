@@ -17,7 +17,7 @@ import warnings
 
 from xladev._flags import config
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
-from xladev.runtime import annotate, backend, stack, steps
+from xladev.runtime import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph_lowering import graph_function
 from xladev.runtime.ir import Graph
@@ -125,7 +125,7 @@ class CompileCache:
         info = RuntimeGraphInfo(graph)
         if bus.active:
             bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs),
-                                    graph.user_outputs, frames, info))
+                                    graph.user_outputs, frames, info, graph_names.current()))
         start = time.perf_counter_ns()
         lowered = None
         try:
@@ -148,12 +148,14 @@ class CompileCache:
         entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
         # Every compile joins its site's history, listened to or not, so a later recompilation is
         # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
-        publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step)
+        publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step,
+                              graph_names.current())
         if bus.active:
             bus.emit(GraphCompiled(
                 time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,
                 compile_ns, memory, cause, frames,
                 (self.persistent_hits > hits_before) if _persistent_cache else None, info, len(graph.donated),
+                graph_names.current(),
             ))
         return entry
 

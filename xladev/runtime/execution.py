@@ -8,13 +8,15 @@ value reads (transfers.py), and the eager debug mode (one small graph per op).
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import threading
 import time
+from typing import Callable
 
 from xladev._flags import config
 from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
-from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
+from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -28,6 +30,25 @@ from xladev.schema.sites import short_site, site_of
 
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
 lock = threading.RLock()
+
+
+# A check every graph must pass before it compiles or runs (a compiled region's `max_different_graphs`), or None.
+_admission: Callable[[Graph], None] | None = None
+
+
+@contextlib.contextmanager
+def admitting(check: Callable[[Graph], None] | None):
+    """Runs the block with `check(graph)` called on each graph before it compiles or runs; it may raise.
+
+    Args:
+      check: the check, or None for none.
+    """
+    global _admission
+    saved, _admission = _admission, check
+    try:
+        yield
+    finally:
+        _admission = saved
 
 
 class ExecutionNotAllowedError(RuntimeError):
@@ -103,6 +124,8 @@ class Execution:
             self.flush_ops()
             graph = Graph(roots)
             graph.user_outputs -= internal_outputs
+            if _admission is not None:
+                _admission(graph)
             copies: tuple[int, ...] = ()
             if donors:
                 # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
@@ -118,6 +141,7 @@ class Execution:
             for i in copies:
                 arrays[i] = arrays[i].copy()
             step = steps.current()
+            name = graph_names.current()
             start = time.perf_counter_ns()
             try:
                 with annotate.execute_span(entry.hash, step):
@@ -132,7 +156,7 @@ class Execution:
                 if bus.active:
                     bus.emit(GraphExecuted(
                         time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
-                        entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph),
+                        entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name,
                     ))
 
             dispatched = Dispatched(outputs, start, announce)
@@ -178,9 +202,9 @@ class Execution:
         an op (`xla::add`, `LazyTracing`) as it is recorded, so a report in mid-step shows it."""
         self._publish_ops(*recorder.take_counts())
 
-    def _publish_ops(self, counts: dict, ns: int, samples: list, created: int) -> None:
-        if (counts or created) and bus.active:
-            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created))
+    def _publish_ops(self, counts: dict, ns: int, samples: list, created: int, destroyed: int) -> None:
+        if (counts or created or destroyed) and bus.active:
+            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created, destroyed))
 
     # ---- what callers need computed ------------------------------------------------------------
     def materialize(self, nodes: list[Node], cause: Cause) -> list:
@@ -239,13 +263,31 @@ class Execution:
             self.scalars.clear()
 
 
+# What disallows executions when `config.allow_execution` is False, for the refusal's message.
+disallowed_by = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
+
+
+@contextlib.contextmanager
+def refusing_because(reason: str):
+    """Names `reason` as what disallows executions in refusals raised inside the block.
+
+    Args:
+      reason: e.g. `xladev.compile(full_graph=True) region 'step'`.
+    """
+    global disallowed_by
+    saved, disallowed_by = disallowed_by, reason
+    try:
+        yield
+    finally:
+        disallowed_by = saved
+
+
 def _refuse(cause: Cause, frames) -> None:
     site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
     what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
     raise ExecutionNotAllowedError(
         f"a graph was about to run at {site} ({what}) while executions are disallowed by "
-        "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0): keep the tensor on the device "
-        "there, or allow executions around this code")
+        f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
 
 
 def _donors(storages: list) -> list[DataNode]:

@@ -22,9 +22,12 @@ class SiteHistory:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.sites: dict[str, list[GraphSummary]] = {}
+        # By (site, graph name): a compiled region's two syncs share the caller's line but are different
+        # barriers (`<name>_clear_pending` and `<name>`), never one graph recompiled.
+        self.sites: dict[tuple[str, str | None], list[GraphSummary]] = {}
 
-    def record(self, info: RuntimeGraphInfo, compile_ns: int, frames: tuple[Frame, ...], step: int) -> Recompiled | None:
+    def record(self, info: RuntimeGraphInfo, compile_ns: int, frames: tuple[Frame, ...], step: int,
+               name: str | None = None) -> Recompiled | None:
         """Adds a compiled graph; returns the `Recompiled` event when its site had compiled before.
 
         Args:
@@ -32,6 +35,7 @@ class SiteHistory:
           compile_ns: how long it took to compile.
           frames: the Python stack of the barrier that compiled it (innermost first).
           step: the step being recorded.
+          name: the graph name it compiled under (a compiled region's), if any.
 
         Returns:
           The event to publish, or None for a site's first graph.
@@ -40,7 +44,7 @@ class SiteHistory:
         summary.compile_ns = compile_ns
         site = site_of(frames)
         with self._lock:
-            earlier = self.sites.setdefault(site, [])
+            earlier = self.sites.setdefault((site, name), [])
             result = None
             if earlier:
                 previous = closest(earlier, summary)
@@ -55,13 +59,14 @@ class SiteHistory:
             self.sites.clear()
 
 
-def publish(history: SiteHistory, info: RuntimeGraphInfo, compile_ns: int, frames, step: int) -> None:
+def publish(history: SiteHistory, info: RuntimeGraphInfo, compile_ns: int, frames, step: int,
+            name: str | None = None) -> None:
     """Records a compile and publishes its `Recompiled` event when there is one. Never raises.
 
     A diff bug must not fail the user's step: it is reported on stderr and the compile goes on.
     """
     try:
-        event = history.record(info, compile_ns, frames, step)
+        event = history.record(info, compile_ns, frames, step, name)
     except Exception as exc:  # pragma: no cover - a bug in the diff, not in the user's program
         import sys
 

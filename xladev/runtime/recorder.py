@@ -34,6 +34,7 @@ class Recorder:
         self.tracing_samples: list[int] = []
         # Device tensors created (every XlaTensor: op outputs, views, uploads), PyTorch/XLA's CreateXlaTensor.
         self.tensors_created = 0
+        self.tensors_destroyed = 0  # and freed, PyTorch/XLA's DestroyXlaTensor
         self.scope_stack = threading.local()
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
@@ -104,8 +105,9 @@ class Recorder:
             return user_location(), scope
         return None, scope
 
-    def drain(self) -> tuple[dict[str, int], int, list[int], int]:
-        """Returns and resets the counts, total tracing ns, tracing samples and tensors created since the last call.
+    def drain(self) -> tuple[dict[str, int], int, list[int], int, int]:
+        """Returns and resets the counts, total tracing ns, tracing samples, and tensors created and destroyed
+        since the last call.
 
         Called when a graph is about to run: the pending op count starts again, and the growth threshold
         follows the largest graph recorded so far.
@@ -117,18 +119,19 @@ class Recorder:
             self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             return self._take_counts()
 
-    def take_counts(self) -> tuple[dict[str, int], int, list[int], int]:
+    def take_counts(self) -> tuple[dict[str, int], int, list[int], int, int]:
         """Like `drain`, but the pending graph stays as it is (its size still counts towards the growth
         warning): for a metrics query in the middle of a step, which must see the ops recorded so far."""
         with self.lock:
             return self._take_counts()
 
-    def _take_counts(self) -> tuple[dict[str, int], int, list[int], int]:
+    def _take_counts(self) -> tuple[dict[str, int], int, list[int], int, int]:
         counts, self.counts = self.counts, {}
         ns, self.tracing_ns = self.tracing_ns, 0
         samples, self.tracing_samples = self.tracing_samples, []
         created, self.tensors_created = self.tensors_created, 0
-        return counts, ns, samples, created
+        destroyed, self.tensors_destroyed = self.tensors_destroyed, 0
+        return counts, ns, samples, created, destroyed
 
     def push_scope(self, name: str) -> None:
         self.scopes_used = True

@@ -68,6 +68,9 @@ class XlaTensor(torch.Tensor):
     def __init__(self, *args, **kwargs):
         pass
 
+    def __del__(self, _recorder=recorder):  # bound early: module globals may be gone at interpreter exit
+        _recorder.tensors_destroyed += 1  # PyTorch/XLA's DestroyXlaTensor
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod

@@ -50,11 +50,27 @@ _PERSISTENT = {True: _count("PersistentCacheHit"), False: _count("PersistentCach
 _CAUSE_SYNCS = {"VALUE_ACCESS": (_VALUE_ACCESS_SYNC,), "FALLBACK": (_FALLBACK_SYNC,)}
 _OP_COUNTERS: dict[str, str] = {}  # aten::add -> xla::add, PyTorch/XLA's name for recorded ops
 
+# PyTorch/XLA counts an op under the name of its C++ function, which functionalization and its codegen
+# give to the ops below: a view op reaches it as its `_copy` twin (with `_symint` where its signature has
+# symbolic sizes), a factory as its `_symint` function, `fill_`/`zero_` in place. Every other op keeps its
+# ATen base name.
+_PT_XLA_OP_NAMES = {
+    "t": "t_copy", "view": "view_copy_symint", "expand": "expand_copy_symint", "permute": "permute_copy",
+    "transpose": "transpose_copy", "unsqueeze": "unsqueeze_copy", "squeeze": "squeeze_copy",
+    "select": "select_copy", "slice": "slice_copy", "split": "split_copy",
+    "split_with_sizes": "split_with_sizes_copy", "unbind": "unbind_copy", "diagonal": "diagonal_copy",
+    "as_strided": "as_strided_copy", "alias": "alias_copy", "view_as_real": "view_as_real_copy",
+    "view_as_complex": "view_as_complex_copy", "empty": "empty_symint", "empty_strided": "empty_strided_symint",
+    "new_empty_strided": "new_empty_strided_symint", "fill": "fill_", "zero": "zero_",
+}
+
 
 def _op_counter(name: str) -> str:
     counter = _OP_COUNTERS.get(name)
     if counter is None:
-        counter = _OP_COUNTERS[name] = "xla::" + str(name).split("::", 1)[-1]
+        base = str(name).split("::", 1)[-1]
+        counter = "xla::" + _PT_XLA_OP_NAMES.get(base, base)
+        _OP_COUNTERS[name] = counter
     return counter
 
 
@@ -67,6 +83,8 @@ def _ops(rec: r.Ops) -> list[Update]:
         out.append(Update("LazyTracing", TIME, rec.tracing_ns, rec.tracing_count))
     if rec.tensors_created:
         out.append(_count("CreateXlaTensor", rec.tensors_created))
+    if rec.tensors_destroyed:
+        out.append(_count("DestroyXlaTensor", rec.tensors_destroyed))
     return out
 
 

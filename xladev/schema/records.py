@@ -73,13 +73,18 @@ class Record:
 
     TYPE: ClassVar[str] = ""
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields without which the record means nothing
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields written only when set (not null)
 
     def to_record(self) -> dict:
-        """The JSON object of this record (transient fields left out)."""
+        """The JSON object of this record (transient fields, and optional fields that are None, left out)."""
         out = {"type": self.TYPE}
+        optional = self.OPTIONAL
         for f in dataclasses.fields(self):
             if not f.metadata.get("transient"):
-                out[f.name] = getattr(self, f.name)
+                value = getattr(self, f.name)
+                if value is None and f.name in optional:
+                    continue
+                out[f.name] = value
         return out
 
     @classmethod
@@ -190,14 +195,11 @@ class Compile(_Timed):
     site: str | None = None
     frame: dict | None = None
     persistent_cache_hit: bool | None = None
-    recompile: dict | None = None
+    recompile: dict | None = None  # present only on a recompilation
     donated: int | None = None  # input buffers donated to the executable (InputOutputAliasCount); None in older logs
+    name: str | None = None  # the compiled region's graph name (PyTorch/XLA's "Graph Name"), when there is one
 
-    def to_record(self) -> dict:
-        out = Record.to_record(self)
-        if self.recompile is None:  # present only on a recompilation
-            del out["recompile"]
-        return out
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("recompile", "name")
 
 
 @dataclasses.dataclass(slots=True)
@@ -210,6 +212,9 @@ class CompileStart(_Timed):
     nodes: int = 0
     site: str | None = None
     frame: dict | None = None
+    name: str | None = None  # the compiled region's graph name, when there is one
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("name",)
 
 
 @dataclasses.dataclass(slots=True)
@@ -251,6 +256,9 @@ class Execute(_Timed):
     cause: dict = dataclasses.field(default_factory=dict)
     site: str | None = None
     frame: dict | None = None
+    name: str | None = None  # the compiled region's graph name, when there is one
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("name",)
 
 
 @dataclasses.dataclass(slots=True)
@@ -296,6 +304,7 @@ class Ops(_Timed):
     tracing_count: int = 0
     tracing_samples: list = _transient(factory=list)
     tensors_created: int = 0  # device tensors created (CreateXlaTensor); 0 in older logs
+    tensors_destroyed: int = 0  # device tensors freed (DestroyXlaTensor); 0 in older logs
 
     @classmethod
     def from_record(cls, data: dict) -> "Ops":

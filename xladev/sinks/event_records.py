@@ -43,7 +43,8 @@ class RecordBuilder:
     def _executed(self, event: GraphExecuted, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
-                             event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame)
+                             event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame,
+                             event.graph_name)
         return self._with_graph(event, t, record)
 
     def _step(self, event: StepMarked, t: int) -> tuple[rec.Record, ...]:
@@ -64,19 +65,20 @@ class RecordBuilder:
 
     def _ops(self, event: OpsRecorded, t: int) -> tuple[rec.Record, ...]:
         return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
-                        event.tracing_samples, event.tensors_created),)
+                        event.tracing_samples, event.tensors_created, event.tensors_destroyed),)
 
     def _compiled(self, event: GraphCompiled, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
                              event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
                              event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None),
-                             event.donated)
+                             event.donated, event.graph_name)
         return self._with_graph(event, t, record)
 
     def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
-        return self._with_graph(event, t, rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame))
+        return self._with_graph(event, t, rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame,
+                                                         event.graph_name))
 
     def _recompiled(self, event: Recompiled, t: int) -> tuple[rec.Record, ...]:
         # Published just before its graph's GraphCompiled: kept to go into that compile record.

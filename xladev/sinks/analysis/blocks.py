@@ -24,9 +24,12 @@ PT_XLA_CAUSES = {
     CauseKind.DEVICE_LOADER: "torch_xla.sync in parallel loader at step end",
     CauseKind.STEP_TRACE: "torch_xla.sync when exiting a profiler StepTrace region",
     CauseKind.OPTIMIZER_STEP: "user torch_xla.sync",
+    CauseKind.COMPILE_PENDING: CauseKind.COMPILE_PENDING.value,
+    CauseKind.COMPILE_REGION: CauseKind.COMPILE_REGION.value,
 }
 # Causes PyTorch/XLA's line already says in full: no xladev line after it.
-_SAID_IN_FULL = frozenset((CauseKind.USER_MARK_STEP, CauseKind.DEVICE_LOADER, CauseKind.STEP_TRACE))
+_SAID_IN_FULL = frozenset((CauseKind.USER_MARK_STEP, CauseKind.DEVICE_LOADER, CauseKind.STEP_TRACE,
+                           CauseKind.COMPILE_PENDING, CauseKind.COMPILE_REGION))
 
 
 def cause_text(cause: Cause) -> str:
@@ -79,8 +82,23 @@ def frame_lines(frames, max_frames: int) -> list[str]:
 
 
 def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_inputs: int, num_outputs: int,
-                   frames, max_frames: int, extra: list[tuple[str, list[str]]] = ()) -> str:
-    """A Compilation or Execution Analysis block, with optional extra sections after the cause."""
+                   frames, max_frames: int, extra: list[tuple[str, list[str]]] = (),
+                   graph_name: str | None = None) -> str:
+    """A Compilation or Execution Analysis block, with optional extra sections after the cause.
+
+    Args:
+      prefix: `Compilation Analysis: ` or `Execution Analysis: `, at the start of every line.
+      title: `Compilation Cause` or `Execution Cause`.
+      cause: why the graph compiled or ran.
+      graph_hash, num_inputs, num_outputs: the Graph Info.
+      frames: the Python stack, innermost first.
+      max_frames: PT_XLA_DEBUG_MAX_FRAME.
+      extra: (heading, lines) sections after the cause (the recompilation diff).
+      graph_name: a compiled region's name: a "Graph Name" line, as PyTorch/XLA writes it, when set.
+
+    Returns:
+      The block's text.
+    """
     p = prefix
     lines = ["", f"{p}{RULE_EQ}", f"{p}{title}", f"{p}  {cause_text(cause)}"]
     xladev_line = xladev_cause_line(cause)
@@ -91,6 +109,7 @@ def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_i
         lines.extend(f"{p}  {line}" for line in body)
     lines += [
         f"{p}Graph Info: ",
+        *([f"{p}  Graph Name: {graph_name}"] if graph_name else []),
         f"{p}  Graph Hash: {graph_hash}",
         f"{p}  Number of Graph Inputs: {num_inputs}",
         f"{p}  Number of Graph Outputs: {num_outputs}",

@@ -96,7 +96,8 @@ class AnalysisSink(Sink):
             self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
             if self.level >= 2:
                 self.out.write(analysis_block("Execution Analysis: ", "Execution Cause", event.cause, event.graph_hash,
-                                              event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame))
+                                              event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame,
+                                              graph_name=event.graph_name))
         elif kind is TransferFromDevice:
             self.transfers += 1
             self.history.on_transfer(event)
@@ -123,7 +124,8 @@ class AnalysisSink(Sink):
         extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
                                                               r.compile_ns_at_site))] if r else [])
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
-                                      event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra))
+                                      event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra,
+                                      event.graph_name))
         self.out.write(post_compilation_block(event.memory))
 
     # ---- windowed auto-metrics analysis ----------------------------------------------------------

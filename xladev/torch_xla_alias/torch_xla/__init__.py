@@ -10,7 +10,6 @@ Like PyTorch/XLA, importing it registers the `xla` device with torch.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable
 
 import torch
@@ -64,41 +63,25 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
         xladev.sync(wait=wait)
 
 
-class _CompiledRegion(contextlib.ContextDecorator):
-    """What `torch_xla.compile()` and `torch_xla.step()` return: a context manager and a decorator.
-
-    As in PyTorch/XLA, entering syncs what was pending before the region, so the region's ops form their own
-    graph, and leaving normally syncs the region. A region that raises leaves its ops pending (no barrier
-    on a half-recorded step, as with xladev's StepTrace).
-    """
-
-    def __enter__(self) -> "_CompiledRegion":
-        xladev.sync()
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            xladev.sync()
-        return False
-
-
 def compile(f: Callable | None = None, full_graph: bool | None = False, name: str | None = None,
             max_different_graphs: int | None = None, custom_compile_options: dict[str, Any] | None = None):
-    """Runs `f` (or the `with` block) as one graph: a sync before it and one after.
+    """Runs `f` (or the `with` block) as one named graph: `xladev.compile`.
 
     Args:
       f: the function to wrap; None returns a context manager (also usable as a decorator).
-      full_graph, name, max_different_graphs, custom_compile_options: accepted for PyTorch/XLA's signature;
-        xladev neither enforces a single graph or a graph count nor names graphs (see docs/compat.md).
+      full_graph: any execution inside the region raises, naming its cause and line.
+      name: the graph name in the debug analysis (default: `f`'s name).
+      max_different_graphs: raise once `f` would run more different graphs than this.
+      custom_compile_options: accepted for PyTorch/XLA's signature; XLA's CPU and CUDA compilers here take
+        none of its TPU options.
 
     Returns:
       The wrapped function, or the context manager when `f` is None.
     """
-    region = _CompiledRegion()
-    return region if f is None else region(f)  # ContextDecorator keeps f's name and docstring
+    return xladev.compile(f, full_graph=bool(full_graph), name=name, max_different_graphs=max_different_graphs)
 
 
-def step() -> _CompiledRegion:
+def step():
     """`with torch_xla.step():` marks a training step: syncs before the block and after it.
 
     Returns:
