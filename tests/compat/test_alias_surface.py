@@ -18,6 +18,7 @@ import torch
 import xladev
 import xladev.debug.metrics
 import xladev.debug.profiler
+from tests.report.helpers import fixture_path
 from xladev.cli.run import ALIAS_DIR
 
 
@@ -220,3 +221,59 @@ def test_the_unsupported_table_names_only_what_the_alias_lacks(tx):
         parent = sys.modules.get(module)
         if parent is not None:  # a name in a module the alias has must not exist there
             assert attr not in vars(parent), name
+
+
+def test_metrics_compare_utils_reads_xladevs_and_pytorch_xlas_reports(tx):
+    import torch_xla.debug.metrics_compare_utils as mcu
+
+    fixture = fixture_path("healthy.metrics.txt").read_text()
+    reports = fixture.split("[MetricsData; step=")[1:]  # one report per step, as PyTorch/XLA's file holds them
+    points = mcu.get_data_points_from_metrics_reports(reports[:2])
+    assert points["DeviceLockWait__TotalSamples"][0] == 2
+    assert points["DeviceLockWait__Accumulator_sec"][0] == pytest.approx(14.812e-6)
+    assert points["InputOutputAliasCount__Accumulator"][0] == 4.0
+    assert all(len(values) == 2 for values in points.values())
+
+    tx.met.clear_all()
+    torch.rand(3, 3, device="xla").cpu()
+    ours = mcu.parse_metrics_report(tx.met.metrics_report())
+    names = {key.split("__")[0] for key in ours}
+    assert {"ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "UnwrapXlaData", "WrapXlaData",
+            "DeviceLockWait", "CreateDataHandles"} <= names
+    assert ours["TransferFromDeviceTime__TotalSamples"] == 1 and ours["InboundData__Accumulator_mb"] == 36e-6
+    assert isinstance(mcu.parse_metrics_report(tx.met.metrics_report(), dehumanize=False)
+                      ["InboundData__Accumulator_mb"], tuple)
+    with pytest.raises(AttributeError, match="compare_metrics is not supported by xladev: .*xladev report A B"):
+        mcu.compare_metrics
+
+
+def test_eager_mode_is_xladevs_eager_debug_mode(tx):
+    import torch_xla.experimental as xe
+
+    assert not xe.is_eager_mode()
+    tx.met.clear_all()
+    with xe.eager_mode_context(True) as before:
+        assert before is False and xe.is_eager_mode() and xladev.config.eager_debug_mode
+        x = torch.ones(4, device="xla") * 3  # runs now, as its own graph
+        assert tx.met.metric_data("EagerOpExecuteTime")[0] >= 1
+        with tx.torch_xla.compile():  # a compiled region is traced as one graph even in eager mode
+            y = torch.sin(x) + 1
+        assert tx.met.metric_data("ExecuteTime")[0] == 1
+    assert not xe.is_eager_mode() and y.cpu().tolist() == pytest.approx([float(torch.sin(torch.tensor(3.0))) + 1] * 4)
+    with pytest.raises(AttributeError, match=r"^torch_xla\.experimental\.scan is not supported by xladev: "):
+        xe.scan
+
+
+def test_utils_helpers_of_the_examples(tx, monkeypatch):
+    import torch_xla.utils.utils as xu
+
+    monkeypatch.setenv("XLADEV_TEST_FLAG", "yes")
+    monkeypatch.setenv("XLADEV_TEST_NUMBER", "7")
+    assert xu.getenv_as("XLADEV_TEST_FLAG", bool) is True and xu.getenv_as("XLADEV_TEST_NUMBER", int) == 7
+    assert xu.getenv_as("XLADEV_TEST_UNSET", int, 3) == 3 and xu.check_env_flag("XLADEV_TEST_FLAG")
+    data = (torch.zeros(2, 3), torch.zeros(2, dtype=torch.int64))
+    samples = xu.SampleGenerator(data, sample_count=5)
+    assert len(samples) == 5 and all(s is data for s in samples)
+    tx.xr.set_device_type(tx.xr.device_type().lower())  # the running backend: accepted
+    with pytest.raises(RuntimeError, match="PJRT_DEVICE=TPU"):
+        tx.xr.set_device_type("TPU")

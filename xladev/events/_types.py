@@ -158,6 +158,9 @@ class GraphExecuted(Event):
     frames: tuple[Frame, ...] | None
     graph: GraphInfo | None = None
     graph_name: str | None = None  # the compiled region's name (PyTorch/XLA's "Graph Name"), if any
+    unwrap_ns: int = 0  # taking the input buffers out of the graph's input nodes (PyTorch/XLA's UnwrapXlaData)
+    wrap_ns: int = 0  # making the output buffers device data (WrapXlaData)
+    lock_wait_ns: int = 0  # waiting for the execution lock and the graphs still running (DeviceLockWait)
 
 
 @dataclasses.dataclass(slots=True)

@@ -89,13 +89,18 @@ def _session_for(key: str, name: str | None, limit: int, fn: Any) -> _Session:
     return session
 
 
+# PyTorch/XLA's words for an execution inside a full_graph region; its tests match them.
+_UNEXPECTED = "Unexpected execution happens inside the compiled function, exiting: "
+
+
 @contextlib.contextmanager
 def _region(name: str | None, full_graph: bool, session: _Session | None):
     with graph_names.naming(f"{name}_clear_pending" if name else None):
         mark_step(Cause(CauseKind.COMPILE_PENDING))
     allowed = config.allow_execution
     reason = f"xladev.compile(full_graph=True) of {name!r}" if name else "xladev.compile(full_graph=True)"
-    with graph_names.naming(name), config.override(eager_debug_mode=False), _execution.refusing_because(reason):
+    with graph_names.naming(name), config.override(eager_debug_mode=False), \
+            _execution.refusing_because(reason, _UNEXPECTED):
         if full_graph:
             config.update("allow_execution", False)
         try:

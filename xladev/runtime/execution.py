@@ -97,8 +97,9 @@ class Execution:
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, roots: list[Node], cause: Cause, frames=None, donors: list[DataNode] | None = None,
-            internal_outputs: int = 0) -> list:
-        """Computes `roots` and returns their jax arrays (computed roots only run once).
+            internal_outputs: int = 0, waited_ns: int = 0) -> list[DataNode]:
+        """Computes `roots` and returns their values as device data, one per root (a root given twice is
+        computed once and gets the same DataNode).
 
         The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
         are ready when read. The previous graphs are settled first, so events keep their order.
@@ -111,6 +112,7 @@ class Execution:
             the graph updates). Only those nothing else references are donated; their arrays are
             deleted by the run.
           internal_outputs: how many roots are the runtime's own state (the RNG key), not user tensors.
+          waited_ns: time the caller already waited for earlier graphs (counted in DeviceLockWait).
 
         Raises:
           XlaCompileError: the graph failed to compile.
@@ -119,8 +121,11 @@ class Execution:
         fork_guard.check()
         if not config.allow_execution:
             _refuse(cause, frames)
+        wait_start = time.perf_counter_ns()
         with lock:
             self.in_flight.settle()
+            # Waiting for the lock and for the graphs still running: PyTorch/XLA's DeviceLockWait.
+            lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
             self.flush_ops()
             graph = Graph(roots)
             graph.user_outputs -= internal_outputs
@@ -137,9 +142,11 @@ class Execution:
                 copies = tuple(i for i in chosen if i not in now)
             device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
+            unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
                 arrays[i] = arrays[i].copy()
+            unwrap_ns = time.perf_counter_ns() - unwrap_start
             step = steps.current()
             name = graph_names.current()
             start = time.perf_counter_ns()
@@ -149,6 +156,15 @@ class Execution:
             except Exception as exc:
                 self._execution_failed(graph, entry, exc, step, cause, frames)
             entry.runs += 1
+            wrap_start = time.perf_counter_ns()  # the output buffers as device data nodes: WrapXlaData
+            made: dict[int, DataNode] = {}
+            results = []
+            for root, array in zip(roots, outputs):
+                data = made.get(id(root))
+                if data is None:
+                    data = made[id(root)] = DataNode(array, root.meta)
+                results.append(data)
+            wrap_ns = time.perf_counter_ns() - wrap_start
 
             def announce(execute_ns: int, error: BaseException | None) -> None:
                 if error is not None:
@@ -157,6 +173,7 @@ class Execution:
                     bus.emit(GraphExecuted(
                         time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                         entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name,
+                        unwrap_ns, wrap_ns, lock_wait_ns,
                     ))
 
             dispatched = Dispatched(outputs, start, announce)
@@ -168,17 +185,23 @@ class Execution:
                 announce(time.perf_counter_ns() - start, dispatched.error)
             else:
                 self.in_flight.add(dispatched)
-            return list(outputs)
+            return results
 
-    def settle(self) -> None:
+    def settle(self) -> int:
         """Waits for the dispatched graphs and announces their executions (GraphExecuted).
+
+        Returns:
+          The nanoseconds spent waiting (0 when nothing was running).
 
         Raises:
           XlaExecutionError: a dispatched graph failed while running.
         """
-        if self.in_flight:
-            with lock:
-                self.in_flight.settle()
+        if not self.in_flight:
+            return 0
+        start = time.perf_counter_ns()
+        with lock:
+            self.in_flight.settle()
+        return time.perf_counter_ns() - start
 
     def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException, step: int, cause: Cause,
                           frames) -> None:
@@ -214,7 +237,7 @@ class Execution:
             return [n.array for n in nodes]
         frames = stack.capture_frames() if bus.wants_frames else None
         results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
-        return [n.array if type(n) is DataNode else results[id(n)] for n in nodes]
+        return [n.array if type(n) is DataNode else results[id(n)].array for n in nodes]
 
     def sync_storages(self, storages: list, cause: Cause, frames=None, donate: bool = False) -> None:
         """Computes the given storages' pending values and makes them device data.
@@ -231,22 +254,18 @@ class Execution:
             return
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
-        self.settle()
+        waited = self.settle()
         donors = _donors(storages) if donate and config.param_aliasing else None
         internal = sum(1 for s in storages if s.internal)
         try:
-            arrays = self.run(roots, cause, frames, donors, internal)
+            datas = self.run(roots, cause, frames, donors, internal, waited)
         except (XlaCompileError, XlaExecutionError):
             # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
             # reading one of them again raises the same error.
             for storage in storages:
                 pending.pop(storage.sid, None)
             raise
-        made: dict[int, DataNode] = {}
-        for storage, root, array in zip(storages, roots, arrays):
-            data = made.get(id(root))
-            if data is None:
-                data = made[id(root)] = DataNode(array, root.meta)
+        for storage, root, data in zip(storages, roots, datas):
             storage.set_data(data, root)
 
     def flush(self, cause: Cause) -> None:
@@ -267,26 +286,32 @@ class Execution:
 disallowed_by = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
 
 
+# The sentence a refusal starts with (PyTorch/XLA's, inside a `full_graph` compiled region), or "".
+refusal_headline = ""
+
+
 @contextlib.contextmanager
-def refusing_because(reason: str):
+def refusing_because(reason: str, headline: str = ""):
     """Names `reason` as what disallows executions in refusals raised inside the block.
 
     Args:
-      reason: e.g. `xladev.compile(full_graph=True) region 'step'`.
+      reason: e.g. `xladev.compile(full_graph=True) of 'step'`.
+      headline: a sentence the refusal starts with.
     """
-    global disallowed_by
-    saved, disallowed_by = disallowed_by, reason
+    global disallowed_by, refusal_headline
+    saved = disallowed_by, refusal_headline
+    disallowed_by, refusal_headline = reason, headline
     try:
         yield
     finally:
-        disallowed_by = saved
+        disallowed_by, refusal_headline = saved
 
 
 def _refuse(cause: Cause, frames) -> None:
     site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
     what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
     raise ExecutionNotAllowedError(
-        f"a graph was about to run at {site} ({what}) while executions are disallowed by "
+        f"{refusal_headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
         f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
 
 

@@ -107,6 +107,9 @@ def _execute(rec: r.Execute) -> tuple[Update, ...]:
     out = (Update(name, TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH)
     if rec.cached:
         out += (_CACHED_COMPILE,)
+    if rec.unwrap_ns is not None:  # logs written before these were timed have none
+        out += (Update("UnwrapXlaData", TIME, rec.unwrap_ns), Update("WrapXlaData", TIME, rec.wrap_ns or 0),
+                Update("DeviceLockWait", TIME, rec.lock_wait_ns or 0))
     return out + (_count("CreateDataHandles", rec.outputs),) + _CAUSE_SYNCS.get(rec.cause.get("kind"), ())
 
 

@@ -257,6 +257,10 @@ class Execute(_Timed):
     site: str | None = None
     frame: dict | None = None
     name: str | None = None  # the compiled region's graph name, when there is one
+    # The host's work around the run (UnwrapXlaData, WrapXlaData, DeviceLockWait); None in older logs.
+    unwrap_ns: int | None = None
+    wrap_ns: int | None = None
+    lock_wait_ns: int | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("name",)
 

@@ -33,10 +33,12 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.dynamo_bridge": _DYNAMO,
     "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
                       "or cast the model with .to(torch.bfloat16)"),
-    "torch_xla.experimental": "eager mode, scan, pallas kernels and the other experimental APIs are not available",
+    "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
+                               "is: torch_xla.experimental.eager_mode)"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
-    "torch_xla.utils": ("torch_xla.utils is not provided; read environment variables with os.environ and build "
-                        "data with torch.utils.data"),
+    "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils's getenv_as, check_env_flag and "
+                        "SampleGenerator; read environment variables with os.environ and build data with "
+                        "torch.utils.data"),
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.core.xla_env_vars": "read environment variables with os.environ; xladev's flags are in xladev.config",
@@ -72,7 +74,8 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.xla_model.get_stablehlo_bytecode": "use xm.get_stablehlo(tensors) (text)",
     "torch_xla.core.xla_model.send_cpu_data_to_device": "use tensor.to(torch_xla.device())",
     "torch_xla.core.xla_model.parse_xla_device": "use torch.device(name).index",
-    "torch_xla.debug.metrics_compare_utils": "compare metrics reports with `xladev report A B`",
+    "torch_xla.debug.metrics_compare_utils.compare_metrics": ("compare two runs' metrics with `xladev report A B`, "
+                                                              "which says which differences matter"),
     "torch_xla.debug.profiler.set_tracer_marked_step": ("StepTrace and the loaders mark the step themselves "
                                                         "under xladev"),
     "torch_xla.debug.profiler.get_tracer_marked_step": "StepTrace and the loaders mark the step themselves under xladev",

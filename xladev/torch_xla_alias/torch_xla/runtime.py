@@ -16,6 +16,21 @@ def device_type() -> str:
     return xladev.config.pjrt_device
 
 
+def set_device_type(pjrt_device: str) -> None:
+    """Accepts the backend the process already runs on; another one cannot be chosen once it has started.
+
+    Args:
+      pjrt_device: `CPU` or `CUDA` (any case).
+
+    Raises:
+      RuntimeError: it differs from the running backend; the message says to set `PJRT_DEVICE` before starting.
+    """
+    wanted = str(pjrt_device).upper()
+    if wanted != device_type():
+        raise RuntimeError(f"xladev already runs on {device_type()} (PJRT_DEVICE); start the script with "
+                           f"PJRT_DEVICE={wanted} to use {wanted}")
+
+
 def using_pjrt() -> bool:
     """True: xladev, like PyTorch/XLA 2.x, has no other runtime."""
     return True

@@ -2,4 +2,4 @@
 
 from torch_xla import _xladev
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("metrics", "profiler"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("metrics", "metrics_compare_utils", "profiler"))

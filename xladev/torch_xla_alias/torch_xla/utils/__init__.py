@@ -1,0 +1,5 @@
+"""`torch_xla.utils` on xladev: `utils` (`xu`), the small helpers PyTorch/XLA's examples and tests use."""
+
+from torch_xla import _xladev
+
+__getattr__ = _xladev.module_getattr(__name__, submodules=("utils",))
