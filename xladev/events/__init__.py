@@ -25,10 +25,12 @@ from xladev.events._types import (
     GraphGrowing,
     GraphInfo,
     Recompiled,
+    DynamoGraphBreak,
+    DynamoRecompiled,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
-    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",
+    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
 ]

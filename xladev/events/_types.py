@@ -31,6 +31,11 @@ class CauseKind(str, enum.Enum):
     # The two syncs of a compiled region (`xladev.compile`, `torch_xla.compile`), in PyTorch/XLA's words.
     COMPILE_PENDING = "torch_xla.compile clear the pending graph prior calling the target function"
     COMPILE_REGION = "torch_xla.compile"
+    # torch.compile(backend="xladev"): computing a compiled graph's pending inputs, compiling the graph,
+    # running it (PyTorch/XLA's words for its dynamo bridge).
+    DYNAMO_INPUTS = "torch_xla.sync when dynamo processing input graphs"
+    DYNAMO_COMPILE = "dynamo is compiling a FX graph to HLO"
+    DYNAMO_EXECUTE = "dynamo is executing a compiled program"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -268,4 +273,38 @@ class GraphGrowing(Event):
 
     ops: int
     site: str
+    frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
+class DynamoGraphBreak(Event):
+    """torch.compile's capture stopped: code around `frames`' user line runs outside the compiled graphs.
+
+    Attributes:
+      by: "dynamo" (TorchDynamo could not trace the code: it runs eagerly, recorded lazily) or "xladev" (an
+        FX graph needs the host for an op, so it runs lazily op by op instead of as one program).
+      reason: what stopped it, one line first (TorchDynamo's reason and explanation, or the op and why).
+      frames: the user's stack where it happened (TorchDynamo's user frame first, when it names one).
+    """
+
+    by: str
+    reason: str
+    frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
+class DynamoRecompiled(Event):
+    """A torch.compile'd function compiled again because a guard failed.
+
+    Attributes:
+      function: the compiled function's name.
+      guard: the failed guard as TorchDynamo states it (`tensor 'x' size mismatch at index 0. expected 8,
+        actual 16`), without its `frame/compile` id.
+      compiles: the number of times this function has been compiled so far, this one included.
+      frames: the user's stack that called it (innermost first).
+    """
+
+    function: str
+    guard: str
+    compiles: int
     frames: tuple[Frame, ...] | None

@@ -8,6 +8,7 @@ they take plain numbers (counts, steps, durations in nanoseconds, counter maps) 
 - `auto_metrics`: PyTorch/XLA's auto-metrics analysis (``pt-xla-profiler:`` lines), its exact
   thresholds and wording;
 - `recompile_rules`: recompilation told apart from warm-up;
+- `compile_rules`: torch.compile's graph breaks and recompilations;
 - `diagnoses`: xladev's other diagnoses, each a `Finding` with evidence and a concrete fix, or None;
 - `api_names`: the advice in the run's own API names;
 - `preferences`: which way is better when two runs are compared.
@@ -31,6 +32,10 @@ from xladev.rules.auto_metrics import (  # noqa: F401
 )
 from xladev.rules.recompile_rules import (  # noqa: F401
     REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
+)
+from xladev.rules.compile_rules import (  # noqa: F401
+    DYNAMO_RECOMPILE, GRAPH_BREAK, dynamo_recompile_finding, dynamo_recompile_message, graph_break_finding,
+    graph_break_message, guard_advice,
 )
 from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,

@@ -77,7 +77,8 @@ class Execution:
         self.in_flight = InFlight()
 
     # ---- inputs ------------------------------------------------------------------------------
-    def _scalar_array(self, node: ScalarNode, device_index: int):
+    def scalar_array(self, node: ScalarNode, device_index: int):
+        """The device array of a Python scalar graph input: uploaded once per value, dtype and device."""
         key = (type(node.value), node.value, node.meta.dtype, device_index)
         array = self.scalars.get(key)
         if array is None:
@@ -143,19 +144,12 @@ class Execution:
             device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
             unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
-            arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
+            arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
                 arrays[i] = arrays[i].copy()
             unwrap_ns = time.perf_counter_ns() - unwrap_start
-            step = steps.current()
-            name = graph_names.current()
-            start = time.perf_counter_ns()
-            try:
-                with annotate.execute_span(entry.hash, step):
-                    outputs = entry.executable(*arrays)
-            except Exception as exc:
-                self._execution_failed(graph, entry, exc, step, cause, frames)
-            entry.runs += 1
+            timings = [unwrap_ns, 0, lock_wait_ns]
+            outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings)
             wrap_start = time.perf_counter_ns()  # the output buffers as device data nodes: WrapXlaData
             made: dict[int, DataNode] = {}
             results = []
@@ -164,28 +158,75 @@ class Execution:
                 if data is None:
                     data = made[id(root)] = DataNode(array, root.meta)
                 results.append(data)
-            wrap_ns = time.perf_counter_ns() - wrap_start
-
-            def announce(execute_ns: int, error: BaseException | None) -> None:
-                if error is not None:
-                    self._execution_failed(graph, entry, error, step, cause, frames)
-                if bus.active:
-                    bus.emit(GraphExecuted(
-                        time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
-                        entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name,
-                        unwrap_ns, wrap_ns, lock_wait_ns,
-                    ))
-
-            dispatched = Dispatched(outputs, start, announce)
-            if config.sync_execution or not bus.executions_may_lag:
-                try:
-                    dispatched.wait()
-                except Exception as exc:
-                    dispatched.error = exc
-                announce(time.perf_counter_ns() - start, dispatched.error)
-            else:
-                self.in_flight.add(dispatched)
+            timings[1] = time.perf_counter_ns() - wrap_start
+            self._finish(dispatched)
             return results
+
+    def run_program(self, graph: Graph, entry: CacheEntry, arrays: list, cause: Cause, frames=None) -> list:
+        """Runs an executable compiled before (a torch.compile graph) on `arrays`; returns its output arrays.
+
+        Unlike `run`, it does not wait for the graphs still running: compiled graphs (forward, backward,
+        optimizer) queue on the device back to back while the host goes on, and are announced in order.
+
+        Args:
+          graph: the graph the executable was compiled from (for the events' graph info).
+          entry: its compile-cache entry.
+          arrays: its inputs, in the graph's input order.
+          cause: why it runs.
+          frames: the user's stack, when captured.
+
+        Raises:
+          ExecutionNotAllowedError: executions are disallowed.
+          XlaExecutionError: it failed while running (or an earlier dispatched graph did).
+        """
+        fork_guard.check()
+        if not config.allow_execution:
+            _refuse(cause, frames)
+        wait_start = time.perf_counter_ns()
+        with lock:
+            timings = [0, 0, time.perf_counter_ns() - wait_start]
+            outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings)
+            self._finish(dispatched)
+        return outputs
+
+    def _start(self, graph: Graph, entry: CacheEntry, cached: bool, arrays: list, cause: Cause, frames,
+               timings: list) -> tuple:
+        """Dispatches the executable; returns its outputs and the `Dispatched` to finish (`_finish`).
+
+        `timings` is [unwrap_ns, wrap_ns, lock_wait_ns], read when the execution is announced.
+        """
+        step = steps.current()
+        name = graph_names.current()
+        start = time.perf_counter_ns()
+        try:
+            with annotate.execute_span(entry.hash, step):
+                outputs = entry.executable(*arrays)
+        except Exception as exc:
+            self._execution_failed(graph, entry, exc, step, cause, frames)
+        entry.runs += 1
+
+        def announce(execute_ns: int, error: BaseException | None) -> None:
+            if error is not None:
+                self._execution_failed(graph, entry, error, step, cause, frames)
+            if bus.active:
+                bus.emit(GraphExecuted(
+                    time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
+                    entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name, *timings,
+                ))
+
+        return outputs, Dispatched(outputs, start, announce)
+
+    def _finish(self, dispatched: Dispatched) -> None:
+        """Waits for and announces a dispatched graph now (XLADEV_SYNC_EXECUTION, or a listener that needs its
+        events in order), or leaves it to the watcher."""
+        if config.sync_execution or not bus.executions_may_lag:
+            try:
+                dispatched.wait()
+            except Exception as exc:
+                dispatched.error = exc
+            dispatched.announce(time.perf_counter_ns() - dispatched.start_ns, dispatched.error)
+        else:
+            self.in_flight.add(dispatched)
 
     def settle(self) -> int:
         """Waits for the dispatched graphs and announces their executions (GraphExecuted).

@@ -60,6 +60,26 @@ def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     _state(device_index).set(DataNode(device_put.put(key.copy(), device_index), _KEY_META))
 
 
+def state_of(device_index: int) -> Storage:
+    """The storage holding a device's RNG key (seeded with DEFAULT_SEED on first use)."""
+    return _state(device_index)
+
+
+def key_node(device_index: int):
+    """A device's current RNG key node: device data, or a pending node after lazy random ops."""
+    return _state(device_index).value
+
+
+def materialized_key(device_index: int, cause: Cause):
+    """A device's RNG key as a device array, computing it (one graph) when random ops left it pending."""
+    return arrays_of([XlaTensor(_state(device_index), _KEY_META)], cause)[0]
+
+
+def set_key(array, device_index: int) -> None:
+    """Makes `array` (a key a compiled program returned) the device's RNG key."""
+    _state(device_index).set(DataNode(array, _KEY_META))
+
+
 def _state(device_index: int) -> Storage:
     state = _states.get(device_index)
     if state is None:

@@ -73,6 +73,11 @@ class XlaTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # AOTAutograd (torch.compile) checks that a backward's incoming gradient has the type it traced with,
+        # a plain tensor on the `xla` device: a device tensor is exactly that.
+        return self
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         """Every aten op on a device tensor: recorded (or run) by the registered dispatcher (dispatch.py)."""

@@ -47,7 +47,10 @@ _UNCACHED_COMPILE, _COMPILE_HANDLES, _EXECUTE_GRAPH, _CACHED_COMPILE = (
     _count("UncachedCompile"), _count("CreateCompileHandles"), _count("ExecuteGraph"), _count("CachedCompile"))
 _VALUE_ACCESS_SYNC, _FALLBACK_SYNC, _ITEM = _count("ValueAccessSync"), _count("FallbackSync"), _count(ITEM_COUNTER)
 _PERSISTENT = {True: _count("PersistentCacheHit"), False: _count("PersistentCacheMiss")}
-_CAUSE_SYNCS = {"VALUE_ACCESS": (_VALUE_ACCESS_SYNC,), "FALLBACK": (_FALLBACK_SYNC,)}
+# PyTorch/XLA counts a dynamo graph's inputs that needed a sync under this name (a counter despite "Time").
+_CAUSE_SYNCS = {"VALUE_ACCESS": (_VALUE_ACCESS_SYNC,), "FALLBACK": (_FALLBACK_SYNC,),
+                "DYNAMO_INPUTS": (_count("DynamoSyncInputExecuteTime"),)}
+_DYNAMO_EXTRACT = _count("DynamoExtractCompiledGraph")
 _OP_COUNTERS: dict[str, str] = {}  # aten::add -> xla::add, PyTorch/XLA's name for recorded ops
 
 # PyTorch/XLA counts an op under the name of its C++ function, which functionalization and its codegen
@@ -95,6 +98,8 @@ _EAGER = "EAGER_DEBUG"
 def _compile(rec: r.Compile) -> tuple[Update, ...]:
     name = "EagerOpCompileTime" if rec.cause.get("kind") == _EAGER else "CompileTime"
     out = (Update(name, TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
+    if rec.cause.get("kind") == "DYNAMO_COMPILE":  # a torch.compile graph made one program
+        out += (_DYNAMO_EXTRACT,)
     if rec.persistent_cache_hit is not None:
         out += (_PERSISTENT[bool(rec.persistent_cache_hit)],)
     if rec.donated is not None and name == "CompileTime":  # PyTorch/XLA samples every graph compile, 0 included
@@ -123,6 +128,7 @@ def _transfer(rec: r.Transfer) -> tuple[Update, ...]:
 
 _MARK_STEP, _CACHE_MISS = _count("MarkStep"), _count("DeviceDataCacheMiss")
 _COMPILE_FAILED, _EXECUTE_FAILED = _count("CompileFailed"), _count("ExecuteFailed")
+_GRAPH_BREAK, _GUARD_FAILURE = _count("DynamoGraphBreak"), _count("DynamoGuardFailure")
 
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Ops: _ops,
@@ -134,6 +140,8 @@ TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.CompileFailed: lambda rec: (_COMPILE_FAILED,),
     r.ExecuteFailed: lambda rec: (_EXECUTE_FAILED,),
     r.Step: lambda rec: (_MARK_STEP,),
+    r.GraphBreak: lambda rec: (_GRAPH_BREAK,),
+    r.DynamoRecompile: lambda rec: (_GUARD_FAILURE,),
 }
 
 

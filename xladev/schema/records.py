@@ -346,6 +346,35 @@ class GraphGrowing(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
+class GraphBreak(_Timed):
+    """torch.compile's capture stopped at `site`: the code there runs outside the compiled graphs.
+
+    `by` is `dynamo` (TorchDynamo could not trace it; it runs eagerly, recorded lazily) or `xladev` (a captured
+    graph needs the host for an op, so it runs lazily op by op instead of as one program).
+    """
+
+    TYPE: ClassVar[str] = "graph_break"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("reason",)
+    by: str = "dynamo"
+    reason: str = ""
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class DynamoRecompile(_Timed):
+    """A torch.compile'd function compiled again because `guard` failed; `compiles` counts its compiles so far."""
+
+    TYPE: ClassVar[str] = "dynamo_recompile"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("guard",)
+    function: str = "?"
+    guard: str = ""
+    compiles: int = 0
+    site: str | None = None
+    frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class End(Record):
     TYPE: ClassVar[str] = "end"
     t: int = 0
@@ -354,7 +383,8 @@ class End(Record):
 
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
-    Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss, GraphGrowing, End)}
+    Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss,
+    GraphGrowing, GraphBreak, DynamoRecompile, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

@@ -7,8 +7,8 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CompileFailed, CompileStarted, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
-    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp,
+    GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -98,6 +98,14 @@ class RecordBuilder:
         site, frame = self._site(event.frames)
         return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
 
+    def _graph_break(self, event: DynamoGraphBreak, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.GraphBreak(t, event.step, event.by, event.reason, site, frame),)
+
+    def _dynamo_recompiled(self, event: DynamoRecompiled, t: int) -> tuple[rec.Record, ...]:
+        site, frame = self._site(event.frames)
+        return (rec.DynamoRecompile(t, event.step, event.function, event.guard, event.compiles, site, frame),)
+
     def _execution_failed(self, event: ExecutionFailed, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.ExecuteFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
@@ -147,6 +155,7 @@ _BUILDERS = {
     GraphExecuted: RecordBuilder._executed, StepMarked: RecordBuilder._step, TransferToDevice: RecordBuilder._to_device,
     TransferFromDevice: RecordBuilder._from_device, OpsRecorded: RecordBuilder._ops,
     CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
+    DynamoGraphBreak: RecordBuilder._graph_break, DynamoRecompiled: RecordBuilder._dynamo_recompiled,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
 }

@@ -26,10 +26,14 @@ PT_XLA_CAUSES = {
     CauseKind.OPTIMIZER_STEP: "user torch_xla.sync",
     CauseKind.COMPILE_PENDING: CauseKind.COMPILE_PENDING.value,
     CauseKind.COMPILE_REGION: CauseKind.COMPILE_REGION.value,
+    CauseKind.DYNAMO_INPUTS: CauseKind.DYNAMO_INPUTS.value,
+    CauseKind.DYNAMO_COMPILE: CauseKind.DYNAMO_COMPILE.value,
+    CauseKind.DYNAMO_EXECUTE: CauseKind.DYNAMO_EXECUTE.value,
 }
 # Causes PyTorch/XLA's line already says in full: no xladev line after it.
 _SAID_IN_FULL = frozenset((CauseKind.USER_MARK_STEP, CauseKind.DEVICE_LOADER, CauseKind.STEP_TRACE,
-                           CauseKind.COMPILE_PENDING, CauseKind.COMPILE_REGION))
+                           CauseKind.COMPILE_PENDING, CauseKind.COMPILE_REGION, CauseKind.DYNAMO_INPUTS,
+                           CauseKind.DYNAMO_COMPILE, CauseKind.DYNAMO_EXECUTE))
 
 
 def cause_text(cause: Cause) -> str:

@@ -11,9 +11,10 @@ import threading
 from xladev import fallback_reasons, rules, wall_time
 from xladev._flags import ConfigError, config
 from xladev.events import (
-    CompileFailed, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled,
-    StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind,
+    CompileFailed, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted,
+    GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind,
 )
+from xladev.schema.sites import site_of
 from xladev.schema.records import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
@@ -64,6 +65,7 @@ class AnalysisSink(Sink):
         self.stated: dict[str, str] = {}
         self.growth: list[GraphGrowing] = []
         self._recompiled: dict[str, Recompiled] = {}
+        self._dynamo_recompiled: DynamoRecompiled | None = None  # the last one, for its graphs' compile blocks
 
     def start(self) -> "AnalysisSink":
         if not self.running:
@@ -111,6 +113,14 @@ class AnalysisSink(Sink):
             self.growth.append(event)
             self.out.write(f"{rules.PROFILER_PREFIX}"
                            f"{rules.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
+        elif kind is DynamoGraphBreak:
+            self.out.write(f"{rules.PROFILER_PREFIX}"
+                           f"{rules.graph_break_message(site=short_site(site_of(event.frames)), reason=event.reason, by=event.by)}\n")
+        elif kind is DynamoRecompiled:  # published while TorchDynamo compiles; its graphs' compiles follow
+            self._dynamo_recompiled = event
+            self.out.write(f"{rules.PROFILER_PREFIX}" + rules.dynamo_recompile_message(
+                function=event.function, site=short_site(site_of(event.frames)), guard=event.guard,
+                compiles=event.compiles) + "\n")
         elif kind is ExecutionFailed:
             self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running: {event.message}\n"
                            f"Execution Analysis: its HLO is saved at {event.hlo_path}\n")
@@ -123,6 +133,11 @@ class AnalysisSink(Sink):
         r = self._recompiled.pop(event.graph_hash, None)
         extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
                                                               r.compile_ns_at_site))] if r else [])
+        guard = self._dynamo_recompiled
+        if guard is not None and event.cause.kind is CauseKind.DYNAMO_COMPILE:
+            # The graphs TorchDynamo compiles after a failed guard say which guard, as a recompile says what changed.
+            extra.insert(0, ("Dynamo Recompilation Cause", [
+                f"{guard.function} compiled again (compile {guard.compiles}): guard failed: {guard.guard}"]))
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
                                       event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra,
                                       event.graph_name))

@@ -1,0 +1,99 @@
+"""torch.compile (the `xladev` backend): graph breaks and TorchDynamo recompilations, their wording and findings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xladev.rules.finding_model import INFO, WARNING, Finding, _plural
+
+GRAPH_BREAK = "torch.compile graph break"
+DYNAMO_RECOMPILE = "torch.compile recompiled"
+
+# How a TorchDynamo guard failure reads, by kind of change: a keyword of its text -> the fix.
+_GUARD_ADVICE = (
+    ("size mismatch", "an input's size changed: pad inputs to a few fixed sizes (bucketing), or mark the dimension "
+                      "dynamic with torch._dynamo.mark_dynamic(tensor, dim) (xladev then compiles one program per size)"),
+    ("stride mismatch", "an input's memory layout changed: make it contiguous before the call"),
+    ("dtype mismatch", "an input's dtype changed: cast inputs to one dtype before the call"),
+    ("device mismatch", "an input moved to another device: keep the inputs on the model's device"),
+    ("requires_grad", "an input's requires_grad changed between calls: keep it the same"),
+    ("==", "a Python value the code branches on or passes changed: make it a tensor, or keep it constant"),
+    ("!=", "a Python value the code branches on or passes changed: make it a tensor, or keep it constant"),
+)
+
+
+def graph_break_message(*, site: str, reason: str, by: str) -> str:
+    """The analysis line for a graph break.
+
+    Args:
+      site: the user's `file:line`.
+      reason: TorchDynamo's reason, or the op xladev could not put in a program and why.
+      by: `dynamo` or `xladev` (see `DynamoGraphBreak`).
+
+    Returns:
+      One line.
+    """
+    where = "the graph runs lazily" if by == "xladev" else "the code there runs outside the compiled graphs"
+    return f"{GRAPH_BREAK} at {site} ({where}): {reason}"
+
+
+def dynamo_recompile_message(*, function: str, site: str, guard: str, compiles: int) -> str:
+    """The analysis line for a TorchDynamo recompilation: which function, which guard, what to do."""
+    return (f"{DYNAMO_RECOMPILE} {function} (compile {compiles}) called at {site}: guard failed: {guard}; "
+            f"{guard_advice(guard)}")
+
+
+def guard_advice(guard: str) -> str:
+    """What to do about a failed guard, by what it checks."""
+    return next((advice for key, advice in _GUARD_ADVICE if key in guard),
+                "a guarded property of an input or global changed: keep it the same from call to call")
+
+
+def graph_break_finding(*, breaks: Sequence[tuple[str, str, str, int]], steps: int) -> Finding | None:
+    """torch.compile graph breaks, one evidence line per site.
+
+    Args:
+      breaks: (site, by, reason, times) per distinct break, most frequent first.
+      steps: steps of the run (0 when unknown).
+
+    Returns:
+      A warning naming each site and reason, or None without breaks.
+    """
+    if not breaks:
+        return None
+    places = len(breaks)
+    lazy = [b for b in breaks if b[1] == "xladev"]
+    evidence = [f"{site}: {reason} ({_plural(times, 'time')})" for site, _, reason, times in breaks[:10]]
+    if places > 10:
+        evidence.append(f"... and {places - 10} more places")
+    fix = ("Rewrite the code at each site so TorchDynamo can trace it (no print, .item(), data-dependent Python "
+           "control flow or unsupported calls inside the compiled function; log with xm.add_step_closure), or move "
+           "it out of the compiled function. Check with torch._dynamo.explain(fn)(*args).")
+    if lazy:
+        fix += (" For a graph that runs lazily, the op needs the host (a CPU fallback or a value read): "
+                "`xladev coverage` says which ops run on the device.")
+    return Finding("graph-breaks", WARNING, f"torch.compile breaks the graph at {_plural(places, 'place')}",
+                   "Each break ends a compiled graph: the code around it runs op by op, recorded lazily, and the "
+                   "graphs on either side are compiled and run separately.", fix, evidence,
+                   {"places": places, "breaks": sum(b[3] for b in breaks)}, subject=breaks[0][0])
+
+
+def dynamo_recompile_finding(*, recompiles: Sequence[tuple[str, str, int]], steps: int) -> Finding | None:
+    """TorchDynamo recompilations of compiled functions, by the guard that failed.
+
+    Args:
+      recompiles: (function, guard, times) per distinct failure, most frequent first.
+      steps: steps of the run (0 when unknown).
+
+    Returns:
+      A warning (or a note for a single recompile), or None without recompilations.
+    """
+    if not recompiles:
+        return None
+    total = sum(times for _, _, times in recompiles)
+    evidence = [f"{function}: guard failed {_plural(times, 'time')}: {guard}" for function, guard, times in recompiles[:10]]
+    severity = WARNING if total > 1 else INFO
+    return Finding("dynamo-recompiles", severity, f"torch.compile recompiled {_plural(total, 'time')}",
+                   "Each recompilation traces the function again and compiles new XLA programs.",
+                   guard_advice(recompiles[0][1]).capitalize() + ".", evidence, {"recompiles": total},
+                   subject=recompiles[0][0])

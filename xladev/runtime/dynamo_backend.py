@@ -1,0 +1,180 @@
+"""`torch.compile(model, backend="xladev")`: TorchDynamo captures, AOTAutograd splits, xladev compiles once.
+
+TorchDynamo captures the FX graph of the user's code, AOTAutograd turns it into a forward and a backward
+graph of aten ops (one inference graph under `no_grad`), and each graph becomes an `FxProgram`: traced once
+through the lazy runtime's op table, compiled by XLA, then run as one cached executable per call.
+
+What TorchDynamo decides is published for the debug tools, as the lazy path's compiles are:
+- a graph break (the code TorchDynamo could not capture runs outside the graphs, recorded lazily) is a
+  `DynamoGraphBreak` with TorchDynamo's reason and the user's line;
+- a recompilation (a guard failed: a new shape, a new Python value) is a `DynamoRecompiled` naming the guard.
+
+Two adjustments make TorchDynamo accept xla tensors (`install()`, at device registration):
+- it treats `XlaTensor` as a tensor: a tensor subclass with its own `__torch_dispatch__` would otherwise be an
+  opaque object to it (every op on it a graph break). Only its metadata is read while tracing, through fake
+  tensors on the `xla` device; the real tensors reach the compiled graphs;
+- it never traces xladev's own code: ops recorded lazily between graphs must run as Python, not be captured.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+
+import torch
+
+from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, bus
+from xladev.runtime import stack, steps
+from xladev.runtime.fx_program import FxProgram
+from xladev.runtime.tensor import XlaTensor
+
+_lock = threading.Lock()
+_installed = False
+_compiles: dict[tuple[str, str], int] = {}  # (file, function) -> times TorchDynamo compiled it
+_graph_ids: dict[tuple[str, str], int] = {}
+
+
+def install() -> None:
+    """Lets TorchDynamo trace code on xla tensors, and registers the `xladev` backend. Idempotent."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        import torch._dynamo
+        from torch._dynamo.backends import registry
+        from torch._dynamo.variables.builder import VariableBuilder
+
+        torch._dynamo.trace_rules.add("xladev")
+        wrap = VariableBuilder._wrap
+
+        def _wrap(self, value):
+            if isinstance(value, XlaTensor):
+                return self.wrap_tensor(value)
+            return wrap(self, value)
+
+        VariableBuilder._wrap = _wrap
+        _listen_to_graph_breaks()
+        if "xladev" not in registry._COMPILER_FNS:
+            registry.register_backend(xladev_backend, name="xladev")
+        _installed = True
+
+
+def xladev_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs):
+    """The `xladev` backend of `torch.compile`: forward and backward (or inference) graphs as XLA programs.
+
+    Args:
+      gm: the graph TorchDynamo captured.
+      example_inputs: its inputs (fake tensors).
+      **kwargs: options of `torch.compile(options=...)`; none are used.
+
+    Returns:
+      The compiled callable TorchDynamo calls in place of the captured code.
+    """
+    install()
+    from torch._dynamo.backends.common import aot_autograd
+
+    function, file, line = function_of(gm)
+    with _lock:
+        compiles = _compiles[(file, function)] = _compiles.get((file, function), 0) + 1
+        index = _graph_ids[(file, function)] = _graph_ids.get((file, function), -1) + 1
+    reason = _recompile_reason()
+    if reason is not None and bus.active:
+        bus.emit(DynamoRecompiled(time.perf_counter_ns(), steps.current(), function, reason, compiles,
+                                  stack.capture_frames()))
+    label = f"{function}#{index}"
+
+    def compiler(kind: str):
+        def compile_graph(graph: torch.fx.GraphModule, inputs: list):
+            return FxProgram(graph, f"{label} {kind}")
+
+        return compile_graph
+
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"))(gm, example_inputs)
+
+
+def function_of(gm: torch.fx.GraphModule) -> tuple[str, str, int]:
+    """(name, file, first line) of the user's function a captured graph comes from, from its nodes' stacks."""
+    for node in gm.graph.nodes:
+        trace = node.meta.get("stack_trace")
+        if trace:
+            match = _FRAME.search(trace)
+            if match:
+                return match.group(3), match.group(1), int(match.group(2))
+    return gm.__class__.__name__, "<unknown>", 0
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_GUARD_ID = re.compile(r"^\d+/\d+: ")
+
+
+def _recompile_reason() -> str | None:
+    """The guard whose failure made TorchDynamo compile again, while it compiles; None for a first compile.
+
+    TorchDynamo records it in the metrics of the compile in progress (torch 2.13's `metrics_context`).
+    """
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        reason = get_metrics_context()._metrics.get("recompile_reason")
+    except Exception:  # another torch: no reason, the compile goes on
+        return None
+    return _GUARD_ID.sub("", reason) if reason else None
+
+
+# ---- graph breaks -----------------------------------------------------------------------------------
+_BREAK_AT = re.compile(r"Graph break (?:\(user stack suppressed due to duplicate graph break\) )?in user code at "
+                       r"(.+):(\d+)\s*\nGraph Break Reason: (.*)", re.S)
+
+
+class _GraphBreakHandler(logging.Handler):
+    """Turns TorchDynamo's graph-break log records into `DynamoGraphBreak` events (nothing is printed)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not bus.active:
+            return
+        try:
+            event = graph_break_event(record.getMessage())
+        except Exception:  # a message in another shape: never fail the user's compile over it
+            return
+        if event is not None:
+            bus.emit(event)
+
+
+def graph_break_event(message: str) -> DynamoGraphBreak | None:
+    """The event of one TorchDynamo graph-break message, or None when it is not one.
+
+    Args:
+      message: the text TorchDynamo logs under its `graph_breaks` artifact.
+
+    Returns:
+      The event: the reason (its first line and TorchDynamo's explanation), and the user frames the message
+      lists (innermost first), the break's own line first.
+    """
+    match = _BREAK_AT.search(message)
+    if match is None:
+        return None
+    file, line, rest = match.group(1), int(match.group(2)), match.group(3)
+    lines = [s.strip() for s in rest.splitlines()]
+    reason = lines[0] if lines else ""
+    explanation = next((s[len("Explanation:"):].strip() for s in lines if s.startswith("Explanation:")), "")
+    if explanation:
+        reason = f"{reason.rstrip(':')}: {explanation}"
+    stack_part = rest.split("User code traceback:", 1)
+    listed = [Frame(m.group(3), m.group(1), int(m.group(2))) for m in _FRAME.finditer(stack_part[1])] \
+        if len(stack_part) == 2 else []
+    frames = tuple(reversed(listed))
+    if not frames or (frames[0].file, frames[0].line) != (file, line):
+        frames = (Frame("<graph break>", file, line),) + frames
+    return DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
+
+
+def _listen_to_graph_breaks() -> None:
+    # The artifact logger TorchDynamo writes each graph break to; enabling it here (and not through
+    # TORCH_LOGS) keeps torch from printing them, and costs nothing until a graph breaks.
+    logger = logging.getLogger("torch._dynamo.symbolic_convert.__graph_breaks")
+    logger.addHandler(_GraphBreakHandler())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False

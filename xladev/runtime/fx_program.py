@@ -1,0 +1,271 @@
+"""One FX graph (from TorchDynamo and AOTAutograd) run as one compiled XLA program, traced once.
+
+On its first call with real device tensors, the FX graph is run once through the lazy runtime: each aten
+op is recorded exactly as the lazy path records it (the same handlers, lowerings and decompositions, one
+op table for both), and the recorded graph is compiled through the compile cache. Every later call feeds
+the inputs' device buffers to that executable and wraps its outputs as device tensors: no op is recorded
+again, nothing is hashed.
+
+What the trace finds decides the plan for the graph's input signature:
+- the FX graph's tensors become the program's inputs; Python numbers and constants it makes become
+  constant inputs; an output that is an input is handed back as that tensor;
+- a random op threads the device RNG key through the program (the key is an input and an output);
+- an op that would need to run on the host (a CPU fallback, a value read) cannot be in one program: the
+  graph then runs lazily on every call (correct, slower), and a `DynamoGraphBreak` says which op and why.
+
+Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concrete input signature.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from xladev._flags import config
+from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
+from xladev.runtime import graph_names, rng, stack, steps
+from xladev.runtime.compilation import compile_cache
+from xladev.runtime.execution import ExecutionNotAllowedError, execution, refusing_because
+from xladev.runtime.ir import DataNode, Graph, Meta, ScalarNode
+from xladev.runtime.storage import Storage
+from xladev.runtime.tensor import XlaTensor, torch_device
+from xladev.runtime.transfers import arrays_of
+
+_COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
+_EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
+_INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
+
+# Input and output sources of a plan.
+_ARG, _CONST, _KEY, _ROOT, _VALUE = range(5)
+
+
+class _Lazy:
+    """The plan of a graph that cannot be one program: it is run op by op through the lazy runtime."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _Plan:
+    """How one input signature of an FX graph runs as a compiled program.
+
+    Attributes:
+      graph: the recorded IR graph (its input buffers released; a description only).
+      entry: the compile-cache entry of its executable.
+      inputs: per program input, (source, value): an FX argument's index, a constant array, or the RNG key.
+      outputs: per FX output, (source, value): a program output's index (with meta and strides), an FX
+        argument handed back, or a constant value.
+      device_index: the device the program runs on.
+      rng_out: the program output holding the next RNG key, or None when the graph draws no random numbers.
+    """
+
+    __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out")
+
+    def __init__(self, graph, entry, inputs, outputs, device_index, rng_out) -> None:
+        self.graph = graph
+        self.entry = entry
+        self.inputs = inputs
+        self.outputs = outputs
+        self.device_index = device_index
+        self.rng_out = rng_out
+
+
+class FxProgram:
+    """A boxed callable (`fn(args_list)`) running an FX graph as one compiled program per input signature.
+
+    Args:
+      gm: the FX graph (aten ops, as AOTAutograd gives them).
+      name: the graph name shown in the debug analysis, the event log and the TUI.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        # AOTAutograd passes the arguments as one list. On the instance: the wrappers TorchDynamo puts around a
+        # backward graph copy the instance's attributes, not its class's.
+        self._boxed_call = True
+        self.gm = gm
+        self.name = name
+        self.plans: dict[Any, _Plan | _Lazy] = {}
+        self._symbolic = any(isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat))
+                             or _has_symbolic_shape(n.meta.get("val"))
+                             for n in gm.graph.nodes if n.op == "placeholder")
+
+    def __call__(self, args: list) -> list:
+        args = list(args)
+        key = _signature(args) if self._symbolic else None
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self._trace(args)
+        if type(plan) is _Lazy:
+            with graph_names.naming(self.name):
+                return list(self.gm(*args))
+        return self._run(plan, args)
+
+    # ---- every call -------------------------------------------------------------------------------
+    def _run(self, plan: _Plan, args: list) -> list:
+        arrays = []
+        waiting = None
+        for source, value in plan.inputs:
+            if source is _ARG:
+                t = args[value]
+                node = t._st.value
+                if t._chain is None and type(node) is DataNode:
+                    arrays.append(node.array)
+                    continue
+                arrays.append(None)  # pending or a view: computed below, all in one graph
+                waiting = waiting or []
+                waiting.append((len(arrays) - 1, t))
+            elif source is _CONST:
+                arrays.append(value)
+            else:
+                arrays.append(_current_key(plan.device_index))
+        if waiting:
+            computed = arrays_of([t for _, t in waiting], _INPUTS)
+            for (position, _), array in zip(waiting, computed):
+                arrays[position] = array
+        frames = stack.capture_frames() if bus.wants_frames else None
+        with graph_names.naming(self.name):
+            outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames)
+        if plan.rng_out is not None:
+            rng.set_key(outputs[plan.rng_out], plan.device_index)
+        index = plan.device_index
+        results = []
+        for source, value in plan.outputs:
+            if source is _ROOT:
+                k, meta, strides = value
+                results.append(XlaTensor(Storage(DataNode(outputs[k], meta), index), meta, None, strides))
+            elif source is _ARG:
+                results.append(args[value])
+            elif source is _CONST:  # device data the graph made from constants: a new tensor each call
+                results.append(XlaTensor(Storage(value, index), value.meta))
+            else:
+                results.append(value)
+        return results
+
+    # ---- the first call of a signature ---------------------------------------------------------
+    def _trace(self, args: list) -> _Plan | _Lazy:
+        device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
+        tensors = [a for a in args if isinstance(a, XlaTensor)]
+        arrays = iter(arrays_of(tensors, _INPUTS)) if tensors else iter(())
+        placeholders, stand_ins = [], []
+        for a in args:
+            if isinstance(a, XlaTensor):
+                meta = Meta(tuple(a.shape), a.dtype)
+                data = DataNode(next(arrays), meta)
+                placeholders.append(data)
+                stand_ins.append(XlaTensor(Storage(data, a._st.device_index), meta, None, a.stride()))
+            else:
+                placeholders.append(None)
+                stand_ins.append(a)
+        state = rng.state_of(device_index)
+        _current_key(device_index)  # random ops recorded lazily before this call: their key is computed first
+        key_before = rng.key_node(device_index)
+        frames = stack.capture_frames()
+        reason = None
+        outs = ()
+        try:
+            # Nothing may run while the graph is recorded: an op that needs the host makes it a lazy graph.
+            with torch.no_grad(), graph_names.naming(self.name), config.override(allow_execution=False), \
+                    refusing_because(f"the torch.compile graph {self.name!r} being traced"):
+                outs = self.gm(*stand_ins)
+        except ExecutionNotAllowedError as exc:
+            reason = _refusal_reason(str(exc))
+        finally:
+            key_after = state.value
+            state.set(key_before)  # tracing draws no numbers: the program does, at each call
+        if reason is None:
+            reason = next((f"it writes into its input {i}" for i, (p, s) in enumerate(zip(placeholders, stand_ins))
+                           if p is not None and s._st.value is not p), None)
+        if reason is not None:
+            return self._lazy(reason, frames)
+        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames)
+        for data in placeholders:  # the first call's buffers must not live as long as the program
+            if data is not None:
+                data.array = None
+        return plan
+
+    def _compile(self, outs: list, placeholders: list, key_before: DataNode, key_after, device_index: int,
+                 frames) -> _Plan:
+        position = {id(p): i for i, p in enumerate(placeholders) if p is not None}
+        roots, outputs, root_index = [], [], {}
+        for out in outs:
+            if not isinstance(out, XlaTensor):
+                outputs.append((_VALUE, out))
+                continue
+            node = out._node()
+            if id(node) in position:
+                outputs.append((_ARG, position[id(node)]))
+            elif type(node) is DataNode:
+                outputs.append((_CONST, node))
+            else:
+                k = root_index.get(id(node))
+                if k is None:
+                    k = root_index[id(node)] = len(roots)
+                    roots.append(node)
+                outputs.append((_ROOT, (k, Meta(tuple(out.shape), out.dtype), out.stride())))
+        user_roots = len(roots)
+        rng_out = None
+        if key_after is not key_before:
+            rng_out = len(roots)
+            roots.append(key_after)
+        graph = Graph(roots)
+        graph.user_outputs = user_roots
+        inputs = []
+        for node in graph.inputs:
+            if id(node) in position:
+                inputs.append((_ARG, position[id(node)]))
+            elif node is key_before:
+                inputs.append((_KEY, None))
+            elif type(node) is ScalarNode:
+                inputs.append((_CONST, execution.scalar_array(node, device_index)))
+            else:
+                inputs.append((_CONST, node.array))
+        with graph_names.naming(self.name):
+            entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
+        return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out)
+
+    def _lazy(self, reason: str, frames) -> _Lazy:
+        if bus.active:
+            bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
+                                      f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
+        return _Lazy(reason)
+
+
+def _refusal_reason(message: str) -> str:
+    """The cause and line of a refused execution, from ExecutionNotAllowedError's message."""
+    head = message.split(" while executions are disallowed", 1)[0]
+    return head.replace("a graph was about to run at ", "an op needs the host at ", 1)
+
+
+def _signature(args: list) -> tuple:
+    """The concrete input signature of a graph with symbolic sizes: shapes, dtypes and numbers."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append((tuple(a.shape), a.dtype))
+        elif isinstance(a, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            out.append(a)
+        else:
+            out.append(type(a))
+    return tuple(out)
+
+
+def _has_symbolic_shape(value) -> bool:
+    return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
+
+
+def _current_key(device_index: int):
+    """The device RNG key's buffer, computing it first when lazy random ops left it pending."""
+    node = rng.key_node(device_index)
+    if type(node) is DataNode:
+        return node.array
+    return rng.materialized_key(device_index, _INPUTS)
+
+
+def device_of(args) -> torch.device | None:
+    """The xla device of the first device tensor among `args`, or None."""
+    for a in args:
+        if isinstance(a, XlaTensor):
+            return torch_device(a._st.device_index)
+    return None
