@@ -7,6 +7,7 @@ value by its device data (`Storage.set_data`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import weakref
@@ -17,9 +18,13 @@ _storage_ids = itertools.count()
 # Serialises writes to a storage's value with a barrier's check-and-replace (Storage.set/set_data).
 _write_lock = threading.Lock()
 
-# Storages whose value is a pending IR node (not device data), keyed by creation id so that the
-# order of graph outputs is deterministic. Weak: a dead tensor is never synced.
-pending: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+# Storages whose value is a pending IR node (not device data): creation id → a weak reference to the
+# storage, so that the order of graph outputs is deterministic and a dead tensor is never synced. A
+# storage's death removes its entry through the reference's callback, `pending.pop(sid)` bound with
+# functools.partial: C calls only, where a WeakValueDictionary runs three Python functions per storage
+# (every recorded op makes one).
+pending: "dict[int, weakref.ref[Storage]]" = {}
+_unregister = pending.pop
 
 
 class Storage:
@@ -37,17 +42,27 @@ class Storage:
         counted among the graph's outputs, as PyTorch/XLA keeps that state outside its graphs.
     """
 
-    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "__weakref__")
+    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "_ref", "__weakref__")
 
     def __init__(self, value: Node, device_index: int):
         self.value = value
         self.version = 0
         self.device_index = device_index
-        self.sid = next(_storage_ids)
+        sid = self.sid = next(_storage_ids)
         self.donor = None
         self.internal = False
         if type(value) is not DataNode:
-            pending[self.sid] = self
+            ref = self._ref = weakref.ref(self, functools.partial(_unregister, sid))
+            pending[sid] = ref
+        else:
+            self._ref = None
+
+    def _pending_ref(self) -> "weakref.ref[Storage]":
+        """This storage's entry in `pending` (one reference for its life: its callback removes the entry)."""
+        ref = self._ref
+        if ref is None:
+            ref = self._ref = weakref.ref(self, functools.partial(_unregister, self.sid))
+        return ref
 
     def set(self, value: Node) -> None:
         # Under the lock: a barrier on another thread must not replace this write by older data.
@@ -59,7 +74,7 @@ class Storage:
                 if type(old) is DataNode:
                     # Weak: the old buffer must die when nothing computes from it any more.
                     self.donor = weakref.ref(old)
-                pending[self.sid] = self
+                pending[self.sid] = self._pending_ref()
             else:  # e.g. `copy_` of uploaded data: nothing left to compute
                 self.donor = None
                 pending.pop(self.sid, None)
@@ -85,7 +100,7 @@ def pending_storages() -> list[Storage]:
 
     Safe while other threads record: the weak dictionary is copied in one step, not iterated.
     """
-    refs = list(pending.data.values())
+    refs = list(pending.values())
     storages = [s for s in (r() for r in refs) if s is not None]
     storages.sort(key=_by_sid)
     return storages
