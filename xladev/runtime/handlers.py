@@ -14,7 +14,7 @@ from xladev.runtime.meta import MetaUnsupported
 from xladev.runtime.recording import record, write_into
 from xladev.runtime.special_handlers import special
 from xladev.runtime.storage import Storage
-from xladev.runtime.tensor import XlaTensor, alias_of, new_tensor
+from xladev.runtime.tensor import XlaTensor, alias_of, new_tensor, wrap
 from xladev.runtime.transfers import download, upload
 
 aten = torch.ops.aten
@@ -34,7 +34,8 @@ def _alias(func, args, kwargs):
 def _clone(func, args, kwargs):
     t = args[0]
     # IR nodes are immutable, so the copy can share the value until either side is written.
-    return XlaTensor(Storage(t._node(), t._st.device_index), Meta(tuple(t.shape), t.dtype))
+    node = t._node()
+    return wrap(Storage(node, t._st.device_index), node.meta)
 
 
 @special(aten._fused_sdp_choice.default)

@@ -50,7 +50,11 @@ class XlaTensor(torch.Tensor):
     """A tensor on `xla:N`. Ops on it are recorded, not run, until a barrier or a value read."""
 
     # No __slots__: `torch.utils.swap_tensors` (how `module.to` keeps Parameters, see module_conversion)
-    # needs the same slots on both sides, and a CPU Parameter has none. The fields live in __dict__.
+    # needs the same slots on both sides, and a CPU Parameter has none. The fields live in __dict__;
+    # a base tensor (no view chain) only sets `_st`, the others read these class defaults.
+    _chain = None  # the view ops from the base, or None for a base tensor
+    _vnode = None  # the view's value as last replayed, for storage version `_vver`
+    _vver = -1
 
     @staticmethod
     def __new__(cls, storage: Storage, meta: Meta, chain=None, strides=None, offset=0, requires_grad=False):
@@ -59,9 +63,8 @@ class XlaTensor(torch.Tensor):
             device=torch_device(storage.device_index), requires_grad=requires_grad,
         )
         t._st = storage
-        t._chain = chain
-        t._vnode = None
-        t._vver = -1
+        if chain is not None:
+            t._chain = chain
         recorder.tensors_created += 1
         return t
 
@@ -246,11 +249,42 @@ def _rebuild_on_device(cpu_tensor, index, requires_grad, is_param=False):
 torch.serialization.add_safe_globals([_rebuild_on_device, _rebuild_alias])
 
 
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+def wrap(storage: Storage, meta: Meta) -> XlaTensor:
+    """A new base tensor over `storage` whose value has `meta`: `XlaTensor(storage, meta)`, without the
+    Python `__new__`/`__init__` calls and keyword arguments (every recorded op makes one)."""
+    index = storage.device_index
+    device = _DEVICES.get(index)
+    if device is None:
+        device = torch_device(index)
+    t = _make_wrapper(XlaTensor, meta[0], dtype=meta[1], device=device)
+    t._st = storage
+    recorder.tensors_created += 1
+    return t
+
+
+def wrap_view(storage: Storage, meta: Meta, chain: tuple, strides, offset: int) -> XlaTensor:
+    """A new tensor over `storage` with these strides and view chain (None: a base tensor):
+    `XlaTensor(storage, meta, chain, strides, offset)`, as `wrap` makes it."""
+    index = storage.device_index
+    device = _DEVICES.get(index)
+    if device is None:
+        device = torch_device(index)
+    t = _make_wrapper(XlaTensor, meta[0], strides=strides, storage_offset=offset, dtype=meta[1], device=device)
+    t._st = storage
+    if chain is not None:
+        t._chain = chain
+    recorder.tensors_created += 1
+    return t
+
+
 def new_tensor(node: Node, device_index: int, requires_grad: bool = False) -> XlaTensor:
     """A fresh base tensor holding `node`."""
-    return XlaTensor(Storage(node, device_index), node.meta)
+    return wrap(Storage(node, device_index), node.meta)
 
 
 def alias_of(t: XlaTensor) -> XlaTensor:
     """A new tensor sharing `t`'s storage and view (detach, alias)."""
-    return XlaTensor(t._st, Meta(tuple(t.shape), t.dtype), t._chain, t.stride(), t.storage_offset())
+    return wrap_view(t._st, (t.shape, t.dtype), t._chain, t.stride(), t.storage_offset())
