@@ -20,7 +20,9 @@ from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported
 from xladev.runtime.op_traits import op_traits
 from xladev.runtime.recorder import recorder
-from xladev.runtime.recording import device_of, mismatch, record, record_view, write_into
+from xladev.runtime.arguments import mismatch
+from xladev.runtime.recording import (device_of, op_entry, record, record_cached, record_general, record_into,
+                                      record_view, write_into)
 from xladev.runtime.special_handlers import SPECIAL_HANDLERS
 from xladev.runtime.tensor import XlaTensor
 
@@ -28,14 +30,17 @@ aten = torch.ops.aten
 _local = threading.local()
 
 
-def _inplace(func, args, kwargs):
+def _inplace(route, func, args, kwargs):
     self = args[0]
-    target = op_traits(func).functional
-    if torch.Tag.inplace_view in func.tags:
-        return _inplace_view(func, target, args, kwargs)
-    if target is not None and (target in LOWERINGS or target in SPECIAL_HANDLERS or target in DECOMPOSITIONS):
+    how = route[3]
+    if how == _INPLACE_VIEW:
+        return _inplace_view(func, route[4], args, kwargs)
+    if how == _VIA_TARGET:
+        target, recorded = route[4], route[5]
+        if recorded is not None and record_into(recorded, func, args, kwargs):
+            return self  # the functional twin is lowered: its value went straight into `self`
         result = handle(target, args, kwargs)
-    elif func in LOWERINGS:  # a lowering of the in-place op itself computes the new value
+    elif how == _SELF_LOWERED:  # a lowering of the in-place op itself computes the new value
         result = record(func, args, kwargs)
     else:
         return decompose_or_fallback(func, args, kwargs)
@@ -87,26 +92,75 @@ def _out_variant(func, args, kwargs):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+# How each op is routed, read once per op from the registries (complete once `device.register()` has
+# imported every lowering and handler) and its schema: id(op) → (op, special handler or None, kind, ...);
+# a _RECORD op's 4th entry is its recording entry (recording.op_entry); an _INPLACE op's are how its
+# value is computed, its functional twin, and that twin's recording entry when only `record` handles it.
+# Keyed by id because an OpOverload's __hash__ is a Python function; the entry holds the op, checked on use.
+_routes: dict[int, tuple] = {}
+_RECORD, _VIEW, _INPLACE, _OUT, _OTHER = range(5)
+# In-place ops: the functional twin computes the value (_VIA_TARGET), or the op's own lowering does, or
+# neither (decomposed or run on the CPU); in-place view ops only change the metadata.
+_VIA_TARGET, _SELF_LOWERED, _INPLACE_VIEW, _INPLACE_OTHER = range(4)
+
+
+def _route(func) -> tuple:
+    route = _routes.get(id(func))
+    if route is not None and route[0] is func:
+        return route
+    special = SPECIAL_HANDLERS.get(func)
+    traits = op_traits(func)
+    if traits.is_view:
+        route = (func, special, _VIEW)
+    elif traits.is_inplace:
+        target = traits.functional
+        if torch.Tag.inplace_view in func.tags:
+            route = (func, special, _INPLACE, _INPLACE_VIEW, target, None)
+        elif target is not None and (target in LOWERINGS or target in SPECIAL_HANDLERS or target in DECOMPOSITIONS):
+            # The target's recording entry when nothing but `record` handles it (record_into's fast path).
+            plain = target not in SPECIAL_HANDLERS and _route(target)[2] == _RECORD
+            route = (func, special, _INPLACE, _VIA_TARGET, target, op_entry(target) if plain else None)
+        elif func in LOWERINGS:
+            route = (func, special, _INPLACE, _SELF_LOWERED, None, None)
+        else:
+            route = (func, special, _INPLACE, _INPLACE_OTHER, None, None)
+    elif traits.out_names:
+        route = (func, special, _OUT)
+    elif func in LOWERINGS:
+        route = (func, special, _RECORD, op_entry(func))
+    else:
+        route = (func, special, _OTHER)
+    _routes[id(func)] = route
+    return route
+
+
 def handle(func, args, kwargs):
     """Routes one aten op: its special handler, else `handle_regular`."""
-    special = SPECIAL_HANDLERS.get(func)
+    route = _routes.get(id(func))
+    if route is None or route[0] is not func:
+        route = _route(func)
+    special = route[1]
     if special is not None:
         return special(func, args, kwargs)
-    return handle_regular(func, args, kwargs)
+    return _regular(route, func, args, kwargs)
 
 
 def handle_regular(func, args, kwargs):
     """Routes an op past its special handler (for handlers that prepare arguments, then record)."""
-    traits = op_traits(func)
+    return _regular(_route(func), func, args, kwargs)
+
+
+def _regular(route, func, args, kwargs):
+    kind = route[2]
     try:
-        if traits.is_view:
-            return record_view(func, args, kwargs)
-        if traits.is_inplace:
-            return _inplace(func, args, kwargs)
-        if traits.out_names:
-            return _out_variant(func, args, kwargs)
-        if func in LOWERINGS:
+        if kind == _RECORD:
             return record(func, args, kwargs)
+        if kind == _VIEW:
+            return record_view(func, args, kwargs)
+        if kind == _INPLACE:
+            return _inplace(route, func, args, kwargs)
+        if kind == _OUT:
+            return _out_variant(func, args, kwargs)
     except MetaUnsupported:
         return run_on_cpu(func, args, kwargs)
     return decompose_or_fallback(func, args, kwargs)
@@ -140,6 +194,19 @@ def dispatch(func, args, kwargs):
     # value of a graph whose input buffers the barrier donated (execution._donatable).
     try:
         with _execution_lock:
+            route = _routes.get(id(func))
+            if route is None or route[0] is not func:
+                route = _route(func)
+            if route[1] is None:  # the common ops, straight to the signature cache
+                kind = route[2]
+                try:
+                    if kind == _RECORD:
+                        out = record_cached(route[3], args, kwargs)
+                        return out if out is not None else record_general(func, args, kwargs)
+                    elif kind == _INPLACE and route[5] is not None and record_into(route[5], func, args, kwargs):
+                        return args[0]
+                except MetaUnsupported:
+                    return run_on_cpu(func, args, kwargs)
             return handle(func, args, kwargs)
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)

@@ -1,196 +1,212 @@
 """Recording an op as IR: its operands and template, its output metadata, and writes into tensors.
 
 `record` is the common end of most ops: the arguments are split into operand nodes and a hashable
-template, PyTorch's meta kernel gives the output shapes (memoised by argument signature, so an op pays
-meta inference once per distinct signature, not per call), and new device tensors hold the new node.
+template, PyTorch's meta kernel gives the output shapes, and new device tensors hold the new node.
+
+Everything but the operands is a function of the op and its argument signature (each tensor's shape
+and dtype, each Python number's type, each constant), so it is derived once per signature and kept
+(`_trace`, `_view_positional`): a hot op pays for reading its arguments, one dict lookup, a Node and
+its output tensor. Arguments the signature key does not cover (CPU tensors, devices, lists of floats)
+take the general path, `record_general` (`arguments.flatten`, then PyTorch's meta kernel, itself
+memoised per signature). Both give the same graphs: `use_signature_cache(False)` compares them.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from xladev._flags import config
-from xladev.runtime import scalars
-from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, getitem, scalar_node
+from xladev.runtime import arguments
+from xladev.runtime.ir import SLOT, Meta, Node, getitem
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
 from xladev.runtime.op_traits import op_traits
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
-from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.tensor import XlaTensor, wrap, wrap_view
 from xladev.runtime.views import ViewStep
 
 aten = torch.ops.aten
-# 0, 1 and -1 are baked into graphs as constants, as in PyTorch/XLA; XLA_NO_SPECIAL_SCALARS=1 feeds them as inputs.
-_SPECIAL_SCALARS = scalars.NONE_SPECIAL if config.no_special_scalars else scalars.SPECIAL
 
 
-def _on_flag(name, value) -> None:
-    global _SPECIAL_SCALARS
-    if name == "no_special_scalars":
-        _SPECIAL_SCALARS = scalars.NONE_SPECIAL if value else scalars.SPECIAL
+# ---- the signature cache: what an op needs at one argument signature, derived once ---------------------
+class _Op:
+    """One aten overload as recording sees it: traits, lowering and IR name, read once, and the
+    argument signatures it was recorded with (`_Signature` by `_trace`'s key)."""
+
+    __slots__ = ("func", "traits", "opdef", "sigs", "views")
+
+    def __init__(self, func):
+        self.func = func
+        self.traits = op_traits(func)
+        self.opdef = LOWERINGS.get(func)
+        self.sigs: dict = {}
+        self.views: dict = {}  # a view op's signatures (`_view_positional`)
 
 
-config.on_update(_on_flag)
+class _Signature:
+    """Everything `record` derives from an argument signature: the template (constants in place, SLOT
+    where an operand goes), the output Meta(s), and how the Python numbers become inputs (`arguments.plan_scalars`)."""
+
+    __slots__ = ("template", "meta", "plan")
+
+    def __init__(self, template, meta, plan):
+        self.template = template
+        self.meta = meta
+        self.plan = plan
 
 
-def mismatch(a: str, b: str) -> RuntimeError:
-    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+# id(op) → _Op: an OpOverload's __hash__ is a Python function (a fifth of a microsecond per lookup, and
+# the general path looks an op up six times); its id is an int. The entry holds the op, checked on use.
+_ops: dict[int, _Op] = {}
+# An op recorded with ever-new signatures (a `view` to many sizes) keeps at most this many: the cache is
+# cleared and refilled, never a reason to keep memory.
+_SIGNATURES_PER_OP = 2048
 
 
-_PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_format, torch.layout))
+_enabled = True
 
 
-def _flatten(args, kwargs, traits, device_ref):
-    """Splits an op's arguments into operand nodes, a hashable template and a meta-cache key.
+def use_signature_cache(enabled: bool) -> bool:
+    """Turns the signature cache on or off (off: every op takes the general path, as before the cache
+    existed); returns the previous setting. For tests and benchmarks that compare the two."""
+    global _enabled
+    previous, _enabled = _enabled, bool(enabled)
+    return previous
 
-    A Python number fed as an input is left in `operands` as the number itself: its dtype depends on
-    the whole op (`_bind_scalars` makes it a node).
+
+def clear_signatures() -> None:
+    """Forgets every signature (the next op of each signature derives its entry again)."""
+    for op in list(_ops.values()):
+        op.sigs.clear()
+        op.views.clear()
+
+
+def op_entry(func) -> _Op:
+    """The `_Op` of an aten overload (made on first use; safe from any thread, a race makes two alike)."""
+    op = _ops.get(id(func))
+    if op is None or op.func is not func:
+        op = _ops[id(func)] = _Op(func)
+    return op
+
+
+def _trace(op: _Op, args, kwargs, device_index):
+    """Records `op(*args, **kwargs)` as a Node through its signature cache.
+
+    The key holds each tensor's shape and dtype (its value's Meta, which is the tensor's own), each Python
+    number's type where it is an operand, each constant's type and value (see `_constant_key`), and the
+    keyword names in order: everything the template, the output metadata and the numbers' dtypes depend
+    on. A changed shape, dtype, number type, constant or keyword is a new key.
 
     Returns:
-      (operands, template, key, numbers) where template is (args, kwargs-items) with SLOT for operands
-      and `numbers` tells whether `operands` holds Python numbers.
+      (node, device index), or None, having recorded nothing, when an argument needs the general path
+      (`arguments.flatten`): a CPU tensor, a list of anything but ints or bools, a device, another object.
+
+    Raises:
+      MetaUnsupported, RuntimeError: as `record`.
     """
-    if not kwargs:
-        # Fast path, same results as `walk` below: positional device tensors, Python scalars and
-        # plain constants (most ops). Anything else (lists, CPU tensors, devices) takes the general walk.
-        operands = []
-        key = []
-        template = []
-        device = device_ref[0]
-        scalar_pos = traits.scalar_positions
-        numbers = False
-        for i, value in enumerate(args):
+    if not _enabled:
+        return None
+    operands = []
+    key = []
+    device = device_index
+    scalar_pos = op.traits.scalar_positions
+    numbers = False
+    for i, value in enumerate(args):
+        kind = type(value)
+        if kind is XlaTensor:
+            st = value._st
+            if device is None:
+                device = st.device_index
+            elif device != st.device_index:
+                raise arguments.mismatch(f"xla:{device}", f"xla:{st.device_index}")
+            node = st.value if value._chain is None else value._node()
+            operands.append(node)
+            key.append(node.meta)
+        elif (kind is int or kind is float) and i in scalar_pos and value not in arguments.special_scalars:
+            operands.append(value)
+            key.append(kind)
+            numbers = True
+        else:
+            constant = _constant_key(kind, value)
+            if constant is None:
+                return None
+            key.append(constant)
+    if kwargs:
+        scalar_names = op.traits.scalar_names
+        for name, value in kwargs.items():
+            key.append(name)
             kind = type(value)
             if kind is XlaTensor:
                 st = value._st
                 if device is None:
                     device = st.device_index
                 elif device != st.device_index:
-                    raise mismatch(f"xla:{device}", f"xla:{st.device_index}")
-                operands.append(st.value if value._chain is None else value._node())
-                key.append((value.shape, value.dtype))
-                template.append(SLOT)
-            elif (kind is int or kind is float) and i in scalar_pos and value not in _SPECIAL_SCALARS:
+                    raise arguments.mismatch(f"xla:{device}", f"xla:{st.device_index}")
+                node = st.value if value._chain is None else value._node()
+                operands.append(node)
+                key.append(node.meta)
+            elif (kind is int or kind is float) and name in scalar_names and value not in arguments.special_scalars:
                 operands.append(value)
-                key.append(ScalarType(kind))
-                template.append(SLOT)
+                key.append(kind)
                 numbers = True
-            elif kind is int or kind is float or kind in _PLAIN_TYPES:
-                key.append((kind, value))  # True == 1 == 1.0 as dict keys, not as arguments
-                template.append(value)
             else:
-                break
-        else:
-            device_ref[0] = device
-            return operands, (tuple(template), ()), tuple(key), numbers
-    operands: list = []
-    key: list = []
-
-    def walk(value, is_scalar_arg):
-        if isinstance(value, XlaTensor):
-            index = value._st.device_index
-            if device_ref[0] is None:
-                device_ref[0] = index
-            elif device_ref[0] != index:
-                raise mismatch(f"xla:{device_ref[0]}", f"xla:{index}")
-            operands.append(value._node())
-            key.append((value.shape, value.dtype))
-            return SLOT
-        if isinstance(value, torch.Tensor):
-            if value.dim() != 0 or value.device.type != "cpu":
-                raise mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
-            # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
-            operands.append(scalar_node(value.item(), value.dtype))
-            key.append(((), value.dtype))
-            return SLOT
-        if isinstance(value, (list, tuple)):
-            key.append((list, len(value)))  # keeps the nesting: sum(x, [1]) is not sum(x, [], True)
-            out = tuple(walk(v, False) for v in value)
-            return out
-        if is_scalar_arg and type(value) in (int, float) and value not in _SPECIAL_SCALARS:
-            # A Python scalar operand becomes a graph input, so a new value (a learning rate, a
-            # bias correction) reuses the compiled graph instead of recompiling it.
-            operands.append(value)
-            key.append(ScalarType(type(value)))
-            return SLOT
-        if isinstance(value, torch.device):
-            key.append("device")
-            return None
-        key.append((type(value), value))
-        return value
-
-    scalar_pos = traits.scalar_positions
-    template_args = tuple([walk(a, i in scalar_pos) for i, a in enumerate(args)])
-    # Keyword names are part of the key: f(x, a=True, b=False) is not f(x, b=True, a=False).
-    template_kwargs = tuple((k, key.append(k) or walk(v, k in traits.scalar_names))
-                            for k, v in kwargs.items()) if kwargs else ()
-    numbers = any(type(o) is int or type(o) is float for o in operands)
-    # `walk` refers to itself through its closure: a cycle that would keep `operands` (old device data)
-    # alive until the garbage collector runs, and so keep the step barrier from donating that data.
-    walk = None  # noqa: F841
-    return operands, (template_args, template_kwargs), tuple(key), numbers
-
-
-# (op traits, meta-cache key) → [(operand index, dtype, conversion)]: how an op's Python numbers become
-# inputs. The key holds every tensor's shape and dtype and every number's type, which decide the dtypes.
-_plans: dict = {}
-_PLANS_SIZE = 65_536
-_AS_FLOAT, _INT_RANGE = scalars.AS_FLOAT, scalars.INT_RANGE
-
-
-def _numbers_of(args, kwargs, traits) -> list[type]:
-    """Types of the op's Python numbers in Scalar and Tensor slots, constants included."""
-    kinds = [type(a) for i, a in enumerate(args) if i in traits.scalar_positions and type(a) in (int, float)]
-    kinds += [type(v) for k, v in kwargs.items() if k in traits.scalar_names and type(v) in (int, float)]
-    return kinds
-
-
-def _out_dtype(meta):
-    while meta is not None and type(meta) is not Meta:
-        meta = next((m for m in meta if m is not None), None)
-    return None if meta is None else meta.dtype
-
-
-def _plan(func, operands, args, kwargs, traits, meta) -> list:
-    metas = [o.meta for o in operands if isinstance(o, Node)]
-    kinds = _numbers_of(args, kwargs, traits)
-    out = _out_dtype(meta)
-    plan = []
-    for i, value in enumerate(operands):
-        kind = type(value)
-        if kind is int or kind is float:
-            dtype = scalars.scalar_dtype(func, kind, metas, kinds, out)
-            how = scalars.conversion(dtype)
-            if (how[0] == scalars.AS_FLOAT and kind is float) or (how[0] == scalars.INT_RANGE and dtype is torch.int64):
-                how = (scalars.AS_IS, 0, 0)  # already a value of the dtype: nothing to convert
-            plan.append((i, dtype) + how)
-    return plan
-
-
-def _bind_scalars(func, operands, key, args, kwargs, traits, meta) -> None:
-    """Replaces the Python numbers in `operands` by scalar input nodes of the dtype PyTorch/XLA gives them."""
-    try:
-        plan = _plans.get((traits, key))
-    except TypeError:  # an unhashable argument: plan without memoising
-        plan = _plan(func, operands, args, kwargs, traits, meta)
+                constant = _constant_key(kind, value)
+                if constant is None:
+                    return None
+                key.append(constant)
+    key = tuple(key)
+    sig = op.sigs.get(key)
+    if sig is None:
+        sig = _new_signature(op, args, kwargs, key, device)
+    if numbers:
+        arguments.apply_plan(sig.plan, operands)
+    if recorder.scopes_used or recorder.ir_debug:
+        location, scope = recorder.debug_info()
     else:
-        if plan is None:
-            plan = _plan(func, operands, args, kwargs, traits, meta)
-            if len(_plans) >= _PLANS_SIZE:
-                _plans.clear()
-            _plans[(traits, key)] = plan
-    for i, dtype, mode, lo, hi in plan:
-        value = operands[i]
-        if mode:  # scalars.convert, its common cases inline
-            if mode == _AS_FLOAT:
-                value = float(value)
-            elif mode == _INT_RANGE:
-                if not lo <= value <= hi:
-                    dtype = torch.int64
-            else:
-                value, dtype = scalars.convert(value, dtype, mode, lo, hi)
-        operands[i] = scalar_node(value, dtype)
+        location = scope = None
+    opdef = op.opdef
+    if opdef is None:
+        raise KeyError(op.func)  # as LOWERINGS[func]: only lowered ops are recorded
+    node = Node(opdef, tuple(operands), sig.template, sig.meta, location, scope)
+    recorder.count(opdef.name)
+    return node, device or 0
+
+
+def _constant_key(kind, value):
+    """The key of a constant argument (baked into the template), or None when only the general path
+    takes it. Equal keys must mean equal templates: a type goes with each value (1, 1.0 and True are
+    equal numbers), and a zero float with its sign (-0.0 == 0.0, but they are different constants)."""
+    if kind is int or kind is float:
+        return (kind, value) if value or kind is int else (kind, value, math.copysign(1.0, value))
+    if kind in arguments.PLAIN_TYPES:
+        return (kind, value)
+    if kind is list or kind is tuple:  # sizes, dims, output masks
+        items = tuple(value)
+        first = type(items[0]) if items else int
+        if first is not int and first is not bool:
+            return None
+        for item in items:
+            if type(item) is not first:
+                return None
+        return (list, first, items)
+    return None
+
+
+def _new_signature(op: _Op, args, kwargs, key, device) -> _Signature:
+    """Derives a signature's entry the general way (`arguments.flatten`, `infer_meta`,
+    `arguments.plan_scalars`) and keeps it."""
+    func, traits = op.func, op.traits
+    operands, template, flat_key, numbers = arguments.flatten(args, kwargs, traits, [device])
+    meta = infer_meta(func, flat_key, args, kwargs)
+    plan = arguments.plan_scalars(func, operands, args, kwargs, traits, meta) if numbers else ()
+    sig = _Signature(template, meta, plan)
+    sigs = op.sigs
+    if len(sigs) >= _SIGNATURES_PER_OP:
+        sigs.clear()
+    sigs[key] = sig
+    return sig
 
 
 def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
@@ -200,12 +216,21 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
       MetaUnsupported: no shape rule exists (the caller falls back to the CPU).
       RuntimeError: the arguments are invalid for the op, exactly as eager PyTorch would say.
     """
+    if opdef is None and not extra_meta:
+        out = record_cached(op_entry(func), args, kwargs, device_index)
+        if out is not None:
+            return out
+    return record_general(func, args, kwargs, device_index, opdef, extra_meta)
+
+
+def record_general(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
+    """`record` the general way, for any arguments: `arguments.flatten`, then the memoised meta kernel."""
     traits = op_traits(func)
     device_ref = [device_index]
-    operands, template, key, numbers = _flatten(args, kwargs, traits, device_ref)
+    operands, template, key, numbers = arguments.flatten(args, kwargs, traits, device_ref)
     meta = infer_meta(func, key, args, kwargs)
     if numbers:
-        _bind_scalars(func, operands, key, args, kwargs, traits, meta)
+        arguments.bind_scalars(func, operands, key, args, kwargs, traits, meta)
     if extra_meta:
         meta = tuple(meta) + tuple(extra_meta)
     if opdef is None:
@@ -214,13 +239,66 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
     index = device_ref[0] or 0
     recorder.count(opdef.name)
     if type(meta) is Meta:
-        return XlaTensor(Storage(node, index), meta)
+        return wrap(Storage(node, index), meta)
+    return _outputs(func, node, meta, index)
+
+
+def record_cached(op: _Op, args, kwargs, device_index=None) -> object:
+    """`record(op.func, args, kwargs)` through the signature cache (`_trace`).
+
+    Returns:
+      The new device tensor(s), or None, having recorded nothing, when an argument needs `record`.
+    """
+    traced = _trace(op, args, kwargs, device_index)
+    if traced is None:
+        return None
+    node, index = traced
+    meta = node.meta
+    if type(meta) is Meta:
+        return wrap(Storage(node, index), meta)
+    return _outputs(op.func, node, meta, index)
+
+
+def record_into(op: _Op, func, args, kwargs) -> bool:
+    """In-place op `func` on `args[0]`, `op` its functional twin: records the new value and
+    writes it into `args[0]`, without a result tensor when the value has that tensor's shape and dtype.
+
+    Returns:
+      False, having recorded nothing, when the general path must do it (`record`, then `write_into`).
+
+    Raises:
+      MetaUnsupported: from `write_into`, as the general path raises it.
+    """
+    dst = args[0]
+    if type(dst) is not XlaTensor:
+        return False
+    try:
+        traced = _trace(op, args, kwargs, None)
+    except MetaUnsupported:
+        return False  # the general path meets it too, and falls back as it always did
+    if traced is None:
+        return False
+    node, index = traced
+    meta = node.meta
+    if meta == node.operands[0].meta:
+        dst._assign(node)
+        # PyTorch/XLA makes (and drops) a tensor for the functional op's result: counted as it counts them.
+        recorder.tensors_created += 1
+        recorder.tensors_destroyed += 1
+    else:  # a result to broadcast or convert, or not one tensor: write_into's checks and errors
+        write_into(dst, wrap(Storage(node, index), meta) if type(meta) is Meta else _outputs(op.func, node, meta, index),
+                   func)
+    return True
+
+
+def _outputs(func, node, meta, index) -> object:
+    """The device tensors of a multi-output node (None where the op returns None)."""
     outputs = []
     for i, m in enumerate(meta):
         if m is None:
             outputs.append(None)
         elif type(m) is Meta:
-            outputs.append(XlaTensor(Storage(getitem(node, i), index), m))
+            outputs.append(wrap(Storage(getitem(node, i), index), m))
         else:  # a list output (e.g. split-like functional ops)
             raise MetaUnsupported(f"{func} returns nested outputs")
     return type(meta)(outputs) if not isinstance(meta, list) else outputs
@@ -229,9 +307,13 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
 def record_view(func, args, kwargs):
     """Records a view op: the result shares the base's storage and extends its view chain."""
     base = args[0]
+    if not kwargs and type(base) is XlaTensor:
+        out = _view_positional(op_entry(func), base, args)
+        if out is not None:
+            return out
     traits = op_traits(func)
     device_ref = [base._st.device_index]
-    _, template, key, _ = _flatten(args[1:], kwargs, traits.shifted(), device_ref)
+    _, template, key, _ = arguments.flatten(args[1:], kwargs, traits.shifted(), device_ref)
     template = ((SLOT,) + template[0], template[1])
     metas = view_meta(func, base, key, args, kwargs)
     opdef = LOWERINGS.get(func)
@@ -246,6 +328,67 @@ def record_view(func, args, kwargs):
         ]
     meta, strides, offset = metas
     return XlaTensor(base._st, meta, chain + (ViewStep(opdef, template, meta, None),), strides, offset)
+
+
+def _view_positional(op: _Op, base: XlaTensor, args):
+    """`record_view` through the op's view signatures: the base's shape, dtype, strides and offset, its
+    storage's shape, and the other arguments (constants, as in `_trace`) decide the views' metadata and
+    steps, derived once by `_new_view_signature`.
+
+    Returns:
+      The view(s), or None when an argument needs the general path.
+    """
+    if not _enabled:
+        return None
+    st = base._st
+    chain = base._chain
+    key = [st.value.meta, base.stride(), base.storage_offset()]
+    if chain is not None:
+        key.append(base.shape)
+        key.append(base.dtype)
+    scalar_pos = op.traits.scalar_positions  # of the full argument list: the base is position 0
+    for i in range(1, len(args)):
+        value = args[i]
+        kind = type(value)
+        if (kind is int or kind is float) and i in scalar_pos and value not in arguments.special_scalars:
+            return None  # a graph input: the general path (no view op takes one)
+        constant = _constant_key(kind, value)
+        if constant is None:
+            return None
+        key.append(constant)
+    key = tuple(key)
+    views = op.views.get(key)
+    if views is None:
+        views = _new_view_signature(op, base, args, key)
+    opdef = op.opdef
+    recorder.count(opdef.name)
+    if chain is None:
+        chain = ()
+    if type(views) is list:
+        return [wrap_view(st, meta, chain + step, strides, offset) for meta, strides, offset, step in views]
+    meta, strides, offset, step = views
+    return wrap_view(st, meta, chain + step, strides, offset)
+
+
+def _new_view_signature(op: _Op, base: XlaTensor, args, key):
+    """A view signature's (meta, strides, offset, (ViewStep,)), or a list of those, derived the general way."""
+    func = op.func
+    _, template, flat_key, _ = arguments.flatten(args[1:], {}, op.traits.shifted(), [base._st.device_index])
+    template = ((SLOT,) + template[0], template[1])
+    metas = view_meta(func, base, flat_key, args, {})
+    opdef = op.opdef
+    if opdef is None:
+        raise MetaUnsupported(f"view op {func} has no lowering")
+    if isinstance(metas, list):
+        views = [(m[0], m[1], m[2], (ViewStep(opdef, template, metas_tuple(metas), i),)) for i, m in enumerate(metas)]
+    else:
+        meta, strides, offset = metas
+        views = (meta, strides, offset, (ViewStep(opdef, template, meta, None),))
+    cache = op.views
+    if len(cache) >= _SIGNATURES_PER_OP:
+        cache.clear()
+    cache[key] = views
+    return views
 
 
 def metas_tuple(metas) -> tuple:
