@@ -13,7 +13,9 @@ Prints, from one process and one run:
   The xladev step is also split into recording (Python → IR) and the barrier. The barrier dispatches
   the graph and returns (asynchronous execution), so the device execution overlaps the next step's
   recording; XLADEV_SYNC_EXECUTION=1 times the waiting barrier instead.
-- the recording cost per op in µs of a hot elementwise op and of a matmul, against the target.
+- the recording cost per op in µs of hot ops (elementwise, matmul, a view, an in-place update)
+  against the target, and the same ops with the signature cache off (the general recording path) in
+  the same process, for the ratio between them.
 
 The jax models start from the torch models' weights; their first loss is checked against eager
 PyTorch so the three columns time the same computation. The batch lives on the device throughout
@@ -44,12 +46,13 @@ import xladev  # noqa: F401  (registers the device; turns on jax_enable_x64, so 
 from examples import mlp, transformer
 from examples._common import train_step
 from xladev.events import GraphExecuted, OpsRecorded, bus
+from xladev.runtime import recording
 
 import jax
 import jax.numpy as jnp
 
 F32 = jnp.float32
-ELEMENTWISE_TARGET_US = 15.0
+ELEMENTWISE_TARGET_US = 10.0
 STEP_RATIO_TARGET = 1.3
 
 MLP_CFG = mlp.Config(in_features=1024, hidden=1024, depth=2, classes=10, batch=256, lr=0.01, momentum=0.9)
@@ -328,14 +331,13 @@ class OpCost:
     wall_us: float  # Python loop wall time per op
     dispatch_us: float  # time inside xladev's __torch_dispatch__ per op (the recorder's own clock)
     target_us: float | None
+    general_wall_us: float = float("nan")  # the same, with the signature cache off (the general path)
+    general_dispatch_us: float = float("nan")
 
 
-def record_cost(name: str, fn: Callable[[], object], n: int, repeats: int = 5, target: float | None = None) -> OpCost:
-    """Median over `repeats` of (time to record `fn()` n times, without syncing) / n."""
+def _record_samples(fn: Callable[[], object], n: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Per-op wall and in-dispatch µs of `repeats` samples of `n` calls of `fn()`, each sample synced after."""
     walls, traced = [], []
-    for _ in range(max(1, n // 10)):  # warm the shape caches
-        y = fn()
-    xladev.mark_step()
     with bus.subscribe(lambda e: traced.append(e.tracing_ns / sum(e.counts.values())), OpsRecorded):
         for _ in range(repeats):
             gc.collect()
@@ -351,9 +353,29 @@ def record_cost(name: str, fn: Callable[[], object], n: int, repeats: int = 5, t
             # tiny graph (cached after the first time), and the recorder's totals arrive as OpsRecorded.
             marker = torch.zeros(1, device=xladev.device()) + 1  # noqa: F841  (2 ops of n, in the totals)
             xladev.mark_step()
-    del y, marker
-    inside = [ns / 1e3 for ns in traced[-repeats:]]
-    return OpCost(name, statistics.median(walls), statistics.median(inside) if inside else float("nan"), target)
+            del y, marker
+    return walls, [ns / 1e3 for ns in traced[-repeats:]]
+
+
+def record_cost(name: str, fn: Callable[[], object], n: int, repeats: int = 5, target: float | None = None) -> OpCost:
+    """Median over `repeats` of (time to record `fn()` n times, without syncing) / n, with the signature cache
+    on and off (`recording.use_signature_cache`), the two alternating sample by sample."""
+    for _ in range(max(1, n // 10)):  # warm the shape caches
+        fn()
+    xladev.mark_step()
+    cached: tuple[list, list] = ([], [])
+    general: tuple[list, list] = ([], [])
+    try:
+        for _ in range(repeats):
+            for on, into in ((True, cached), (False, general)):
+                recording.use_signature_cache(on)
+                walls, inside = _record_samples(fn, n, 1)
+                into[0].extend(walls)
+                into[1].extend(inside)
+    finally:
+        recording.use_signature_cache(True)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    return OpCost(name, med(cached[0]), med(cached[1]), target, med(general[0]), med(general[1]))
 
 
 def bench_recording(n: int) -> list[OpCost]:
@@ -412,11 +434,15 @@ def print_report(models: list[ModelResult], costs: list[OpCost], eager_ops, args
               f"{', overlapping the next step' if m.xladev_execute_ms > m.xladev_barrier_ms else ''})")
     print(f"\nrecording cost per op ({args.ops} ops (in-place: 300) per sample, median of 5 samples; "
           "'in dispatch' is xladev's own tracing clock inside __torch_dispatch__)")
-    print(f"  {'op':<40}{'wall us/op':>12}{'in dispatch':>13}{'target':>10}")
+    print("  'general path': the same ops with the signature cache off (recording.use_signature_cache(False)), "
+          "sample by sample in turn")
+    print(f"  {'op':<40}{'wall us/op':>12}{'in dispatch':>13}{'general path':>14}{'in dispatch':>13}{'wall ratio':>12}"
+          f"{'target':>10}")
     for c in costs:
         target = f"{c.target_us:.0f} us" if c.target_us else "-"
         flag = "" if c.target_us is None or c.wall_us <= c.target_us else "  OVER"
-        print(f"  {c.name:<40}{c.wall_us:>12.2f}{c.dispatch_us:>13.2f}{target:>10}{flag}")
+        print(f"  {c.name:<40}{c.wall_us:>12.2f}{c.dispatch_us:>13.2f}{c.general_wall_us:>14.2f}"
+              f"{c.general_dispatch_us:>13.2f}{c.wall_us / c.general_wall_us:>11.2f}x{target:>10}{flag}")
     print("  eager CPU, same calls for scale: " + ", ".join(f"{k} {v:.2f} us" for k, v in eager_ops))
 
 
@@ -449,7 +475,9 @@ def to_json(models, costs, eager_ops, args) -> dict:
                 "first_loss": m.first_loss,
             } for m in models
         },
-        "recording_us_per_op": {c.name: {"wall": c.wall_us, "in_dispatch": c.dispatch_us, "target": c.target_us}
+        "recording_us_per_op": {c.name: {"wall": c.wall_us, "in_dispatch": c.dispatch_us, "target": c.target_us,
+                                         "general_path_wall": c.general_wall_us,
+                                         "general_path_in_dispatch": c.general_dispatch_us}
                                 for c in costs},
         "eager_us_per_op": dict(eager_ops),
     }

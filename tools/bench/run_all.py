@@ -56,7 +56,7 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
                              f"{_num(m.get('xladev_ms'))}, {_num(m.get('jax_ms'))}, {_num(m.get('eager_ms'))}", ""))
         rec = _get(data, "recording") or {}
         if rec:
-            rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 15 us"))
+            rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 10 us"))
             rows.append(("recording: matmul", f"{_num(rec.get('matmul_us'))} us", ""))
     elif name == "models":
         for model, m in (_get(data, "cases") or {}).items():
