@@ -13,6 +13,7 @@ memoised per signature). Both give the same graphs: `use_signature_cache(False)`
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -35,11 +36,13 @@ class _Op:
     """One aten overload as recording sees it: traits, lowering and IR name, read once, and the
     argument signatures it was recorded with (`_Signature` by `_trace`'s key)."""
 
-    __slots__ = ("func", "traits", "opdef", "sigs", "views")
+    __slots__ = ("func", "traits", "scalar_slots", "opdef", "sigs", "views")
 
     def __init__(self, func):
         self.func = func
         self.traits = op_traits(func)
+        # Where a Python number is an operand (a graph input): Scalar positions and keyword names.
+        self.scalar_slots = self.traits.scalar_positions | self.traits.scalar_names
         self.opdef = LOWERINGS.get(func)
         self.sigs: dict = {}
         self.views: dict = {}  # a view op's signatures (`_view_positional`)
@@ -94,10 +97,10 @@ def op_entry(func) -> _Op:
 def _trace(op: _Op, args, kwargs, device_index):
     """Records `op(*args, **kwargs)` as a Node through its signature cache.
 
-    The key holds each tensor's shape and dtype (its value's Meta, which is the tensor's own), each Python
-    number's type where it is an operand, each constant's type and value (see `_constant_key`), and the
-    keyword names in order: everything the template, the output metadata and the numbers' dtypes depend
-    on. A changed shape, dtype, number type, constant or keyword is a new key.
+    The key holds the keyword names in order, then for each argument: a tensor's shape and dtype (its
+    value's Meta, which is the tensor's own), a Python number's type where it is an operand, a constant's
+    type and value (see `_constant_key`). That is everything the template, the output metadata and the
+    numbers' dtypes depend on: a changed shape, dtype, number type, constant or keyword is a new key.
 
     Returns:
       (node, device index), or None, having recorded nothing, when an argument needs the general path
@@ -111,9 +114,13 @@ def _trace(op: _Op, args, kwargs, device_index):
     operands = []
     key = []
     device = device_index
-    scalar_pos = op.traits.scalar_positions
+    scalar_slots = op.scalar_slots
     numbers = False
-    for i, value in enumerate(args):
+    slots = enumerate(args)
+    if kwargs:
+        slots = itertools.chain(slots, kwargs.items())
+        key.append(tuple(kwargs))  # the keyword names, in order: f(x, a=1, b=2) is not f(x, b=1, a=2)
+    for slot, value in slots:  # (position or keyword name, argument)
         kind = type(value)
         if kind is XlaTensor:
             st = value._st
@@ -124,7 +131,7 @@ def _trace(op: _Op, args, kwargs, device_index):
             node = st.value if value._chain is None else value._node()
             operands.append(node)
             key.append(node.meta)
-        elif (kind is int or kind is float) and i in scalar_pos and value not in arguments.special_scalars:
+        elif (kind is int or kind is float) and slot in scalar_slots and value not in arguments.special_scalars:
             operands.append(value)
             key.append(kind)
             numbers = True
@@ -133,29 +140,6 @@ def _trace(op: _Op, args, kwargs, device_index):
             if constant is None:
                 return None
             key.append(constant)
-    if kwargs:
-        scalar_names = op.traits.scalar_names
-        for name, value in kwargs.items():
-            key.append(name)
-            kind = type(value)
-            if kind is XlaTensor:
-                st = value._st
-                if device is None:
-                    device = st.device_index
-                elif device != st.device_index:
-                    raise arguments.mismatch(f"xla:{device}", f"xla:{st.device_index}")
-                node = st.value if value._chain is None else value._node()
-                operands.append(node)
-                key.append(node.meta)
-            elif (kind is int or kind is float) and name in scalar_names and value not in arguments.special_scalars:
-                operands.append(value)
-                key.append(kind)
-                numbers = True
-            else:
-                constant = _constant_key(kind, value)
-                if constant is None:
-                    return None
-                key.append(constant)
     key = tuple(key)
     sig = op.sigs.get(key)
     if sig is None:
