@@ -21,6 +21,11 @@ from xladev.debug import _profiler_scopes
 from torch_xla import _xladev
 
 _xladev.install_finder()
+# torch.compile(backend="openxla") is PyTorch/XLA's dynamo backend: here, xladev's (which torch's own `openxla`
+# would also reach, through torch_xla.core.dynamo_bridge, without the graph breaks and recompiles it reports).
+from xladev.runtime import dynamo_backend as _dynamo_backend  # noqa: E402
+
+_dynamo_backend.use_for("openxla")
 
 # torch_xla releases follow torch's version; the local part says this is xladev's alias, not PyTorch/XLA.
 __version__ = f"{torch.__version__.split('+')[0]}+xladev.{xladev.__version__}"
@@ -113,8 +118,8 @@ def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_si
 
 
 # PyTorch/XLA imports these with the package; here they load on first use.
-__getattr__ = _xladev.module_getattr(__name__, submodules=("core", "debug", "distributed", "experimental", "runtime",
-                                                         "utils"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("_dynamo", "core", "debug", "distributed", "experimental",
+                                                         "runtime", "utils"))
 
 from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)
 from torch_xla.core import xla_model  # noqa: E402,F401  (binds torch_xla.core.xla_model)

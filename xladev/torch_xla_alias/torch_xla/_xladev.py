@@ -21,16 +21,12 @@ from typing import Callable, Iterable
 _DISTRIBUTED = ("xladev runs one process with one replica (world size 1); multi-process and multi-device "
                 "training comes with xladev's distributed work")
 _SPMD = "SPMD sharding needs several devices, and xladev runs one replica on one device"
-_DYNAMO = ("there is no dynamo backend (torch.compile(backend='openxla')); trace lazily and end each step with "
-           "torch_xla.sync() (or xm.mark_step())")
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here; use the public API: torch_xla.sync(), "
         "torch_xla.debug.metrics, or xladev.debug.get_tensors_text/get_tensors_hlo for graphs")
 
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
-    "torch_xla._dynamo": _DYNAMO,
-    "torch_xla.core.dynamo_bridge": _DYNAMO,
     "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
                       "or cast the model with .to(torch.bfloat16)"),
     "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
