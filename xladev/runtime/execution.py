@@ -14,7 +14,7 @@ import time
 
 from xladev._flags import config
 from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
-from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
+from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps, traced_call
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -120,7 +120,13 @@ class Execution:
             step = steps.current()
             start = time.perf_counter_ns()
             try:
-                with annotate.execute_span(entry.hash, step):
+                if annotate.enabled():
+                    # A capture records: the run shows once, as this span, linked to its HLO module.
+                    if entry.link is None:
+                        entry.link = traced_call.link(entry.executable) or ()
+                    with annotate.execute_span(entry.hash, step, cause, entry.link or None):
+                        outputs = traced_call.call(entry.executable, arrays)
+                else:
                     outputs = entry.executable(*arrays)
             except Exception as exc:
                 self._execution_failed(graph, entry, exc, step, cause, frames)
