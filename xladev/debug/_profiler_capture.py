@@ -49,7 +49,7 @@ def _reset_jax_state() -> None:
         pass
 
 
-def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int = 0, _owner: str = "start_trace") -> None:
+def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int = 0, _owner: str = "xp.start_trace") -> None:
     """Starts recording a profile of this process; `stop_trace()` writes it under `logdir`.
 
     Args:
@@ -99,7 +99,7 @@ def stop_trace() -> str:
             raise ProfilerError("stop_trace() called but no profile trace is running: call xp.start_trace(logdir) first")
         _active = None
         try:
-            _stop_and_write(session.logdir)
+            tidied = _stop_and_write(session.logdir)
         except Exception as exc:
             _reset_jax_state()
             hint = ""
@@ -113,12 +113,40 @@ def stop_trace() -> str:
         path = written[-1]
         if os.path.getsize(path) == 0:
             raise ProfilerError(f"the profile {path!r} is empty (0 bytes)")
+        announce_written(path, session.logdir, tidied, session.owner)
         return path
 
 
-def _stop_and_write(logdir: str) -> None:
+def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResult | None", how: str,
+                     steps: tuple[int, int] | None = None) -> None:
+    """Publishes `ProfileWritten` (the event log's `profile` record: `xladev report` and the TUI show where
+    the profile is, which steps it covers and how to open it), when anything listens.
+
+    Args:
+      path: the written `.xplane.pb`.
+      logdir: its TensorBoard log directory.
+      tidied: what tidying it found (its step window), or None.
+      how: the call that captured it.
+      steps: the exact (first, last) step window, when the caller knows it (a step window).
+    """
+    from xladev.events import ProfileWritten, bus
+
+    if not bus.active:
+        return
+    from xladev.runtime import steps as runtime_steps
+
+    if steps is None and tidied is not None:
+        steps = (tidied.first_step, tidied.last_step)
+    first, last = steps if steps is not None else (None, None)
+    bus.emit(ProfileWritten(time.perf_counter_ns(), runtime_steps.current(), path, logdir, first, last, how))
+
+
+def _stop_and_write(logdir: str) -> "_profiler_xspace.TidyResult | None":
     """Stops jax's in-process profiling session and writes its profile, tidied (`_profiler_xspace`), where
     and as `jax.profiler.stop_trace()` writes it (`<logdir>/plugins/profile/<time>/<host>.xplane.pb`).
+
+    Returns:
+      What tidying removed and found (the steps the profile covers); None when the profile could not be read.
 
     Raises:
       RuntimeError: no session runs, or the native profiler failed to stop or write (its message).
@@ -130,9 +158,8 @@ def _stop_and_write(logdir: str) -> None:
     if session is None or not hasattr(session, "export"):  # another jax: its own writer, then tidy the file
         before = xplane_files(logdir)
         jax_profiler.stop_trace()
-        for path in new_xplane_files(logdir, before):
-            _tidy(path)
-        return
+        results = [_tidy(path) for path in new_xplane_files(logdir, before)]
+        return results[-1] if results else None
     with state.lock:
         try:
             xspace = session.stop()
@@ -140,10 +167,11 @@ def _stop_and_write(logdir: str) -> None:
             state.reset()
             jax_profiler.clear_metadata()
         try:
-            xspace, _ = _profiler_xspace.tidy(xspace)
+            xspace, result = _profiler_xspace.tidy(xspace)
         except ValueError:
-            pass  # written as it came; reading it back says what is wrong
+            result = None  # written as it came; reading it back says what is wrong
         session.export(xspace, logdir)
+        return result
 
 
 class trace_session(contextlib.AbstractContextManager):
@@ -158,7 +186,7 @@ class trace_session(contextlib.AbstractContextManager):
         self.path: str | None = None
 
     def __enter__(self) -> "trace_session":
-        start_trace(self.logdir, _owner="trace_session", **self.options)
+        start_trace(self.logdir, _owner="xp.trace_session", **self.options)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -243,19 +271,34 @@ def capture(service_addr: str, logdir, duration_ms: int = 1000, num_tracing_atte
     if not written:
         raise ProfilerError(f"No trace event is collected: the capture from {addr} reported success but wrote no "
                             f".xplane.pb under {logdir!r}.\n" + NO_EVENTS_HELP)
-    _tidy(written[-1])
-    return check_profile(written[-1], quiet=quiet)
+    tidied = _tidy(written[-1])
+    summary = check_profile(written[-1], quiet=quiet)
+    if _is_this_process(host, port):
+        announce_written(written[-1], logdir, tidied, f"xp.trace from {addr}")
+    return summary
 
 
-def _tidy(path: str) -> None:
+def _is_this_process(host: str, port: int) -> bool:
+    """True when `host:port` is this process's own profiler server (a capture of this run)."""
+    from xladev.debug._profiler_server import current_server
+
+    server = current_server()
+    if server is None or server.port != port:
+        return False
+    import socket
+
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname())
+
+
+def _tidy(path: str) -> "_profiler_xspace.TidyResult | None":
     """Removes jaxlib's duplicate call events and the runtime's lowering-time jax calls from a written profile.
 
-    A file that cannot be tidied stays as it was: the check that follows says what is wrong with it.
+    A file that cannot be tidied stays as it was (None): the check that follows says what is wrong with it.
     """
     try:
-        _profiler_xspace.tidy_file(path)
+        return _profiler_xspace.tidy_file(path)
     except (OSError, ValueError):
-        pass
+        return None
 
 
 class CaptureHandle:

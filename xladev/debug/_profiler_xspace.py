@@ -108,14 +108,54 @@ def parse(data: bytes):
 @dataclasses.dataclass
 class TidyResult:
     """What `tidy` removed: `duplicates` (inner copies of an event) and `lowering` (jax calls made while
-    lowering inside `xladev.compile`, with the events they contained)."""
+    lowering inside `xladev.compile`, with the events they contained); and the runtime steps the profile
+    covers, `first_step`..`last_step`: the steps whose barrier (`xladev.mark_step`) it holds, or without
+    one the steps its `xladev.*` spans were recorded in (None without any)."""
 
     duplicates: int = 0
     lowering: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+
+    def saw_step(self, step: int) -> None:
+        self.first_step = step if self.first_step is None else min(self.first_step, step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
 
     @property
     def removed(self) -> int:
         return self.duplicates + self.lowering
+
+
+STEP_STAT = "step"
+RUNTIME_PREFIX = "xladev."
+BARRIER_SPAN = "xladev.mark_step"
+
+
+def _stat_int(stat) -> int | None:
+    kind = stat.WhichOneof("value")
+    if kind in ("int64_value", "uint64_value"):
+        return int(getattr(stat, kind))
+    if kind == "str_value" and stat.str_value.lstrip("-").isdigit():
+        return int(stat.str_value)
+    return None
+
+
+def _note_steps(events, names: dict, step_stat: int | None, barriers: TidyResult, spans: TidyResult) -> None:
+    """Adds the `step` arguments of the runtime's barrier spans to `barriers`, of all its spans to `spans`."""
+    if step_stat is None:
+        return
+    for event in events:
+        name = names.get(event.metadata_id, "")
+        if not name.startswith(RUNTIME_PREFIX):
+            continue
+        for stat in event.stats:
+            if stat.metadata_id == step_stat:
+                value = _stat_int(stat)
+                if value is not None:
+                    spans.saw_step(value)
+                    if name == BARRIER_SPAN:
+                        barriers.saw_step(value)
+                break
 
 
 def _tidy_line(line, names: dict, result: TidyResult) -> None:
@@ -167,18 +207,23 @@ def tidy(data: bytes) -> tuple[bytes, TidyResult]:
       data: a serialized XSpace.
 
     Returns:
-      (the serialized, tidied XSpace; what was removed). The input is returned as it was when nothing
-      had to go.
+      (the serialized, tidied XSpace; what was removed and the steps it covers). The input is returned
+      as it was when nothing had to go.
 
     Raises:
       ValueError: the bytes are not an XSpace.
     """
     space = parse(data)
     result = TidyResult()
+    spans = TidyResult()
     for plane in space.planes:
         names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        step_stat = next((key for key, meta in plane.stat_metadata.items() if meta.name == STEP_STAT), None)
         for line in plane.lines:
             _tidy_line(line, names, result)
+            _note_steps(line.events, names, step_stat, result, spans)
+    if result.first_step is None:  # no barrier in the profile: the steps its spans were recorded in
+        result.first_step, result.last_step = spans.first_step, spans.last_step
     if not result.removed:
         return data, result
     return space.SerializeToString(), result

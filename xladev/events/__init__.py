@@ -25,10 +25,11 @@ from xladev.events._types import (
     GraphGrowing,
     GraphInfo,
     Recompiled,
+    ProfileWritten,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
-    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",
+    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "ProfileWritten",
 ]

@@ -20,7 +20,7 @@ the capture runs in-process (`xp.start_trace`) or from another process through `
                                                        recording the step's ops lazily
 
 `site` is the user's `file.py:LINE (function)`. Argument values never hold `,` or `#` (TraceMe's
-separators; they become `;` and `＃`). With no capture running, jax's `TraceMe.is_enabled()` is False
+separators): they show as `‚` (a low quotation mark) and `＃`. With no capture running, jax's `TraceMe.is_enabled()` is False
 and each helper costs that one C call and returns a shared no-op context manager (`NULL`): the site is
 only looked up while a capture records. `set_enabled(False)` turns every helper off (for measuring
 that cost). The runtime calls `barrier_begin`/`barrier_end` around each step barrier; anything that must
@@ -90,7 +90,7 @@ def set_enabled(on: bool) -> None:
 
 def _text(value) -> str:
     """An argument value TraceMe keeps whole: its encoding (`name#k=v,k=v#`) cuts at `,` and `#`."""
-    return str(value).replace(",", ";").replace("#", "\uff03")
+    return str(value).replace(",", "\u201a").replace("#", "\uff03")
 
 
 def user_site(frames=None) -> str:

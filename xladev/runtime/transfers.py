@@ -77,7 +77,13 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
     """
     cause = current_cause(default_kind)
     kind = cause.detail or cause.kind.value
-    span = annotate.NULL if cause.kind is CauseKind.FALLBACK else annotate.sync_span(kind, steps.current())
+    if cause.kind is CauseKind.FALLBACK:
+        span = annotate.NULL
+    elif cause.kind is CauseKind.STEP_CLOSURE:
+        access = getattr(_local, "kind", None) or default_kind
+        span = annotate.sync_span(f"{access} in a step closure", steps.current())
+    else:
+        span = annotate.sync_span(kind, steps.current())
     with span:
         arrays = arrays_of(tensors, cause)
         execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running

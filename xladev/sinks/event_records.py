@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from xladev.events import (
     CompileFailed, CompileStarted, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
-    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    ProfileWritten, Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -106,6 +106,9 @@ class RecordBuilder:
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
 
+    def _profile(self, event: ProfileWritten, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Profile(t, event.step, event.path, event.logdir, event.first_step, event.last_step, event.how),)
+
     def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
         if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
             return (record,)
@@ -147,4 +150,5 @@ _BUILDERS = {
     CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
+    ProfileWritten: RecordBuilder._profile,
 }
