@@ -190,3 +190,19 @@ def test_a_device_loader_skips_its_barrier_after_a_step_trace_marked_the_step():
         outs.append(x * 2)
     assert met.counter_value("MarkStep") - before == 5
     assert [o.cpu()[0].item() for o in outs] == [0.0, 2.0, 4.0, 6.0, 8.0] * 2
+
+
+def test_training_while_a_capture_records_computes_the_same_values(tmp_path):
+    """While a capture records, graphs run through jax's annotation-free call path (each run shows once):
+    the same executables on the same inputs, donated buffers included, so the same bits."""
+    plain, captured = Trainer(width=20), Trainer(width=20)
+    plain.step()  # compile outside the capture; then the same steps with and without one
+    captured.step()
+    for _ in range(3):
+        plain.step()
+    with xp.trace_session(str(tmp_path)) as session:
+        for _ in range(3):
+            captured.step()
+    assert {e["name"] for e in events_of(session.path)} >= {"xladev.execute", "train " + str(executor.step - 1)}
+    for a, b in zip(plain.model.parameters(), captured.model.parameters()):
+        assert torch.equal(a.cpu(), b.cpu())

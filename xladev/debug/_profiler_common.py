@@ -40,7 +40,7 @@ class ProfileSummary:
       path: the `.xplane.pb` file.
       size_bytes: its size.
       num_events: complete (timed) trace events in it.
-      names: how many events carry each name (`xladev.execute`, `train 5`, `PjitFunction(jit(xladev_...))`).
+      names: how many events carry each name (`xladev.execute`, `train 5`, `xladev.sync .item()`).
     """
 
     path: str
