@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 
@@ -206,3 +207,21 @@ def test_training_while_a_capture_records_computes_the_same_values(tmp_path):
     assert {e["name"] for e in events_of(session.path)} >= {"xladev.execute", "train " + str(executor.step - 1)}
     for a, b in zip(plain.model.parameters(), captured.model.parameters()):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_a_jitted_function_of_the_user_shows_once_per_call(tmp_path):
+    """jaxlib annotates each call twice; the profile xladev writes keeps one event per call."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def user_fn(a):
+        return jnp.sin(a) * 2
+
+    a = jnp.ones((4, 4))
+    user_fn(a).block_until_ready()  # compiled outside the capture
+    with xp.trace_session(str(tmp_path)) as session:
+        for _ in range(3):
+            user_fn(a).block_until_ready()
+    names = collections.Counter(e["name"] for e in events_of(session.path))
+    assert names["PjitFunction(user_fn)"] == 3, names

@@ -70,45 +70,39 @@ def _fields(data):
         yield number, value
 
 
+def _read(data, scalars: dict[int, str], repeated: dict[int, str]) -> dict:
+    """The named fields of one message: `scalars` by their last value, `repeated` as lists."""
+    out: dict = {name: [] for name in repeated.values()}
+    for number, value in _fields(data):
+        if number in scalars:
+            out[scalars[number]] = value
+        elif number in repeated:
+            out[repeated[number]].append(value)
+    return out
+
+
+def _text(value) -> str:
+    return bytes(value).decode() if value is not None else ""
+
+
 def link_of_module(proto: bytes) -> tuple[str, str]:
     """(`<module name>(<program id>)`, root instruction of the entry computation) of a serialized HloModuleProto.
 
     Raises:
       ValueError: the bytes are not such a module, or it has no entry computation root.
     """
-    data = memoryview(proto)
-    name = entry = ""
-    module_id = 0
-    computations = []
-    for number, value in _fields(data):
-        if number == _MODULE_NAME:
-            name = bytes(value).decode()
-        elif number == _MODULE_ENTRY:
-            entry = bytes(value).decode()
-        elif number == _MODULE_ID:
-            module_id = value
-        elif number == _MODULE_COMPUTATIONS:
-            computations.append(value)
-    for computation in computations:
-        instructions, root_id, comp_name = [], None, ""
-        for number, value in _fields(computation):
-            if number == _COMPUTATION_NAME:
-                comp_name = bytes(value).decode()
-            elif number == _COMPUTATION_ROOT:
-                root_id = value
-            elif number == _COMPUTATION_INSTRUCTIONS:
-                instructions.append(value)
-        if comp_name != entry:
+    module = _read(memoryview(proto), {_MODULE_NAME: "name", _MODULE_ENTRY: "entry", _MODULE_ID: "id"},
+                   {_MODULE_COMPUTATIONS: "computations"})
+    name, entry = _text(module.get("name")), _text(module.get("entry"))
+    for data in module["computations"]:
+        computation = _read(data, {_COMPUTATION_NAME: "name", _COMPUTATION_ROOT: "root"},
+                            {_COMPUTATION_INSTRUCTIONS: "instructions"})
+        if _text(computation.get("name")) != entry:
             continue
-        for instruction in instructions:
-            op_name, op_id = "", None
-            for number, value in _fields(instruction):
-                if number == _INSTRUCTION_NAME:
-                    op_name = bytes(value).decode()
-                elif number == _INSTRUCTION_ID:
-                    op_id = value
-            if op_id == root_id:
-                return f"{name}({module_id})", op_name
+        for instruction in computation["instructions"]:
+            op = _read(instruction, {_INSTRUCTION_NAME: "name", _INSTRUCTION_ID: "id"}, {})
+            if op.get("id") == computation.get("root"):
+                return f"{name}({module.get('id', 0)})", _text(op.get("name"))
     raise ValueError(f"HLO module {name!r} has no root instruction in its entry computation {entry!r}")
 
 
