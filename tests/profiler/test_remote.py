@@ -73,13 +73,15 @@ def test_trace_detached_wrong_port_gives_error_in_bounded_time(tmp_path):
         handle.result(0)
 
 
-def test_capture_command_on_a_schedule(child, tmp_path, capsys):
+def test_capture_command_on_a_schedule(child, tmp_path, capfd):
     port, hashes, _ = child
     logdir = str(tmp_path / "cli")
     rc = cli_main(["capture", "--service_addr", f"localhost:{port}", "--logdir", logdir, "--duration_ms", "300",
                    "--interval_s", "0.5", "--count", "2"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    out, err = capfd.readouterr()  # the file descriptors: native output would show here
+    assert rc == 0, out + err
+    assert err == "" and "Starting to trace" not in out
+    assert all(line.startswith(("[1/2] ", "[2/2] ", "2 of 2")) for line in out.splitlines()), out
     assert out.count("wrote ") == 2 and "2 of 2 capture(s) succeeded" in out
     assert f"tensorboard --logdir {logdir}" in out
     files = [line.split()[2] for line in out.splitlines() if " wrote " in line]
