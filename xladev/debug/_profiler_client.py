@@ -6,15 +6,14 @@ standard error; a Python caller gets a generic "no trace event" error. In a chil
 back to the parent, which reads the cause from them and prints nothing of them; the child is killed if
 the capture outlives its time bound, where a thread in the caller's process could only be abandoned.
 
-    python -m xladev.debug._profiler_client '{"addr": ..., "logdir": ..., "duration_ms": ..., ...}'
-
-The last line on standard error is `xladev-capture-result: {"ok": true}` or `{"ok": false, "error": ...}`.
+The child imports xprof's client and nothing of xladev (so the training's environment, such as
+`XLADEV_EVENT_LOG`, starts nothing there). Its last line on standard error is
+`xladev-capture-result: {"ok": true}` or `{"ok": false, "error": ...}`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -32,12 +31,8 @@ def run(addr: str, logdir: str, duration_ms: int, attempts: int, options: dict, 
     """
     request = json.dumps({"addr": addr, "logdir": logdir, "duration_ms": duration_ms, "attempts": attempts,
                           "options": options})
-    env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    done = subprocess.run([sys.executable, "-m", "xladev.debug._profiler_client", request], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                          timeout=timeout_s)
+    done = subprocess.run([sys.executable, "-c", _CHILD, request], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, errors="replace", timeout=timeout_s)
     output = done.stdout + done.stderr
     result = None
     for line in reversed(done.stderr.splitlines()):
@@ -65,21 +60,18 @@ class Outcome:
         self.output = output
 
 
-def _main(argv: list[str]) -> int:
-    request = json.loads(argv[0])
-    try:
-        from xprof.convert import _pywrap_profiler_plugin
-
-        _pywrap_profiler_plugin.trace(request["addr"], request["logdir"], "", True, int(request["duration_ms"]),
-                                      int(request["attempts"]), request["options"])
-    except BaseException as exc:  # reported to the parent, which raises ProfilerError
-        sys.stdout.flush()
-        print(RESULT_PREFIX + json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}), file=sys.stderr)
-        return 3
-    sys.stdout.flush()
-    print(RESULT_PREFIX + json.dumps({"ok": True}), file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+# The child: one capture with xprof's client, then its result as the last line on standard error.
+_CHILD = f"""
+import json, sys
+request = json.loads(sys.argv[1])
+try:
+    from xprof.convert import _pywrap_profiler_plugin
+    _pywrap_profiler_plugin.trace(request["addr"], request["logdir"], "", True, int(request["duration_ms"]),
+                                  int(request["attempts"]), request["options"])
+    result = {{"ok": True}}
+except BaseException as exc:
+    result = {{"ok": False, "error": type(exc).__name__ + ": " + str(exc)}}
+sys.stdout.flush()
+print({RESULT_PREFIX!r} + json.dumps(result), file=sys.stderr, flush=True)
+sys.exit(0 if result["ok"] else 3)
+"""
