@@ -235,7 +235,7 @@ def test_metrics_compare_utils_reads_xladevs_and_pytorch_xlas_reports(tx):
     assert all(len(values) == 2 for values in points.values())
 
     tx.met.clear_all()
-    torch.rand(3, 3, device="xla").cpu()
+    (torch.rand(3, 3).to("xla") * 2).cpu()  # an upload, a graph, a read
     ours = mcu.parse_metrics_report(tx.met.metrics_report())
     names = {key.split("__")[0] for key in ours}
     assert {"ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "UnwrapXlaData", "WrapXlaData",

@@ -27,10 +27,12 @@ from xladev.events._types import (
     Recompiled,
     DynamoGraphBreak,
     DynamoRecompiled,
+    ProfileWritten,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
+    "ProfileWritten",
 ]

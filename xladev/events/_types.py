@@ -308,3 +308,25 @@ class DynamoRecompiled(Event):
     guard: str
     compiles: int
     frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
+class ProfileWritten(Event):
+    """A profile capture of this process was written (`xladev.debug.profiler`): where, and which steps.
+
+    `step` is the step being recorded when it was written. The window is the runtime's steps the
+    capture covers, `first_step`..`last_step` (the step being recorded when it started and when it
+    stopped, or a `profile_steps` window's exact steps); None when the profile does not say.
+
+    Attributes:
+      path: the `.xplane.pb` file.
+      logdir: the TensorBoard log directory it was written under.
+      first_step, last_step: the step window.
+      how: the call that captured it (`xp.profile_steps(5, 3)`, `xp.start_trace`, `xp.trace from host:port`).
+    """
+
+    path: str
+    logdir: str
+    first_step: int | None
+    last_step: int | None
+    how: str

@@ -34,6 +34,7 @@ KIND_NAME = "event-log"
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 MAX_SAMPLES = 1024
 MAX_STEP_TIMES = 100_000
+MAX_PROFILES = 1000
 _POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
                        "temp": "temp_bytes", "generated_code": "program_bytes"}
 
@@ -193,6 +194,10 @@ class EventLogReplay:
         self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
                                       record.hlo_path, split_site(record.site)[0])
 
+    def _on_profile(self, record: rec.Profile) -> None:
+        if len(self.source.profiles) < MAX_PROFILES:
+            self.source.profiles.append(record)
+
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
         self.end_t = record.t
@@ -253,7 +258,7 @@ _HANDLERS = {
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Ops: EventLogReplay._on_ops,
-    rec.Transfer: EventLogReplay._on_transfer,
+    rec.Transfer: EventLogReplay._on_transfer, rec.Profile: EventLogReplay._on_profile,
 }
 
 

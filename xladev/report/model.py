@@ -150,6 +150,8 @@ class SourceResult:
     # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
     run_id: str | None = None
     run_label: str = ""
+    # Profiles of the run written while it logged (an event log's `profile` records), oldest first.
+    profiles: list = dataclasses.field(default_factory=list)
 
     def warn(self, line: int, message: str, always: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

@@ -30,7 +30,7 @@ class XlaCompileError(RuntimeError):
 
 
 class CacheEntry:
-    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs")
+    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs", "link")
 
     def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph):
         self.executable = executable
@@ -41,6 +41,7 @@ class CacheEntry:
         self.num_nodes = len(graph.nodes)
         self.num_inputs = len(graph.inputs)
         self.num_outputs = graph.user_outputs
+        self.link = None  # (HLO module, root op) as xprof names them, found at the first run while a capture records
 
 
 class CompileCache:
@@ -128,28 +129,32 @@ class CompileCache:
                                     graph.user_outputs, frames, info, graph_names.current()))
         start = time.perf_counter_ns()
         lowered = None
-        try:
-            with annotate.compile_span(graph.hash, step):
+        span = annotate.compile_span(graph.hash, step, len(graph.nodes), frames, graph_names.current())
+        with span:
+            try:
                 lowered = jax.jit(graph_function(graph), donate_argnums=graph.donated).lower(*avals)
                 with warnings.catch_warnings():
                     # Each donor has an output of its shape and dtype; jax warns when XLA pairs them differently.
                     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
                     compiled = lowered.compile()
-        except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
-            path = save_failed(graph, lowered, exc)
-            if bus.active:
-                bus.emit(CompileFailed(time.perf_counter_ns(), step, graph.hash, str(exc), path, cause, frames))
-            raise XlaCompileError(
-                f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
-                f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
-            ) from exc
-        compile_ns = time.perf_counter_ns() - start
-        memory = _memory_analysis(compiled)
-        entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
-        # Every compile joins its site's history, listened to or not, so a later recompilation is
-        # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
-        publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step,
-                              graph_names.current())
+            except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
+                path = save_failed(graph, lowered, exc)
+                if bus.active:
+                    bus.emit(CompileFailed(time.perf_counter_ns(), step, graph.hash, str(exc), path, cause, frames))
+                raise XlaCompileError(
+                    f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
+                    f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
+                ) from exc
+            compile_ns = time.perf_counter_ns() - start
+            memory = _memory_analysis(compiled)
+            entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
+            # Every compile joins its site's history, listened to or not, so a later recompilation is
+            # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
+            recompiled = publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(),
+                                               step, graph_names.current())
+            if recompiled is not None:
+                annotate.add_args(span, recompiled="yes", reason=recompiled.headline(),
+                                  previous=recompiled.previous_hash, graphs_at_site=recompiled.graphs_at_site)
         if bus.active:
             bus.emit(GraphCompiled(
                 time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,

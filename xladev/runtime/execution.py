@@ -16,7 +16,7 @@ from typing import Callable
 
 from xladev._flags import config
 from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
-from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps
+from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps, traced_call
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -199,7 +199,13 @@ class Execution:
         name = graph_names.current()
         start = time.perf_counter_ns()
         try:
-            with annotate.execute_span(entry.hash, step):
+            if annotate.enabled():
+                # A capture records: the run shows once, as this span, linked to its HLO module.
+                if entry.link is None:
+                    entry.link = traced_call.link(entry.executable) or ()
+                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name):
+                    outputs = traced_call.call(entry.executable, arrays)
+            else:
                 outputs = entry.executable(*arrays)
         except Exception as exc:
             self._execution_failed(graph, entry, exc, step, cause, frames)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from xladev.events import (
     CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp,
-    GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, ProfileWritten, Recompiled, StepMarked, TransferFromDevice,
+    TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -116,6 +117,9 @@ class RecordBuilder:
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
 
+    def _profile(self, event: ProfileWritten, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Profile(t, event.step, event.path, event.logdir, event.first_step, event.last_step, event.how),)
+
     def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
         if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
             return (record,)
@@ -158,4 +162,5 @@ _BUILDERS = {
     DynamoGraphBreak: RecordBuilder._graph_break, DynamoRecompiled: RecordBuilder._dynamo_recompiled,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
+    ProfileWritten: RecordBuilder._profile,
 }
