@@ -22,6 +22,24 @@ _GUARD_ADVICE = (
 )
 
 
+# Graph breaks with a known remedy: a keyword of TorchDynamo's reason -> what to do.
+_BREAK_ADVICE = (
+    ("RNN, GRU, or LSTM", "TorchDynamo skips nn.LSTM/GRU/RNN by default: set torch._dynamo.config.allow_rnn = True "
+                          "before the first call to compile them"),
+    ("logging.Logger", "a logging call (often in a library, such as transformers' warnings) cannot be traced: it "
+                       "breaks the graph each time the function is traced, not each call"),
+    ("print", "print() cannot be traced: log from a step closure (xm.add_step_closure) or outside the function"),
+    ("Tensor.item", "a value read (.item(), bool(tensor)) cannot be traced: keep the value on the device, or set "
+                    "torch._dynamo.config.capture_scalar_outputs = True"),
+    ("needs the host", "the op runs on the CPU (`xladev coverage` says why): the graph runs op by op"),
+)
+
+
+def break_advice(reason: str) -> str | None:
+    """What to do about a graph break with this reason, when xladev knows; else None."""
+    return next((advice for key, advice in _BREAK_ADVICE if key in reason), None)
+
+
 def graph_break_message(*, site: str, reason: str, by: str) -> str:
     """The analysis line for a graph break.
 
@@ -64,6 +82,11 @@ def graph_break_finding(*, breaks: Sequence[tuple[str, str, str, int]], steps: i
     places = len(breaks)
     lazy = [b for b in breaks if b[1] == "xladev"]
     evidence = [f"{site}: {reason} ({_plural(times, 'time')})" for site, _, reason, times in breaks[:10]]
+    known = []
+    for _, _, reason, _ in breaks:
+        advice = break_advice(reason)
+        if advice and advice not in known:
+            known.append(advice)
     if places > 10:
         evidence.append(f"... and {places - 10} more places")
     fix = ("Rewrite the code at each site so TorchDynamo can trace it (no print, .item(), data-dependent Python "
@@ -72,6 +95,8 @@ def graph_break_finding(*, breaks: Sequence[tuple[str, str, str, int]], steps: i
     if lazy:
         fix += (" For a graph that runs lazily, the op needs the host (a CPU fallback or a value read): "
                 "`xladev coverage` says which ops run on the device.")
+    if known:
+        fix += " " + " ".join(a[0].upper() + a[1:] + "." for a in known)
     return Finding("graph-breaks", WARNING, f"torch.compile breaks the graph at {_plural(places, 'place')}",
                    "Each break ends a compiled graph: the code around it runs op by op, recorded lazily, and the "
                    "graphs on either side are compiled and run separately.", fix, evidence,

@@ -84,7 +84,7 @@ class FxProgram:
         # AOTAutograd passes the arguments as one list. On the instance: the wrappers TorchDynamo puts around a
         # backward graph copy the instance's attributes, not its class's.
         self._boxed_call = True
-        self.gm = gm
+        self.gm = _without_effect_tokens(gm)
         self.name = name
         self.plans: dict[Any, _Plan | _Lazy] = {}
         placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
@@ -240,6 +240,26 @@ class FxProgram:
             bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
                                       f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
         return _Lazy(reason)
+
+
+def _with_effects(token, op, *args, **kwargs):
+    """`higher_order.with_effects` as a plain call: the op, then the token handed on (its order is the graph's)."""
+    out = op(*args, **kwargs)
+    if isinstance(out, (tuple, list)):
+        return (token, *out)
+    return (token,) if out is None else (token, out)
+
+
+def _without_effect_tokens(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with AOTAutograd's effect-token calls (ops with side effects, such as a linalg op's error check)
+    made plain calls: the lazy runtime records ops in the graph's order anyway."""
+    effects = getattr(torch.ops.higher_order, "with_effects", None)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and effects is not None and n.target is effects]
+    for node in nodes:
+        node.target = _with_effects
+    if nodes:
+        gm.recompile()
+    return gm
 
 
 def _refusal_reason(message: str) -> str:
