@@ -189,3 +189,38 @@ def test_dynamic_shapes_get_one_program_per_size():
     for n in (3, 4, 6):
         x = torch.arange(n * 2, dtype=torch.float32).reshape(n, 2)
         assert torch.equal(f(x.to(dev)).cpu(), (x * x).sum(0))
+
+
+def test_the_report_names_graph_breaks_and_recompiles_from_the_event_log_and_the_debug_file(tmp_path):
+    from xladev.report import load
+    from xladev.report.diagnose import diagnose
+
+    dev = xladev.device()
+    width = next(_widths)
+    lin = nn.Linear(width, 2).to(dev)
+
+    def body(x):
+        y = lin(x).relu()
+        print("step")  # report-break
+        return y.sum()
+
+    f = torch.compile(body, backend="xladev", dynamic=False)
+    log = eventlog_writer.start(str(tmp_path / "run.events.jsonl"))
+    sink = AnalysisSink(1, DebugOutput(str(tmp_path / "debug.txt"))).start()
+    try:
+        for n in (2, 3, 2, 3):
+            f(torch.ones(n, width).to(dev))
+            xladev.mark_step()
+    finally:
+        sink.stop()
+        eventlog_writer.stop()
+    line = line_of(__file__, "report-break")
+    for path in ("run.events.jsonl", "debug.txt"):
+        findings = {f.rule: f for f in diagnose(load([str(tmp_path / path)]))}
+        breaks = findings["graph-breaks"]
+        assert breaks.title == "torch.compile breaks the graph at 1 place", path
+        assert any(e.startswith(f"test_dynamo_backend.py:{line} (body)") and "print" in e for e in breaks.evidence)
+        assert "Print() cannot be traced" in breaks.fix
+        recompiles = findings["dynamo-recompiles"]
+        assert any("body: guard failed" in e and "size mismatch at index 0. expected 2, actual 3" in e
+                   for e in recompiles.evidence), (path, recompiles.evidence)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from xladev import fallback_reasons, rules, wall_time
 from xladev.report import timing
-from xladev.report.debug_findings import debug_evidence, debug_only_findings, growth_findings
+from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metrics_facts, repeated_in_series,
                                      repeated_recompiles, where)
@@ -17,7 +17,8 @@ from xladev.rules import Finding
 from xladev.schema import units
 
 _RULE_ORDER = ["compile-failure", "execute-failure", "recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "compile-time", "not-enough-evidence",
+               "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
+               "compile-time", "not-enough-evidence",
                "healthy"]
 
 
@@ -129,6 +130,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
     findings.extend(growth_findings(sources))
+    findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)
     if breakdown is not None:

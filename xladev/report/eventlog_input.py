@@ -27,7 +27,7 @@ from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import records as rec
 from xladev.schema.counters import updates
-from xladev.schema.sites import split_site
+from xladev.schema.sites import short_site, split_site
 from xladev.schema.units import COUNT
 
 KIND_NAME = "event-log"
@@ -140,7 +140,7 @@ class EventLogReplay:
                            frames=[record.site] if record.site else [], site=site, function=function,
                            sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
                                   if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
-                           steps_before=self.steps)
+                           steps_before=self.steps, name=record.name or "")
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
             event.recompilation = rec.recompilation_lines(
@@ -179,6 +179,15 @@ class EventLogReplay:
         site = split_site(record.site)[0] or "?"
         self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=record.ops, step=record.step,
                                                                                    site=site))
+
+    def _on_graph_break(self, record: rec.GraphBreak) -> None:
+        # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
+        self.source.debug.add_profiler_line(self.line, rules.graph_break_message(
+            site=short_site(record.site), reason=record.reason, by=record.by))
+
+    def _on_dynamo_recompile(self, record: rec.DynamoRecompile) -> None:
+        self.source.debug.add_profiler_line(self.line, rules.dynamo_recompile_message(
+            function=record.function, site=short_site(record.site), guard=record.guard, compiles=record.compiles))
 
     def _on_step(self, record: rec.Step) -> None:
         if len(self.step_times) < MAX_STEP_TIMES:
@@ -259,6 +268,7 @@ _HANDLERS = {
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Ops: EventLogReplay._on_ops,
     rec.Transfer: EventLogReplay._on_transfer, rec.Profile: EventLogReplay._on_profile,
+    rec.GraphBreak: EventLogReplay._on_graph_break, rec.DynamoRecompile: EventLogReplay._on_dynamo_recompile,
 }
 
 

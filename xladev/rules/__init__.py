@@ -34,8 +34,8 @@ from xladev.rules.recompile_rules import (  # noqa: F401
     REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
 )
 from xladev.rules.compile_rules import (  # noqa: F401
-    DYNAMO_RECOMPILE, GRAPH_BREAK, dynamo_recompile_finding, dynamo_recompile_message, graph_break_finding,
-    graph_break_message, guard_advice,
+    DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,
+    graph_break_finding, graph_break_message, guard_advice, parse_dynamo_recompile_message, parse_graph_break_message,
 )
 from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,

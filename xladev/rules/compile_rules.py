@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from xladev.rules.finding_model import INFO, WARNING, Finding, _plural
@@ -55,10 +56,34 @@ def graph_break_message(*, site: str, reason: str, by: str) -> str:
     return f"{GRAPH_BREAK} at {site} ({where}): {reason}"
 
 
+_BREAK_RE = re.compile(re.escape(GRAPH_BREAK) + r" at (.*?) \((the graph runs lazily|the code there runs outside the "
+                       r"compiled graphs)\): (.*)$")
+
+
+def parse_graph_break_message(message: str) -> tuple[str, str, str] | None:
+    """(site, by, reason) of a `graph_break_message`, or None for another line."""
+    match = _BREAK_RE.match(message)
+    if match is None:
+        return None
+    return match.group(1), "xladev" if match.group(2).startswith("the graph") else "dynamo", match.group(3)
+
+
 def dynamo_recompile_message(*, function: str, site: str, guard: str, compiles: int) -> str:
     """The analysis line for a TorchDynamo recompilation: which function, which guard, what to do."""
     return (f"{DYNAMO_RECOMPILE} {function} (compile {compiles}) called at {site}: guard failed: {guard}; "
             f"{guard_advice(guard)}")
+
+
+_RECOMPILE_RE = re.compile(re.escape(DYNAMO_RECOMPILE) + r" (\S+) \(compile (\d+)\) called at (.*?): guard failed: "
+                           r"(.*?); ")
+
+
+def parse_dynamo_recompile_message(message: str) -> tuple[str, int, str, str] | None:
+    """(function, compiles, site, guard) of a `dynamo_recompile_message`, or None for another line."""
+    match = _RECOMPILE_RE.match(message)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2)), match.group(3), match.group(4)
 
 
 def guard_advice(guard: str) -> str:

@@ -208,6 +208,8 @@ def _recompile_reason() -> str | None:
 
 
 # ---- graph breaks -----------------------------------------------------------------------------------
+# The function of each graph break's line, from the messages that listed the user's stack.
+_break_functions: dict[tuple[str, int], str] = {}
 _BREAK_AT = re.compile(r"Graph break (?:\(user stack suppressed due to duplicate graph break\) )?in user code at "
                        r"(.+):(\d+)\s*\nGraph Break Reason: (.*)", re.S)
 
@@ -249,8 +251,10 @@ def graph_break_event(message: str) -> DynamoGraphBreak | None:
     listed = [Frame(m.group(3), m.group(1), int(m.group(2))) for m in _FRAME.finditer(stack_part[1])] \
         if len(stack_part) == 2 else []
     frames = tuple(reversed(listed))
-    if not frames or (frames[0].file, frames[0].line) != (file, line):
-        frames = (Frame("<graph break>", file, line),) + frames
+    if frames and (frames[0].file, frames[0].line) == (file, line):
+        _break_functions[(file, line)] = frames[0].name
+    else:  # TorchDynamo leaves the stack out of a break it logged before: name the function as it did then
+        frames = (Frame(_break_functions.get((file, line), "<graph break>"), file, line),) + frames
     return DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
 
 
