@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from xladev._flags import config
-from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
+from xladev.events import Cause, CauseKind, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
 from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps, traced_call
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -31,6 +31,10 @@ from xladev.schema.sites import short_site, site_of
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
 lock = threading.RLock()
 
+
+# Graphs dispatched behind the graphs still running instead of after them: a torch.compile graph's pending
+# inputs are queued on the device ahead of the program that reads them, as the program itself is (run_program).
+_QUEUED_CAUSES = frozenset((CauseKind.DYNAMO_INPUTS,))
 
 # A check every graph must pass before it compiles or runs (a compiled region's `max_different_graphs`), or None.
 _admission: Callable[[Graph], None] | None = None
@@ -124,7 +128,8 @@ class Execution:
             _refuse(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
-            self.in_flight.settle()
+            if cause.kind not in _QUEUED_CAUSES:
+                self.in_flight.settle()
             # Waiting for the lock and for the graphs still running: PyTorch/XLA's DeviceLockWait.
             lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
             self.flush_ops()
@@ -301,7 +306,7 @@ class Execution:
             return
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
-        waited = self.settle()
+        waited = self.settle() if cause.kind not in _QUEUED_CAUSES else 0
         donors = _donors(storages) if donate and config.param_aliasing else None
         internal = sum(1 for s in storages if s.internal)
         try:
