@@ -58,7 +58,8 @@ def install() -> None:
         VariableBuilder._wrap = _wrap
         _keep_constants_on_the_host()
         _listen_to_graph_breaks()
-        if "xladev" not in registry._COMPILER_FNS:
+        # torch may be loading this very name from xladev's entry point (which imported xladev): it registers it.
+        if "xladev" not in registry._COMPILER_FNS and registry._BACKENDS.get("xladev") is None:
             registry.register_backend(xladev_backend, name="xladev")
         _installed = True
 
