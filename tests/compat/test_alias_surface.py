@@ -277,3 +277,22 @@ def test_utils_helpers_of_the_examples(tx, monkeypatch):
     tx.xr.set_device_type(tx.xr.device_type().lower())  # the running backend: accepted
     with pytest.raises(RuntimeError, match="PJRT_DEVICE=TPU"):
         tx.xr.set_device_type("TPU")
+
+
+def test_openxla_is_xladevs_torch_compile_backend_and_the_bridge_is_its_program(tx):
+    import torch_xla.core.dynamo_bridge as bridge
+    from torch._dynamo.backends.registry import lookup_backend
+
+    from xladev.runtime.dynamo_backend import xladev_backend
+
+    assert lookup_backend("openxla") is xladev_backend
+    before = tx.met.counter_value("DynamoExtractCompiledGraph") or 0
+    f = torch.compile(lambda t: torch.sin(t) * 3, backend="openxla")
+    x = torch.linspace(0, 1, 7)
+    assert torch.allclose(f(x.to("xla")).cpu(), torch.sin(x) * 3, rtol=0, atol=8 * torch.finfo(torch.float32).eps)
+    assert tx.met.counter_value("DynamoExtractCompiledGraph") == before + 1
+
+    gm = torch.fx.symbolic_trace(lambda a, b: (torch.ops.aten.mul.Tensor(a, b),))
+    run = bridge.extract_compiled_graph(gm, None)
+    a = torch.arange(4.0)
+    assert run(a.to("xla"), a.to("xla"))[0].cpu().tolist() == (a * a).tolist()

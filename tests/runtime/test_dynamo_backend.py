@@ -19,7 +19,7 @@ import xladev.debug.metrics as met
 from tests import parity_bounds
 from tests.source_lines import line_of
 from xladev.events import (
-    CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded,
+    CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
 )
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
@@ -60,6 +60,8 @@ def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_af
         programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
         assert [e.graph_name for e in programs] == ["Sequential.forward#0 forward", "Sequential.forward#0 backward"]
         if step >= 2:
+            uploads = sum(e.nbytes for e in events.of(TransferToDevice))
+            assert uploads == 8 * width * 4 + 8 * 8  # the batch only: parameters and optimizer state stay put
             assert not events.of(GraphCompiled)
             # The compiled forward and backward record no op: only the loss and the optimizer, lazily.
             recorded = {name for e in events.of(OpsRecorded) for name in e.counts}
