@@ -66,15 +66,6 @@ def _load_runtime() -> None:
         _started = True
 
 
-def _dynamo_backend(gm, example_inputs, **kwargs):
-    """`torch.compile(backend="xladev")` found through torch's `torch_dynamo_backends` entry point, before any
-    `import xladev`: starts the runtime, then compiles (xladev.runtime.dynamo_backend)."""
-    _load_runtime()
-    from xladev.runtime.dynamo_backend import xladev_backend
-
-    return xladev_backend(gm, example_inputs, **kwargs)
-
-
 def __getattr__(name: str):
     module = _RUNTIME_NAMES.get(name)
     if module is None:

@@ -60,8 +60,10 @@ def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_af
         programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
         assert [e.graph_name for e in programs] == ["Sequential.forward#0 forward", "Sequential.forward#0 backward"]
         if step >= 2:
-            uploads = sum(e.nbytes for e in events.of(TransferToDevice))
-            assert uploads == 8 * width * 4 + 8 * 8  # the batch only: parameters and optimizer state stay put
+            # The batch, and the lazy AdamW's step-dependent numbers (bias corrections): the parameters and the
+            # optimizer state stay on the device.
+            uploads = sorted(e.nbytes for e in events.of(TransferToDevice))
+            assert [n for n in uploads if n > 8] == sorted([8 * width * 4, 8 * 8]), uploads
             assert not events.of(GraphCompiled)
             # The compiled forward and backward record no op: only the loss and the optimizer, lazily.
             recorded = {name for e in events.of(OpsRecorded) for name in e.counts}

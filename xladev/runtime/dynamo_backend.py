@@ -38,13 +38,17 @@ _graph_ids: dict[tuple[str, str], int] = {}
 
 
 def install() -> None:
-    """Lets TorchDynamo trace code on xla tensors, and registers the `xladev` backend. Idempotent."""
+    """Lets TorchDynamo trace code on xla tensors. Idempotent.
+
+    Called when this module is first imported: by torch itself, looking the backend up by name through xladev's
+    `torch_dynamo_backends` entry point (`xladev.compile_backend`) before it traces, so neither `import xladev`
+    nor the device's start-up imports TorchDynamo (about a second).
+    """
     global _installed
     with _lock:
         if _installed:
             return
         import torch._dynamo
-        from torch._dynamo.backends import registry
         from torch._dynamo.variables.builder import VariableBuilder
 
         torch._dynamo.trace_rules.add("xladev")
@@ -58,9 +62,6 @@ def install() -> None:
         VariableBuilder._wrap = _wrap
         _keep_constants_on_the_host()
         _listen_to_graph_breaks()
-        # torch may be loading this very name from xladev's entry point (which imported xladev): it registers it.
-        if "xladev" not in registry._COMPILER_FNS and registry._BACKENDS.get("xladev") is None:
-            registry.register_backend(xladev_backend, name="xladev")
         _installed = True
 
 
@@ -266,3 +267,6 @@ def _listen_to_graph_breaks() -> None:
     logger.addHandler(_GraphBreakHandler())
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
+
+
+install()

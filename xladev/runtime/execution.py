@@ -334,36 +334,34 @@ class Execution:
             self.scalars.clear()
 
 
-# What disallows executions when `config.allow_execution` is False, for the refusal's message.
-disallowed_by = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
-
-
-# The sentence a refusal starts with (PyTorch/XLA's, inside a `full_graph` compiled region), or "".
-refusal_headline = ""
+# What disallows executions when `config.allow_execution` is False, for the refusal's message, per thread (as the
+# override a compiled region sets is): (what disallows them, the sentence a refusal starts with).
+_DISALLOWED_BY = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
+_refusal = threading.local()
 
 
 @contextlib.contextmanager
 def refusing_because(reason: str, headline: str = ""):
-    """Names `reason` as what disallows executions in refusals raised inside the block.
+    """Names `reason` as what disallows executions in refusals raised in this thread inside the block.
 
     Args:
       reason: e.g. `xladev.compile(full_graph=True) of 'step'`.
       headline: a sentence the refusal starts with.
     """
-    global disallowed_by, refusal_headline
-    saved = disallowed_by, refusal_headline
-    disallowed_by, refusal_headline = reason, headline
+    saved = getattr(_refusal, "why", None)
+    _refusal.why = (reason, headline)
     try:
         yield
     finally:
-        disallowed_by, refusal_headline = saved
+        _refusal.why = saved
 
 
 def _refuse(cause: Cause, frames) -> None:
     site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
     what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
+    disallowed_by, headline = getattr(_refusal, "why", None) or (_DISALLOWED_BY, "")
     raise ExecutionNotAllowedError(
-        f"{refusal_headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
+        f"{headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
         f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
 
 
