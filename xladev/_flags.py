@@ -209,6 +209,9 @@ config = Config()
 _DEFINITIONS = [
     Flag("pjrt_device", "PJRT_DEVICE", _parse_upper, "CPU", "backend for the xla device: CPU or CUDA",
          choices=("CPU", "CUDA", "GPU")),
+    Flag("cpu_num_devices", "CPU_NUM_DEVICES", _parse_positive_int, None,
+         "xla devices of this process on the CPU backend (xla:0..N-1); unset: jax's default (1, or XLA_FLAGS' "
+         "--xla_force_host_platform_device_count)"),
     Flag("debug", "PT_XLA_DEBUG", _parse_bool, False, "turn on every debug output (as level 2)"),
     Flag("debug_level", "PT_XLA_DEBUG_LEVEL", _parse_int, 0,
          "0 off, 1 compile analysis, 2 adds execution analysis", choices=(0, 1, 2)),

@@ -20,7 +20,28 @@ def jax_module():
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    _set_cpu_device_count(jax)
     return jax
+
+
+def _set_cpu_device_count(jax) -> None:
+    """Gives jax's CPU backend CPU_NUM_DEVICES devices, as PyTorch/XLA's CPU runtime has.
+
+    Raises:
+      ConfigError: jax's CPU backend was started before xladev, with another number of devices.
+    """
+    wanted = config.cpu_num_devices
+    if not wanted:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", wanted)
+    except Exception:  # jax refuses once its backends exist; fine if they already have the count asked
+        have = len(jax.local_devices(backend="cpu"))
+        if have != wanted:
+            raise ConfigError(
+                f"CPU_NUM_DEVICES={wanted} cannot take effect: jax's CPU backend was already started in this "
+                f"process with {have} device(s). Set CPU_NUM_DEVICES before the first use of jax or of the "
+                f"xla device.") from None
 
 
 @functools.cache

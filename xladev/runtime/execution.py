@@ -76,7 +76,7 @@ class Execution:
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, roots: list[Node], cause: Cause, frames=None, donors: list[DataNode] | None = None,
-            internal_outputs: int = 0) -> list:
+            internal_outputs: int = 0, device_index: int = 0) -> list:
         """Computes `roots` and returns their jax arrays (computed roots only run once).
 
         The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
@@ -90,6 +90,7 @@ class Execution:
             the graph updates). Only those nothing else references are donated; their arrays are
             deleted by the run.
           internal_outputs: how many roots are the runtime's own state (the RNG key), not user tensors.
+          device_index: the `xla:N` whose values the roots are (every input is on it).
 
         Raises:
           XlaCompileError: the graph failed to compile.
@@ -101,7 +102,7 @@ class Execution:
         with lock:
             self.in_flight.settle()
             self.flush_ops()
-            graph = Graph(roots)
+            graph = Graph(roots, device_index)
             graph.user_outputs -= internal_outputs
             copies: tuple[int, ...] = ()
             if donors:
@@ -112,7 +113,6 @@ class Execution:
                 chosen = self.compiler.donation_of(graph.key, now)
                 graph.donate(chosen)
                 copies = tuple(i for i in chosen if i not in now)
-            device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
@@ -183,13 +183,13 @@ class Execution:
             bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created))
 
     # ---- what callers need computed ------------------------------------------------------------
-    def materialize(self, nodes: list[Node], cause: Cause) -> list:
-        """Arrays for these nodes, running one graph for those not yet computed."""
+    def materialize(self, nodes: list[Node], cause: Cause, device_index: int = 0) -> list:
+        """Arrays for these nodes (values on `xla:device_index`), running one graph for those not yet computed."""
         todo = [n for n in nodes if type(n) is not DataNode]
         if not todo:
             return [n.array for n in nodes]
         frames = stack.capture_frames() if bus.wants_frames else None
-        results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
+        results = dict(zip(map(id, todo), self.run(todo, cause, frames, device_index=device_index)))
         return [n.array if type(n) is DataNode else results[id(n)] for n in nodes]
 
     def sync_storages(self, storages: list, cause: Cause, frames=None, donate: bool = False) -> None:
@@ -202,16 +202,24 @@ class Execution:
           donate: give the executable the old buffers of storages updated in place (the step
             barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
         """
-        storages = [s for s in storages if type(s.value) is not DataNode]
-        if not storages:
-            return
+        by_device: dict[int, list] = {}
+        for storage in storages:
+            if type(storage.value) is not DataNode:
+                by_device.setdefault(storage.device_index, []).append(storage)
+        # One graph per device: an executable runs on one device (each device's graph is its own, as in
+        # PyTorch/XLA, where a sync builds one graph per device).
+        for device_index in sorted(by_device):
+            self._sync_device(by_device[device_index], cause, frames, donate, device_index)
+
+    def _sync_device(self, storages: list, cause: Cause, frames, donate: bool, device_index: int) -> None:
+        """`sync_storages` for the pending storages of one device."""
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
         self.settle()
         donors = _donors(storages) if donate and config.param_aliasing else None
         internal = sum(1 for s in storages if s.internal)
         try:
-            arrays = self.run(roots, cause, frames, donors, internal)
+            arrays = self.run(roots, cause, frames, donors, internal, device_index)
         except (XlaCompileError, XlaExecutionError):
             # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
             # reading one of them again raises the same error.
@@ -302,14 +310,6 @@ def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
                 and sys.getrefcount(node.array) == 2):
             positions.append(i)
     return tuple(positions)
-
-
-def _device_index_of(graph: Graph) -> int:
-    for node in graph.inputs:
-        if type(node) is DataNode:
-            device = next(iter(node.array.devices()))
-            return backend.jax_devices().index(device)
-    return 0
 
 
 execution = Execution(compile_cache)

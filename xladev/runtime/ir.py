@@ -208,11 +208,13 @@ class Graph:
       donated: positions of the inputs whose buffers the executable may reuse for its outputs (`donate`).
       user_outputs: how many roots are user tensors (the others are the runtime's own state, such as
         the RNG key, which PyTorch/XLA does not count as graph outputs).
+      device_index: the `xla:N` the graph runs on. An executable is built for one device, so a device
+        other than xla:0 is part of the key and hash (xla:0's graphs hash as they always have).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index", "donated", "user_outputs")
+    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index", "donated", "user_outputs", "device_index")
 
-    def __init__(self, roots: list[Node]):
+    def __init__(self, roots: list[Node], device_index: int = 0):
         self.roots = roots
         index: dict[int, int] = {}
         nodes: list[Node] = []
@@ -245,6 +247,9 @@ class Graph:
         self.inputs = inputs
         self.index = index
         self.key = (tuple(key_parts), tuple(index[id(r)] for r in roots))
+        if device_index:
+            self.key = (self.key, ("device", device_index))
+        self.device_index = device_index
         self._hash = None
         self.donated: tuple[int, ...] = ()
         self.user_outputs = len(roots)
