@@ -25,9 +25,12 @@ from xladev.events._types import (
     GraphGrowing,
     GraphInfo,
     Recompiled,
+    RankLost,
+    CollectivesExecuted,
 )
 
 __all__ = [
+    "RankLost", "CollectivesExecuted",
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled",

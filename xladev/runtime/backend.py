@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from xladev._flags import ConfigError, config
-from xladev.runtime import fork_guard
+from xladev.runtime import fork_guard, world
 
 _PLATFORM_FOR = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}
 
@@ -54,8 +54,9 @@ def jax_devices() -> tuple:
     jax = jax_module()
     wanted = config.pjrt_device
     platform = _PLATFORM_FOR[wanted]
+    world.job.start(jax)  # several processes: join the job before jax starts its backend
     try:
-        devices = jax.devices(platform)
+        devices = world.local_devices(jax, platform)
     except RuntimeError as exc:
         raise ConfigError(
             f"PJRT_DEVICE={wanted} asks for jax's {platform} backend, which is not available: {exc}. "
@@ -65,6 +66,18 @@ def jax_devices() -> tuple:
     if not devices:
         raise ConfigError(f"PJRT_DEVICE={wanted}: jax found no {platform} devices")
     return tuple(devices)
+
+
+@functools.cache
+def replica_mesh():
+    """The mesh of the job's replicas: one device per process (its `xla:0`), in rank order, on the axis
+    `world.REPLICA_AXIS`. Graphs holding collectives run over it."""
+    jax = jax_module()
+    platform = jax_devices()[0].platform
+    first: dict[int, object] = {}
+    for device in sorted(jax.devices(platform), key=lambda d: d.id):
+        first.setdefault(device.process_index, device)
+    return jax.sharding.Mesh(np.array([first[p] for p in sorted(first)]), (world.REPLICA_AXIS,))
 
 
 def device_index(device) -> int:

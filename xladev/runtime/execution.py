@@ -13,8 +13,11 @@ import threading
 import time
 
 from xladev._flags import config
-from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
+from xladev.events import (
+    Cause, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
+)
 from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
+from xladev.runtime.replica_guard import guard as replica_guard
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -24,6 +27,7 @@ from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import pending, pending_storages
+from xladev.runtime.world import DistributedError, job
 from xladev.schema.sites import short_site, site_of
 
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
@@ -105,7 +109,10 @@ class Execution:
             graph = Graph(roots, device_index)
             graph.user_outputs -= internal_outputs
             copies: tuple[int, ...] = ()
-            if donors:
+            # A graph holding collectives donates nothing: whether a buffer can be donated depends on what
+            # else holds it (reference counts), which may differ from rank to rank, and every rank must
+            # run the same program (replica_guard.py).
+            if donors and not self.compiler.holds_collectives(graph):
                 # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
                 # elsewhere for once (a reference cycle the garbage collector has not freed yet) does not
                 # recompile: that input is copied, and the executable consumes the copy.
@@ -118,12 +125,18 @@ class Execution:
             for i in copies:
                 arrays[i] = arrays[i].copy()
             step = steps.current()
+            wait_ns = 0
+            if entry.replicated:
+                wait_ns = self._before_replicated(graph, entry, step, cause, frames)
+                arrays = _as_replicated(arrays, entry.sharding)
             start = time.perf_counter_ns()
             try:
                 with annotate.execute_span(entry.hash, step):
                     outputs = entry.executable(*arrays)
             except Exception as exc:
                 self._execution_failed(graph, entry, exc, step, cause, frames)
+            if entry.replicated:
+                outputs = [out.addressable_data(0) for out in outputs]  # this process's values
             entry.runs += 1
 
             def announce(execute_ns: int, error: BaseException | None) -> None:
@@ -134,17 +147,40 @@ class Execution:
                         time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                         entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph),
                     ))
+                    if entry.replicated:
+                        count, nbytes, sites = entry.collective_stats
+                        bus.emit(CollectivesExecuted(time.perf_counter_ns(), step, entry.hash, count, nbytes, wait_ns,
+                                                     execute_ns, sites))
 
-            dispatched = Dispatched(outputs, start, announce)
+            dispatched = Dispatched(outputs, start, announce, _replicated_what(entry) if entry.replicated else None)
             if config.sync_execution or not bus.executions_may_lag:
                 try:
                     dispatched.wait()
+                except DistributedError:
+                    raise
                 except Exception as exc:
                     dispatched.error = exc
                 announce(time.perf_counter_ns() - start, dispatched.error)
             else:
                 self.in_flight.add(dispatched)
             return list(outputs)
+
+    def _before_replicated(self, graph: Graph, entry: CacheEntry, step: int, cause: Cause, frames) -> int:
+        """The ranks' check before a replicated graph runs (replica_guard); returns the ns spent waiting for
+        the other ranks. A failure is published (ExecutionFailed, so every rank's log says why) and raised.
+
+        Raises:
+          DistributedError: the ranks are about to run different graphs, or a rank is gone or late.
+        """
+        start = time.perf_counter_ns()
+        try:
+            replica_guard.before(graph, entry.collectives, step, frames)
+        except DistributedError as exc:
+            if bus.active:
+                bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
+                                         cause, frames))
+            raise
+        return time.perf_counter_ns() - start
 
     def settle(self) -> None:
         """Waits for the dispatched graphs and announces their executions (GraphExecuted).
@@ -163,10 +199,15 @@ class Execution:
         Raises:
           XlaExecutionError: always, naming the graph, the error and where its HLO is.
         """
+        if isinstance(exc, DistributedError):
+            raise exc
         path = save_failed(graph, lowered(graph), exc)
         message = f"{type(exc).__name__}: {error_summary(exc)}"
         if bus.active:
             bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
+        if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):
+            # A collective failed because a rank is gone (its connection closed): say which rank.
+            raise job.lost_error(f"graph {entry.hash}'s collectives") from exc
         raise XlaExecutionError(f"graph {entry.hash} failed while running: {message}. HLO saved to {path}") from exc
 
     def flush_ops(self) -> None:
@@ -245,6 +286,23 @@ class Execution:
         with lock:
             self.in_flight.forget()
             self.scalars.clear()
+
+
+# How long a failed collective waits for the watchdog to name a rank that is gone.
+_LOST_WAIT_S = 3.0
+
+
+def _replicated_what(entry: CacheEntry) -> str:
+    return f"graph {entry.hash}'s collectives"
+
+
+def _as_replicated(arrays: list, sharding) -> list:
+    """This process's input arrays as its part of replicated arrays over the replica mesh (no copy: each
+    global array wraps the process's own buffer)."""
+    import jax
+
+    make = jax.make_array_from_single_device_arrays
+    return [make(a.shape, sharding, [a]) for a in arrays]
 
 
 def _refuse(cause: Cause, frames) -> None:

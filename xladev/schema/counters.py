@@ -103,6 +103,13 @@ def _transfer(rec: r.Transfer) -> tuple[Update, ...]:
 _MARK_STEP, _CACHE_MISS = _count("MarkStep"), _count("DeviceDataCacheMiss")
 _COMPILE_FAILED, _EXECUTE_FAILED = _count("CompileFailed"), _count("ExecuteFailed")
 
+def _collective(rec: r.Collective) -> tuple[Update, ...]:
+    # xladev's own names (PyTorch/XLA counts collectives only as the ops xla::all_reduce...): the
+    # collectives a rank ran, what they moved, their graphs' run time, and the wait for the other ranks.
+    return (_count("CollectiveOps", rec.count), Update("CollectiveBytes", BYTES, rec.bytes),
+            Update("CollectiveTime", TIME, rec.ns), Update("CollectiveWaitTime", TIME, rec.wait_ns))
+
+
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Ops: _ops,
     r.Compile: _compile,
@@ -113,6 +120,8 @@ TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.CompileFailed: lambda rec: (_COMPILE_FAILED,),
     r.ExecuteFailed: lambda rec: (_EXECUTE_FAILED,),
     r.Step: lambda rec: (_MARK_STEP,),
+    r.Collective: _collective,
+    r.RankLost: lambda rec: (_count("RankLost"),),
 }
 
 

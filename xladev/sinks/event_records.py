@@ -7,8 +7,8 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CompileFailed, CompileStarted, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded,
-    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    CollectivesExecuted, CompileFailed, CompileStarted, DeviceDataCacheMiss, ExecutionFailed, FallbackOp, GraphCompiled,
+    GraphExecuted, GraphGrowing, OpsRecorded, RankLost, Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -106,6 +106,13 @@ class RecordBuilder:
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
 
+    def _collectives(self, event: CollectivesExecuted, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Collective(t, event.step, event.graph_hash, event.count, event.nbytes, event.wait_ns,
+                               event.execute_ns, list(event.sites)),)
+
+    def _rank_lost(self, event: RankLost, t: int) -> tuple[rec.Record, ...]:
+        return (rec.RankLost(t, event.step, event.rank, event.reason),)
+
     def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
         if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
             return (record,)
@@ -147,4 +154,5 @@ _BUILDERS = {
     CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
+    CollectivesExecuted: RecordBuilder._collectives, RankLost: RecordBuilder._rank_lost,
 }
