@@ -154,3 +154,65 @@ def test_collectives_are_counted_with_bytes_and_time(job):
                       if line.startswith('{"type":"collective"')]
         assert collective and all(r.count >= 1 and r.bytes > 0 and r.ns > 0 for r in collective)
         assert sum(r.count for r in collective) == int(metrics.split("Counter: CollectiveOps\n  Value: ")[1].split()[0])
+
+
+def _report(out: Path, capsys, *names: str) -> dict:
+    from xladev.cli.main import main
+
+    code = main(["report", *(str(out / name) for name in names), "--format", "json"])
+    text = capsys.readouterr().out
+    assert code in (0, 1), text
+    return json.loads(text)
+
+
+def test_report_across_ranks_names_the_diverging_graph_its_change_and_line(job, capsys):
+    out, _ = job
+    report = _report(out, capsys, "run.rank0.events.jsonl", "run.rank1.events.jsonl")
+    line = _line_of("stat = (detached.abs()")
+    divergence = [f for f in report["findings"] if f["rule"] == "graph-divergence"
+                  and f["subject"] == f"torchrun_job.py:{line} (planted)"]
+    assert len(divergence) == 1, [f["title"] for f in report["findings"]]
+    evidence = "\n".join(divergence[0]["evidence"])
+    assert "rank 0: " in evidence and "rank 1: " in evidence
+    assert "what changed from rank 0's graph to rank 1's:" in evidence and "aten::max -> aten::abs" in evidence
+
+
+def test_report_across_ranks_names_the_rank_that_recompiles_alone(job, capsys):
+    out, _ = job
+    report = _report(out, capsys, "run.rank0.events.jsonl", "run.rank1.events.jsonl")
+    line = _line_of("torch.ones(step, device=dev)")
+    lone = [f for f in report["findings"] if f["rule"] == "rank-recompiles"]
+    assert [f["subject"] for f in lone] == [f"rank 1: torchrun_job.py:{line} (planted)"]
+    assert lone[0]["numbers"]["compiles"] == 2 and "rank 0: 0 there" in lone[0]["evidence"]
+
+
+def test_report_across_ranks_names_the_straggler_by_step_time(job, capsys):
+    # Rank 1 sleeps SLOW_S before every planted step; rank 0 waits for it in the gradients' all-reduce.
+    from tests.distributed.job_config import PLANTED_STEPS, SLOW_S
+
+    out, _ = job
+    report = _report(out, capsys, "run.rank0.events.jsonl", "run.rank1.events.jsonl")
+    [straggler] = [f for f in report["findings"] if f["rule"] == "straggler"]
+    assert straggler["numbers"]["rank"] == 1 and straggler["numbers"]["steps"] >= PLANTED_STEPS - 2
+    assert straggler["numbers"]["lead_ns"] > 0.5 * SLOW_S * 1e9
+
+
+def test_report_reads_the_per_rank_metrics_files_as_ranks(job, capsys):
+    out, _ = job
+    report = _report(out, capsys, "metrics.txt")  # finds metrics.txt.0 and metrics.txt.1
+    assert [item["rank"] for item in report["inputs"]] == [0, 1]
+    [divergence] = [f for f in report["findings"] if f["rule"] == "rank-divergence"]
+    assert divergence["numbers"]["rank"] == 1  # rank 1 compiled the graphs rank 0 never did
+
+
+def test_the_tui_following_one_rank_shows_the_findings_across_ranks(job):
+    # The TUI's model, fed rank 0's log as it follows it, reads rank 1's log beside it for the cross-rank rules.
+    from xladev_tui.run_model import model_from_lines
+
+    out, _ = job
+    path = out / "run.rank0.events.jsonl"
+    diagnosis = model_from_lines(path.read_text().splitlines(), str(path)).snapshot().diagnosis
+    rules_seen = {f.rule for f in diagnosis.findings}
+    assert {"straggler", "graph-divergence", "rank-recompiles"} <= rules_seen, diagnosis.note
+    straggler = next(f for f in diagnosis.findings if f.rule == "straggler")
+    assert straggler.title.startswith("Rank 1 is a straggler")

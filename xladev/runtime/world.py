@@ -250,6 +250,10 @@ class _Job:
             jax.distributed.shutdown()
         except Exception:
             pass
+        # Shutting the client down ends the watchdog's pending call; it must have returned before the
+        # interpreter finalizes, or its thread dies inside jaxlib and aborts the process.
+        if self.watchdog is not None:
+            self.watchdog.join(_LEAVE_WAIT_S)
 
     def client(self):
         """jax's coordination client of this process (None for a single process)."""
@@ -362,10 +366,13 @@ class _Watchdog(threading.Thread):
                 live = set(client.get_live_nodes(everyone))
             except Exception as exc:
                 if self.owner.leaving.is_set():
+                    self.others_gone.set()
                     return
                 if where.rank != 0:
                     self.owner.gone(0, f"the job's coordinator stopped answering: {str(exc).splitlines()[0]}")
                 return
+            if self.owner.leaving.is_set() and where.rank != 0:
+                return  # this rank's client is shutting down: what it sees now says nothing of the others
             for rank in everyone:
                 if rank in live or rank in self.owner.lost:
                     continue

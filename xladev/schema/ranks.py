@@ -44,3 +44,27 @@ def rank_label() -> str | None:
     """`rank R of W` in a job of several processes (from torchrun's environment), else None."""
     rank, world = rank_and_world()
     return f"rank {rank} of {world}" if world > 1 else None
+
+
+def sibling_paths(path: str, rank: int, world: int) -> list[str]:
+    """The files the other ranks of a job wrote beside `path` (rank `rank`'s), named by `per_rank_path`'s rule:
+    `run.rank0.events.jsonl` -> `run.rank1.events.jsonl`..., `run.events.jsonl.0` -> `run.events.jsonl.1`...;
+    only those that exist."""
+    import os
+
+    folder, name = os.path.split(path)
+    found = []
+    for other in range(world):
+        if other == rank:
+            continue
+        if name.endswith(f".{rank}"):
+            candidate = name[:-len(str(rank))] + str(other)
+        elif f"rank{rank}" in name:
+            head, _, tail = name.rpartition(f"rank{rank}")
+            candidate = f"{head}rank{other}{tail}"
+        else:
+            continue
+        full = os.path.join(folder, candidate)
+        if os.path.isfile(full):
+            found.append(full)
+    return found
