@@ -209,8 +209,9 @@ def test_an_unsupported_name_says_what_to_use(tx):
     with pytest.raises(ImportError, match=r"^torch_xla\.core\.xla_model\.send is not supported by xladev: "
                                           r".*collective_permute"):
         exec("from torch_xla.core.xla_model import send", {})
-    with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.spmd is not supported by xladev: SPMD"):
-        exec("import torch_xla.distributed.spmd", {})
+    with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.xla_sharding is not supported by xladev: "
+                                                  r"the old path of the SPMD API: use torch_xla\.distributed\.spmd"):
+        exec("import torch_xla.distributed.xla_sharding", {})
     with pytest.raises(ImportError, match=r"^torch_xla\.amp is not supported by xladev: "):
         exec("from torch_xla import amp", {})
     with pytest.raises(AttributeError, match=r"^torch_xla\.runtime\.frobnicate is not available: .*docs/compat\.md"):

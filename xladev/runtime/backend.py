@@ -178,12 +178,19 @@ def to_jnp_dtype(dtype: torch.dtype):
     return found
 
 
+# SPMD mode (spmd.use_spmd): xla:0 stands for every local device, and a value with no sharding of its own
+# is replicated on all of them (this sharding); None otherwise.
+spmd_replicated = None
+
+
 def put(array: np.ndarray, index: int = 0):
-    """Copies a host array to device `index`.
+    """Copies a host array to device `index` (in SPMD mode, to every device: replicated).
 
     Raises:
       RuntimeError: in a forked child of a process that had started the device (fork_guard).
     """
     fork_guard.check()
     jax = jax_module()
+    if spmd_replicated is not None and index == 0:
+        return jax.device_put(array, spmd_replicated)
     return jax.device_put(array, jax_devices()[index])

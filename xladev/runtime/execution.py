@@ -124,6 +124,8 @@ class Execution:
             arrays = [n.array if type(n) is DataNode else self._scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
                 arrays[i] = arrays[i].copy()
+            if backend.spmd_replicated is not None and device_index == 0:
+                arrays = _spmd_placed(arrays)
             step = steps.current()
             wait_ns = 0
             if entry.replicated:
@@ -294,6 +296,15 @@ _LOST_WAIT_S = 3.0
 
 def _replicated_what(entry: CacheEntry) -> str:
     return f"graph {entry.hash}'s collectives"
+
+
+def _spmd_placed(arrays: list) -> list:
+    """SPMD mode: buffers still on one device (made before `use_spmd`) copied to every device, as the
+    executable expects every input either split or replicated."""
+    import jax
+
+    single = jax.sharding.SingleDeviceSharding
+    return [jax.device_put(a, backend.spmd_replicated) if isinstance(a.sharding, single) else a for a in arrays]
 
 
 def _as_replicated(arrays: list, sharding) -> list:

@@ -157,11 +157,22 @@ def program(graph: Graph, device=None) -> tuple:
         # check_vma=False: outputs are each replica's own value, not checked to be equal across replicas.
         fn = jax.shard_map(fn, mesh=sharding.mesh, in_specs=spec, out_specs=spec, check_vma=False)
         fn.__name__ = fn.__qualname__ = name  # profiles show jit(xladev_<hash>) for these graphs too
+    elif backend.spmd_replicated is not None and graph.device_index == 0:
+        # SPMD: each input as it is split over the devices; XLA's partitioner (GSPMD) splits the program.
+        return fn, [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=spmd_sharding(n))
+                    for n in graph.inputs], False
     elif device is not None:
         sharding = jax.sharding.SingleDeviceSharding(device)
     avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
              for n in graph.inputs]
     return fn, avals, replicated
+
+
+def spmd_sharding(node):
+    """An input's sharding in SPMD mode: its buffer's, when split; replicated on every device otherwise."""
+    if getattr(node, "sharding", None) is not None:
+        return node.array.sharding
+    return backend.spmd_replicated
 
 
 def lowered(graph: Graph):

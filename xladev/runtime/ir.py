@@ -134,16 +134,25 @@ class DataNode(Node):
       created_at: frames summary of where the data was created (when frames are captured).
     """
 
-    __slots__ = ("array", "created_at", "uid")
+    __slots__ = ("array", "created_at", "uid", "sharding")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
         super().__init__(DATA_OP, (), None, meta)
         self.array = array
         self.created_at = created_at
         self.uid = next(_ids)
+        # SPMD: how the buffer is split over the devices (`{devices=[2,1]0,1}`), None when it is not split.
+        # Part of the signature: a graph compiled for one input sharding is not the graph for another.
+        self.sharding = sharding_of(array) if sharding_of is not None and array is not None else None
 
     def signature(self) -> tuple:
+        if self.sharding is not None:
+            return ("xla::device_data", self.meta, self.sharding)
         return ("xla::device_data", self.meta)
+
+
+# Set by SPMD mode (spmd.use_spmd): array -> its sharding text, or None for a whole (replicated) buffer.
+sharding_of = None
 
 
 class ScalarNode(Node):

@@ -195,6 +195,9 @@ def graph_to_text(graph: Graph) -> str:
         numbers[id(node)] = ref
         shape = shape_text(node.meta)
         extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node, numbers=False))
+        sharding = getattr(node, "sharding", None)
+        if sharding:  # as PyTorch/XLA prints a sharded tensor's IR
+            extra += f", sharding={sharding}"
         extra += context
         if id(node) in roots:
             extra += ", ROOT=" + ",".join(map(str, roots[id(node)]))

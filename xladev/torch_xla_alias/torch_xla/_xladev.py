@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 _DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torch_xla.launch, torchrun with the "
                 "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
                 "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
-_SPMD = "SPMD sharding needs several devices, and xladev runs one replica on one device"
+_SPMD = "use torch_xla.distributed.spmd (xs.Mesh, xs.mark_sharding; docs/distributed.md)"
 _DYNAMO = ("there is no dynamo backend (torch.compile(backend='openxla')); trace lazily and end each step with "
            "torch_xla.sync() (or xm.mark_step())")
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here; use the public API: torch_xla.sync(), "
@@ -41,11 +41,9 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.core.xla_env_vars": "read environment variables with os.environ; xladev's flags are in xladev.config",
-    "torch_xla.distributed.spmd": _SPMD,
-    "torch_xla.distributed.xla_sharding": _SPMD,
+    "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
     "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,
     "torch_xla.distributed.zero_redundancy_optimizer": "ZeRO (sharded optimizer state) is not available; " + _DISTRIBUTED,
-    "torch_xla.runtime.use_spmd": _SPMD,
     "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "
                                         "(set by torchrun)"),
     "torch_xla.core.xla_model.world_size": "PyTorch/XLA has no xm.world_size; use torch_xla.runtime.world_size()",

@@ -24,9 +24,25 @@ def using_pjrt() -> bool:
     return True
 
 
+def use_spmd(auto: bool = False) -> None:
+    """Turns SPMD mode on: `xla:0` stands for every local device (`xladev.spmd.use_spmd`).
+
+    Raises:
+      ValueError: `auto=True` (XLA's auto-sharding is not available).
+    """
+    if auto:
+        raise ValueError("use_spmd(auto=True): XLA's auto-sharding is not available in xladev; mark the shardings "
+                         "with torch_xla.distributed.spmd.mark_sharding")
+    import xladev.spmd
+
+    xladev.spmd.use_spmd()
+
+
 def is_spmd() -> bool:
-    """False: xladev does not shard (`use_spmd` is refused with advice)."""
-    return False
+    """Whether SPMD mode is on."""
+    import xladev.spmd
+
+    return xladev.spmd.is_spmd()
 
 
 def world_size() -> int:

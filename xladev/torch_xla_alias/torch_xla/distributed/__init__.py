@@ -2,4 +2,4 @@
 
 from torch_xla import _xladev
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("parallel_loader", "xla_backend", "xla_multiprocessing"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("parallel_loader", "spmd", "xla_backend", "xla_multiprocessing"))
