@@ -194,6 +194,10 @@ def _create(store, rank: int, size: int, timeout) -> ProcessGroupXla:
                                f"{where.rank} of {where.world_size} (RANK, WORLD_SIZE): the xla backend replicates "
                                "over the processes of the job")
     job.wanted = True
+    if job.store is None:
+        # The group's own store (env:// or xla://) hands out the coordinator's address: a second store on
+        # MASTER_PORT would collide with it.
+        job.store = store
     backend.jax_devices()
     return ProcessGroupXla(store, rank, size, timeout)
 
