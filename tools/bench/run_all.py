@@ -33,6 +33,7 @@ SUITE = [
     ("tui", "bench_tui.py", [], []),
     ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
     ("donation", "bench_donation.py", ["--steps", "6"], ["--steps", "12"]),
+    ("distributed", "bench_distributed.py", ["--steps", "8"], ["--steps", "16"]),
 ]
 
 
@@ -47,6 +48,12 @@ def _get(data, *path, default=None):
 def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
     """(figure, value, target) rows from a benchmark's JSON; unknown shapes are shown raw."""
     rows = []
+    if name == "distributed":
+        rows.append(("transformer step: 2 processes / 1 (whole batch)", f"{_num(data.get('ratio'))}x", ""))
+        rows.append(("ms/step (1 process, 2 processes)",
+                     f"{_num(data.get('one_process_ms'))}, {_num(data.get('two_processes_ms'))}", ""))
+        diff = data.get("max_weight_diff")
+        rows.append(("2 vs 1 process: largest weight difference", f"{diff:.3g}" if isinstance(diff, float) else "?", ""))
     if name == "runtime":
         for model in ("mlp", "transformer"):
             m = _get(data, model) or {}

@@ -19,6 +19,7 @@ from xladev.debug._profiler_common import (
     NO_EVENTS_HELP, ProfileSummary, ProfilerError, check_profile, new_xplane_files, parse_service_addr, prepare_logdir,
     probe_server, xplane_files,
 )
+from xladev.schema.ranks import RANK_FIELD, rank_and_world
 
 # ---- in-process capture -------------------------------------------------------------------------
 
@@ -49,11 +50,23 @@ def _reset_jax_state() -> None:
         pass
 
 
+def rank_logdir(logdir):
+    """This rank's profile directory: `logdir/rank<R>` in a job of several processes (two ranks on one host
+    would otherwise write the same `<time>/<host>.xplane.pb`), `{rank}` in `logdir` replaced, else `logdir`."""
+    text = os.fspath(logdir) if logdir is not None else ""
+    rank, world = rank_and_world()
+    if RANK_FIELD in text:
+        return text.replace(RANK_FIELD, str(rank))
+    return os.path.join(text, f"rank{rank}") if world > 1 and text else logdir
+
+
 def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int = 0, _owner: str = "xp.start_trace") -> None:
     """Starts recording a profile of this process; `stop_trace()` writes it under `logdir`.
 
     Args:
       logdir: the TensorBoard log directory; the profile goes to `<logdir>/plugins/profile/<time>/<host>.xplane.pb`.
+        In a job of several processes each rank writes under `<logdir>/rank<R>` (TensorBoard shows one run per
+        rank), or where `{rank}` in `logdir` says.
       host_tracer_level: 1 user annotations only, 2 (default) adds runtime/XLA host events, 3 everything.
       python_tracer_level: 1 records every Python call too (large profiles, slower steps); 0 (default) does not.
 
@@ -66,7 +79,7 @@ def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int 
             raise ProfilerError(
                 f"a profile trace is already running in this process (started by {_active.owner} into "
                 f"{_active.logdir!r}); call xp.stop_trace() before starting another")
-        logdir = prepare_logdir(logdir)
+        logdir = prepare_logdir(rank_logdir(logdir))
         before = xplane_files(logdir)
         import jax.profiler
 

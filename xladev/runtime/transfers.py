@@ -61,7 +61,14 @@ def arrays_of(tensors: list, cause: Cause) -> list:
         execution.sync_storages(list({id(s): s for s in bases}.values()), cause,
                                 stack.capture_frames() if bus.wants_frames else None)
     nodes = [t._node() for t in tensors]
-    arrays = execution.materialize(nodes, cause)
+    arrays: list = [None] * len(tensors)
+    by_device: dict[int, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t._st.device_index, []).append(i)
+    for device_index, positions in sorted(by_device.items()):  # one graph per device
+        got = execution.materialize([nodes[i] for i in positions], cause, device_index)
+        for i, array in zip(positions, got):
+            arrays[i] = array
     for t, node, array in zip(tensors, nodes, arrays):
         if t._chain is not None and type(node) is not DataNode:
             t._vnode = DataNode(array, node.meta)

@@ -413,6 +413,30 @@ def tensorboard_command(logdir: str) -> str:
 
 
 @dataclasses.dataclass(slots=True)
+class Collective(_Timed):
+    """A graph holding collectives ran on every rank: `count` collectives of `bytes` from this rank, `wait_ns`
+    spent waiting for the other ranks to reach it, `ns` running it; `sites` the user's line of each."""
+
+    TYPE: ClassVar[str] = "collective"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
+    hash: str = ""
+    count: int = 0
+    bytes: int = 0
+    wait_ns: int = 0
+    ns: int = 0
+    sites: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class RankLost(_Timed):
+    """Another rank of the job is gone (it died, or stopped answering): this rank's collectives fail."""
+
+    TYPE: ClassVar[str] = "rank_lost"
+    rank: int = -1
+    reason: str = ""
+
+
+@dataclasses.dataclass(slots=True)
 class End(Record):
     TYPE: ClassVar[str] = "end"
     t: int = 0
@@ -422,7 +446,7 @@ class End(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
     Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss,
-    GraphGrowing, GraphBreak, DynamoRecompile, Profile, End)}
+    GraphGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

@@ -25,7 +25,7 @@ from xladev._flags import ConfigError, config
 from xladev.events import bus
 from xladev.schema import records as rec
 from xladev.sinks._lifecycle import Sink
-from xladev.sinks._ranks import per_rank_path, rank_and_world
+from xladev.schema.ranks import per_rank_path, rank_and_world
 from xladev.sinks.event_records import RecordBuilder
 
 FLUSH_BYTES = 64 * 1024          # write when this much is buffered...

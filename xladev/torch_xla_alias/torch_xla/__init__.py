@@ -101,15 +101,17 @@ def manual_seed(seed: int, device: torch.device | None = None) -> None:
 
 
 def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_single_process: bool = False):
-    """Runs `fn(0, *args)` in this process, as `xmp.spawn` does under xladev (one process, one replica).
+    """Runs `fn(index, *args)` in one process per device (`xmp.spawn` with `nprocs=None`), or in this process only
+    with `debug_single_process`.
 
     Args:
-      fn: the per-process function; its first argument is the process index.
+      fn: the per-process function; its first argument is the process's ordinal.
       args: the rest of its arguments.
-      start_method, debug_single_process: accepted for PyTorch/XLA's signature; there is no process to start.
+      start_method: 'spawn' (jax's runtime cannot be forked).
+      debug_single_process: run `fn(0, *args)` here, as one replica.
 
     Returns:
-      What `fn` returned.
+      What `fn` returned when it ran in this process; else None.
     """
     from torch_xla.distributed import xla_multiprocessing
 
