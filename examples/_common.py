@@ -63,13 +63,34 @@ def end_step(device: torch.device) -> None:
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, x: torch.Tensor,
-               y: torch.Tensor) -> torch.Tensor:
-    """One forward, backward and optimizer step; returns the (detached) loss tensor without reading it."""
+               y: torch.Tensor, data_parallel: bool = False) -> torch.Tensor:
+    """One forward, backward and optimizer step; returns the (detached) loss tensor without reading it.
+
+    With `data_parallel`, `xladev.optimizer_step` averages the gradients across the job's replicas first.
+    """
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
     loss.backward()
-    optimizer.step()
+    if data_parallel:
+        import xladev
+
+        xladev.optimizer_step(optimizer)
+    else:
+        optimizer.step()
     return loss.detach()
+
+
+def shard(batches: Iterable[Batch], rank: int, world: int) -> Iterable[Batch]:
+    """Each batch's slice for replica `rank` of `world` (equal slices along the batch dimension).
+
+    Raises:
+      ValueError: a batch does not split into `world` equal slices.
+    """
+    for x, y in batches:
+        if x.shape[0] % world:
+            raise ValueError(f"a batch of {x.shape[0]} does not split over {world} replicas")
+        size = x.shape[0] // world
+        yield x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]
 
 
 def state_on_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -79,7 +100,7 @@ def state_on_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def run_loop(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, batches: Iterable[Batch],
              device: torch.device, *, log_every: int = 0, on_step: Callable[[int, torch.Tensor], None] | None = None,
-             label: str = "") -> TrainResult:
+             label: str = "", data_parallel: bool = False) -> TrainResult:
     """Trains `model` (already on `device`) on CPU `batches`, one optimizer step per batch.
 
     Args:
@@ -87,13 +108,14 @@ def run_loop(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callab
         step barrier is a transfer of one number, not an extra graph execution.
       on_step: called as `on_step(step, loss)` after each step's barrier (tests count compiles here).
       label: a prefix for printed lines.
+      data_parallel: average the gradients across the job's replicas each step (`xladev.optimizer_step`).
     """
     model.train()
     losses: list[torch.Tensor] = []
     start = time.perf_counter()
     for step, (x, y) in enumerate(batches):
         x, y = x.to(device), y.to(device)
-        loss = train_step(model, optimizer, loss_fn, x, y)
+        loss = train_step(model, optimizer, loss_fn, x, y, data_parallel)
         end_step(device)
         losses.append(loss)
         if on_step is not None:

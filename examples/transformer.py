@@ -1,6 +1,7 @@
 """Train a small decoder-only transformer language model on synthetic sequences, on xla or the CPU.
 
     python examples/transformer.py [--device xla|cpu] [--steps N] [--seed S] [--dropout P] [--log-every K]
+    python examples/transformer.py --nprocs 2     # data parallel: 2 processes, each a slice of every batch
 
 Token and position embeddings, pre-LayerNorm blocks of causal multi-head attention
 (`F.scaled_dot_product_attention(..., is_causal=True)`) and a GELU MLP, dropout, a linear head,
@@ -22,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from examples._common import Batch, TrainResult, is_xla, main, make_parser, resolve_device, run_loop
+from examples._common import Batch, TrainResult, is_xla, main, make_parser, resolve_device, run_loop, shard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +128,42 @@ def train(device: torch.device | str, steps: int, seed: int = 0, cfg: Config = C
                     log_every=log_every, on_step=on_step)
 
 
+def train_data_parallel(rank: int, steps: int, seed: int = 0, cfg: Config = Config(), log_every: int = 0) -> TrainResult:
+    """One replica of a data-parallel run, for `xladev.launch(train_data_parallel, args=(steps, ...), nprocs=N)`.
+
+    Every replica builds the same model and the same batches, trains on its slice of each batch, and
+    `xladev.optimizer_step` averages the gradients, so the run takes the steps of one process training on
+    the whole batch. Returns this replica's losses (of its slices) and the final weights.
+    """
+    import xladev
+
+    device = xladev.device()
+    model = build(seed, cfg).to(device)
+    xladev.manual_seed(seed)
+    optimizer = make_optimizer(model, cfg)
+    batches = shard(make_batches(seed, steps, cfg), rank, xladev.world_size())
+    return run_loop(model, optimizer, loss_fn, batches, device, log_every=log_every if rank == 0 else 0,
+                    label=f"[rank {rank}] ", data_parallel=True)
+
+
+def _main_data_parallel(args, config: Config) -> None:
+    import xladev
+
+    results = xladev.launch(train_data_parallel, args=(args.steps, args.seed, config, args.log_every), nprocs=args.nprocs)
+    losses = [sum(step) / len(step) for step in zip(*(r.losses for r in results))]
+    print(f"transformer on {args.nprocs} processes: {len(losses)} steps in {results[0].seconds:.2f} s, "
+          f"loss {losses[0]:.4f} -> {losses[-1]:.4f} (mean over the replicas' slices)")
+
+
 if __name__ == "__main__":
     parser = make_parser(__doc__.splitlines()[0], steps=40)
     parser.add_argument("--dropout", type=float, default=Config.dropout, help="dropout probability (default 0.1)")
+    parser.add_argument("--nprocs", type=int, default=1, help="data-parallel processes on this host (default 1)")
     args = parser.parse_args()
     if not 0.0 <= args.dropout < 1.0:
         raise SystemExit("--dropout must be in [0, 1)")
     config = Config(dropout=args.dropout)
-    main("transformer", args, lambda device: train(device, args.steps, args.seed, config, log_every=args.log_every))
+    if args.nprocs > 1:
+        _main_data_parallel(args, config)
+    else:
+        main("transformer", args, lambda device: train(device, args.steps, args.seed, config, log_every=args.log_every))

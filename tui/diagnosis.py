@@ -28,6 +28,7 @@ TUI shows everything else and says why there are no findings.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
@@ -50,6 +51,7 @@ class LiveDiagnosis:
 
     def __init__(self, name: str = "event log"):
         self.name = name
+        self._sibling_cache: dict = {}
         self._replay = None
         self._source = None
         self._diagnose = None
@@ -182,7 +184,7 @@ class LiveDiagnosis:
             source.series = StepSeries()  # takes finish()'s end-of-log row (see the module's docstring)
         try:
             replay.finish()
-            report = self._diagnose([source])
+            report = self._diagnose([source] + self._siblings(source))
             findings = tuple(self._view(f) for f in report.findings)
             verdict = report.verdict()
             headline = rules.headline(verdict, report.findings)
@@ -203,6 +205,27 @@ class LiveDiagnosis:
                 source.snapshots = 0
         self.current = Diagnosis(verdict, findings, time_view, self.fed, "", time.perf_counter() - started, headline)
         return self.current
+
+    def _siblings(self, source) -> list:
+        """The other ranks' logs of this log's job (beside it, named by rank), read again when they grew: their
+        findings across ranks (diverging graphs, a straggler) join this log's. None for a single process."""
+        if source.rank is None or self._replay is None or self._replay.header is None:
+            return []
+        from xladev.report.loader import load
+        from xladev.schema.ranks import sibling_paths
+
+        world = self._replay.header.world_size or 1
+        siblings = []
+        for path in sibling_paths(self.name, source.rank, world):
+            try:
+                stat = os.stat(path)
+                cached = self._sibling_cache.get(path)
+                if cached is None or cached[0] != (stat.st_size, stat.st_mtime_ns):
+                    cached = self._sibling_cache[path] = ((stat.st_size, stat.st_mtime_ns), load(path).sources[0])
+            except Exception:  # a sibling being written or unreadable: diagnose without it
+                continue
+            siblings.append(cached[1])
+        return siblings
 
     def _view(self, finding) -> FindingView:
         return FindingView(finding.rule, finding.severity, finding.title, finding.detail, finding.fix,

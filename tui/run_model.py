@@ -24,7 +24,7 @@ from xladev.schema.units import COUNT
 from xladev_tui.diagnosis import LiveDiagnosis
 from xladev_tui.run_view import (
     DISCONNECTED, ENDED_STATES, ERROR, EXITED, FINISHED, RUNNING, WAITING, Alert, CounterRow, Diagnosis, FallbackRow,
-    FindingView, GraphRow, HotSpot, OpenCompile, RunView, SiteRow, TimeRow, TimeView,
+    FindingView, GraphRow, HotSpot, OpenCompile, ProfileRow, RunView, SiteRow, TimeRow, TimeView,
 )
 
 # What a source hands the model (tuples, to stay cheap at thousands of records a second).
@@ -38,6 +38,7 @@ MAX_STEP_TIMES = 600
 MAX_LOG_LINES = 2000
 MAX_ALERTS = 200
 MAX_STEP_RANGES = 64
+MAX_PROFILES = 100
 # The most often the report's diagnosis is recomputed while records arrive, in seconds.
 DIAGNOSIS_INTERVAL = 1.0
 
@@ -142,6 +143,7 @@ class RunModel:
         self.truncated = False
         self.last_t = 0
         self.compile_failures: list[str] = []
+        self.profiles: collections.deque = collections.deque(maxlen=MAX_PROFILES)
         self._snapshot: RunView | None = None
 
     # ---- input ------------------------------------------------------------------------------
@@ -353,6 +355,12 @@ class RunModel:
         self.step_times.append(record.interval_ns)
         self.step_ns_total += record.interval_ns
 
+    def _on_profile(self, record: rec.Profile) -> None:
+        row = ProfileRow(record.window(), record.path, record.how, record.open_command())
+        self.profiles.append(row)
+        self.add_log(f"[xladev tui] {row.window} profiled ({row.how or 'captured'}): {row.path}; "
+                     f"open it with: {row.command}")
+
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
         if self.state in (WAITING, RUNNING):
@@ -391,7 +399,7 @@ class RunModel:
             log_total=self.log_total, records=self.records, bad_lines=self.bad_lines, truncated=self.truncated,
             elapsed_ns=self.last_t, compile_failures=tuple(self.compile_failures[-20:]),
             compiling=tuple(self.compiling.values()), diagnosis=self.diagnosis.current,
-            output_lines=self.output_lines)
+            output_lines=self.output_lines, profiles=tuple(self.profiles))
         self._snapshot = snapshot
         return snapshot
 
@@ -402,7 +410,7 @@ _HANDLERS = {
     rec.CompileFailed: RunModel._on_compile_failed, rec.ExecuteFailed: RunModel._on_compile_failed,
     rec.Execute: RunModel._on_execute,
     rec.Transfer: RunModel._on_transfer, rec.Fallback: RunModel._on_fallback, rec.Step: RunModel._on_step,
-    rec.End: RunModel._on_end,
+    rec.End: RunModel._on_end, rec.Profile: RunModel._on_profile,
 }
 
 
@@ -418,6 +426,7 @@ def model_from_lines(lines, source: str = "", diagnose: bool = True) -> RunModel
 
 __all__ = [
     "Alert", "CounterRow", "DISCONNECTED", "Diagnosis", "ERROR", "EXITED", "FINISHED", "FallbackRow", "FindingView",
-    "GraphRow", "HotSpot", "LINE", "NOTICE", "OUTPUT", "OpenCompile", "RUNNING", "RunModel", "STATUS", "SiteRow",
+    "GraphRow", "HotSpot", "LINE", "NOTICE", "OUTPUT", "OpenCompile", "ProfileRow", "RUNNING", "RunModel", "STATUS",
+    "SiteRow",
     "RunView", "TRUNCATED", "TimeRow", "TimeView", "WAITING", "model_from_lines",
 ]

@@ -95,6 +95,19 @@ class GraphRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProfileRow:
+    """A profile the run wrote: the steps it covers (`steps 5–7`), the file, the call, the command to open it."""
+
+    window: str
+    path: str
+    how: str
+    command: str
+
+    def text(self) -> str:
+        return f"profile of {self.window}: {self.command}  ({self.path})"
+
+
+@dataclasses.dataclass(frozen=True)
 class CounterRow:
     name: str
     kind: str
@@ -267,6 +280,7 @@ class RunView:
     compiling: tuple[OpenCompile, ...] = ()
     diagnosis: Diagnosis = NO_DIAGNOSIS
     output_lines: int = 0  # lines of the job's own output seen (stdout and stderr)
+    profiles: tuple[ProfileRow, ...] = ()  # profiles the run wrote, oldest first
 
     @property
     def ended(self) -> bool:

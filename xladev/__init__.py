@@ -31,6 +31,18 @@ _RUNTIME_NAMES = {
     "mark_step": "xladev.runtime.training", "optimizer_step": "xladev.runtime.training",
     "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
     "compile": "xladev.runtime.compiled_region", "GraphLimitError": "xladev.runtime.compiled_region",
+    "launch": "xladev.runtime.launch", "LaunchError": "xladev.runtime.launch",
+    "DistributedError": "xladev.runtime.world",
+    "world_size": "xladev.runtime.collectives", "global_ordinal": "xladev.runtime.collectives",
+    "local_ordinal": "xladev.runtime.collectives", "all_reduce": "xladev.runtime.collectives",
+    "all_gather": "xladev.runtime.collectives", "reduce_scatter": "xladev.runtime.collectives",
+    "broadcast": "xladev.runtime.collectives", "all_to_all": "xladev.runtime.collectives",
+    "collective_permute": "xladev.runtime.collectives", "barrier": "xladev.runtime.collectives",
+    "rendezvous": "xladev.runtime.collectives", "mesh_reduce": "xladev.runtime.collectives",
+    "reduce_gradients": "xladev.runtime.collectives",
+    "REDUCE_SUM": "xladev.runtime.collectives", "REDUCE_MUL": "xladev.runtime.collectives",
+    "REDUCE_AND": "xladev.runtime.collectives", "REDUCE_OR": "xladev.runtime.collectives",
+    "REDUCE_MIN": "xladev.runtime.collectives", "REDUCE_MAX": "xladev.runtime.collectives",
 }
 
 __all__ = sorted([*_RUNTIME_NAMES, "debug"])
@@ -45,6 +57,13 @@ if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads thes
     from xladev.runtime.training import (
         DeviceLoader, add_step_closure, manual_seed, mark_step, optimizer_step, sync, wait_device_ops,
     )
+    from xladev.runtime.collectives import (
+        REDUCE_AND, REDUCE_MAX, REDUCE_MIN, REDUCE_MUL, REDUCE_OR, REDUCE_SUM, all_gather, all_reduce, all_to_all,
+        barrier, broadcast, collective_permute, global_ordinal, local_ordinal, mesh_reduce, reduce_gradients,
+        reduce_scatter, rendezvous, world_size,
+    )
+    from xladev.runtime.launch import LaunchError, launch
+    from xladev.runtime.world import DistributedError
 
 _start_lock = _threading.RLock()
 _started = False

@@ -191,6 +191,16 @@ def _parse_positive_int(text: str) -> int:
     return value
 
 
+def _parse_positive_float(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _parse_step_window(text: str) -> tuple[int, int] | None:
     word = text.strip()
     if not word:
@@ -209,6 +219,14 @@ config = Config()
 _DEFINITIONS = [
     Flag("pjrt_device", "PJRT_DEVICE", _parse_upper, "CPU", "backend for the xla device: CPU or CUDA",
          choices=("CPU", "CUDA", "GPU")),
+    Flag("cpu_num_devices", "CPU_NUM_DEVICES", _parse_positive_int, None,
+         "xla devices of this process on the CPU backend (xla:0..N-1); unset: jax's default (1, or XLA_FLAGS' "
+         "--xla_force_host_platform_device_count)"),
+    Flag("coordinator_address", "XLADEV_COORDINATOR_ADDRESS", lambda s: s.strip(), "",
+         "HOST:PORT of jax's coordinator (run by rank 0) for a job of several processes; unset: rank 0 picks a port "
+         "on MASTER_ADDR and hands it out through the store at MASTER_ADDR:MASTER_PORT"),
+    Flag("dist_timeout", "XLADEV_DIST_TIMEOUT", _parse_positive_float, 300.0,
+         "seconds the processes of a job wait for each other to join, and for a rank that stopped answering"),
     Flag("debug", "PT_XLA_DEBUG", _parse_bool, False, "turn on every debug output (as level 2)"),
     Flag("debug_level", "PT_XLA_DEBUG_LEVEL", _parse_int, 0,
          "0 off, 1 compile analysis, 2 adds execution analysis", choices=(0, 1, 2)),

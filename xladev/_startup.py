@@ -93,6 +93,9 @@ def load() -> None:
     from xladev.runtime.module_conversion import install
 
     install()
+    from xladev.runtime.process_group import register as register_process_group
+
+    register_process_group()  # torch.distributed's `xla` backend and `xla://`, as torch_xla registers them
     start_sinks()
     if config.compilation_cache_dir:
         initialize_cache(config.compilation_cache_dir)

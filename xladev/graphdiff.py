@@ -199,3 +199,28 @@ def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
         lines = lines[:MAX_LINES] + [f"... and {len(lines) - MAX_LINES} more difference(s)"]
     return lines
 
+
+
+def summary_to_json(summary: GraphSummary) -> str:
+    """A GraphSummary as JSON text (to hand a graph's description to another process)."""
+    import json
+
+    return json.dumps(dataclasses.asdict(summary), default=repr)
+
+
+def summary_from_json(text: str) -> GraphSummary:
+    """The GraphSummary of `summary_to_json`'s text.
+
+    Raises:
+      ValueError: the text is not such JSON.
+    """
+    import json
+
+    def tuples(value):  # JSON has lists only; constants were tuples
+        return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+    data = json.loads(text)
+    nodes = tuple(NodeSummary(n["op"], tuples(n["constants"]), n["shape"], n["location"]) for n in data["nodes"])
+    inputs = tuple(InputSummary(i["kind"], tuple(i["shape"]), i["dtype"], i["created_at"], i["donated"])
+                   for i in data["inputs"])
+    return GraphSummary(data["hash"], nodes, inputs, data["num_outputs"], data.get("compile_ns", 0))

@@ -167,12 +167,15 @@ def test_compile_and_step_sync_before_and_after(tx):
     assert marks() == before + 7  # a failed step leaves its ops pending: no barrier on the way out
 
 
-def test_spawn_runs_in_this_process_and_refuses_several(tx):
+def test_spawn_of_one_process_runs_here(tx):
+    # One device (CPU_NUM_DEVICES unset): one process, this one, as PyTorch/XLA's spawn does with nprocs=1.
     assert tx.xmp.spawn(lambda index, a, b: (index, a + b), args=(1, 2)) == (0, 3)
     assert tx.xmp.spawn(lambda index: index, nprocs=1) == 0
     assert tx.torch_xla.launch(lambda index, a: (index, a), args=("x",)) == (0, "x")
-    with pytest.raises(ValueError, match=r"xmp.spawn\(nprocs=8\): xladev runs one process .* distributed work"):
-        tx.xmp.spawn(print, nprocs=8)
+    with pytest.raises(ValueError, match=r"launch: nprocs=0; at least one process is needed"):
+        tx.xmp.spawn(print, nprocs=0)
+    with pytest.raises(ValueError, match=r"start_method='fork' is not supported: jax's runtime cannot be forked"):
+        tx.xmp.spawn(print, nprocs=2, start_method="fork")
 
 
 def test_loaders_take_pytorch_xlas_arguments(tx):
@@ -204,10 +207,12 @@ def test_an_unsupported_name_says_what_to_use(tx):
                                              r".*torch_xla\.runtime\.world_size\(\)"):
         xm.world_size()
     assert not hasattr(xm, "RateTracker") and not hasattr(tx.torch_xla, "_XLAC")
-    with pytest.raises(ImportError, match=r"^torch_xla\.core\.xla_model\.all_to_all is not supported by xladev: "):
-        exec("from torch_xla.core.xla_model import all_to_all", {})
-    with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.spmd is not supported by xladev: SPMD"):
-        exec("import torch_xla.distributed.spmd", {})
+    with pytest.raises(ImportError, match=r"^torch_xla\.core\.xla_model\.send is not supported by xladev: "
+                                          r".*collective_permute"):
+        exec("from torch_xla.core.xla_model import send", {})
+    with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.xla_sharding is not supported by xladev: "
+                                                  r"the old path of the SPMD API: use torch_xla\.distributed\.spmd"):
+        exec("import torch_xla.distributed.xla_sharding", {})
     with pytest.raises(ImportError, match=r"^torch_xla\.amp is not supported by xladev: "):
         exec("from torch_xla import amp", {})
     with pytest.raises(AttributeError, match=r"^torch_xla\.runtime\.frobnicate is not available: .*docs/compat\.md"):
@@ -235,7 +240,7 @@ def test_metrics_compare_utils_reads_xladevs_and_pytorch_xlas_reports(tx):
     assert all(len(values) == 2 for values in points.values())
 
     tx.met.clear_all()
-    torch.rand(3, 3, device="xla").cpu()
+    (torch.rand(3, 3).to("xla") * 2).cpu()  # an upload, a graph, a read
     ours = mcu.parse_metrics_report(tx.met.metrics_report())
     names = {key.split("__")[0] for key in ours}
     assert {"ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "UnwrapXlaData", "WrapXlaData",
@@ -277,3 +282,22 @@ def test_utils_helpers_of_the_examples(tx, monkeypatch):
     tx.xr.set_device_type(tx.xr.device_type().lower())  # the running backend: accepted
     with pytest.raises(RuntimeError, match="PJRT_DEVICE=TPU"):
         tx.xr.set_device_type("TPU")
+
+
+def test_openxla_is_xladevs_torch_compile_backend_and_the_bridge_is_its_program(tx):
+    import torch_xla.core.dynamo_bridge as bridge
+    from torch._dynamo.backends.registry import lookup_backend
+
+    from xladev.runtime.dynamo_backend import xladev_backend
+
+    assert lookup_backend("openxla") is xladev_backend
+    before = tx.met.counter_value("DynamoExtractCompiledGraph") or 0
+    f = torch.compile(lambda t: torch.sin(t) * 3, backend="openxla")
+    x = torch.linspace(0, 1, 7)
+    assert torch.allclose(f(x.to("xla")).cpu(), torch.sin(x) * 3, rtol=0, atol=8 * torch.finfo(torch.float32).eps)
+    assert tx.met.counter_value("DynamoExtractCompiledGraph") == before + 1
+
+    gm = torch.fx.symbolic_trace(lambda a, b: (torch.ops.aten.mul.Tensor(a, b),))
+    run = bridge.extract_compiled_graph(gm, None)
+    a = torch.arange(4.0)
+    assert run(a.to("xla"), a.to("xla"))[0].cpu().tolist() == (a * a).tolist()

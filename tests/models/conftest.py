@@ -10,7 +10,10 @@ the CPU runs share the cores with XLA's threads still winding down.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import torch
 import transformers
 
 from tests.models import zoo
@@ -21,19 +24,26 @@ transformers.logging.set_verbosity_error()  # "loss_type=None" and similar notes
 _summaries: dict[str, Summary] = {}
 
 
-def summary_of(name: str) -> Summary:
-    """The parity run of zoo case `name`, run on first use and kept for the session."""
-    if name not in _summaries:
-        _summaries[name] = check_case(zoo.ALL[name])
-    return _summaries[name]
+def summary_of(name: str, compiled: bool = False) -> Summary:
+    """The parity run of zoo case `name` (through torch.compile when `compiled`), run on first use and kept."""
+    key = f"{name} (compiled)" if compiled else name
+    if key not in _summaries:
+        if compiled:
+            case = dataclasses.replace(zoo.ALL[name], **zoo.COMPILED_CHANGES.get(name, {}))
+            # TorchDynamo skips nn.LSTM/GRU/RNN (a graph break) unless told to trace them.
+            with torch._dynamo.config.patch(allow_rnn=True):
+                _summaries[key] = check_case(case, compiled=True)
+        else:
+            _summaries[key] = check_case(zoo.ALL[name])
+    return _summaries[key]
 
 
 @pytest.fixture
 def parity(record_property):
     """Runs (or reuses) a case's parity checks, records its times as test properties, returns the Summary."""
 
-    def run(name: str) -> Summary:
-        summary = summary_of(name)
+    def run(name: str, compiled: bool = False) -> Summary:
+        summary = summary_of(name, compiled)
         xla = summary.xla
         record_property("first_step_s", round(xla.step_seconds[0], 3))
         record_property("first_step_compile_s", round(xla.compile_seconds[0], 3))
@@ -60,7 +70,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     write = terminalreporter.write_line
     terminalreporter.section("model zoo: xla against eager CPU (float64 oracle); checks as worst error / allowed")
-    write(f"{'case':<21}{'status':<10}" + "".join(f"{title:>9}" for title, _ in _COLUMNS)
+    write(f"{'case':<32}{'status':<10}" + "".join(f"{title:>9}" for title, _ in _COLUMNS)
           + f"{'first step':>12}{'compile':>9}{'xla step':>10}")
     for name, s in _summaries.items():
         ratios = []
@@ -68,5 +78,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             found = [s.comparisons[c].ratio for c in checks if c in s.comparisons]
             ratios.append(f"{max(found):>9.1e}" if found else f"{'-':>9}")
         status = "ok" if not s.failures else f"{len(s.failures)} failed"
-        write(f"{name:<21}{status:<10}" + "".join(ratios) + f"{s.xla.step_seconds[0]:>10.2f} s"
+        write(f"{name:<32}{status:<10}" + "".join(ratios) + f"{s.xla.step_seconds[0]:>10.2f} s"
               f"{s.xla.compile_seconds[0]:>7.2f} s{s.xla.steady_seconds * 1e3:>7.1f} ms")

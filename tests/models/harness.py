@@ -118,10 +118,14 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().to("cpu").clone()
 
 
+# Counted like a host op: a torch.compile graph break inside a step is a part of it that is not compiled.
+GRAPH_BREAKS = "DynamoGraphBreak"
+
+
 def _counts() -> tuple[int, int, dict[str, int]]:
     snap = met.snapshot()
     compile_samples = snap.metrics.get("CompileTime", {}).get("total_samples", 0)
-    host = {k: v for k, v in snap.counters.items() if k.startswith("aten::")}
+    host = {k: v for k, v in snap.counters.items() if k.startswith("aten::") or k == GRAPH_BREAKS}
     return compile_samples, snap.counters.get("ExecuteGraph", 0), host
 
 
@@ -142,9 +146,12 @@ class Trainer:
       device: `xladev.device()` or "cpu".
       dtype: torch.float32 or torch.float64.
       resume: (model state_dict, optimizer state_dict) to start from instead of `base`'s weights.
+      compiled: run the model's forward (and its backward) through `torch.compile(backend="xladev")`; the loss
+        around it and the optimizer step are recorded lazily, as a user's code around a compiled model is.
     """
 
-    def __init__(self, case: Case, base: nn.Module, device, dtype: torch.dtype, resume: tuple | None = None):
+    def __init__(self, case: Case, base: nn.Module, device, dtype: torch.dtype, resume: tuple | None = None,
+                 compiled: bool = False):
         self.case, self.device, self.dtype = case, device, dtype
         self.on_xla = torch.device(device).type == "xla"
         if self.on_xla:
@@ -159,6 +166,8 @@ class Trainer:
             self.optimizer.load_state_dict(opt_state)  # casts the moments to the parameters' device and dtype
         self.model.train()
         self.named = dict(self.model.named_parameters())  # one name per tensor: tied parameters appear once
+        # The compiled module shares the model's parameters and buffers; evaluation and state use the model.
+        self.forward = torch.compile(self.model, backend="xladev") if compiled else self.model
 
     def train(self, steps: int, start: int = 0, record_first: bool = True) -> Run:
         """Takes `steps` steps on batches `start`, `start + 1`, ...
@@ -178,7 +187,7 @@ class Trainer:
             before = _counts() if self.on_xla else None
             began = time.perf_counter()
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self.case.loss(self.model, batch)
+            loss = self.case.loss(self.forward, batch)
             loss.backward()
             first = record_first and i == 0
             if first or not self.on_xla:

@@ -102,14 +102,25 @@ def _grad_bounds(grads32: dict, grads64: dict, eps_backward: float) -> dict[str,
     return {n: tol.ORACLE * (grads32[n] - g64).abs() + eps_backward * scale for n, g64 in grads64.items()}
 
 
-def _check_graphs(out: _Checker, case: Case, run: Run, warmup: int, label: str) -> None:
-    """d and e: compiles only in the first `warmup` steps, one graph per step, nothing on the CPU."""
+def _check_graphs(out: _Checker, case: Case, run: Run, warmup: int, label: str, compiled: bool = False) -> None:
+    """d and e: compiles only in the first `warmup` steps, one graph per step, nothing on the CPU.
+
+    Through torch.compile a step runs several programs (forward, backward, the lazy loss and optimizer): their
+    number is checked to stay the same from step to step instead, and a graph break counts as a host op.
+    """
     most = warmup * case.graphs
-    if sum(run.compiles[:warmup]) > most or any(run.compiles[warmup:]) or (warmup and not sum(run.compiles)):
-        out.fail(f"{label}: compiles per step {run.compiles}; expected 1..{most} in the first {warmup} steps, "
-                 f"then none")
-    if run.executions != [case.graphs] * len(run.executions):
-        out.fail(f"{label}: graph executions per step {run.executions}; expected {case.graphs} per step")
+    if compiled:
+        if any(run.compiles[warmup:]) or (warmup and not sum(run.compiles)):
+            out.fail(f"{label}: compiles per step {run.compiles}; expected some in the first {warmup} steps, then none")
+        steady = run.executions[warmup:] if warmup else run.executions
+        if len(set(steady)) > 1:
+            out.fail(f"{label}: graph executions per step {run.executions}; expected the same number each step")
+    else:
+        if sum(run.compiles[:warmup]) > most or any(run.compiles[warmup:]) or (warmup and not sum(run.compiles)):
+            out.fail(f"{label}: compiles per step {run.compiles}; expected 1..{most} in the first {warmup} steps, "
+                     f"then none")
+        if run.executions != [case.graphs] * len(run.executions):
+            out.fail(f"{label}: graph executions per step {run.executions}; expected {case.graphs} per step")
     for step, ops in enumerate(run.host_ops):
         unexpected = {op: n for op, n in ops.items() if op not in case.fallbacks}
         if unexpected:
@@ -158,8 +169,12 @@ def _shared(names: dict[str, str]) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def check_case(case: Case) -> Summary:
+def check_case(case: Case, compiled: bool = False) -> Summary:
     """Trains `case` on xla, float32 CPU and float64 CPU and checks a–e (module docstring).
+
+    Args:
+      case: the zoo case.
+      compiled: train on xla through `torch.compile(model, backend="xladev")` (the same checks and bounds).
 
     Returns:
       The Summary; `failures` is empty when every check passed.
@@ -169,7 +184,7 @@ def check_case(case: Case) -> Summary:
     profile = tol.profile(probe, lambda: case.loss(probe, case.batch(0)))
     params = parameter_names(base)
     settings = case.settings
-    trainer = Trainer(case, base, xladev.device(), torch.float32)
+    trainer = Trainer(case, base, xladev.device(), torch.float32, compiled=compiled)
     xla = trainer.train(case.steps)
     cpu32 = Trainer(case, base, "cpu", torch.float32).train(case.steps)
     cpu64 = Trainer(case, base, "cpu", torch.float64).train(case.steps)
@@ -235,6 +250,6 @@ def check_case(case: Case) -> Summary:
         out.oracle("eval output", "on batch 0", xla.output, *outputs, profile.eps_forward * tol.maxabs(outputs[1]))
 
     # d, e.
-    _check_graphs(out, case, xla, case.warmup, "training")
-    _check_graphs(out, case, xla_next, 0, "resumed step")
+    _check_graphs(out, case, xla, case.warmup, "training", compiled)
+    _check_graphs(out, case, xla_next, 0, "resumed step", compiled)
     return Summary(case.name, out.comparisons, out.failures, xla, cpu32, cpu64, profile)

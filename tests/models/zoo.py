@@ -135,8 +135,12 @@ def _hf(name: str, build, batch, attn: str, **kwargs) -> Case:
     return Case(f"{name}{suffix}", lambda: build(attn), batch, _hf_loss, **kwargs)
 
 
+# GPT-2 has no `loss_type`, so transformers logs a warning from `loss_function` on each trace: under
+# torch.compile, a logging call is a graph break (TorchDynamo cannot trace it), in transformers' code.
+LOSS_TYPE_WARNING = {"DynamoGraphBreak": "transformers logs 'loss_type=None was set' in loss_function (torch.compile)"}
+
 TRANSFORMERS = {c.name: c for attn in ("sdpa", "eager") for c in (
-    _hf("gpt2", gpt2, _causal_batch, attn),
+    _hf("gpt2", gpt2, _causal_batch, attn, fallbacks=LOSS_TYPE_WARNING),
     _hf("bert", bert, _masked_batch, attn, fallbacks=PADDING_MASK_READ, graphs=2),
     _hf("t5", t5, _seq2seq_batch, attn),
     _hf("llama", llama, _causal_batch, attn),
@@ -299,3 +303,16 @@ def marks(name: str):
     import pytest
 
     return () if name in DEFAULT else pytest.mark.slow
+
+
+# How a case runs through torch.compile differently from the lazy path, and why: TorchDynamo's view of its code.
+COMPILED_CHANGES = {
+    # transformers sets config.problem_type on the first loss call: a guard on it fails at step 1 and TorchDynamo
+    # compiles the model again; the new graphs' first calls compile one step later.
+    **{name: {"warmup": 3} for name in ("vit", "vit_eager")},
+    # A packed sequence's batch sizes are read as Python numbers inside nn.LSTM/GRU/RNN (data-dependent):
+    # TorchDynamo breaks the graph there, as it must.
+    **{name: {"fallbacks": {**ALL[name].fallbacks,
+                            "DynamoGraphBreak": "packed sequences read their batch sizes as Python numbers"}}
+       for name in ALL if name.endswith("_packed")},
+}

@@ -19,15 +19,20 @@ def install_fake_distribution(site, name: str, version: str, entry_points: str =
         (info / "entry_points.txt").write_text(entry_points)
 
 
-def test_doctor_is_healthy_here(capsys):
+def test_doctor_is_healthy_here(capfd):
     rc = cli_main(["doctor"])
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()  # the file descriptors: what native code prints is caught too
     assert rc == 0, out
     assert "healthy" in out
     for needle in ("tensorboard installed: tensorboard ", "xprof installed: xprof ", "protobuf installed: protobuf ",
-                   "in-process capture", "capture through a profiler server"):
+                   "in-process capture", "HLO module(s) for the graph viewer", "capture through a profiler server"):
         assert needle in out
     assert "FAIL" not in out
+    # Nothing but the report: no "Starting to trace ..." from the capture client, no native log lines.
+    lines = out.splitlines()
+    assert lines[0].startswith("xladev doctor:") and lines[-1].startswith("healthy")
+    assert all(line.startswith(("  ", "healthy")) for line in lines[1:]), lines
+    assert err == ""
 
 
 def test_doctor_finds_a_duplicate_legacy_plugin(tmp_path, monkeypatch, capsys):

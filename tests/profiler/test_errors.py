@@ -139,3 +139,50 @@ def test_profile_steps_variable_parses(monkeypatch):
     assert read_flag_from_env("profile_steps") == (5, 8)
     monkeypatch.setenv("XLADEV_PROFILE_STEPS", "")
     assert read_flag_from_env("profile_steps") is None
+
+
+def test_a_busy_server_is_named_as_the_cause(tmp_path):
+    """A capture while another profiling session records in the traced process (here: this one's own
+    in-process trace) says so, instead of "recorded nothing"."""
+    server = xp.start_server(0)
+    xp.start_trace(str(tmp_path / "inprocess"))
+    try:
+        start = time.monotonic()
+        with pytest.raises(xp.ProfilerError) as info:
+            xp.trace(server.address, str(tmp_path / "remote"), duration_ms=300)
+        assert time.monotonic() - start < 30
+    finally:
+        xp.stop_trace()
+    message = str(info.value)
+    assert f"profiler server at {server.address} is busy" in message
+    assert "another profiling session is active" in message and "recorded nothing" not in message
+
+
+def test_an_idle_process_gives_an_empty_capture_error(tmp_path):
+    server = xp.start_server(0)
+    with pytest.raises(xp.ProfilerError) as info:
+        xp.trace(server.address, str(tmp_path), duration_ms=200, num_tracing_attempts=1)
+    message = str(info.value)
+    assert "No trace event is collected" in message and "recorded nothing" in message
+    assert "busy" not in message and "doing work during the capture window" in message
+
+
+def test_capture_command_names_the_cause_and_prints_nothing_stray(tmp_path, capfd):
+    from xladev.cli.main import main as cli_main
+
+    # A malformed address is a bad argument: exit 2, before anything is attempted.
+    assert cli_main(["capture", "--service_addr", "localhost", "--logdir", str(tmp_path)]) == 2
+    out, err = capfd.readouterr()
+    assert "--service_addr" in err and "HOST:PORT" in err and out == ""
+    # A busy server: exit 1 with the cause; the native client's own lines ("Starting to trace ...") stay out.
+    server = xp.start_server(0)
+    xp.start_trace(str(tmp_path / "inprocess"))
+    try:
+        rc = cli_main(["capture", "--service_addr", server.address, "--logdir", str(tmp_path / "cli"),
+                       "--duration_ms", "300"])
+    finally:
+        xp.stop_trace()
+    out, err = capfd.readouterr()
+    assert rc == 1
+    assert out == f"capturing 300 ms from {server.address} ...\n"
+    assert "is busy: another profiling session is active" in err and "Starting to trace" not in out + err

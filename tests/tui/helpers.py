@@ -26,15 +26,16 @@ async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.02) 
         await pilot.pause(step)
 
 
-async def settle(pilot, timeout: float = 10.0) -> None:
-    """Lets the app run until two screenshots 50 ms apart are the same (a loaded machine can leave a
-    layout pass pending, e.g. a scrollbar's thumb one row short, after a plain pause)."""
+async def settle(pilot, timeout: float = 10.0, same: int = 3) -> None:
+    """Lets the app run until `same` screenshots 100 ms apart are alike (a loaded machine can leave a layout
+    pass pending for a while, e.g. a scrollbar appearing one pass late, after a plain pause)."""
     deadline = time.monotonic() + timeout
-    previous = None
+    previous, alike = None, 0
     while time.monotonic() < deadline:
-        await pilot.pause(0.05)
+        await pilot.pause(0.1)
         shot = re.sub(r"terminal-\d+", "", pilot.app.export_screenshot())
-        if shot == previous:
+        alike = alike + 1 if shot == previous else 0
+        if alike >= same - 1:
             return
         previous = shot
     raise AssertionError(f"the screen kept changing for {timeout} s")

@@ -192,3 +192,18 @@ def test_without_the_report_the_rest_still_works(long_log):
     result = subprocess.run([sys.executable, "-c", code, long_log], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("24 no findings: the report cannot be imported (ModuleNotFoundError")
+
+
+def test_torch_compile_graph_breaks_and_recompiles_are_findings_as_in_the_report(tmp_path):
+    log = LogBuilder()
+    log.compile(0, graph_hash(0), 40, 8, 500_000_000)
+    log.step(0, graph_hash(0), 40)
+    log.add(rec.GraphBreak(step=1, by="dynamo", reason="Failed to trace builtin operator: print", site=SITE), 1_000_000)
+    log.add(rec.DynamoRecompile(step=1, function="forward", guard="tensor 'x' size mismatch at index 0. expected 8, "
+                                "actual 9", compiles=2, site=SITE), 1_000_000)
+    path = log.write(tmp_path / "compiled.events.jsonl")
+    with open(path) as fh:
+        diagnosis = model_from_lines(fh.read().splitlines(), path).snapshot().diagnosis
+    assert _model_view(diagnosis) == _report_view(load(path))
+    rules = {f.rule: f for f in diagnosis.findings}
+    assert "print" in rules["graph-breaks"].evidence[0] and "expected 8" in rules["dynamo-recompiles"].evidence[0]

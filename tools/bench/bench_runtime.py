@@ -139,6 +139,11 @@ def layer_norm(p: dict, prefix: str, x, eps: float = 1e-5):
 
 def tlm_loss(p: dict, idx, targets, cfg: transformer.Config):
     B, T = idx.shape
+    return cross_entropy(tlm_logits(p, idx, cfg).reshape(B * T, -1), targets.reshape(-1))
+
+
+def tlm_logits(p: dict, idx, cfg: transformer.Config):
+    B, T = idx.shape
     D, H = cfg.d_model, cfg.heads
     x = p["tok.weight"][idx] + p["pos.weight"][:T]
     causal = jnp.tril(jnp.ones((T, T), dtype=bool))
@@ -152,8 +157,7 @@ def tlm_loss(p: dict, idx, targets, cfg: transformer.Config):
         x = x + linear(p, b + ".proj", a)
         h = jax.nn.gelu(linear(p, b + ".mlp.0", layer_norm(p, b + ".ln2", x)), approximate=False)
         x = x + linear(p, b + ".mlp.2", h)
-    logits = linear(p, "head", layer_norm(p, "ln", x))
-    return cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+    return linear(p, "head", layer_norm(p, "ln", x))
 
 
 def sgd_momentum_step(loss_fn, lr: float, momentum: float):

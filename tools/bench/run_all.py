@@ -24,6 +24,7 @@ BENCH = os.path.join(ROOT, "tools", "bench")
 SUITE = [
     ("runtime", "bench_runtime.py", ["--steps", "15"], ["--steps", "30"]),
     ("models", "bench_models.py", ["--quick", "--steps", "10"], ["--steps", "20"]),
+    ("torch.compile", "bench_compile.py", ["--quick", "--steps", "15"], ["--steps", "30"]),
     # instrumentation costs are timed inside the sinks; wall-clock differences are printed by each script
     ("instrumentation", "bench_instrumentation.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "5", "--steps", "20"]),
     ("event log", "bench_eventlog_overhead.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "7", "--steps", "30"]),
@@ -32,6 +33,7 @@ SUITE = [
     ("tui", "bench_tui.py", [], []),
     ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
     ("donation", "bench_donation.py", ["--steps", "6"], ["--steps", "12"]),
+    ("distributed", "bench_distributed.py", ["--steps", "8"], ["--steps", "16"]),
 ]
 
 
@@ -46,6 +48,12 @@ def _get(data, *path, default=None):
 def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
     """(figure, value, target) rows from a benchmark's JSON; unknown shapes are shown raw."""
     rows = []
+    if name == "distributed":
+        rows.append(("transformer step: 2 processes / 1 (whole batch)", f"{_num(data.get('ratio'))}x", ""))
+        rows.append(("ms/step (1 process, 2 processes)",
+                     f"{_num(data.get('one_process_ms'))}, {_num(data.get('two_processes_ms'))}", ""))
+        diff = data.get("max_weight_diff")
+        rows.append(("2 vs 1 process: largest weight difference", f"{diff:.3g}" if isinstance(diff, float) else "?", ""))
     if name == "runtime":
         for model in ("mlp", "transformer"):
             m = _get(data, model) or {}
@@ -58,6 +66,18 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         if rec:
             rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 10 us"))
             rows.append(("recording: matmul", f"{_num(rec.get('matmul_us'))} us", ""))
+    elif name == "torch.compile":
+        for model, m in (_get(data, "training") or {}).items():
+            rows.append((f"{model} step: torch.compile / jax.jit", f"{_num(m.get('compiled_over_jax'))}x", "<= 1.10x"))
+            rows.append((f"{model} step: torch.compile / eager", f"{_num(m.get('compiled_over_eager'))}x", ""))
+        inference = _get(data, "inference") or {}
+        if inference:
+            rows.append(("transformer forward: torch.compile / jax.jit", f"{_num(inference.get('compiled_over_jax'))}x",
+                         "<= 1.05x"))
+        for graph, ms in (_get(data, "host_call_ms") or {}).items():
+            rows.append((f"host time per call: {graph}", f"{_num(ms)} ms", "< 1 ms"))
+        for model, m in (_get(data, "zoo") or {}).items():
+            rows.append((f"{model} step: torch.compile / eager", f"{_num(m.get('ratio'))}x", "<= 1x"))
     elif name == "models":
         for model, m in (_get(data, "cases") or {}).items():
             first = m.get("first_step_s") or {}

@@ -1,5 +1,6 @@
-"""Top region: command, pid, device, state, step, step-time sparkline, compile count, and the
-graph compiling now (with its elapsed time, ticking), seen from every tab."""
+"""Top region: command, pid, device, state, step, step-time sparkline, compile count, the graph
+compiling now (with its elapsed time, ticking), and the latest profile the run wrote (its steps and
+the command that opens it in TensorBoard), seen from every tab."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ STATE_STYLES = {WAITING: "bold black on yellow", RUNNING: "bold black on green",
 
 class RunHeader(Vertical):
     """Three lines: what runs where; its state and numbers; the step-time sparkline. A fourth while
-    a graph compiles (or when the job died compiling one).
+    a graph compiles (or when the job died compiling one), and one for the latest profile once the run
+    wrote one.
 
     Args:
       clock: the model's clock (seconds), for the elapsed compile time.
@@ -37,6 +39,8 @@ class RunHeader(Vertical):
     RunHeader #compile-line.shown { display: block; }
     RunHeader #compile-line.live { background: $warning 30%; text-style: bold; }
     RunHeader #compile-line.dead { background: $error 40%; text-style: bold; }
+    RunHeader #profile-line { display: none; color: $text-muted; }
+    RunHeader #profile-line.shown { display: block; }
     RunHeader #spark-row { height: 1; }
     RunHeader #spark-label { width: auto; padding-right: 1; color: $text-muted; }
     RunHeader Sparkline { height: 1; width: 1fr; }
@@ -54,6 +58,7 @@ class RunHeader(Vertical):
             yield Static("step time", id="spark-label")
             yield Sparkline([], id="step-spark", summary_function=max)
         yield Static(id="compile-line")
+        yield Static(id="profile-line")
 
     def on_mount(self) -> None:
         self.set_interval(TICK, self._tick)
@@ -120,3 +125,13 @@ class RunHeader(Vertical):
         data = [t / 1e6 for t in snap.step_times[-200:]]
         if list(spark.data or []) != data:
             spark.data = data
+        self._show_profile(snap)
+
+    def _show_profile(self, snap: RunView) -> None:
+        line = self.query_one("#profile-line", Static)
+        line.set_class(bool(snap.profiles), "shown")
+        if snap.profiles:
+            latest = snap.profiles[-1]
+            more = f" (+{len(snap.profiles) - 1} earlier, in the log)" if len(snap.profiles) > 1 else ""
+            line.update(Text(f"profile: {latest.window} → {latest.command}{more}  {latest.path}", no_wrap=True,
+                             overflow="ellipsis"))

@@ -6,7 +6,9 @@
 
 The training process must have called `xp.start_server(9012)`. After each capture the file is read
 back (non-empty, with trace events) and the `tensorboard --logdir ...` command to view it is printed.
-Exit code: 0 when every capture succeeded, 1 when one failed, 2 for bad arguments.
+Exit code: 0 when every capture succeeded, 1 when one failed (the message names the cause: nothing
+listening, a server busy with another profiling session, a capture that recorded nothing), 2 for bad
+arguments (a malformed --service_addr among them).
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from xladev.debug import _profiler_capture
-    from xladev.debug._profiler_common import ProfilerError, tensorboard_command
+    from xladev.debug._profiler_common import ProfilerError, parse_service_addr, tensorboard_command
 
+    try:
+        parse_service_addr(args.service_addr)
+    except ProfilerError as exc:
+        print(f"xladev capture: --service_addr: {exc}", file=sys.stderr)
+        return 2
     if args.count is not None and args.count < 1:
         print("xladev capture: --count must be at least 1", file=sys.stderr)
         return 2

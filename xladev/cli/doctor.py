@@ -234,7 +234,7 @@ def _small_steps(seconds: float = 0.0, steps: int = 3) -> None:
 
 def check_capture() -> list[Check]:
     from xladev.debug import _profiler_capture
-    from xladev.debug._profiler_common import ProfilerError, check_profile
+    from xladev.debug._profiler_common import ProfilerError, check_profile, hlo_modules
 
     checks = []
     with tempfile.TemporaryDirectory(prefix="xladev_doctor_") as logdir:
@@ -246,15 +246,21 @@ def check_capture() -> list[Check]:
             finally:
                 path = _profiler_capture.stop_trace()
             summary = check_profile(path, quiet=True)
-            wanted = ["xladev.execute", "PjitFunction(jit(xladev_", "doctor 2"]
+            wanted = ["xladev.execute", "xladev.mark_step", "doctor 2"]
             missing = [w for w in wanted if not summary.has(w)]
+            modules = hlo_modules(path, quiet=True)
             if missing:
                 checks.append(Check("in-process capture", "fail",
                                     f"the profile has {summary.num_events} events but lacks {missing}",
                                     "reinstall matching jax/jaxlib and xprof, then run `xladev doctor` again"))
+            elif not any(m.startswith("jit_xladev_") for m in modules):
+                checks.append(Check("in-process capture", "fail",
+                                    f"the profile has {summary.num_events} events but no HLO module of the graphs "
+                                    "it ran (graph viewer, memory viewer would be empty)",
+                                    "reinstall matching jax/jaxlib and xprof, then run `xladev doctor` again"))
             else:
                 checks.append(Check("in-process capture", "ok", f"{summary.num_events} events read back with xprof, "
-                                    "xladev annotations and XLA executions present"))
+                                    f"xladev annotations present, {len(modules)} HLO module(s) for the graph viewer"))
         except ProfilerError as exc:
             checks.append(Check("in-process capture", "fail", str(exc).splitlines()[0],
                                 "see the message; reinstall with " + INSTALL_FIX))

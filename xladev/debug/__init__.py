@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from xladev._flags import config
-from xladev.events import GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
+from xladev.events import DynamoRecompiled, GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
 from xladev.schema.records import recompilation_lines
 from xladev.schema.sites import short_site, site_of
 
@@ -24,7 +24,8 @@ class RecompilationError(PropagatingError, AssertionError):
 class assert_no_recompiles(contextlib.ContextDecorator):
     """Raises at the first graph compile after `after_step` steps, naming what changed.
 
-    Like `torch.compiler.set_stance("fail_on_recompile")`, but the error says why:
+    Like `torch.compiler.set_stance("fail_on_recompile")`, but the error says why. It covers the lazy path's
+    graphs and torch.compile (`backend="xladev"`): a TorchDynamo recompilation raises with the failed guard.
 
         with xladev.debug.assert_no_recompiles(after_step=2):
             for step in range(100):
@@ -44,7 +45,8 @@ class assert_no_recompiles(contextlib.ContextDecorator):
     def __enter__(self) -> "assert_no_recompiles":
         self.steps = 0
         self._recompiled: dict[str, Recompiled] = {}
-        self._sub = bus.subscribe(self._on_event, (GraphCompiled, Recompiled, StepMarked), wants_frames=True)
+        self._sub = bus.subscribe(self._on_event, (GraphCompiled, Recompiled, StepMarked, DynamoRecompiled),
+                                  wants_frames=True)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -58,6 +60,13 @@ class assert_no_recompiles(contextlib.ContextDecorator):
             return
         if isinstance(event, Recompiled):  # published just before its graph's GraphCompiled
             self._recompiled[event.graph_hash] = event
+            return
+        if isinstance(event, DynamoRecompiled):  # torch.compile traces a function again: a recompile too
+            if self.steps >= self.after_step:
+                raise RecompilationError(
+                    f"torch.compile recompiled {event.function} after warm-up (step {self.steps} of this block, "
+                    f"after_step={self.after_step}) at {short_site(site_of(event.frames))}:\n"
+                    f"  guard failed: {event.guard}")
             return
         recompiled = self._recompiled.pop(event.graph_hash, None)
         if self.steps < self.after_step:

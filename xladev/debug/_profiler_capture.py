@@ -14,10 +14,12 @@ import sys
 import threading
 import time
 
+from xladev.debug import _profiler_client, _profiler_xspace
 from xladev.debug._profiler_common import (
     NO_EVENTS_HELP, ProfileSummary, ProfilerError, check_profile, new_xplane_files, parse_service_addr, prepare_logdir,
     probe_server, xplane_files,
 )
+from xladev.schema.ranks import RANK_FIELD, rank_and_world
 
 # ---- in-process capture -------------------------------------------------------------------------
 
@@ -48,11 +50,23 @@ def _reset_jax_state() -> None:
         pass
 
 
-def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int = 0, _owner: str = "start_trace") -> None:
+def rank_logdir(logdir):
+    """This rank's profile directory: `logdir/rank<R>` in a job of several processes (two ranks on one host
+    would otherwise write the same `<time>/<host>.xplane.pb`), `{rank}` in `logdir` replaced, else `logdir`."""
+    text = os.fspath(logdir) if logdir is not None else ""
+    rank, world = rank_and_world()
+    if RANK_FIELD in text:
+        return text.replace(RANK_FIELD, str(rank))
+    return os.path.join(text, f"rank{rank}") if world > 1 and text else logdir
+
+
+def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int = 0, _owner: str = "xp.start_trace") -> None:
     """Starts recording a profile of this process; `stop_trace()` writes it under `logdir`.
 
     Args:
       logdir: the TensorBoard log directory; the profile goes to `<logdir>/plugins/profile/<time>/<host>.xplane.pb`.
+        In a job of several processes each rank writes under `<logdir>/rank<R>` (TensorBoard shows one run per
+        rank), or where `{rank}` in `logdir` says.
       host_tracer_level: 1 user annotations only, 2 (default) adds runtime/XLA host events, 3 everything.
       python_tracer_level: 1 records every Python call too (large profiles, slower steps); 0 (default) does not.
 
@@ -65,7 +79,7 @@ def start_trace(logdir, *, host_tracer_level: int = 2, python_tracer_level: int 
             raise ProfilerError(
                 f"a profile trace is already running in this process (started by {_active.owner} into "
                 f"{_active.logdir!r}); call xp.stop_trace() before starting another")
-        logdir = prepare_logdir(logdir)
+        logdir = prepare_logdir(rank_logdir(logdir))
         before = xplane_files(logdir)
         import jax.profiler
 
@@ -97,10 +111,8 @@ def stop_trace() -> str:
         if session is None:
             raise ProfilerError("stop_trace() called but no profile trace is running: call xp.start_trace(logdir) first")
         _active = None
-        import jax.profiler
-
         try:
-            jax.profiler.stop_trace()
+            tidied = _stop_and_write(session.logdir)
         except Exception as exc:
             _reset_jax_state()
             hint = ""
@@ -114,7 +126,65 @@ def stop_trace() -> str:
         path = written[-1]
         if os.path.getsize(path) == 0:
             raise ProfilerError(f"the profile {path!r} is empty (0 bytes)")
+        announce_written(path, session.logdir, tidied, session.owner)
         return path
+
+
+def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResult | None", how: str,
+                     steps: tuple[int, int] | None = None) -> None:
+    """Publishes `ProfileWritten` (the event log's `profile` record: `xladev report` and the TUI show where
+    the profile is, which steps it covers and how to open it), when anything listens.
+
+    Args:
+      path: the written `.xplane.pb`.
+      logdir: its TensorBoard log directory.
+      tidied: what tidying it found (its step window), or None.
+      how: the call that captured it.
+      steps: the exact (first, last) step window, when the caller knows it (a step window).
+    """
+    from xladev.events import ProfileWritten, bus
+
+    if not bus.active:
+        return
+    from xladev.runtime import steps as runtime_steps
+
+    if steps is None and tidied is not None:
+        steps = (tidied.first_step, tidied.last_step)
+    first, last = steps if steps is not None else (None, None)
+    bus.emit(ProfileWritten(time.perf_counter_ns(), runtime_steps.current(), path, logdir, first, last, how))
+
+
+def _stop_and_write(logdir: str) -> "_profiler_xspace.TidyResult | None":
+    """Stops jax's in-process profiling session and writes its profile, tidied (`_profiler_xspace`), where
+    and as `jax.profiler.stop_trace()` writes it (`<logdir>/plugins/profile/<time>/<host>.xplane.pb`).
+
+    Returns:
+      What tidying removed and found (the steps the profile covers); None when the profile could not be read.
+
+    Raises:
+      RuntimeError: no session runs, or the native profiler failed to stop or write (its message).
+    """
+    from jax._src import profiler as jax_profiler
+
+    state = getattr(jax_profiler, "_profile_state", None)
+    session = getattr(state, "profile_session", None)
+    if session is None or not hasattr(session, "export"):  # another jax: its own writer, then tidy the file
+        before = xplane_files(logdir)
+        jax_profiler.stop_trace()
+        results = [_tidy(path) for path in new_xplane_files(logdir, before)]
+        return results[-1] if results else None
+    with state.lock:
+        try:
+            xspace = session.stop()
+        finally:
+            state.reset()
+            jax_profiler.clear_metadata()
+        try:
+            xspace, result = _profiler_xspace.tidy(xspace)
+        except ValueError:
+            result = None  # written as it came; reading it back says what is wrong
+        session.export(xspace, logdir)
+        return result
 
 
 class trace_session(contextlib.AbstractContextManager):
@@ -129,7 +199,7 @@ class trace_session(contextlib.AbstractContextManager):
         self.path: str | None = None
 
     def __enter__(self) -> "trace_session":
-        start_trace(self.logdir, _owner="trace_session", **self.options)
+        start_trace(self.logdir, _owner="xp.trace_session", **self.options)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -144,34 +214,39 @@ class trace_session(contextlib.AbstractContextManager):
 # ---- remote capture -----------------------------------------------------------------------------
 
 
+BUSY_MARK = "Another profiling session active"
+
+
 def _native_trace(addr: str, logdir: str, duration_ms: int, attempts: int, options: dict, timeout_s: float) -> None:
-    """xprof's blocking client call, run on a daemon thread so the wait is bounded."""
-    from xprof.convert import _pywrap_profiler_plugin
+    """xprof's blocking client call, in a child process (`_profiler_client`), bounded by `timeout_s`.
 
-    outcome: dict = {}
+    Raises:
+      ProfilerError: the capture did not finish in time, the server was busy with another session, it
+        recorded nothing, or the client failed; each says so.
+    """
+    import subprocess
 
-    def call() -> None:
-        try:
-            _pywrap_profiler_plugin.trace(addr, logdir, "", True, duration_ms, attempts, options)
-        except BaseException as exc:  # reported to the caller below
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=call, name="xladev-profile-client", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
+    try:
+        outcome = _profiler_client.run(addr, logdir, duration_ms, attempts, options, timeout_s)
+    except subprocess.TimeoutExpired:
         raise ProfilerError(
             f"the capture from {addr} did not finish within {timeout_s:g} s (it asked for {duration_ms} ms x "
             f"{attempts} attempt(s)); the server accepted the connection but never answered. Is it a profiler "
-            "server (xp.start_server) of a process that is still alive?")
-    error = outcome.get("error")
-    if error is not None:
-        text = str(error).strip()
-        if "No trace event" in text or "no responses from clients" in text:
-            raise ProfilerError(
-                f"No trace event is collected from {addr} after {attempts} attempt(s) of {duration_ms} ms: the "
-                f"server answered but recorded nothing ({text.splitlines()[0]}).\n" + NO_EVENTS_HELP) from None
-        raise ProfilerError(f"capturing a profile from {addr} failed: {type(error).__name__}: {text}") from None
+            "server (xp.start_server) of a process that is still alive?") from None
+    if outcome.ok:
+        return
+    text = outcome.error.strip()
+    if BUSY_MARK in outcome.output:
+        raise ProfilerError(
+            f"the profiler server at {addr} is busy: another profiling session is active in that process "
+            "(another `xladev capture`, TensorBoard's Capture button, an xp.trace/trace_detached, or an in-process "
+            "xp.start_trace/profile_steps there). Only one session can record at a time: wait for it to finish, "
+            f"then capture again ({attempts} attempt(s) were refused: \"{BUSY_MARK}\")")
+    if "No trace event" in text or "no responses from clients" in text:
+        raise ProfilerError(
+            f"No trace event is collected from {addr} after {attempts} attempt(s) of {duration_ms} ms: the "
+            f"server answered but recorded nothing ({text.splitlines()[0]}).\n" + NO_EVENTS_HELP)
+    raise ProfilerError(f"capturing a profile from {addr} failed: {text}")
 
 
 def trace(service_addr: str, logdir, duration_ms: int = 1000, num_tracing_attempts: int = 3,
@@ -209,7 +284,34 @@ def capture(service_addr: str, logdir, duration_ms: int = 1000, num_tracing_atte
     if not written:
         raise ProfilerError(f"No trace event is collected: the capture from {addr} reported success but wrote no "
                             f".xplane.pb under {logdir!r}.\n" + NO_EVENTS_HELP)
-    return check_profile(written[-1], quiet=quiet)
+    tidied = _tidy(written[-1])
+    summary = check_profile(written[-1], quiet=quiet)
+    if _is_this_process(host, port):
+        announce_written(written[-1], logdir, tidied, f"xp.trace from {addr}")
+    return summary
+
+
+def _is_this_process(host: str, port: int) -> bool:
+    """True when `host:port` is this process's own profiler server (a capture of this run)."""
+    from xladev.debug._profiler_server import current_server
+
+    server = current_server()
+    if server is None or server.port != port:
+        return False
+    import socket
+
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname())
+
+
+def _tidy(path: str) -> "_profiler_xspace.TidyResult | None":
+    """Removes jaxlib's duplicate call events and the runtime's lowering-time jax calls from a written profile.
+
+    A file that cannot be tidied stays as it was (None): the check that follows says what is wrong with it.
+    """
+    try:
+        return _profiler_xspace.tidy_file(path)
+    except (OSError, ValueError):
+        return None
 
 
 class CaptureHandle:

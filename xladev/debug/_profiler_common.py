@@ -13,6 +13,8 @@ import os
 import socket
 import tempfile
 
+from xladev.schema.records import tensorboard_command  # noqa: F401  (re-exported: one definition, the report's too)
+
 PROFILE_SUBDIR = os.path.join("plugins", "profile")
 
 NO_EVENTS_HELP = (
@@ -38,7 +40,7 @@ class ProfileSummary:
       path: the `.xplane.pb` file.
       size_bytes: its size.
       num_events: complete (timed) trace events in it.
-      names: how many events carry each name (`xladev.execute`, `train 5`, `PjitFunction(jit(xladev_...))`).
+      names: how many events carry each name (`xladev.execute`, `train 5`, `xladev.sync .item()`).
     """
 
     path: str
@@ -189,6 +191,26 @@ def check_profile(path: str, quiet: bool = False) -> ProfileSummary:
     return summary
 
 
+def hlo_modules(path: str, quiet: bool = False) -> list[str]:
+    """The HLO modules a profile holds, as xprof's graph and memory viewers name them (`jit_xladev_<hash>(<id>)`).
+
+    xprof extracts them from the profile into `<module>.hlo_proto.pb` files beside it (what TensorBoard does
+    when it first lists the run's tools); this asks it to, then lists those files.
+
+    Raises:
+      ProfilerError: xprof is not installed.
+    """
+    try:
+        from xprof.convert import raw_to_tool_data
+    except ImportError as exc:
+        raise ProfilerError(f"cannot read profiles: xprof is not importable ({exc})") from None
+    with quiet_native_stderr(quiet):
+        raw_to_tool_data.xspace_to_tool_names([path])
+    suffix = ".hlo_proto.pb"
+    names = os.listdir(os.path.dirname(os.path.abspath(path)))
+    return sorted(n[:-len(suffix)] for n in names if n.endswith(suffix) and not n.startswith("NO_MODULE"))
+
+
 def parse_service_addr(service_addr: str) -> tuple[str, int]:
     """`host:port` (also `grpc://host:port`, `[::1]:port`) as (host, port).
 
@@ -226,10 +248,3 @@ def probe_server(host: str, port: int, timeout_s: float = 2.0) -> None:
         reason = f"cannot connect to {host}:{port}: {exc.strerror or exc}"
     raise ProfilerError(
         f"No trace event is collected: there is no profiler server at {host}:{port}: {reason}.\n" + NO_EVENTS_HELP)
-
-
-def tensorboard_command(logdir: str) -> str:
-    """The command that shows the profiles of `logdir` (Profile tab)."""
-    import shlex
-
-    return f"tensorboard --logdir {shlex.quote(logdir)}"

@@ -49,6 +49,12 @@ class StepWindow:
     def done(self) -> bool:
         return self._finished.is_set()
 
+    def call(self) -> str:
+        """How the window was asked for: `XLADEV_PROFILE_STEPS=5:8` or `xp.profile_steps(start=5, count=3)`."""
+        if self.source == "XLADEV_PROFILE_STEPS":
+            return f"XLADEV_PROFILE_STEPS={self.start}:{self.stop}"
+        return f"xp.{self.source}(start={self.start}, count={self.stop - self.start})"
+
     @property
     def steps(self) -> range:
         return range(self.start, self.stop)
@@ -81,7 +87,7 @@ class StepWindow:
 
     def _begin(self) -> None:
         try:
-            capture.start_trace(self.logdir, _owner=f"{self.source}({self.start}:{self.stop})", **self.options)
+            capture.start_trace(self.logdir, _owner=self.call(), **self.options)
         except BaseException as exc:
             self._fail(exc)
             return

@@ -27,10 +27,14 @@ from xladev.events._types import (
     Recompiled,
     DynamoGraphBreak,
     DynamoRecompiled,
+    ProfileWritten,
+    RankLost,
+    CollectivesExecuted,
 )
 
 __all__ = [
     "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
+    "ProfileWritten", "RankLost", "CollectivesExecuted",
 ]

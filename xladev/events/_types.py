@@ -36,6 +36,8 @@ class CauseKind(str, enum.Enum):
     DYNAMO_INPUTS = "torch_xla.sync when dynamo processing input graphs"
     DYNAMO_COMPILE = "dynamo is compiling a FX graph to HLO"
     DYNAMO_EXECUTE = "dynamo is executing a compiled program"
+    # A multi-process job: a graph of collectives synchronising the replicas.
+    COLLECTIVE = "collective synchronising the replicas"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,6 +93,9 @@ class GraphInfo(Protocol):
 
     def root_hashes(self) -> list[str]:
         """A structural hash per output (PyTorch/XLA's "Root Hashes")."""
+
+    def collectives(self) -> list[tuple[str, int, str | None]]:
+        """(op, bytes from this rank, the user's line) of each collective of the graph, in order."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -308,3 +313,60 @@ class DynamoRecompiled(Event):
     guard: str
     compiles: int
     frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
+class ProfileWritten(Event):
+    """A profile capture of this process was written (`xladev.debug.profiler`): where, and which steps.
+
+    `step` is the step being recorded when it was written. The window is the runtime's steps the
+    capture covers, `first_step`..`last_step` (the step being recorded when it started and when it
+    stopped, or a `profile_steps` window's exact steps); None when the profile does not say.
+
+    Attributes:
+      path: the `.xplane.pb` file.
+      logdir: the TensorBoard log directory it was written under.
+      first_step, last_step: the step window.
+      how: the call that captured it (`xp.profile_steps(5, 3)`, `xp.start_trace`, `xp.trace from host:port`).
+    """
+
+    path: str
+    logdir: str
+    first_step: int | None
+    last_step: int | None
+    how: str
+
+
+@dataclasses.dataclass(slots=True)
+class RankLost(Event):
+    """Another process of the job is gone: it left without saying so (it died, or stopped answering).
+
+    Attributes:
+      rank: the rank that is gone.
+      reason: what was seen.
+    """
+
+    rank: int
+    reason: str
+
+
+@dataclasses.dataclass(slots=True)
+class CollectivesExecuted(Event):
+    """A graph holding collectives ran on every rank (announced after its `GraphExecuted`).
+
+    Attributes:
+      graph_hash: the graph.
+      count: its collectives (all-reduce, all-gather...).
+      nbytes: the bytes they reduce or send from this rank.
+      wait_ns: how long this rank waited for the others to reach the graph before it ran: the time a
+        faster rank loses to a straggler.
+      execute_ns: the graph's run, collectives included.
+      sites: the user's line of each collective (`file:line (function)`), in order.
+    """
+
+    graph_hash: str
+    count: int
+    nbytes: int
+    wait_ns: int
+    execute_ns: int
+    sites: tuple[str, ...] = ()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from xladev import fallback_reasons, rules
-from xladev.report.debuglog import is_step_cause
+from xladev.report.debuglog import is_program_cause, is_step_cause
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
@@ -19,7 +19,7 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
         if source.debug is None:
             continue
         for (site, cause, _), (count, line, _, _) in source.debug.executions.items():
-            if not is_step_cause(cause):
+            if not is_step_cause(cause) and not is_program_cause(cause):
                 sites[(site, cause, source.name)] += count
                 first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
     return sites, first_lines
@@ -35,7 +35,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
     compile_sites: dict[str, list] = {}
     for source in logs:
         for event in source.debug.compile_events:
-            entry = compile_sites.setdefault(event.site or "?", [0, set(), set(), source.name, event.line])
+            entry = compile_sites.setdefault(event.where, [0, set(), set(), source.name, event.line])
             entry[0] += 1
             entry[1].add(event.graph_hash)
             entry[2].add((event.inputs, event.outputs))
@@ -55,7 +55,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
             for event in source.debug.compile_events:
                 changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
                 if changes:
-                    latest[event.site or "?"] = changes
+                    latest[event.where] = changes
         for site, changes in list(latest.items())[:3]:
             recompile.evidence.append(f"what changed at {site} (last recompile): " + "; ".join(changes[:2]))
     reads, first_lines = _value_read_sites(logs)
@@ -135,5 +135,35 @@ def growth_findings(sources: list[SourceResult]) -> list[Finding]:
             continue
         finding = rules.graph_growing_finding(warnings=seen[2], **numbers)
         finding.sources.append(where(source, seen[0]))
+        findings.append(finding)
+    return findings
+
+
+def dynamo_findings(sources: list[SourceResult]) -> list[Finding]:
+    """torch.compile's graph breaks and TorchDynamo's recompilations, from a debug log or an event log."""
+    breaks: dict[tuple[str, str, str], int] = {}
+    recompiles: dict[tuple[str, str], int] = {}
+    first: dict[str, str] = {}
+    for source in sources:
+        if not source.has_debug:
+            continue
+        for key, times in source.debug.graph_breaks.items():
+            breaks[key] = breaks.get(key, 0) + times
+        for key, times in source.debug.dynamo_recompiles.items():
+            recompiles[key] = recompiles.get(key, 0) + times
+        for kind in (rules.GRAPH_BREAK, rules.DYNAMO_RECOMPILE):
+            seen = source.debug.profiler.get(kind)
+            if seen is not None and kind not in first:
+                first[kind] = where(source, seen[0])
+    findings = []
+    ranked = sorted(((site, by, reason, times) for (site, by, reason), times in breaks.items()), key=lambda b: -b[3])
+    finding = rules.graph_break_finding(breaks=ranked, steps=0)
+    if finding is not None:
+        finding.sources.append(first[rules.GRAPH_BREAK])
+        findings.append(finding)
+    ranked_guards = sorted(((f, g, n) for (f, g), n in recompiles.items()), key=lambda r: -r[2])
+    finding = rules.dynamo_recompile_finding(recompiles=ranked_guards, steps=0)
+    if finding is not None:
+        finding.sources.append(first[rules.DYNAMO_RECOMPILE])
         findings.append(finding)
     return findings

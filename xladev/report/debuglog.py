@@ -12,11 +12,12 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from xladev import wall_time
+from xladev import rules, wall_time
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
+MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
@@ -39,8 +40,13 @@ _POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediat
                            r"([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib)[/\\]")
-_STEP_CAUSE_RE = re.compile(r"\b(?:mark_step|torch_xla\.sync|sync|StepTrace|parallel loader)\b", re.IGNORECASE)
+_STEP_CAUSE_RE = re.compile(r"\b(?:mark_step|torch_xla\.sync|sync|StepTrace|parallel loader)\b|^\s*torch_xla\.compile\s*$",
+                            re.IGNORECASE)
 _VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
+# Executions that are the program itself, neither a step barrier nor a value read: torch.compile's graphs and
+# their inputs, and the sync that opens a compiled region.
+_PROGRAM_CAUSE_RE = re.compile(r"dynamo is executing a compiled program|dynamo processing input graphs|"
+                               r"torch_xla\.compile clear the pending graph")
 
 POST_COMPILE_FIELDS = {"Graph input": "input_bytes", "Graph output": "output_bytes",
                        "Aliased Input": "aliased_bytes", "Intermediate tensor": "temp_bytes",
@@ -66,6 +72,7 @@ class GraphEvent:
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
       steps_before: step syncs seen in the log before this event (its 0-based step).
+      name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
     """
 
     kind: str
@@ -82,6 +89,14 @@ class GraphEvent:
     computation_hash: str = ""
     sizes: dict[str, float] = dataclasses.field(default_factory=dict)
     steps_before: int = 0
+    name: str = ""
+
+    @property
+    def where(self) -> str:
+        """The site, and the graph's name when it has one: a compiled region's or a torch.compile graph's two
+        syncs at one line are two places, not one graph recompiled."""
+        site = self.site or "?"
+        return f"{site}, graph {self.name}" if self.name else site
 
 
 def user_site(frames: list[str]) -> tuple[str, str]:
@@ -104,8 +119,14 @@ def user_site(frames: list[str]) -> tuple[str, str]:
 
 
 def is_step_cause(cause: str) -> bool:
-    """True when a cause names a step barrier (mark_step, torch_xla.sync, StepTrace, loader)."""
-    return bool(_STEP_CAUSE_RE.search(cause)) and not _VALUE_READ_RE.search(cause)
+    """True when a cause names a step barrier (mark_step, torch_xla.sync, StepTrace, loader, a compiled region)."""
+    return bool(_STEP_CAUSE_RE.search(cause)) and not _VALUE_READ_RE.search(cause) and not is_program_cause(cause)
+
+
+def is_program_cause(cause: str) -> bool:
+    """True when an execution is part of the program (a torch.compile graph or its inputs, a compiled region's
+    opening sync): neither a step nor a value read."""
+    return bool(_PROGRAM_CAUSE_RE.search(cause))
 
 
 class DebugLog:
@@ -124,6 +145,8 @@ class DebugLog:
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
       failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
         message, hlo_path, site and line.
+      graph_breaks: torch.compile graph breaks: (site, by, reason) -> times seen.
+      dynamo_recompiles: TorchDynamo recompilations: (function, failed guard) -> times seen.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -147,6 +170,8 @@ class DebugLog:
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
         self.run_summary: dict | None = None
+        self.graph_breaks: dict[tuple[str, str, str], int] = {}
+        self.dynamo_recompiles: dict[tuple[str, str], int] = {}
         self._summary_section = ""
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
@@ -318,6 +343,8 @@ class DebugLog:
         try:
             if key == "Graph Hash":
                 event.graph_hash = value
+            elif key == "Graph Name":
+                event.name = value
             elif key == "Number of Graph Inputs":
                 event.inputs = int(value)
             elif key == "Number of Graph Outputs":
@@ -357,6 +384,15 @@ class DebugLog:
         elif (match := _NOT_LOWERED_RE.search(message)) is not None:
             kind = "Op(s) not lowered"
             self.not_lowered_ops.update(op.strip() for op in match.group(1).split(",") if op.strip())
+        elif (found := rules.parse_graph_break_message(message)) is not None:
+            kind = rules.GRAPH_BREAK
+            if found in self.graph_breaks or len(self.graph_breaks) < MAX_DYNAMO_KEYS:
+                self.graph_breaks[found] = self.graph_breaks.get(found, 0) + 1
+        elif (found := rules.parse_dynamo_recompile_message(message)) is not None:
+            kind = rules.DYNAMO_RECOMPILE
+            key = (found[0], found[3])
+            if key in self.dynamo_recompiles or len(self.dynamo_recompiles) < MAX_DYNAMO_KEYS:
+                self.dynamo_recompiles[key] = self.dynamo_recompiles.get(key, 0) + 1
         else:
             kind = message.split(":", 1)[0][:80]
         if kind not in self.profiler and len(self.profiler) >= MAX_PROFILER_KINDS:

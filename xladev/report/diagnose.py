@@ -8,16 +8,18 @@ graphs the others do not are flagged. Evidence carries the input line numbers it
 from __future__ import annotations
 
 from xladev import fallback_reasons, rules, wall_time
-from xladev.report import timing
-from xladev.report.debug_findings import debug_evidence, debug_only_findings, growth_findings
+from xladev.report import across_ranks, timing
+from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metrics_facts, repeated_in_series,
                                      repeated_recompiles, where)
 from xladev.rules import Finding
 from xladev.schema import units
 
-_RULE_ORDER = ["compile-failure", "execute-failure", "recompilation", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "device-data-cache-miss", "compile-time", "not-enough-evidence",
+_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "recompilation", "rank-recompiles",
+               "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
+               "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
+               "compile-time", "not-enough-evidence",
                "healthy"]
 
 
@@ -129,6 +131,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
     findings.extend(growth_findings(sources))
+    findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)
     if breakdown is not None:
@@ -224,6 +227,7 @@ def diagnose(report) -> list[Finding]:
     per_rank = {rank: diagnose_group(report, sources) for rank, sources in report.ranks().items()}
     findings = _merge_ranks(per_rank) if len(per_rank) > 1 else next(iter(per_rank.values()))[0]
     findings.extend(_rank_findings(per_rank))
+    findings.extend(across_ranks.findings(report.ranks()))
     if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
         if facts is not None and facts.steps <= 0 and (facts.compiles or facts.executions):

@@ -118,9 +118,26 @@ def _summary(report) -> list[tuple[str, str]]:
         summary.append(("Debug log", f"{compiles} compile and {executions} execution analyses"))
     if len(report.time_breakdowns) == 1:
         summary.append(("Wall time", next(iter(report.time_breakdowns.values())).headline()))
+    summary += _profile_rows(report)
     if report.warning_count:
         summary.append(("Parse warnings", str(report.warning_count)))
     return summary
+
+
+MAX_PROFILE_ROWS = 5
+
+
+def _profile_rows(report) -> list[tuple[str, str]]:
+    """A summary row per profile the run wrote (its steps, file, and how to open it), the last few."""
+    profiles = [(source, profile) for source in report.sources for profile in source.profiles]
+    rows = []
+    for source, profile in profiles[-MAX_PROFILE_ROWS:]:
+        rank = f"rank {source.rank}: " if source.rank is not None and len(report.sources) > 1 else ""
+        rows.append(("Profile", f"{rank}{profile.window()} ({profile.how or 'captured'}): {profile.path}; "
+                                f"open it with `{profile.open_command()}`, tab Profile"))
+    if len(profiles) > MAX_PROFILE_ROWS:
+        rows.insert(0, ("Profiles", f"{len(profiles)} written; the last {MAX_PROFILE_ROWS}:"))
+    return rows
 
 
 def _metrics_table(source) -> Table:

@@ -22,18 +22,22 @@ from typing import BinaryIO
 from xladev import rules, wall_time
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
-from xladev.report.model import MetricBlock, ReportSnapshot, SourceResult
+from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import records as rec
 from xladev.schema.counters import updates
-from xladev.schema.sites import split_site
+from xladev.schema.sites import short_site, split_site
 from xladev.schema.units import COUNT
 
 KIND_NAME = "event-log"
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 MAX_SAMPLES = 1024
 MAX_STEP_TIMES = 100_000
+MAX_PROFILES = 1000
+# Bounds of what is kept to compare ranks: executions and compiles, and graph texts (count, characters each).
+MAX_TRACE_RUNS = 200_000
+MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
 _POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
                        "temp": "temp_bytes", "generated_code": "program_bytes"}
 
@@ -69,6 +73,7 @@ class EventLogReplay:
         self.source = source
         source.series = StepSeries(max_rows=max_rows)
         source.debug = DebugLog(source.warn)
+        source.trace = self.trace = RankTrace()
         self.counters: dict[str, int] = {}
         self.counter_lines: dict[str, int] = {}
         self.metrics: dict[str, _Metric] = {}
@@ -139,7 +144,7 @@ class EventLogReplay:
                            frames=[record.site] if record.site else [], site=site, function=function,
                            sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
                                   if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
-                           steps_before=self.steps)
+                           steps_before=self.steps, name=record.name or "")
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
             event.recompilation = rec.recompilation_lines(
@@ -147,6 +152,8 @@ class EventLogReplay:
                 recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0))
         self._spent("compile", record.compile_ns)
         self.compile_ns_by_step.append((record.step, record.compile_ns))
+        if len(self.trace.compiles) < MAX_TRACE_RUNS:
+            self.trace.compiles.append((record.step, record.hash, record.site or "?"))
         debug = self.source.debug
         debug.compiles += 1
         debug._last_compile = event
@@ -155,6 +162,8 @@ class EventLogReplay:
 
     def _on_execute(self, record: rec.Execute) -> None:
         self._spent("execute", record.execute_ns)
+        if len(self.trace.runs) < MAX_TRACE_RUNS:
+            self.trace.runs.append((record.step, record.hash, record.site or "?"))
         debug = self.source.debug
         debug.execution_count += 1
         site, _ = split_site(record.site)
@@ -179,6 +188,15 @@ class EventLogReplay:
         self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=record.ops, step=record.step,
                                                                                    site=site))
 
+    def _on_graph_break(self, record: rec.GraphBreak) -> None:
+        # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
+        self.source.debug.add_profiler_line(self.line, rules.graph_break_message(
+            site=short_site(record.site), reason=record.reason, by=record.by))
+
+    def _on_dynamo_recompile(self, record: rec.DynamoRecompile) -> None:
+        self.source.debug.add_profiler_line(self.line, rules.dynamo_recompile_message(
+            function=record.function, site=short_site(record.site), guard=record.guard, compiles=record.compiles))
+
     def _on_step(self, record: rec.Step) -> None:
         if len(self.step_times) < MAX_STEP_TIMES:
             self.step_times.append(wall_time.StepTime(record.step, float(record.interval_ns), self._step_parts))
@@ -190,8 +208,25 @@ class EventLogReplay:
 
     def _on_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
         kind = "compile" if isinstance(record, rec.CompileFailed) else "execute"
+        if kind == "execute" and len(self.trace.runs) < MAX_TRACE_RUNS:
+            self.trace.runs.append((record.step, record.hash, record.site or "?"))
         self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
                                       record.hlo_path, split_site(record.site)[0])
+
+    def _on_profile(self, record: rec.Profile) -> None:
+        if len(self.source.profiles) < MAX_PROFILES:
+            self.source.profiles.append(record)
+
+    def _on_graph(self, record: rec.GraphText) -> None:
+        if len(self.trace.graph_ir) < MAX_TRACE_GRAPHS:
+            self.trace.graph_ir[record.hash] = record.ir[:MAX_GRAPH_TEXT]
+
+    def _on_collective(self, record: rec.Collective) -> None:
+        waits = self.trace.wait_ns_by_step
+        waits[record.step] = waits.get(record.step, 0) + record.wait_ns
+
+    def _on_rank_lost(self, record: rec.RankLost) -> None:
+        self.trace.lost.append((record.rank, record.reason, record.step))
 
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
@@ -253,7 +288,10 @@ _HANDLERS = {
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Ops: EventLogReplay._on_ops,
-    rec.Transfer: EventLogReplay._on_transfer,
+    rec.Transfer: EventLogReplay._on_transfer, rec.Profile: EventLogReplay._on_profile,
+    rec.GraphBreak: EventLogReplay._on_graph_break, rec.DynamoRecompile: EventLogReplay._on_dynamo_recompile,
+    rec.Transfer: EventLogReplay._on_transfer, rec.GraphText: EventLogReplay._on_graph,
+    rec.Collective: EventLogReplay._on_collective, rec.RankLost: EventLogReplay._on_rank_lost,
 }
 
 

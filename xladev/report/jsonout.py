@@ -114,6 +114,9 @@ def report_json(report) -> dict:
         "compile_events_total": sum(source.debug.compiles for source in report.sources if source.debug),
         "profiler_lines": _records(report.profiler_lines),
         "fallback_sites": _records(report.fallback_sites),
+        "profiles": [{"rank": source.rank, "path": p.path, "logdir": p.logdir, "first_step": p.first_step,
+                      "last_step": p.last_step, "how": p.how, "open": p.open_command()}
+                     for source in report.sources for p in source.profiles],
         "warnings": [{"source": w.source, "line": w.line, "message": w.message} for w in report.warnings],
         "warning_count": report.warning_count,
     }

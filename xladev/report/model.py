@@ -104,6 +104,25 @@ class ReportSnapshot:
 
 
 @dataclasses.dataclass
+class RankTrace:
+    """What an event log says each step ran: for comparing the ranks of a job (`xladev.report.across_ranks`).
+
+    Attributes:
+      runs: (step, graph hash, user's line) of every execution, and of every one refused (a mismatch).
+      compiles: (step, graph hash, user's line) of every compile.
+      graph_ir: graph hash -> its IR text (the log's ``graph`` records).
+      wait_ns_by_step: step -> ns this rank waited for the others to reach its collectives.
+      lost: (rank gone, reason, step) of each rank this rank saw go.
+    """
+
+    runs: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
+    compiles: list[tuple[int, str, str]] = dataclasses.field(default_factory=list)
+    graph_ir: dict[str, str] = dataclasses.field(default_factory=dict)
+    wait_ns_by_step: dict[int, int] = dataclasses.field(default_factory=dict)
+    lost: list[tuple[int, str, int]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class SourceResult:
     """Everything read from one input file.
 
@@ -150,6 +169,10 @@ class SourceResult:
     # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
     run_id: str | None = None
     run_label: str = ""
+    # Profiles of the run written while it logged (an event log's `profile` records), oldest first.
+    profiles: list = dataclasses.field(default_factory=list)
+    # An event log's per-step graphs, waits and lost ranks, for the diagnoses across ranks.
+    trace: RankTrace | None = None
 
     def warn(self, line: int, message: str, always: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

@@ -149,11 +149,11 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
             continue
         for event in source.debug.compile_events:
             if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
-                signatures.setdefault((event.site or "?", event.inputs, event.outputs), set()).add(event.graph_hash)
+                signatures.setdefault((event.where, event.inputs, event.outputs), set()).add(event.graph_hash)
             changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
             kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
             if kind != graphdiff.STRUCTURE:
-                key = (event.site or "?", kind)
+                key = (event.where, kind)
                 counts[key] += 1
                 examples.setdefault(key, changes[0])
     if not counts:  # xladev's causes, when present, say exactly what changed: only without them

@@ -10,6 +10,7 @@ they take plain numbers (counts, steps, durations in nanoseconds, counter maps) 
 - `recompile_rules`: recompilation told apart from warm-up;
 - `compile_rules`: torch.compile's graph breaks and recompilations;
 - `diagnoses`: xladev's other diagnoses, each a `Finding` with evidence and a concrete fix, or None;
+- `rank_rules`: diagnoses across the ranks of a job (diverging graphs, a rank recompiling alone, a straggler);
 - `api_names`: the advice in the run's own API names;
 - `preferences`: which way is better when two runs are compared.
 
@@ -34,8 +35,8 @@ from xladev.rules.recompile_rules import (  # noqa: F401
     REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
 )
 from xladev.rules.compile_rules import (  # noqa: F401
-    DYNAMO_RECOMPILE, GRAPH_BREAK, dynamo_recompile_finding, dynamo_recompile_message, graph_break_finding,
-    graph_break_message, guard_advice,
+    DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,
+    graph_break_finding, graph_break_message, guard_advice, parse_dynamo_recompile_message, parse_graph_break_message,
 )
 from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
@@ -43,6 +44,10 @@ from xladev.rules.diagnoses import (  # noqa: F401
     host_transfer_finding, huge_graph_finding, parse_graph_growing, pending_ops_threshold,
     persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
     undetermined_finding,
+)
+from xladev.rules.rank_rules import (  # noqa: F401
+    STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding, rank_recompile_finding,
+    straggler_finding,
 )
 from xladev.rules.api_names import (  # noqa: F401
     in_names_of,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from xladev.rules.finding_model import INFO, WARNING, Finding, _plural
@@ -22,6 +23,24 @@ _GUARD_ADVICE = (
 )
 
 
+# Graph breaks with a known remedy: a keyword of TorchDynamo's reason -> what to do.
+_BREAK_ADVICE = (
+    ("RNN, GRU, or LSTM", "TorchDynamo skips nn.LSTM/GRU/RNN by default: set torch._dynamo.config.allow_rnn = True "
+                          "before the first call to compile them"),
+    ("logging.Logger", "a logging call (often in a library, such as transformers' warnings) cannot be traced: it "
+                       "breaks the graph each time the function is traced, not each call"),
+    ("print", "print() cannot be traced: log from a step closure (xm.add_step_closure) or outside the function"),
+    ("Tensor.item", "a value read (.item(), bool(tensor)) cannot be traced: keep the value on the device, or set "
+                    "torch._dynamo.config.capture_scalar_outputs = True"),
+    ("needs the host", "the op runs on the CPU (`xladev coverage` says why): the graph runs op by op"),
+)
+
+
+def break_advice(reason: str) -> str | None:
+    """What to do about a graph break with this reason, when xladev knows; else None."""
+    return next((advice for key, advice in _BREAK_ADVICE if key in reason), None)
+
+
 def graph_break_message(*, site: str, reason: str, by: str) -> str:
     """The analysis line for a graph break.
 
@@ -37,10 +56,34 @@ def graph_break_message(*, site: str, reason: str, by: str) -> str:
     return f"{GRAPH_BREAK} at {site} ({where}): {reason}"
 
 
+_BREAK_RE = re.compile(re.escape(GRAPH_BREAK) + r" at (.*?) \((the graph runs lazily|the code there runs outside the "
+                       r"compiled graphs)\): (.*)$")
+
+
+def parse_graph_break_message(message: str) -> tuple[str, str, str] | None:
+    """(site, by, reason) of a `graph_break_message`, or None for another line."""
+    match = _BREAK_RE.match(message)
+    if match is None:
+        return None
+    return match.group(1), "xladev" if match.group(2).startswith("the graph") else "dynamo", match.group(3)
+
+
 def dynamo_recompile_message(*, function: str, site: str, guard: str, compiles: int) -> str:
     """The analysis line for a TorchDynamo recompilation: which function, which guard, what to do."""
     return (f"{DYNAMO_RECOMPILE} {function} (compile {compiles}) called at {site}: guard failed: {guard}; "
             f"{guard_advice(guard)}")
+
+
+_RECOMPILE_RE = re.compile(re.escape(DYNAMO_RECOMPILE) + r" (\S+) \(compile (\d+)\) called at (.*?): guard failed: "
+                           r"(.*?); ")
+
+
+def parse_dynamo_recompile_message(message: str) -> tuple[str, int, str, str] | None:
+    """(function, compiles, site, guard) of a `dynamo_recompile_message`, or None for another line."""
+    match = _RECOMPILE_RE.match(message)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2)), match.group(3), match.group(4)
 
 
 def guard_advice(guard: str) -> str:
@@ -64,6 +107,11 @@ def graph_break_finding(*, breaks: Sequence[tuple[str, str, str, int]], steps: i
     places = len(breaks)
     lazy = [b for b in breaks if b[1] == "xladev"]
     evidence = [f"{site}: {reason} ({_plural(times, 'time')})" for site, _, reason, times in breaks[:10]]
+    known = []
+    for _, _, reason, _ in breaks:
+        advice = break_advice(reason)
+        if advice and advice not in known:
+            known.append(advice)
     if places > 10:
         evidence.append(f"... and {places - 10} more places")
     fix = ("Rewrite the code at each site so TorchDynamo can trace it (no print, .item(), data-dependent Python "
@@ -72,6 +120,8 @@ def graph_break_finding(*, breaks: Sequence[tuple[str, str, str, int]], steps: i
     if lazy:
         fix += (" For a graph that runs lazily, the op needs the host (a CPU fallback or a value read): "
                 "`xladev coverage` says which ops run on the device.")
+    if known:
+        fix += " " + " ".join(a[0].upper() + a[1:] + "." for a in known)
     return Finding("graph-breaks", WARNING, f"torch.compile breaks the graph at {_plural(places, 'place')}",
                    "Each break ends a compiled graph: the code around it runs op by op, recorded lazily, and the "
                    "graphs on either side are compiled and run separately.", fix, evidence,

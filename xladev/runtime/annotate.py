@@ -1,17 +1,28 @@
-"""Profiler annotations of the runtime: compiles, executions, step barriers and the lazy tracing span.
+"""Profiler annotations of the runtime: every host-side event that costs time, and the lazy tracing span.
 
 Each is a jax TraceMe (`jax.profiler.TraceAnnotation`), so it shows in any captured profile, whether
 the capture runs in-process (`xp.start_trace`) or from another process through `xp.start_server`:
 
-    xladev.compile    graph=<hash> step=N   lowering and XLA compilation of one graph
-    xladev.execute    graph=<hash> step=N   the executable call until its outputs are ready; the XLA run
-                                             inside shows as `PjitFunction(jit(xladev_<hash[:16]>))`
-    xladev.mark_step  step=N cause=...      the step barrier (syncs, compiles, executions, closures)
-    xladev.tracing    step=N                host time between two barriers: Python and torch recording
-                                             the step's ops lazily
+    xladev.compile            graph step site nodes [recompiled reason previous graphs_at_site]
+                                                       lowering and XLA compilation of one graph
+    xladev.execute            graph step cause hlo_module hlo_op
+                                                       one run of a compiled graph (each run once: while
+                                                       a capture records, jax's own PjitFunction
+                                                       annotations of the call are not made)
+    xladev.sync <kind>        kind site step           a value read (`.item()`, `print`, `.cpu()`...) that
+                                                       syncs what it needs and copies it to the host
+    xladev.fallback <op>      op site step             an op without a lowering, run on the CPU
+    xladev.to_device          bytes site step          a host→device copy
+    xladev.from_device        bytes kind step          a device→host copy
+    xladev.step_closures      count step               the step closures run after a barrier
+    xladev.mark_step          step cause               the step barrier (syncs, compiles, executions, closures)
+    xladev.tracing            step                     host time between two barriers: Python and torch
+                                                       recording the step's ops lazily
 
-With no capture running, jax's `TraceMe.is_enabled()` is False and each helper costs that one C call
-and returns a shared no-op context manager. `set_enabled(False)` turns every helper off (for measuring
+`site` is the user's `file.py:LINE (function)`. Argument values never hold `,` or `#` (TraceMe's
+separators): they show as `‚` (a low quotation mark) and `＃`. With no capture running, jax's `TraceMe.is_enabled()` is False
+and each helper costs that one C call and returns a shared no-op context manager (`NULL`): the site is
+only looked up while a capture records. `set_enabled(False)` turns every helper off (for measuring
 that cost). The runtime calls `barrier_begin`/`barrier_end` around each step barrier; anything that must
 act exactly at a step boundary (the step-window profiler) registers a hook with `add_barrier_hook`, and
 what may refuse a barrier before it starts (the profiler's open `Trace` scopes) sets `set_barrier_guard`.
@@ -22,9 +33,13 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from xladev.runtime import stack
+from xladev.schema.sites import short_site, site_of
+
 __all__ = [
-    "add_barrier_hook", "barrier_begin", "barrier_end", "compile_span", "enabled", "execute_span", "hold_hooks",
-    "release_hooks", "remove_barrier_hook", "set_barrier_guard", "set_enabled", "tracing_pause", "tracing_resume",
+    "NULL", "add_args", "add_barrier_hook", "barrier_begin", "barrier_end", "closures_span", "compile_span", "enabled",
+    "execute_span", "fallback_span", "from_device_span", "hold_hooks", "release_hooks", "remove_barrier_hook",
+    "set_barrier_guard", "set_enabled", "sync_span", "to_device_span", "tracing_pause", "tracing_resume",
 ]
 
 
@@ -40,7 +55,7 @@ class _Null:
         return False
 
 
-_NULL = _Null()
+_NULL = NULL = _Null()
 _forced_off = False
 _Annotation = None  # jax.profiler.TraceAnnotation, bound on first use (jax is imported lazily)
 _lock = threading.Lock()
@@ -73,18 +88,89 @@ def set_enabled(on: bool) -> None:
     _forced_off = not on
 
 
-def compile_span(graph_hash: str, step: int):
-    """Context manager around lowering and compiling graph `graph_hash` during step `step`."""
-    if _forced_off or not _is_enabled():
-        return _NULL
-    return _Annotation("xladev.compile", graph=graph_hash, step=step)
+def _text(value) -> str:
+    """An argument value TraceMe keeps whole: its encoding (`name#k=v,k=v#`) cuts at `,` and `#`."""
+    return str(value).replace(",", "\u201a").replace("#", "\uff03")
 
 
-def execute_span(graph_hash: str, step: int):
-    """Context manager around running graph `graph_hash` during step `step`."""
+def user_site(frames=None) -> str:
+    """`file.py:LINE (function)` of the user's frame in `frames` (default: the caller's stack)."""
+    return short_site(site_of(frames if frames is not None else stack.capture_frames()))
+
+
+def compile_span(graph_hash: str, step: int, nodes: int, frames=None, name: str | None = None):
+    """Context manager around lowering and compiling graph `graph_hash` during step `step`.
+
+    Add what is known only once it compiled (the recompilation reason) with `add_args`. A named graph (see
+    `execute_span`) is `xladev.compile <name>`.
+    """
     if _forced_off or not _is_enabled():
         return _NULL
-    return _Annotation("xladev.execute", graph=graph_hash, step=step)
+    title = f"xladev.compile {_text(name)}" if name else "xladev.compile"
+    extra = {"graph_name": _text(name)} if name else {}
+    return _Annotation(title, graph=graph_hash, step=step, nodes=nodes, site=_text(user_site(frames)), **extra)
+
+
+def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None = None, name: str | None = None):
+    """Context manager around running graph `graph_hash` during step `step`; `NULL` when no capture records.
+
+    Args:
+      cause: why it runs (an `xladev.events.Cause`).
+      link: (module, root instruction) as xprof's HLO tools name them, for the trace viewer's link to the
+        graph viewer; None leaves it out.
+      name: the graph's name (a compiled region's, a torch.compile graph's): the span is then
+        `xladev.execute <name>`, so each compiled graph shows by name on the timeline.
+    """
+    if _forced_off or not _is_enabled():
+        return _NULL
+    why = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
+    title = f"xladev.execute {_text(name)}" if name else "xladev.execute"
+    extra = {"graph_name": _text(name)} if name else {}
+    if link is not None:
+        extra.update(hlo_module=link[0], hlo_op=link[1])
+    return _Annotation(title, graph=graph_hash, step=step, cause=_text(why), **extra)
+
+
+def sync_span(kind: str, step: int):
+    """`xladev.sync <kind>` around a value read: the graph it forces to run, and the copy to the host."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    kind = _text(kind)
+    return _Annotation(f"xladev.sync {kind}", kind=kind, site=_text(user_site()), step=step)
+
+
+def fallback_span(op: str, step: int):
+    """`xladev.fallback <op>` around an op run on the CPU: its operands' copies, the kernel, the results' upload."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation(f"xladev.fallback {op}", op=op, site=_text(user_site()), step=step)
+
+
+def to_device_span(nbytes: int, step: int):
+    """`xladev.to_device` around one host→device copy of `nbytes` bytes."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation("xladev.to_device", bytes=nbytes, site=_text(user_site()), step=step)
+
+
+def from_device_span(nbytes: int, kind: str, step: int):
+    """`xladev.from_device` around one device→host copy of `nbytes` bytes, for the access `kind`."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation("xladev.from_device", bytes=nbytes, kind=_text(kind), step=step)
+
+
+def closures_span(count: int, step: int):
+    """`xladev.step_closures` around the `count` step closures run after the barrier ending `step`."""
+    if not count or _forced_off or not _is_enabled():
+        return _NULL
+    return _Annotation("xladev.step_closures", count=count, step=step)
+
+
+def add_args(span, **args) -> None:
+    """Adds arguments to an open span (no-op for `NULL`), e.g. a compile's recompilation reason."""
+    if span is not _NULL and args:
+        span.set_metadata(**{k: _text(v) if isinstance(v, str) else v for k, v in args.items()})
 
 
 def set_barrier_guard(guard: Callable | None) -> None:

@@ -11,6 +11,7 @@ import torch
 
 from xladev._flags import config
 from xladev.runtime import scalars
+from xladev.runtime.fake_operands import FakeOperands, is_fake
 from xladev.runtime.ir import SLOT, Meta, Node, ScalarType, scalar_node
 from xladev.runtime.tensor import XlaTensor
 
@@ -100,6 +101,8 @@ def flatten(args, kwargs, traits, device_ref):
             return SLOT
         if isinstance(value, torch.Tensor):
             if value.dim() != 0 or value.device.type != "cpu":
+                if is_fake(value):  # inside a torch.compile trace: the fake mode runs this op (fake_operands.py)
+                    raise FakeOperands(value)
                 raise mismatch("xla:0" if device_ref[0] is None else f"xla:{device_ref[0]}", str(value.device))
             # A CPU 0-dim tensor mixes with device tensors, as in eager PyTorch: feed it as a scalar input.
             operands.append(scalar_node(value.item(), value.dtype))

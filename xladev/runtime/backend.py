@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from xladev._flags import ConfigError, config
-from xladev.runtime import fork_guard
+from xladev.runtime import fork_guard, world
 
 _PLATFORM_FOR = {"CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}
 
@@ -20,7 +20,28 @@ def jax_module():
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    _set_cpu_device_count(jax)
     return jax
+
+
+def _set_cpu_device_count(jax) -> None:
+    """Gives jax's CPU backend CPU_NUM_DEVICES devices, as PyTorch/XLA's CPU runtime has.
+
+    Raises:
+      ConfigError: jax's CPU backend was started before xladev, with another number of devices.
+    """
+    wanted = config.cpu_num_devices
+    if not wanted:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", wanted)
+    except Exception:  # jax refuses once its backends exist; fine if they already have the count asked
+        have = len(jax.local_devices(backend="cpu"))
+        if have != wanted:
+            raise ConfigError(
+                f"CPU_NUM_DEVICES={wanted} cannot take effect: jax's CPU backend was already started in this "
+                f"process with {have} device(s). Set CPU_NUM_DEVICES before the first use of jax or of the "
+                f"xla device.") from None
 
 
 @functools.cache
@@ -33,8 +54,9 @@ def jax_devices() -> tuple:
     jax = jax_module()
     wanted = config.pjrt_device
     platform = _PLATFORM_FOR[wanted]
+    world.job.start(jax)  # several processes: join the job before jax starts its backend
     try:
-        devices = jax.devices(platform)
+        devices = world.local_devices(jax, platform)
     except RuntimeError as exc:
         raise ConfigError(
             f"PJRT_DEVICE={wanted} asks for jax's {platform} backend, which is not available: {exc}. "
@@ -44,6 +66,18 @@ def jax_devices() -> tuple:
     if not devices:
         raise ConfigError(f"PJRT_DEVICE={wanted}: jax found no {platform} devices")
     return tuple(devices)
+
+
+@functools.cache
+def replica_mesh():
+    """The mesh of the job's replicas: one device per process (its `xla:0`), in rank order, on the axis
+    `world.REPLICA_AXIS`. Graphs holding collectives run over it."""
+    jax = jax_module()
+    platform = jax_devices()[0].platform
+    first: dict[int, object] = {}
+    for device in sorted(jax.devices(platform), key=lambda d: d.id):
+        first.setdefault(device.process_index, device)
+    return jax.sharding.Mesh(np.array([first[p] for p in sorted(first)]), (world.REPLICA_AXIS,))
 
 
 def device_index(device) -> int:
@@ -144,12 +178,19 @@ def to_jnp_dtype(dtype: torch.dtype):
     return found
 
 
+# SPMD mode (spmd.use_spmd): xla:0 stands for every local device, and a value with no sharding of its own
+# is replicated on all of them (this sharding); None otherwise.
+spmd_replicated = None
+
+
 def put(array: np.ndarray, index: int = 0):
-    """Copies a host array to device `index`.
+    """Copies a host array to device `index` (in SPMD mode, to every device: replicated).
 
     Raises:
       RuntimeError: in a forked child of a process that had started the device (fork_guard).
     """
     fork_guard.check()
     jax = jax_module()
+    if spmd_replicated is not None and index == 0:
+        return jax.device_put(array, spmd_replicated)
     return jax.device_put(array, jax_devices()[index])

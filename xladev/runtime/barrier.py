@@ -44,17 +44,20 @@ class Barrier:
             ended = steps.advance()
         if bus.active:
             bus.emit(StepMarked(time.perf_counter_ns(), ended, cause, time.perf_counter_ns() - start, frames))
-        self._run_closures()
+        self._run_closures(ended)
         annotate.barrier_end(ended)
 
-    def _run_closures(self) -> None:
+    def _run_closures(self, ended: int) -> None:
         async_closures.raise_error()
         closures, self.closures = self.closures, []
-        for fn, args, run_async in closures:
-            if run_async:
-                async_closures.submit(fn, args)
-            else:
-                fn(*args)
+        if not closures:
+            return
+        with annotate.closures_span(len(closures), ended):
+            for fn, args, run_async in closures:
+                if run_async:
+                    async_closures.submit(fn, args)
+                else:
+                    fn(*args)
 
     def clear(self) -> None:
         """Drops the closures waiting for the next barrier (`Executor.reset`)."""

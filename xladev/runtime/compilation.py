@@ -18,11 +18,12 @@ import warnings
 from xladev._flags import config
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, graph_names, stack, steps
-from xladev.runtime.graph_info import RuntimeGraphInfo
-from xladev.runtime.graph_lowering import graph_function
+from xladev.runtime.graph_info import RuntimeGraphInfo, collectives_of
+from xladev.runtime.graph_lowering import program, replica_sharding
 from xladev.runtime.ir import Graph
-from xladev.runtime.irtext import graph_to_text
+from xladev.runtime.irtext import graph_to_text, node_attributes
 from xladev.runtime.recompilation import SiteHistory, publish as publish_recompilation
+from xladev.schema.ranks import per_rank_path
 
 
 class XlaCompileError(RuntimeError):
@@ -30,9 +31,18 @@ class XlaCompileError(RuntimeError):
 
 
 class CacheEntry:
-    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs")
+    """A compiled graph.
 
-    def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph):
+    Attributes:
+      replicated: the graph holds collectives and runs on every process at once (graph_lowering.program):
+        its inputs and outputs are this process's values of replicated arrays over the replica mesh.
+      link: (HLO module, root op) as xprof names them, found at the first run while a capture records.
+    """
+
+    __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs",
+                 "link", "replicated", "sharding", "collectives", "collective_stats")
+
+    def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph, sharding=None):
         self.executable = executable
         self.hash = graph_hash
         self.compile_ns = compile_ns
@@ -41,6 +51,15 @@ class CacheEntry:
         self.num_nodes = len(graph.nodes)
         self.num_inputs = len(graph.inputs)
         self.num_outputs = graph.user_outputs
+        self.link = None
+        self.replicated = sharding is not None
+        self.sharding = sharding
+        # What must match between ranks for the collectives to pair up: each collective's op, constants and
+        # operand shapes, in order (the rest of the graph may differ from rank to rank).
+        self.collectives = collective_signature(graph) if self.replicated else ()
+        ops = collectives_of(graph) if self.replicated else []
+        # (count, bytes from this rank, each one's user line) for the CollectivesExecuted event of each run.
+        self.collective_stats = (len(ops), sum(b for _, b, _ in ops), tuple(site or "?" for _, _, site in ops))
 
 
 class CompileCache:
@@ -61,6 +80,14 @@ class CompileCache:
         self._listener_installed = False
         self.site_history = SiteHistory()
         self._donations: dict = {}
+        self._collective_keys: dict = {}
+
+    def holds_collectives(self, graph: Graph) -> bool:
+        """Whether the graph holds collectives (it then runs on every rank at once), remembered per graph key."""
+        found = self._collective_keys.get(graph.key)
+        if found is None:
+            found = self._collective_keys[graph.key] = bool(graph.collectives)
+        return found
 
     def donation_of(self, key, donatable: tuple[int, ...]) -> tuple[int, ...]:
         """The inputs a graph donates: those `donatable` when a graph of this key (before donation) first
@@ -94,6 +121,7 @@ class CompileCache:
         self.cache.clear()
         self.by_hash.clear()
         self._donations.clear()
+        self._collective_keys.clear()
         self.persistent_hits = 0
         self.persistent_misses = 0
         self.site_history.clear()
@@ -117,10 +145,10 @@ class CompileCache:
 
         self._install_listener()
         step = steps.current()
-        devices = backend.jax_devices()
-        sharding = jax.sharding.SingleDeviceSharding(devices[device_index])
-        avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
-                 for n in graph.inputs]
+        fn, avals, replicated = program(graph, backend.jax_devices()[device_index])
+        if replicated and device_index != 0:
+            raise XlaCompileError(f"graph {graph.hash} holds collectives but runs on xla:{device_index}: collectives "
+                                  "run between the processes of the job, each on its xla:0")
         hits_before = self.persistent_hits
         info = RuntimeGraphInfo(graph)
         if bus.active:
@@ -128,28 +156,33 @@ class CompileCache:
                                     graph.user_outputs, frames, info, graph_names.current()))
         start = time.perf_counter_ns()
         lowered = None
-        try:
-            with annotate.compile_span(graph.hash, step):
-                lowered = jax.jit(graph_function(graph), donate_argnums=graph.donated).lower(*avals)
+        span = annotate.compile_span(graph.hash, step, len(graph.nodes), frames, graph_names.current())
+        with span:
+            try:
+                lowered = jax.jit(fn, donate_argnums=graph.donated).lower(*avals)
                 with warnings.catch_warnings():
                     # Each donor has an output of its shape and dtype; jax warns when XLA pairs them differently.
                     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
                     compiled = lowered.compile()
-        except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
-            path = save_failed(graph, lowered, exc)
-            if bus.active:
-                bus.emit(CompileFailed(time.perf_counter_ns(), step, graph.hash, str(exc), path, cause, frames))
-            raise XlaCompileError(
-                f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
-                f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
-            ) from exc
-        compile_ns = time.perf_counter_ns() - start
-        memory = _memory_analysis(compiled)
-        entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph)
-        # Every compile joins its site's history, listened to or not, so a later recompilation is
-        # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
-        publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(), step,
-                              graph_names.current())
+            except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
+                path = save_failed(graph, lowered, exc)
+                if bus.active:
+                    bus.emit(CompileFailed(time.perf_counter_ns(), step, graph.hash, str(exc), path, cause, frames))
+                raise XlaCompileError(
+                    f"XLA could not compile graph {graph.hash} ({len(graph.nodes)} nodes): "
+                    f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
+                ) from exc
+            compile_ns = time.perf_counter_ns() - start
+            memory = _memory_analysis(compiled)
+            entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph,
+                               replica_sharding() if replicated else None)
+            # Every compile joins its site's history, listened to or not, so a later recompilation is
+            # explained against graphs compiled before anyone subscribed. Compiles are rare: the stack is cheap here.
+            recompiled = publish_recompilation(self.site_history, info, compile_ns, frames or stack.capture_frames(),
+                                               step, graph_names.current())
+            if recompiled is not None:
+                annotate.add_args(span, recompiled="yes", reason=recompiled.headline(),
+                                  previous=recompiled.previous_hash, graphs_at_site=recompiled.graphs_at_site)
         if bus.active:
             bus.emit(GraphCompiled(
                 time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,
@@ -158,6 +191,16 @@ class CompileCache:
                 graph_names.current(),
             ))
         return entry
+
+
+def collective_signature(graph: Graph) -> tuple[str, ...]:
+    """One line per collective of the graph, in order: its op, constants and operand shapes."""
+    lines = []
+    for node in graph.collectives:
+        operands = ", ".join(f"{o.meta.dtype}{list(o.meta.shape)}".replace("torch.", "") for o in node.operands)
+        constants = ", ".join(f"{k}={v!r}" for k, v in node_attributes(node))
+        lines.append(f"{node.op.name}({operands}; {constants})")
+    return tuple(lines)
 
 
 def save_failed(graph: Graph, lowered, exc) -> str:
@@ -171,7 +214,7 @@ def save_failed(graph: Graph, lowered, exc) -> str:
         text = None
     if text is None:
         text = f"// lowering to HLO failed: {exc!r}\n// IR of graph {graph.hash}:\n" + graph_to_text(graph)
-    path = config.save_hlo_file
+    path = per_rank_path(config.save_hlo_file) if config.save_hlo_file else ""
     note = ""
     if path:
         try:

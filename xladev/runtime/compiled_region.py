@@ -97,20 +97,21 @@ _UNEXPECTED = "Unexpected execution happens inside the compiled function, exitin
 def _region(name: str | None, full_graph: bool, session: _Session | None):
     with graph_names.naming(f"{name}_clear_pending" if name else None):
         mark_step(Cause(CauseKind.COMPILE_PENDING))
-    allowed = config.allow_execution
     reason = f"xladev.compile(full_graph=True) of {name!r}" if name else "xladev.compile(full_graph=True)"
-    with graph_names.naming(name), config.override(eager_debug_mode=False), \
-            _execution.refusing_because(reason, _UNEXPECTED):
-        if full_graph:
-            config.update("allow_execution", False)
-        try:
+    with graph_names.naming(name), config.override(eager_debug_mode=False):
+        # This thread only: another thread's steps run as usual. A region that raises is not synced (its ops
+        # stay pending), so nothing follows the yield then.
+        with _refusing(reason) if full_graph else contextlib.nullcontext():
             yield
-        except BaseException:
-            config.update("allow_execution", allowed)
-            raise  # a region that raised is not synced: its ops stay pending
-        config.update("allow_execution", allowed)
         with _execution.admitting(session.admit if session is not None else None):
             mark_step(Cause(CauseKind.COMPILE_REGION))
+
+
+@contextlib.contextmanager
+def _refusing(reason: str):
+    """No execution in this thread inside the block; a refusal starts with PyTorch/XLA's sentence and names `reason`."""
+    with config.override(allow_execution=False), _execution.refusing_because(reason, _UNEXPECTED):
+        yield
 
 
 class _CompiledRegion(contextlib.ContextDecorator):

@@ -32,6 +32,8 @@ _EXPLICIT = [
     # Composites of lowered ops: fewer lowerings, same numbers.
     aten.native_group_norm, aten.native_group_norm_backward, aten._native_batch_norm_legit,
     aten._batch_norm_with_update, aten.batch_norm_backward, aten.adaptive_max_pool2d,
+    # The functional batch norm AOTAutograd puts in torch.compile graphs (running statistics as outputs).
+    aten._native_batch_norm_legit_functional,
     aten.grid_sampler_2d, aten.upsample_bicubic2d, aten.upsample_trilinear3d, aten.upsample_nearest1d,
     aten.upsample_nearest3d, aten.upsample_linear1d, aten._upsample_nearest_exact1d,
     aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,

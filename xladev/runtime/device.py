@@ -11,7 +11,7 @@ import torch
 from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from xladev.events import bus
-from xladev.runtime import backend, dynamo_backend, fork_guard, rng
+from xladev.runtime import backend, fork_guard, rng
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import dispatch
@@ -103,7 +103,6 @@ def register() -> None:
         _lib.impl(name, factory_kernel(op), "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
     fork_guard.install(backend.initialised)
-    dynamo_backend.install()
     _registered = True
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from xladev.events import TransferToDevice, bus
-from xladev.runtime import backend, steps
+from xladev.runtime import annotate, backend, steps
 
 
 def put(host_array, device_index: int):
@@ -23,7 +23,8 @@ def put(host_array, device_index: int):
       The device array.
     """
     start = time.perf_counter_ns()
-    array = backend.put(host_array, device_index)
+    with annotate.to_device_span(int(host_array.nbytes), steps.current()):
+        array = backend.put(host_array, device_index)
     if bus.active:
         now = time.perf_counter_ns()
         bus.emit(TransferToDevice(now, steps.current(), int(host_array.nbytes), now - start))

@@ -15,6 +15,7 @@ import torch
 from xladev.events import Cause, CauseKind
 from xladev.runtime.decompositions import DECOMPOSITIONS
 from xladev.runtime.execution import execution, lock as _execution_lock
+from xladev.runtime.fake_operands import FakeOperands
 from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported
@@ -208,6 +209,8 @@ def dispatch(func, args, kwargs):
                 except MetaUnsupported:
                     return run_on_cpu(func, args, kwargs)
             return handle(func, args, kwargs)
+    except FakeOperands as fake:
+        return fake.run_faked(func, args, kwargs)
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)
 

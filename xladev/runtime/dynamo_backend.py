@@ -9,11 +9,12 @@ What TorchDynamo decides is published for the debug tools, as the lazy path's co
   `DynamoGraphBreak` with TorchDynamo's reason and the user's line;
 - a recompilation (a guard failed: a new shape, a new Python value) is a `DynamoRecompiled` naming the guard.
 
-Two adjustments make TorchDynamo accept xla tensors (`install()`, at device registration):
+Three adjustments make TorchDynamo accept xla tensors (`install()`, at device registration):
 - it treats `XlaTensor` as a tensor: a tensor subclass with its own `__torch_dispatch__` would otherwise be an
   opaque object to it (every op on it a graph break). Only its metadata is read while tracing, through fake
   tensors on the `xla` device; the real tensors reach the compiled graphs;
-- it never traces xladev's own code: ops recorded lazily between graphs must run as Python, not be captured.
+- it never traces xladev's own code: ops recorded lazily between graphs must run as Python, not be captured;
+- its fake mode builds tensor constants on the host, as on a machine without an accelerator.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 
 import torch
 
-from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, bus
+from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, PropagatingError, bus
 from xladev.runtime import stack, steps
 from xladev.runtime.fx_program import FxProgram
 from xladev.runtime.tensor import XlaTensor
@@ -37,13 +38,17 @@ _graph_ids: dict[tuple[str, str], int] = {}
 
 
 def install() -> None:
-    """Lets TorchDynamo trace code on xla tensors, and registers the `xladev` backend. Idempotent."""
+    """Lets TorchDynamo trace code on xla tensors. Idempotent.
+
+    Called when this module is first imported: by torch itself, looking the backend up by name through xladev's
+    `torch_dynamo_backends` entry point (`xladev.compile_backend`) before it traces, so neither `import xladev`
+    nor the device's start-up imports TorchDynamo (about a second).
+    """
     global _installed
     with _lock:
         if _installed:
             return
         import torch._dynamo
-        from torch._dynamo.backends import registry
         from torch._dynamo.variables.builder import VariableBuilder
 
         torch._dynamo.trace_rules.add("xladev")
@@ -55,9 +60,8 @@ def install() -> None:
             return wrap(self, value)
 
         VariableBuilder._wrap = _wrap
+        _keep_constants_on_the_host()
         _listen_to_graph_breaks()
-        if "xladev" not in registry._COMPILER_FNS:
-            registry.register_backend(xladev_backend, name="xladev")
         _installed = True
 
 
@@ -80,9 +84,15 @@ def xladev_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs):
         compiles = _compiles[(file, function)] = _compiles.get((file, function), 0) + 1
         index = _graph_ids[(file, function)] = _graph_ids.get((file, function), -1) + 1
     reason = _recompile_reason()
+    verdict = None
     if reason is not None and bus.active:
-        bus.emit(DynamoRecompiled(time.perf_counter_ns(), steps.current(), function, reason, compiles,
-                                  stack.capture_frames()))
+        try:
+            bus.emit(DynamoRecompiled(time.perf_counter_ns(), steps.current(), function, reason, compiles,
+                                      stack.capture_frames()))
+        except PropagatingError as error:
+            # A subscriber's verdict (assert_no_recompiles) reaches the user from the call, as itself: raised
+            # here, TorchDynamo would wrap it in a BackendCompilerFailed.
+            verdict = error
     label = f"{function}#{index}"
 
     def compiler(kind: str):
@@ -91,19 +101,94 @@ def xladev_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs):
 
         return compile_graph
 
-    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                        inference_compiler=compiler("inference"))(gm, example_inputs)
+    compiled = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                            inference_compiler=compiler("inference"))(gm, example_inputs)
+    return compiled if verdict is None else _raising_once(verdict, compiled)
+
+
+def use_for(name: str) -> None:
+    """Makes `torch.compile(backend=name)` the `xladev` backend too (the alias's "openxla").
+
+    Args:
+      name: a backend name; one torch registered before (its own "openxla") is replaced.
+    """
+    install()
+    from torch._dynamo.backends import registry
+
+    registry._lazy_import()  # torch's own backends register first, so that none is registered after this one
+    registry._BACKENDS[name] = None
+    registry._COMPILER_FNS[name] = xladev_backend
+
+
+def extract_compiled_graph(gm: torch.fx.GraphModule, args) -> "callable":
+    """One FX graph of aten ops as a callable `fn(*args)` running it as one XLA program (PyTorch/XLA's bridge).
+
+    Args:
+      gm: the graph (from AOTAutograd, or any FX graph of aten ops).
+      args: example arguments (unused: the graph is traced on its first call).
+
+    Returns:
+      The callable; it returns the graph's outputs as a list.
+    """
+    function, _, _ = function_of(gm)
+    program = FxProgram(gm, f"{function} (dynamo bridge)")
+    return lambda *call_args: program(list(call_args))
+
+
+def _keep_constants_on_the_host() -> None:
+    """Makes the tracing fake mode build `torch.tensor(data, device="xla")` on the host, then move it as an op.
+
+    A fake mode does that when no accelerator is available; here one is (the `xla` device), so it would copy
+    the data to the device for real in the middle of a trace, and that real device tensor would then meet the
+    trace's fake tensors. With CUDA unavailable, the fake mode behaves as on a machine without devices.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    device_init = FakeTensorMode.avoid_device_init
+
+    def avoid_device_init(self) -> bool:
+        return device_init.fget(self) or not torch.cuda.is_available()
+
+    FakeTensorMode.avoid_device_init = property(avoid_device_init)
+
+
+def _raising_once(error: BaseException, compiled):
+    """`compiled`, whose first call raises `error` instead (later calls run: TorchDynamo keeps this function)."""
+    pending = [error]
+
+    def call(*args, **kwargs):
+        if pending:
+            raise pending.pop()
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def function_of(gm: torch.fx.GraphModule) -> tuple[str, str, int]:
-    """(name, file, first line) of the user's function a captured graph comes from, from its nodes' stacks."""
+    """(name, file, line) of the user's function a captured graph comes from, read from its nodes.
+
+    A compiled module is named by its class (`GPT2LMHeadModel.forward`); a function by its name. The file and
+    line are those of the outermost frame of the graph's first op.
+    """
+    name = module = None
     for node in gm.graph.nodes:
+        if module is None and node.meta.get("nn_module_stack"):
+            path, cls = next(iter(node.meta["nn_module_stack"].values()))
+            module = f"{getattr(cls, '__name__', cls)}.forward" if path in _ROOT_MODULE_PATHS else ""
         trace = node.meta.get("stack_trace")
-        if trace:
+        if name is None and trace:
             match = _FRAME.search(trace)
             if match:
-                return match.group(3), match.group(1), int(match.group(2))
-    return gm.__class__.__name__, "<unknown>", 0
+                name = (match.group(3), match.group(1), int(match.group(2)))
+        if name is not None and module is not None:
+            break
+    if name is None:
+        return module or gm.__class__.__name__, "<unknown>", 0
+    return (module or name[0]), name[1], name[2]
+
+
+# How TorchDynamo names the module passed to torch.compile in a graph's module stack.
+_ROOT_MODULE_PATHS = frozenset(("L['fn']", "L['self']"))
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -125,6 +210,8 @@ def _recompile_reason() -> str | None:
 
 
 # ---- graph breaks -----------------------------------------------------------------------------------
+# The function of each graph break's line, from the messages that listed the user's stack.
+_break_functions: dict[tuple[str, int], str] = {}
 _BREAK_AT = re.compile(r"Graph break (?:\(user stack suppressed due to duplicate graph break\) )?in user code at "
                        r"(.+):(\d+)\s*\nGraph Break Reason: (.*)", re.S)
 
@@ -166,8 +253,10 @@ def graph_break_event(message: str) -> DynamoGraphBreak | None:
     listed = [Frame(m.group(3), m.group(1), int(m.group(2))) for m in _FRAME.finditer(stack_part[1])] \
         if len(stack_part) == 2 else []
     frames = tuple(reversed(listed))
-    if not frames or (frames[0].file, frames[0].line) != (file, line):
-        frames = (Frame("<graph break>", file, line),) + frames
+    if frames and (frames[0].file, frames[0].line) == (file, line):
+        _break_functions[(file, line)] = frames[0].name
+    else:  # TorchDynamo leaves the stack out of a break it logged before: name the function as it did then
+        frames = (Frame(_break_functions.get((file, line), "<graph break>"), file, line),) + frames
     return DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
 
 
@@ -178,3 +267,6 @@ def _listen_to_graph_breaks() -> None:
     logger.addHandler(_GraphBreakHandler())
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
+
+
+install()

@@ -15,8 +15,11 @@ import time
 from typing import Callable
 
 from xladev._flags import config
-from xladev.events import Cause, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus
-from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps
+from xladev.events import (
+    Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
+)
+from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps, traced_call
+from xladev.runtime.replica_guard import guard as replica_guard
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
 )
@@ -26,11 +29,16 @@ from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import pending, pending_storages
+from xladev.runtime.world import DistributedError, job
 from xladev.schema.sites import short_site, site_of
 
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
 lock = threading.RLock()
 
+
+# Graphs dispatched behind the graphs still running instead of after them: a torch.compile graph's pending
+# inputs are queued on the device ahead of the program that reads them, as the program itself is (run_program).
+_QUEUED_CAUSES = frozenset((CauseKind.DYNAMO_INPUTS,))
 
 # A check every graph must pass before it compiles or runs (a compiled region's `max_different_graphs`), or None.
 _admission: Callable[[Graph], None] | None = None
@@ -98,7 +106,7 @@ class Execution:
 
     # ---- run -----------------------------------------------------------------------------------
     def run(self, roots: list[Node], cause: Cause, frames=None, donors: list[DataNode] | None = None,
-            internal_outputs: int = 0, waited_ns: int = 0) -> list[DataNode]:
+            internal_outputs: int = 0, waited_ns: int = 0, device_index: int = 0) -> list[DataNode]:
         """Computes `roots` and returns their values as device data, one per root (a root given twice is
         computed once and gets the same DataNode).
 
@@ -114,6 +122,7 @@ class Execution:
             deleted by the run.
           internal_outputs: how many roots are the runtime's own state (the RNG key), not user tensors.
           waited_ns: time the caller already waited for earlier graphs (counted in DeviceLockWait).
+          device_index: the `xla:N` whose values the roots are (every input is on it).
 
         Raises:
           XlaCompileError: the graph failed to compile.
@@ -124,16 +133,20 @@ class Execution:
             _refuse(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
-            self.in_flight.settle()
+            if cause.kind not in _QUEUED_CAUSES:
+                self.in_flight.settle()
             # Waiting for the lock and for the graphs still running: PyTorch/XLA's DeviceLockWait.
             lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
             self.flush_ops()
-            graph = Graph(roots)
+            graph = Graph(roots, device_index)
             graph.user_outputs -= internal_outputs
             if _admission is not None:
                 _admission(graph)
             copies: tuple[int, ...] = ()
-            if donors:
+            # A graph holding collectives donates nothing: whether a buffer can be donated depends on what
+            # else holds it (reference counts), which may differ from rank to rank, and every rank must
+            # run the same program (replica_guard.py).
+            if donors and not self.compiler.holds_collectives(graph):
                 # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
                 # elsewhere for once (a reference cycle the garbage collector has not freed yet) does not
                 # recompile: that input is copied, and the executable consumes the copy.
@@ -141,12 +154,13 @@ class Execution:
                 chosen = self.compiler.donation_of(graph.key, now)
                 graph.donate(chosen)
                 copies = tuple(i for i in chosen if i not in now)
-            device_index = _device_index_of(graph)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
             unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
             arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
                 arrays[i] = arrays[i].copy()
+            if backend.spmd_replicated is not None and device_index == 0:
+                arrays = _spmd_placed(arrays)
             unwrap_ns = time.perf_counter_ns() - unwrap_start
             timings = [unwrap_ns, 0, lock_wait_ns]
             outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings)
@@ -197,12 +211,24 @@ class Execution:
         """
         step = steps.current()
         name = graph_names.current()
+        wait_ns = 0
+        if entry.replicated:
+            wait_ns = self._before_replicated(graph, entry, step, cause, frames)
+            arrays = _as_replicated(arrays, entry.sharding)
         start = time.perf_counter_ns()
         try:
-            with annotate.execute_span(entry.hash, step):
+            if annotate.enabled():
+                # A capture records: the run shows once, as this span, linked to its HLO module.
+                if entry.link is None:
+                    entry.link = traced_call.link(entry.executable) or ()
+                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name):
+                    outputs = traced_call.call(entry.executable, arrays)
+            else:
                 outputs = entry.executable(*arrays)
         except Exception as exc:
             self._execution_failed(graph, entry, exc, step, cause, frames)
+        if entry.replicated:
+            outputs = [out.addressable_data(0) for out in outputs]  # this process's values
         entry.runs += 1
 
         def announce(execute_ns: int, error: BaseException | None) -> None:
@@ -213,8 +239,12 @@ class Execution:
                     time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                     entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name, *timings,
                 ))
+                if entry.replicated:
+                    count, nbytes, sites = entry.collective_stats
+                    bus.emit(CollectivesExecuted(time.perf_counter_ns(), step, entry.hash, count, nbytes, wait_ns,
+                                                 execute_ns, sites))
 
-        return outputs, Dispatched(outputs, start, announce)
+        return outputs, Dispatched(outputs, start, announce, _replicated_what(entry) if entry.replicated else None)
 
     def _finish(self, dispatched: Dispatched) -> None:
         """Waits for and announces a dispatched graph now (XLADEV_SYNC_EXECUTION, or a listener that needs its
@@ -222,11 +252,30 @@ class Execution:
         if config.sync_execution or not bus.executions_may_lag:
             try:
                 dispatched.wait()
+            except DistributedError:
+                raise
             except Exception as exc:
                 dispatched.error = exc
             dispatched.announce(time.perf_counter_ns() - dispatched.start_ns, dispatched.error)
         else:
             self.in_flight.add(dispatched)
+
+    def _before_replicated(self, graph: Graph, entry: CacheEntry, step: int, cause: Cause, frames) -> int:
+        """The ranks' check before a replicated graph runs (replica_guard); returns the ns spent waiting for
+        the other ranks. A failure is published (ExecutionFailed, so every rank's log says why) and raised.
+
+        Raises:
+          DistributedError: the ranks are about to run different graphs, or a rank is gone or late.
+        """
+        start = time.perf_counter_ns()
+        try:
+            replica_guard.before(graph, entry.collectives, step, frames)
+        except DistributedError as exc:
+            if bus.active:
+                bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
+                                         cause, frames))
+            raise
+        return time.perf_counter_ns() - start
 
     def settle(self) -> int:
         """Waits for the dispatched graphs and announces their executions (GraphExecuted).
@@ -251,10 +300,15 @@ class Execution:
         Raises:
           XlaExecutionError: always, naming the graph, the error and where its HLO is.
         """
+        if isinstance(exc, DistributedError):
+            raise exc
         path = save_failed(graph, lowered(graph), exc)
         message = f"{type(exc).__name__}: {error_summary(exc)}"
         if bus.active:
             bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
+        if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):
+            # A collective failed because a rank is gone (its connection closed): say which rank.
+            raise job.lost_error(f"graph {entry.hash}'s collectives") from exc
         raise XlaExecutionError(f"graph {entry.hash} failed while running: {message}. HLO saved to {path}") from exc
 
     def flush_ops(self) -> None:
@@ -271,13 +325,13 @@ class Execution:
             bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created, destroyed))
 
     # ---- what callers need computed ------------------------------------------------------------
-    def materialize(self, nodes: list[Node], cause: Cause) -> list:
-        """Arrays for these nodes, running one graph for those not yet computed."""
+    def materialize(self, nodes: list[Node], cause: Cause, device_index: int = 0) -> list:
+        """Arrays for these nodes (values on `xla:device_index`), running one graph for those not yet computed."""
         todo = [n for n in nodes if type(n) is not DataNode]
         if not todo:
             return [n.array for n in nodes]
         frames = stack.capture_frames() if bus.wants_frames else None
-        results = dict(zip(map(id, todo), self.run(todo, cause, frames)))
+        results = dict(zip(map(id, todo), self.run(todo, cause, frames, device_index=device_index)))
         return [n.array if type(n) is DataNode else results[id(n)].array for n in nodes]
 
     def sync_storages(self, storages: list, cause: Cause, frames=None, donate: bool = False) -> None:
@@ -290,16 +344,24 @@ class Execution:
           donate: give the executable the old buffers of storages updated in place (the step
             barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
         """
-        storages = [s for s in storages if type(s.value) is not DataNode]
-        if not storages:
-            return
+        by_device: dict[int, list] = {}
+        for storage in storages:
+            if type(storage.value) is not DataNode:
+                by_device.setdefault(storage.device_index, []).append(storage)
+        # One graph per device: an executable runs on one device (each device's graph is its own, as in
+        # PyTorch/XLA, where a sync builds one graph per device).
+        for device_index in sorted(by_device):
+            self._sync_device(by_device[device_index], cause, frames, donate, device_index)
+
+    def _sync_device(self, storages: list, cause: Cause, frames, donate: bool, device_index: int) -> None:
+        """`sync_storages` for the pending storages of one device."""
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
-        waited = self.settle()
+        waited = self.settle() if cause.kind not in _QUEUED_CAUSES else 0
         donors = _donors(storages) if donate and config.param_aliasing else None
         internal = sum(1 for s in storages if s.internal)
         try:
-            datas = self.run(roots, cause, frames, donors, internal, waited)
+            datas = self.run(roots, cause, frames, donors, internal, waited, device_index)
         except (XlaCompileError, XlaExecutionError):
             # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
             # reading one of them again raises the same error.
@@ -323,36 +385,60 @@ class Execution:
             self.scalars.clear()
 
 
-# What disallows executions when `config.allow_execution` is False, for the refusal's message.
-disallowed_by = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
-
-
-# The sentence a refusal starts with (PyTorch/XLA's, inside a `full_graph` compiled region), or "".
-refusal_headline = ""
+# What disallows executions when `config.allow_execution` is False, for the refusal's message, per thread (as the
+# override a compiled region sets is): (what disallows them, the sentence a refusal starts with).
+_DISALLOWED_BY = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
+_refusal = threading.local()
 
 
 @contextlib.contextmanager
 def refusing_because(reason: str, headline: str = ""):
-    """Names `reason` as what disallows executions in refusals raised inside the block.
+    """Names `reason` as what disallows executions in refusals raised in this thread inside the block.
 
     Args:
       reason: e.g. `xladev.compile(full_graph=True) of 'step'`.
       headline: a sentence the refusal starts with.
     """
-    global disallowed_by, refusal_headline
-    saved = disallowed_by, refusal_headline
-    disallowed_by, refusal_headline = reason, headline
+    saved = getattr(_refusal, "why", None)
+    _refusal.why = (reason, headline)
     try:
         yield
     finally:
-        disallowed_by, refusal_headline = saved
+        _refusal.why = saved
+
+
+# How long a failed collective waits for the watchdog to name a rank that is gone.
+_LOST_WAIT_S = 3.0
+
+
+def _replicated_what(entry: CacheEntry) -> str:
+    return f"graph {entry.hash}'s collectives"
+
+
+def _spmd_placed(arrays: list) -> list:
+    """SPMD mode: buffers still on one device (made before `use_spmd`) copied to every device, as the
+    executable expects every input either split or replicated."""
+    import jax
+
+    single = jax.sharding.SingleDeviceSharding
+    return [jax.device_put(a, backend.spmd_replicated) if isinstance(a.sharding, single) else a for a in arrays]
+
+
+def _as_replicated(arrays: list, sharding) -> list:
+    """This process's input arrays as its part of replicated arrays over the replica mesh (no copy: each
+    global array wraps the process's own buffer)."""
+    import jax
+
+    make = jax.make_array_from_single_device_arrays
+    return [make(a.shape, sharding, [a]) for a in arrays]
 
 
 def _refuse(cause: Cause, frames) -> None:
     site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
     what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
+    disallowed_by, headline = getattr(_refusal, "why", None) or (_DISALLOWED_BY, "")
     raise ExecutionNotAllowedError(
-        f"{refusal_headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
+        f"{headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
         f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
 
 
@@ -410,14 +496,6 @@ def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
                 and sys.getrefcount(node.array) == 2):
             positions.append(i)
     return tuple(positions)
-
-
-def _device_index_of(graph: Graph) -> int:
-    for node in graph.inputs:
-        if type(node) is DataNode:
-            device = next(iter(node.array.devices()))
-            return backend.jax_devices().index(device)
-    return 0
 
 
 execution = Execution(compile_cache)

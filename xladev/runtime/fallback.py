@@ -20,7 +20,7 @@ import torch
 from torch._decomp import decomposition_table
 
 from xladev.events import Cause, CauseKind, FallbackOp, bus
-from xladev.runtime import stack, steps
+from xladev.runtime import annotate, stack, steps
 from xladev.runtime.decompositions import composite_implicit, with_composites
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.recording import write_into
@@ -148,6 +148,12 @@ def run_on_cpu(func, args, kwargs):
     if not _has_cpu_kernel(func):
         return _without_cpu_kernel(func, args, kwargs)
     name = fallback_name(func)
+    with annotate.fallback_span(name, steps.current()):
+        return _run_on_cpu(func, name, args, kwargs)
+
+
+def _run_on_cpu(func, name: str, args, kwargs):
+    """`run_on_cpu` of an op that has a CPU kernel (see there)."""
     device_index = _check_devices(args, kwargs)
     found: list[XlaTensor] = []
     _collect(args, found)

@@ -84,12 +84,19 @@ class FxProgram:
         # AOTAutograd passes the arguments as one list. On the instance: the wrappers TorchDynamo puts around a
         # backward graph copy the instance's attributes, not its class's.
         self._boxed_call = True
-        self.gm = gm
+        self.gm = _without_effect_tokens(gm)
         self.name = name
         self.plans: dict[Any, _Plan | _Lazy] = {}
-        self._symbolic = any(isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat))
-                             or _has_symbolic_shape(n.meta.get("val"))
-                             for n in gm.graph.nodes if n.op == "placeholder")
+        placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        self._symbolic = any(isinstance(v, (torch.SymInt, torch.SymFloat)) or _has_symbolic_shape(v)
+                             for v in placeholders)
+        # The strides the graph was traced with, per input: the stand-ins take them, so every view in the
+        # graph sees the layout it was traced for, whatever layout the call's tensors have (values are logical).
+        self._strides = [_concrete_strides(v) for v in placeholders]
+        # Likewise the outputs: they get the strides the graph promised AOTAutograd (which views them so).
+        results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self._out_strides = [_concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
+                             for r in (results if isinstance(results, (list, tuple)) else (results,))]
 
     def __call__(self, args: list) -> list:
         args = list(args)
@@ -147,19 +154,21 @@ class FxProgram:
     def _trace(self, args: list) -> _Plan | _Lazy:
         device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
         tensors = [a for a in args if isinstance(a, XlaTensor)]
+        if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
+            tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
         arrays = iter(arrays_of(tensors, _INPUTS)) if tensors else iter(())
         placeholders, stand_ins = [], []
-        for a in args:
+        for i, a in enumerate(args):
             if isinstance(a, XlaTensor):
                 meta = Meta(tuple(a.shape), a.dtype)
                 data = DataNode(next(arrays), meta)
                 placeholders.append(data)
-                stand_ins.append(XlaTensor(Storage(data, a._st.device_index), meta, None, a.stride()))
+                strides = self._strides[i] if i < len(self._strides) and self._strides[i] is not None else a.stride()
+                stand_ins.append(XlaTensor(Storage(data, a._st.device_index), meta, None, strides))
             else:
                 placeholders.append(None)
                 stand_ins.append(a)
         state = rng.state_of(device_index)
-        _current_key(device_index)  # random ops recorded lazily before this call: their key is computed first
         key_before = rng.key_node(device_index)
         frames = stack.capture_frames()
         reason = None
@@ -189,7 +198,7 @@ class FxProgram:
                  frames) -> _Plan:
         position = {id(p): i for i, p in enumerate(placeholders) if p is not None}
         roots, outputs, root_index = [], [], {}
-        for out in outs:
+        for slot, out in enumerate(outs):
             if not isinstance(out, XlaTensor):
                 outputs.append((_VALUE, out))
                 continue
@@ -203,7 +212,8 @@ class FxProgram:
                 if k is None:
                     k = root_index[id(node)] = len(roots)
                     roots.append(node)
-                outputs.append((_ROOT, (k, Meta(tuple(out.shape), out.dtype), out.stride())))
+                strides = self._out_strides[slot] if slot < len(self._out_strides) else None
+                outputs.append((_ROOT, (k, Meta(tuple(out.shape), out.dtype), strides or out.stride())))
         user_roots = len(roots)
         rng_out = None
         if key_after is not key_before:
@@ -232,6 +242,26 @@ class FxProgram:
         return _Lazy(reason)
 
 
+def _with_effects(token, op, *args, **kwargs):
+    """`higher_order.with_effects` as a plain call: the op, then the token handed on (its order is the graph's)."""
+    out = op(*args, **kwargs)
+    if isinstance(out, (tuple, list)):
+        return (token, *out)
+    return (token,) if out is None else (token, out)
+
+
+def _without_effect_tokens(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with AOTAutograd's effect-token calls (ops with side effects, such as a linalg op's error check)
+    made plain calls: the lazy runtime records ops in the graph's order anyway."""
+    effects = getattr(torch.ops.higher_order, "with_effects", None)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and effects is not None and n.target is effects]
+    for node in nodes:
+        node.target = _with_effects
+    if nodes:
+        gm.recompile()
+    return gm
+
+
 def _refusal_reason(message: str) -> str:
     """The cause and line of a refused execution, from ExecutionNotAllowedError's message."""
     head = message.split(" while executions are disallowed", 1)[0]
@@ -249,6 +279,14 @@ def _signature(args: list) -> tuple:
         else:
             out.append(type(a))
     return tuple(out)
+
+
+def _concrete_strides(value) -> tuple | None:
+    """A traced tensor input's strides, when they are plain numbers."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    strides = value.stride()
+    return tuple(strides) if all(type(s) is int for s in strides) else None
 
 
 def _has_symbolic_shape(value) -> bool:

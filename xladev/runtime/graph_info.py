@@ -57,5 +57,22 @@ class RuntimeGraphInfo:
     def root_hashes(self) -> list[str]:
         return root_hashes(self._graph)
 
+    def collectives(self) -> list[tuple[str, int, str | None]]:
+        return collectives_of(self._graph)
+
     def __repr__(self) -> str:
         return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"
+
+
+def collectives_of(graph: Graph) -> list[tuple[str, int, str | None]]:
+    """(op, bytes from this rank, the user's line) of each collective of `graph`, in order."""
+    out = []
+    for node in graph.collectives:
+        nbytes = 0
+        for operand in node.operands:
+            numel = 1
+            for size in operand.meta.shape:
+                numel *= size
+            nbytes += numel * operand.meta.dtype.itemsize
+        out.append((node.op.name, nbytes, getattr(node, "site", None)))
+    return out

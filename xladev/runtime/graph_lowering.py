@@ -7,6 +7,8 @@ and XLA dumps show which graph ran.
 
 from __future__ import annotations
 
+import functools
+
 from xladev._flags import config
 from xladev.runtime import backend
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph, Meta, rebuild
@@ -62,11 +64,21 @@ def graph_function(graph: Graph):
         import jax
 
         values = [None] * len(plan)
+        # The last collective's result: each collective waits for it (see below).
+        token = None
         for i, (node, operands, is_scalar) in enumerate(plan):
             if node is None:
                 values[i] = _weak(inputs[operands]) if is_scalar else inputs[operands]
                 continue
-            args, kwargs = rebuild(node.template, [values[j] for j in operands])
+            operand_values = [values[j] for j in operands]
+            if node.op.collective:
+                # Collectives run in the graph's order on every replica: XLA's CPU runtime runs independent
+                # ops concurrently, and two replicas starting two collectives in opposite orders would wait
+                # for each other for ever. A data dependence on the previous collective orders them (as
+                # PyTorch/XLA threads a token through its collectives).
+                if token is not None:
+                    operand_values, _ = jax.lax.optimization_barrier((operand_values, token))
+            args, kwargs = rebuild(node.template, operand_values)
             ctx = LoweringContext(node)
             if hlo_debug and node.location:
                 # jax cuts scope names at '@', so the location reads `fn at file.py:LINE` here.
@@ -75,6 +87,8 @@ def graph_function(graph: Graph):
             else:
                 out = node.op.lower(ctx, *args, **kwargs)
             values[i] = _fit(out, node.meta, node.op.name)
+            if node.op.collective:
+                token = values[i]
             if i in cuts:
                 values[i] = jax.lax.optimization_barrier(values[i])
         return tuple(values[r] for r in roots)
@@ -107,9 +121,63 @@ def _fusion_cuts(plan) -> frozenset[int]:
     return frozenset(cuts)
 
 
+@functools.cache
+def replica_sharding():
+    """Every replica holding a whole value of its own, over the job's replica mesh (inputs and outputs of
+    replicated graphs)."""
+    import jax
+
+    return jax.sharding.NamedSharding(backend.replica_mesh(), jax.sharding.PartitionSpec())
+
+
+def program(graph: Graph, device=None) -> tuple:
+    """What to compile for a graph: its jax function, the avals of its inputs, and whether it is replicated.
+
+    A graph holding collectives is replicated: it runs on every process of the job at once, traced inside
+    `jax.shard_map` over the replica mesh (one device per process) with every input and output the
+    process's own value (`P()`: each replica holds a whole value, its own). Its collectives then reduce
+    and gather across the processes inside the compiled program.
+
+    Args:
+      graph: the graph.
+      device: the jax device it runs on (None: unplaced, for lowering only).
+
+    Returns:
+      (fn, avals, replicated).
+    """
+    import jax
+
+    fn = graph_function(graph)
+    replicated = bool(graph.collectives)
+    sharding = None
+    if replicated:
+        sharding = replica_sharding()
+        spec = sharding.spec
+        name = fn.__name__
+        # check_vma=False: outputs are each replica's own value, not checked to be equal across replicas.
+        fn = jax.shard_map(fn, mesh=sharding.mesh, in_specs=spec, out_specs=spec, check_vma=False)
+        fn.__name__ = fn.__qualname__ = name  # profiles show jit(xladev_<hash>) for these graphs too
+    elif backend.spmd_replicated is not None and graph.device_index == 0:
+        # SPMD: each input as it is split over the devices; XLA's partitioner (GSPMD) splits the program.
+        return fn, [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=spmd_sharding(n))
+                    for n in graph.inputs], False
+    elif device is not None:
+        sharding = jax.sharding.SingleDeviceSharding(device)
+    avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
+             for n in graph.inputs]
+    return fn, avals, replicated
+
+
+def spmd_sharding(node):
+    """An input's sharding in SPMD mode: its buffer's, when split; replicated on every device otherwise."""
+    if getattr(node, "sharding", None) is not None:
+        return node.array.sharding
+    return backend.spmd_replicated
+
+
 def lowered(graph: Graph):
     """jax's Lowered object of a graph (lowering only; nothing is compiled or run)."""
     import jax
 
-    avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype)) for n in graph.inputs]
-    return jax.jit(graph_function(graph), donate_argnums=graph.donated).lower(*avals)
+    fn, avals, _ = program(graph)
+    return jax.jit(fn, donate_argnums=graph.donated).lower(*avals)

@@ -19,23 +19,67 @@ import sys
 import threading
 import time
 
+from xladev.runtime.world import job
+
 
 class Dispatched:
-    """One dispatched graph: its outputs, when it started, and when its outputs were ready."""
+    """One dispatched graph: its outputs, when it started, and when its outputs were ready.
 
-    __slots__ = ("outputs", "start_ns", "ready_ns", "error", "done", "announce")
+    Attributes:
+      replicated: for a graph holding collectives, what it is (for errors); None for a local graph. Such a
+        graph is waited for in slices: if another rank is gone it would never finish (world.py).
+    """
 
-    def __init__(self, outputs, start_ns: int, announce) -> None:
+    __slots__ = ("outputs", "start_ns", "ready_ns", "error", "done", "announce", "replicated")
+
+    def __init__(self, outputs, start_ns: int, announce, replicated: str | None = None) -> None:
         self.outputs = outputs
         self.start_ns = start_ns
         self.ready_ns = 0
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.announce = announce  # called as announce(execute_ns, error) on the settling thread
+        self.replicated = replicated
 
     def wait(self) -> None:
+        """Blocks until the outputs are ready.
+
+        Raises:
+          DistributedError: (replicated graphs) a rank is gone while waiting.
+        """
+        if self.replicated is not None:
+            _wait_replicated(self.outputs, self.replicated)
+            return
         for out in self.outputs:
             out.block_until_ready()
+
+    def wait_done(self) -> None:
+        """Waits for the watcher to see this graph finish (in slices for a replicated graph).
+
+        Raises:
+          DistributedError: (replicated graphs) a rank is gone while waiting.
+        """
+        if self.replicated is None:
+            self.done.wait()
+            return
+        while not self.done.wait(_SLICE_S):
+            if job.lost:
+                raise job.lost_error(self.replicated)
+
+
+# A replicated graph's wait looks for gone ranks this often.
+_SLICE_S = 0.2
+
+
+def _wait_replicated(arrays, what: str) -> None:
+    pending = [a for a in arrays if not a.is_ready()]
+    pause = 0.0001
+    while pending:
+        if job.lost:
+            raise job.lost_error(what)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+        pending = [a for a in pending if not a.is_ready()]
 
 
 class InFlight:
@@ -94,8 +138,9 @@ class InFlight:
         self._settling = True  # an announcement's subscribers may read values; they must not re-enter
         try:
             while self._unannounced:
-                item = self._unannounced.pop(0)
-                item.done.wait()
+                item = self._unannounced[0]
+                item.wait_done()
+                self._unannounced.pop(0)
                 item.announce(item.ready_ns - item.start_ns, item.error)
         finally:
             self._settling = False

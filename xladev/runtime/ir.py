@@ -69,15 +69,21 @@ class OpDef:
       name: the IR name, e.g. `aten::add`.
       lower: `fn(ctx, *args, **kwargs)` returning a jax value (or tuple), where tensor args are jax values.
       aten: the aten overload this came from, or None for internal ops.
+      collective: a cross-replica op (all-reduce, all-gather...): a graph holding one runs on every
+        process of the job at once (graph_lowering.program).
+      params: names of the template's arguments, for IR text, when there is no aten schema to name them.
     """
 
-    __slots__ = ("name", "lower", "aten", "multi_output")
+    __slots__ = ("name", "lower", "aten", "multi_output", "collective", "params")
 
-    def __init__(self, name: str, lower: Callable, aten: Any = None, multi_output: bool = False):
+    def __init__(self, name: str, lower: Callable, aten: Any = None, multi_output: bool = False,
+                 collective: bool = False, params: tuple[str, ...] = ()):
         self.name = name
         self.lower = lower
         self.aten = aten
         self.multi_output = multi_output
+        self.collective = collective
+        self.params = params
 
     def __repr__(self) -> str:
         return f"OpDef({self.name})"
@@ -128,16 +134,25 @@ class DataNode(Node):
       created_at: frames summary of where the data was created (when frames are captured).
     """
 
-    __slots__ = ("array", "created_at", "uid")
+    __slots__ = ("array", "created_at", "uid", "sharding")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
         super().__init__(DATA_OP, (), None, meta)
         self.array = array
         self.created_at = created_at
         self.uid = next(_ids)
+        # SPMD: how the buffer is split over the devices (`{devices=[2,1]0,1}`), None when it is not split.
+        # Part of the signature: a graph compiled for one input sharding is not the graph for another.
+        self.sharding = sharding_of(array) if sharding_of is not None and array is not None else None
 
     def signature(self) -> tuple:
+        if self.sharding is not None:
+            return ("xla::device_data", self.meta, self.sharding)
         return ("xla::device_data", self.meta)
+
+
+# Set by SPMD mode (spmd.use_spmd): array -> its sharding text, or None for a whole (replicated) buffer.
+sharding_of = None
 
 
 class ScalarNode(Node):
@@ -155,6 +170,19 @@ class ScalarNode(Node):
 
 _scalar_nodes: dict = {}
 _SCALAR_CACHE_SIZE = 4096
+# False in a job of several processes: each use of a Python number is an input of its own (share_scalars).
+_share = True
+
+
+def share_scalars(enabled: bool) -> None:
+    """Whether equal Python numbers of one dtype are one graph input (the default), or each use its own.
+
+    In a job of several processes, a graph holding collectives must be the same program on every rank. With
+    sharing, two numbers equal on one rank only (a rank-dependent offset equal to the world size...) would be
+    one input there and two on the others: different programs, whose collectives never meet.
+    """
+    global _share
+    _share = enabled
 
 
 def scalar_node(value: Any, dtype: torch.dtype) -> ScalarNode:
@@ -165,6 +193,8 @@ def scalar_node(value: Any, dtype: torch.dtype) -> ScalarNode:
     whose scalars happen to be equal is a different graph from one whose scalars differ, as in
     PyTorch/XLA.
     """
+    if not _share:
+        return ScalarNode(value, dtype)
     # The value's type is in the key: 2 and 2.0 hash alike but are different inputs. -0.0 == 0.0 too,
     # but zeros never get here (special scalars are constants) unless XLA_NO_SPECIAL_SCALARS is set.
     key = (type(value), value, dtype, math.copysign(1.0, value) if type(value) is float else 0)
@@ -208,11 +238,13 @@ class Graph:
       donated: positions of the inputs whose buffers the executable may reuse for its outputs (`donate`).
       user_outputs: how many roots are user tensors (the others are the runtime's own state, such as
         the RNG key, which PyTorch/XLA does not count as graph outputs).
+      device_index: the `xla:N` the graph runs on. An executable is built for one device, so a device
+        other than xla:0 is part of the key and hash (xla:0's graphs hash as they always have).
     """
 
-    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index", "donated", "user_outputs")
+    __slots__ = ("nodes", "inputs", "roots", "key", "_hash", "index", "donated", "user_outputs", "device_index")
 
-    def __init__(self, roots: list[Node]):
+    def __init__(self, roots: list[Node], device_index: int = 0):
         self.roots = roots
         index: dict[int, int] = {}
         nodes: list[Node] = []
@@ -245,6 +277,9 @@ class Graph:
         self.inputs = inputs
         self.index = index
         self.key = (tuple(key_parts), tuple(index[id(r)] for r in roots))
+        if device_index:
+            self.key = (self.key, ("device", device_index))
+        self.device_index = device_index
         self._hash = None
         self.donated: tuple[int, ...] = ()
         self.user_outputs = len(roots)
@@ -266,6 +301,11 @@ class Graph:
             self.donated = tuple(positions)
             self.key = (self.key, self.donated)
             self._hash = None
+
+    @property
+    def collectives(self) -> list[Node]:
+        """The graph's cross-replica nodes, in order (a graph with any runs on every process at once)."""
+        return [n for n in self.nodes if n.op.collective]
 
     @property
     def hash(self) -> str:

@@ -68,7 +68,7 @@ def node_attributes(node, numbers: bool = True) -> list[tuple[str, object]]:
         return []
     args, kwargs = template
     aten = node.op.aten
-    schema_args = aten._schema.arguments if aten is not None else ()
+    names = [a.name for a in aten._schema.arguments] if aten is not None else list(node.op.params)
     traits = op_traits(aten) if aten is not None and not numbers else None
     out = []
     for i, value in enumerate(args):
@@ -76,7 +76,7 @@ def node_attributes(node, numbers: bool = True) -> list[tuple[str, object]]:
             continue
         if traits is not None and i in traits.scalar_positions and _is_number(value):
             continue
-        name = schema_args[i].name if i < len(schema_args) else f"arg{i}"
+        name = names[i] if i < len(names) else f"arg{i}"
         out.append((name, value))
     for name, value in kwargs:
         if _has_slot(value) or isinstance(value, Frozen):
@@ -195,6 +195,9 @@ def graph_to_text(graph: Graph) -> str:
         numbers[id(node)] = ref
         shape = shape_text(node.meta)
         extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node, numbers=False))
+        sharding = getattr(node, "sharding", None)
+        if sharding:  # as PyTorch/XLA prints a sharded tensor's IR
+            extra += f", sharding={sharding}"
         extra += context
         if id(node) in roots:
             extra += ", ROOT=" + ",".join(map(str, roots[id(node)]))

@@ -60,10 +60,13 @@ class SiteHistory:
 
 
 def publish(history: SiteHistory, info: RuntimeGraphInfo, compile_ns: int, frames, step: int,
-            name: str | None = None) -> None:
+            name: str | None = None) -> Recompiled | None:
     """Records a compile and publishes its `Recompiled` event when there is one. Never raises.
 
     A diff bug must not fail the user's step: it is reported on stderr and the compile goes on.
+
+    Returns:
+      The `Recompiled` event (published or not: the profiler span shows its reason too), or None.
     """
     try:
         event = history.record(info, compile_ns, frames, step, name)
@@ -71,6 +74,7 @@ def publish(history: SiteHistory, info: RuntimeGraphInfo, compile_ns: int, frame
         import sys
 
         print(f"xladev: comparing graph {info.hash} with its site's earlier graphs failed: {exc!r}", file=sys.stderr)
-        return
+        return None
     if event is not None and bus.active:
         bus.emit(event)
+    return event

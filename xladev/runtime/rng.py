@@ -70,9 +70,14 @@ def key_node(device_index: int):
     return _state(device_index).value
 
 
+def key_tensor(device_index: int) -> XlaTensor:
+    """A device tensor over a device's RNG key (to compute a pending key together with other tensors)."""
+    return XlaTensor(_state(device_index), _KEY_META)
+
+
 def materialized_key(device_index: int, cause: Cause):
     """A device's RNG key as a device array, computing it (one graph) when random ops left it pending."""
-    return arrays_of([XlaTensor(_state(device_index), _KEY_META)], cause)[0]
+    return arrays_of([key_tensor(device_index)], cause)[0]
 
 
 def set_key(array, device_index: int) -> None:

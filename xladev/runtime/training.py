@@ -12,6 +12,7 @@ from xladev.events import Cause, CauseKind
 from xladev.runtime import closures
 from xladev.runtime.backend import device_index
 from xladev.runtime.barrier import barrier as step_barrier
+from xladev.runtime.collectives import reduce_gradients
 from xladev.runtime.execution import execution
 from xladev.runtime.rng import manual_seed as seed_device
 from xladev.runtime.transfers import sync_cause
@@ -61,14 +62,25 @@ def add_step_closure(closure: Callable, args: tuple = (), run_async: bool = Fals
     step_barrier.add_closure(run, args, run_async)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, optimizer_args: dict | None = None) -> Any:
-    """Runs `optimizer.step(**optimizer_args)`, then the step barrier if `barrier` is True.
+def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, optimizer_args: dict | None = None,
+                   groups=None, pin_layout: bool = True) -> Any:
+    """Averages the gradients across the replicas, runs `optimizer.step(**optimizer_args)`, then the step
+    barrier if `barrier` is True (PyTorch/XLA's `xm.optimizer_step`).
 
-    With a single process there are no gradients to all-reduce across replicas.
+    The average is one all-reduce recorded into the step's graph (`collectives.reduce_gradients`); with a
+    single process there is nothing to average.
+
+    Args:
+      optimizer: the optimizer.
+      barrier: end the step after the update.
+      optimizer_args: keyword arguments of `optimizer.step`.
+      groups: replica groups of the gradient all-reduce; None for all replicas.
+      pin_layout: accepted for PyTorch/XLA's signature.
 
     Returns:
       What `optimizer.step` returned.
     """
+    reduce_gradients(optimizer, groups=groups, pin_layout=pin_layout)
     loss = optimizer.step(**(optimizer_args or {}))
     if barrier:
         mark_step(Cause(CauseKind.OPTIMIZER_STEP))

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from xladev.events import Cause, CauseKind, TransferFromDevice, bus
-from xladev.runtime import backend, device_put, fork_guard, stack, steps
+from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
 from xladev.runtime.execution import execution
 from xladev.runtime.ir import DataNode, Meta
 from xladev.runtime.stack import user_location
@@ -61,7 +61,14 @@ def arrays_of(tensors: list, cause: Cause) -> list:
         execution.sync_storages(list({id(s): s for s in bases}.values()), cause,
                                 stack.capture_frames() if bus.wants_frames else None)
     nodes = [t._node() for t in tensors]
-    arrays = execution.materialize(nodes, cause)
+    arrays: list = [None] * len(tensors)
+    by_device: dict[int, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t._st.device_index, []).append(i)
+    for device_index, positions in sorted(by_device.items()):  # one graph per device
+        got = execution.materialize([nodes[i] for i in positions], cause, device_index)
+        for i, array in zip(positions, got):
+            arrays[i] = array
     for t, node, array in zip(tensors, nodes, arrays):
         if t._chain is not None and type(node) is not DataNode:
             t._vnode = DataNode(array, node.meta)
@@ -70,20 +77,34 @@ def arrays_of(tensors: list, cause: Cause) -> list:
 
 
 def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
-    """CPU copies of device tensors, each read counted as a device→host transfer with its cause."""
+    """CPU copies of device tensors, each read counted as a device→host transfer with its cause.
+
+    While a profile records, a value read (not a fallback op's, which its own span covers) shows as
+    `xladev.sync <kind>` around the graph it forces and the copies, each copy as `xladev.from_device`.
+    """
     cause = current_cause(default_kind)
-    arrays = arrays_of(tensors, cause)
-    execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running
-    out = []
-    for t, array in zip(tensors, arrays):
-        start = time.perf_counter_ns()
-        host = np.asarray(array)
-        cpu = backend.numpy_to_torch(host, t.dtype)
-        if bus.active:
-            bus.emit(TransferFromDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
-                                        time.perf_counter_ns() - start, cause.detail or cause.kind.value,
-                                        stack.capture_frames() if bus.wants_frames else None))
-        out.append(cpu)
+    kind = cause.detail or cause.kind.value
+    if cause.kind is CauseKind.FALLBACK:
+        span = annotate.NULL
+    elif cause.kind is CauseKind.STEP_CLOSURE:
+        access = getattr(_local, "kind", None) or default_kind
+        span = annotate.sync_span(f"{access} in a step closure", steps.current())
+    else:
+        span = annotate.sync_span(kind, steps.current())
+    with span:
+        arrays = arrays_of(tensors, cause)
+        execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running
+        out = []
+        for t, array in zip(tensors, arrays):
+            start = time.perf_counter_ns()
+            with annotate.from_device_span(array.nbytes, kind, steps.current()):
+                host = np.asarray(array)
+            cpu = backend.numpy_to_torch(host, t.dtype)
+            if bus.active:
+                bus.emit(TransferFromDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
+                                            time.perf_counter_ns() - start, kind,
+                                            stack.capture_frames() if bus.wants_frames else None))
+            out.append(cpu)
     return out
 
 

@@ -7,8 +7,9 @@ Standard library only: reading a log never imports torch, jax or the runtime.
 - `xladev.schema.counters`: the one table of record → counter and metric updates.
 - `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
 - `xladev.schema.sites`: trigger sites (which frame is the user's) and how they are shortened.
+- `xladev.schema.ranks`: the rank of this process in a job, and the per-rank names of output files.
 """
 
-from xladev.schema import counters, records, sites, units
+from xladev.schema import counters, ranks, records, sites, units
 
-__all__ = ["counters", "records", "sites", "units"]
+__all__ = ["counters", "ranks", "records", "sites", "units"]

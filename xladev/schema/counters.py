@@ -130,6 +130,13 @@ _MARK_STEP, _CACHE_MISS = _count("MarkStep"), _count("DeviceDataCacheMiss")
 _COMPILE_FAILED, _EXECUTE_FAILED = _count("CompileFailed"), _count("ExecuteFailed")
 _GRAPH_BREAK, _GUARD_FAILURE = _count("DynamoGraphBreak"), _count("DynamoGuardFailure")
 
+def _collective(rec: r.Collective) -> tuple[Update, ...]:
+    # xladev's own names (PyTorch/XLA counts collectives only as the ops xla::all_reduce...): the
+    # collectives a rank ran, what they moved, their graphs' run time, and the wait for the other ranks.
+    return (_count("CollectiveOps", rec.count), Update("CollectiveBytes", BYTES, rec.bytes),
+            Update("CollectiveTime", TIME, rec.ns), Update("CollectiveWaitTime", TIME, rec.wait_ns))
+
+
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Ops: _ops,
     r.Compile: _compile,
@@ -142,6 +149,8 @@ TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Step: lambda rec: (_MARK_STEP,),
     r.GraphBreak: lambda rec: (_GRAPH_BREAK,),
     r.DynamoRecompile: lambda rec: (_GUARD_FAILURE,),
+    r.Collective: _collective,
+    r.RankLost: lambda rec: (_count("RankLost"),),
 }
 
 

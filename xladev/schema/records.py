@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 import types
 import typing
@@ -375,6 +376,67 @@ class DynamoRecompile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
+class Profile(_Timed):
+    """A profile capture of this process was written: the `.xplane.pb`, its TensorBoard log directory, the
+    runtime steps it covers (`first_step`..`last_step`, null when unknown) and the call that captured it."""
+
+    TYPE: ClassVar[str] = "profile"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
+    path: str = ""
+    logdir: str = ""
+    first_step: int | None = None
+    last_step: int | None = None
+    how: str = ""
+
+    def window(self) -> str:
+        """The steps it covers: `steps 5–7`, `step 5`, or `steps ?` when the capture did not say."""
+        return step_window(self.first_step, self.last_step)
+
+    def open_command(self) -> str:
+        """The command that shows it: `tensorboard --logdir <logdir>` (Profile tab)."""
+        return tensorboard_command(self.logdir or os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.dirname(self.path)))))
+
+
+def step_window(first: int | None, last: int | None) -> str:
+    """`steps 5–7`, `step 5`, or `steps ?`: a profile's step window as the report and the TUI write it."""
+    if first is None or last is None:
+        return "steps ?"
+    return f"step {first}" if first == last else f"steps {first}–{last}"
+
+
+def tensorboard_command(logdir: str) -> str:
+    """The command that shows the profiles under `logdir` in TensorBoard's Profile tab."""
+    import shlex
+
+    return f"tensorboard --logdir {shlex.quote(logdir)}"
+
+
+@dataclasses.dataclass(slots=True)
+class Collective(_Timed):
+    """A graph holding collectives ran on every rank: `count` collectives of `bytes` from this rank, `wait_ns`
+    spent waiting for the other ranks to reach it, `ns` running it; `sites` the user's line of each."""
+
+    TYPE: ClassVar[str] = "collective"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
+    hash: str = ""
+    count: int = 0
+    bytes: int = 0
+    wait_ns: int = 0
+    ns: int = 0
+    sites: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class RankLost(_Timed):
+    """Another rank of the job is gone (it died, or stopped answering): this rank's collectives fail."""
+
+    TYPE: ClassVar[str] = "rank_lost"
+    rank: int = -1
+    reason: str = ""
+
+
+@dataclasses.dataclass(slots=True)
 class End(Record):
     TYPE: ClassVar[str] = "end"
     t: int = 0
@@ -384,7 +446,7 @@ class End(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
     Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss,
-    GraphGrowing, GraphBreak, DynamoRecompile, End)}
+    GraphGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

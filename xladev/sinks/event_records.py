@@ -7,8 +7,9 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp,
-    GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    CollectivesExecuted, CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled,
+    ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, ProfileWritten, RankLost,
+    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -116,6 +117,16 @@ class RecordBuilder:
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
 
+    def _profile(self, event: ProfileWritten, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Profile(t, event.step, event.path, event.logdir, event.first_step, event.last_step, event.how),)
+
+    def _collectives(self, event: CollectivesExecuted, t: int) -> tuple[rec.Record, ...]:
+        return (rec.Collective(t, event.step, event.graph_hash, event.count, event.nbytes, event.wait_ns,
+                               event.execute_ns, list(event.sites)),)
+
+    def _rank_lost(self, event: RankLost, t: int) -> tuple[rec.Record, ...]:
+        return (rec.RankLost(t, event.step, event.rank, event.reason),)
+
     def _with_graph(self, event, t: int, record: rec.Record) -> tuple[rec.Record, ...]:
         if not self.graph_texts or event.graph_hash in self._graphs or event.graph is None:
             return (record,)
@@ -158,4 +169,6 @@ _BUILDERS = {
     DynamoGraphBreak: RecordBuilder._graph_break, DynamoRecompiled: RecordBuilder._dynamo_recompiled,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
+    ProfileWritten: RecordBuilder._profile,
+    CollectivesExecuted: RecordBuilder._collectives, RankLost: RecordBuilder._rank_lost,
 }

@@ -21,7 +21,7 @@ from xladev.events import StepMarked
 from xladev.schema.counters import updates
 from xladev.schema.units import COUNT, format_kind
 from xladev.sinks._lifecycle import Sink
-from xladev.sinks._ranks import per_rank_path
+from xladev.schema.ranks import per_rank_path
 from xladev.sinks.event_records import RecordBuilder
 
 SNAPSHOT_SCHEMA = "xladev.metrics/1"

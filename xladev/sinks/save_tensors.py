@@ -29,7 +29,7 @@ from xladev._flags import ConfigError, config
 from xladev.events import GraphExecuted
 from xladev.schema.sites import shown_frames
 from xladev.sinks._lifecycle import Sink
-from xladev.sinks._ranks import ordinal_path
+from xladev.schema.ranks import ordinal_path
 
 
 class DumpSink(Sink):

@@ -342,6 +342,12 @@ def _expand_copy(ctx, x, size, implicit=False):
     return jnp.broadcast_to(x, ctx.out_shape)
 
 
+@lowers(aten.copy.default)
+def _copy(ctx, dst, src, non_blocking=False):
+    # The functional `copy_` (torch.compile graphs): `src` in `dst`'s shape and dtype; `dst`'s values unused.
+    return jnp.broadcast_to(src.astype(ctx.out_dtype), ctx.out_shape)
+
+
 @lowers(aten.fill.Scalar, aten.fill.Tensor)
 def _fill(ctx, x, value):
     return jnp.full(ctx.out_shape, value, dtype=ctx.out_dtype)

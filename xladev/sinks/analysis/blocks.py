@@ -69,6 +69,8 @@ def exact_cause(cause: Cause) -> str:
         return f"user code trying to access tensor value before torch_xla.sync: {cause.detail}"
     if kind is CauseKind.FALLBACK:
         return f"CPU fallback op {cause.detail} needs its inputs on the host ({fallback_reasons.reason(cause.detail)})"
+    if kind is CauseKind.COLLECTIVE and cause.detail:
+        return f"{cause.detail}: a collective every replica runs now, waiting for the others"
     return kind.value
 
 

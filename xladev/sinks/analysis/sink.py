@@ -19,7 +19,7 @@ from xladev.schema.records import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
-from xladev.sinks._ranks import is_local_rank0
+from xladev.schema.ranks import per_rank_path, rank_label
 from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
 from xladev.sinks.analysis.run_stats import RunStats
 
@@ -52,7 +52,8 @@ class DebugOutput:
 
 
 class AnalysisSink(Sink):
-    """Prints the analysis for one process (local rank 0 only)."""
+    """Prints the analysis of this process. In a job of several processes every rank prints (to its own
+    `PT_XLA_DEBUG_FILE.<rank>`, or to its stderr), and each block says which rank it comes from."""
 
     wants_frames = True
 
@@ -66,6 +67,8 @@ class AnalysisSink(Sink):
         self.growth: list[GraphGrowing] = []
         self._recompiled: dict[str, Recompiled] = {}
         self._dynamo_recompiled: DynamoRecompiled | None = None  # the last one, for its graphs' compile blocks
+        label = rank_label()
+        self.process = [("Process: ", [f"{label} (pid {os.getpid()}, {socket.gethostname()})"])] if label else []
 
     def start(self) -> "AnalysisSink":
         if not self.running:
@@ -99,6 +102,7 @@ class AnalysisSink(Sink):
             if self.level >= 2:
                 self.out.write(analysis_block("Execution Analysis: ", "Execution Cause", event.cause, event.graph_hash,
                                               event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame,
+                                              self.process + _collective_section(event.graph),
                                               graph_name=event.graph_name))
         elif kind is TransferFromDevice:
             self.transfers += 1
@@ -122,8 +126,12 @@ class AnalysisSink(Sink):
                 function=event.function, site=short_site(site_of(event.frames)), guard=event.guard,
                 compiles=event.compiles) + "\n")
         elif kind is ExecutionFailed:
-            self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running: {event.message}\n"
-                           f"Execution Analysis: its HLO is saved at {event.hlo_path}\n")
+            where = f" ({self.process[0][1][0]})" if self.process else ""
+            if event.hlo_path:
+                self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running{where}: "
+                               f"{event.message}\nExecution Analysis: its HLO is saved at {event.hlo_path}\n")
+            else:  # refused before running (the ranks' graphs differ, or a rank is gone)
+                self.out.write(f"\nExecution Analysis: graph {event.graph_hash} could not run{where}: {event.message}\n")
         elif kind is CompileFailed:
             self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
@@ -138,6 +146,7 @@ class AnalysisSink(Sink):
             # The graphs TorchDynamo compiles after a failed guard say which guard, as a recompile says what changed.
             extra.insert(0, ("Dynamo Recompilation Cause", [
                 f"{guard.function} compiled again (compile {guard.compiles}): guard failed: {guard.guard}"]))
+        extra = self.process + extra + _collective_section(event.graph)
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
                                       event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra,
                                       event.graph_name))
@@ -197,6 +206,8 @@ class AnalysisSink(Sink):
         lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
                  f"{p}{wall_time.summary_line(h.time_breakdown())}",
                  f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}"]
+        if self.process:
+            lines.append(f"{p}Process: {self.process[0][1][0]}")
         sites = h.compiles_per_site()
         if sites:
             lines.append(f"{p}Compiles per trigger site:")
@@ -238,15 +249,31 @@ class AnalysisSink(Sink):
                 pass
 
 
+def _collective_section(graph) -> list[tuple[str, list[str]]]:
+    """The block's `Collectives:` section for a graph holding collectives (none for others): each collective,
+    what it moves from this rank, and the user's line that asked for it."""
+    collectives = getattr(graph, "collectives", None)
+    found = collectives() if collectives is not None else []
+    if not found:
+        return []
+    lines = [f"{op} of {format_bytes(nbytes)} from this rank, at {site or 'an unknown line'}"
+             for op, nbytes, site in found[:8]]
+    if len(found) > 8:
+        lines.append(f"... and {len(found) - 8} more")
+    lines.append("the graph runs on every rank at once: each waits for the others to reach it")
+    return [("Collectives: ", lines)]
+
+
 _sink: AnalysisSink | None = None
 
 
 def start_from_flags() -> AnalysisSink | None:
-    """Starts the analysis when PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL ask for it (local rank 0 only)."""
+    """Starts the analysis when PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL ask for it (every rank of a job: PT_XLA_DEBUG_FILE
+    becomes each rank's own file, `path.<rank>`)."""
     global _sink
     level = debug_level()
-    if level <= 0 or not is_local_rank0() or _sink is not None:
+    if level <= 0 or _sink is not None:
         return _sink
-    _sink = AnalysisSink(level, DebugOutput(config.debug_file))
+    _sink = AnalysisSink(level, DebugOutput(per_rank_path(config.debug_file) if config.debug_file else ""))
     _sink.start()
     return _sink

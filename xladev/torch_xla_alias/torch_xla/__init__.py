@@ -21,6 +21,11 @@ from xladev.debug import _profiler_scopes
 from torch_xla import _xladev
 
 _xladev.install_finder()
+# torch.compile(backend="openxla") is PyTorch/XLA's dynamo backend: here, xladev's (which torch's own `openxla`
+# would also reach, through torch_xla.core.dynamo_bridge, without the graph breaks and recompiles it reports).
+from xladev.runtime import dynamo_backend as _dynamo_backend  # noqa: E402
+
+_dynamo_backend.use_for("openxla")
 
 # torch_xla releases follow torch's version; the local part says this is xladev's alias, not PyTorch/XLA.
 __version__ = f"{torch.__version__.split('+')[0]}+xladev.{xladev.__version__}"
@@ -96,15 +101,17 @@ def manual_seed(seed: int, device: torch.device | None = None) -> None:
 
 
 def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_single_process: bool = False):
-    """Runs `fn(0, *args)` in this process, as `xmp.spawn` does under xladev (one process, one replica).
+    """Runs `fn(index, *args)` in one process per device (`xmp.spawn` with `nprocs=None`), or in this process only
+    with `debug_single_process`.
 
     Args:
-      fn: the per-process function; its first argument is the process index.
+      fn: the per-process function; its first argument is the process's ordinal.
       args: the rest of its arguments.
-      start_method, debug_single_process: accepted for PyTorch/XLA's signature; there is no process to start.
+      start_method: 'spawn' (jax's runtime cannot be forked).
+      debug_single_process: run `fn(0, *args)` here, as one replica.
 
     Returns:
-      What `fn` returned.
+      What `fn` returned when it ran in this process; else None.
     """
     from torch_xla.distributed import xla_multiprocessing
 
@@ -113,8 +120,8 @@ def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_si
 
 
 # PyTorch/XLA imports these with the package; here they load on first use.
-__getattr__ = _xladev.module_getattr(__name__, submodules=("core", "debug", "distributed", "experimental", "runtime",
-                                                         "utils"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("_dynamo", "core", "debug", "distributed", "experimental",
+                                                         "runtime", "utils"))
 
 from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)
 from torch_xla.core import xla_model  # noqa: E402,F401  (binds torch_xla.core.xla_model)

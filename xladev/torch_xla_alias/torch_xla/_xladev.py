@@ -18,19 +18,16 @@ import importlib
 import sys
 from typing import Callable, Iterable
 
-_DISTRIBUTED = ("xladev runs one process with one replica (world size 1); multi-process and multi-device "
-                "training comes with xladev's distributed work")
-_SPMD = "SPMD sharding needs several devices, and xladev runs one replica on one device"
-_DYNAMO = ("there is no dynamo backend (torch.compile(backend='openxla')); trace lazily and end each step with "
-           "torch_xla.sync() (or xm.mark_step())")
+_DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torch_xla.launch, torchrun with the "
+                "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
+                "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
+_SPMD = "use torch_xla.distributed.spmd (xs.Mesh, xs.mark_sharding; docs/distributed.md)"
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here; use the public API: torch_xla.sync(), "
         "torch_xla.debug.metrics, or xladev.debug.get_tensors_text/get_tensors_hlo for graphs")
 
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
-    "torch_xla._dynamo": _DYNAMO,
-    "torch_xla.core.dynamo_bridge": _DYNAMO,
     "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
                       "or cast the model with .to(torch.bfloat16)"),
     "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
@@ -42,27 +39,24 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.core.xla_env_vars": "read environment variables with os.environ; xladev's flags are in xladev.config",
-    "torch_xla.distributed.spmd": _SPMD,
-    "torch_xla.distributed.xla_sharding": _SPMD,
-    "torch_xla.distributed.fsdp": "FSDP shards over several replicas; " + _DISTRIBUTED,
-    "torch_xla.distributed.xla_backend": "torch.distributed's 'xla' backend: " + _DISTRIBUTED,
-    "torch_xla.distributed.zero_redundancy_optimizer": _DISTRIBUTED,
-    "torch_xla.runtime.use_spmd": _SPMD,
-    "torch_xla.runtime.get_master_ip": _DISTRIBUTED,
+    "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
+    "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,
+    "torch_xla.distributed.zero_redundancy_optimizer": "ZeRO (sharded optimizer state) is not available; " + _DISTRIBUTED,
+    "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "
+                                        "(set by torchrun)"),
     "torch_xla.core.xla_model.world_size": "PyTorch/XLA has no xm.world_size; use torch_xla.runtime.world_size()",
-    "torch_xla.core.xla_model.all_to_all": _DISTRIBUTED,
-    "torch_xla.core.xla_model.collective_permute": _DISTRIBUTED,
-    "torch_xla.core.xla_model.collective_broadcast": _DISTRIBUTED,
-    "torch_xla.core.xla_model.send": _DISTRIBUTED,
-    "torch_xla.core.xla_model.recv": _DISTRIBUTED,
-    "torch_xla.core.xla_model.reduce_scatter": _DISTRIBUTED,
-    "torch_xla.core.xla_model.reduce_scatter_bucketized": _DISTRIBUTED,
-    "torch_xla.core.xla_model.all_gather_bucketized": _DISTRIBUTED,
-    "torch_xla.core.xla_model.all_reduce_bucketized_gradients": _DISTRIBUTED,
-    "torch_xla.core.xla_model.set_replication": _DISTRIBUTED,
-    "torch_xla.core.xla_model.xla_replication_devices": _DISTRIBUTED,
-    "torch_xla.core.xla_model.do_on_ordinals": ("there is one ordinal (0): call the function directly, on CPU "
-                                                "copies of its tensors (t.cpu())"),
+    "torch_xla.core.xla_model.send": ("send/recv are not available; use xm.collective_permute with every (source, "
+                                      "target) pair"),
+    "torch_xla.core.xla_model.recv": ("send/recv are not available; use xm.collective_permute with every (source, "
+                                      "target) pair"),
+    "torch_xla.core.xla_model.reduce_scatter_bucketized": "use xm.reduce_scatter (one collective per tensor list)",
+    "torch_xla.core.xla_model.all_gather_bucketized": "use xm.all_gather",
+    "torch_xla.core.xla_model.all_reduce_bucketized_gradients": ("use xm.reduce_gradients(optimizer): xladev "
+                                                                 "all-reduces every gradient in one collective"),
+    "torch_xla.core.xla_model.set_replication": ("replication is set up by the job (xmp.spawn, torch_xla.launch, "
+                                                 "torchrun); " + _DISTRIBUTED),
+    "torch_xla.core.xla_model.xla_replication_devices": ("each process of a job is one replica on its xla:0; "
+                                                         "use torch_xla.runtime.world_size()"),
     "torch_xla.core.xla_model.RateTracker": ("time the loop with time.perf_counter(), or read "
                                             "met.metric_data('ExecuteTime')"),
     "torch_xla.core.xla_model.get_rng_state": "reseed with torch_xla.manual_seed(seed); torch.xla.get_rng_state() "

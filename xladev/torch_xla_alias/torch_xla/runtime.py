@@ -1,10 +1,13 @@
-"""`torch_xla.runtime` (`xr`) on xladev: one process, one replica.
+"""`torch_xla.runtime` (`xr`) on xladev: the job's processes, one replica each.
 
-World size 1 and ordinal 0 are what PyTorch/XLA itself answers in a single process without replication;
-the device counts are xladev's (`xladev.device_count()`, the jax devices of the backend).
+Under `xmp.spawn`, `torch_xla.launch` or `torchrun`, the world size is the number of processes and each
+process's ordinal its rank; a lone process answers as PyTorch/XLA without replication (world size 1,
+ordinal 0). Device counts are xladev's (`xladev.device_count()`, the jax devices of the process).
 """
 
 from __future__ import annotations
+
+import os
 
 import xladev
 
@@ -36,44 +39,60 @@ def using_pjrt() -> bool:
     return True
 
 
+def use_spmd(auto: bool = False) -> None:
+    """Turns SPMD mode on: `xla:0` stands for every local device (`xladev.spmd.use_spmd`).
+
+    Raises:
+      ValueError: `auto=True` (XLA's auto-sharding is not available).
+    """
+    if auto:
+        raise ValueError("use_spmd(auto=True): XLA's auto-sharding is not available in xladev; mark the shardings "
+                         "with torch_xla.distributed.spmd.mark_sharding")
+    import xladev.spmd
+
+    xladev.spmd.use_spmd()
+
+
 def is_spmd() -> bool:
-    """False: xladev does not shard (`use_spmd` is refused with advice)."""
-    return False
+    """Whether SPMD mode is on."""
+    import xladev.spmd
+
+    return xladev.spmd.is_spmd()
 
 
 def world_size() -> int:
-    """1: the processes taking part in the job."""
-    return 1
+    """The replicas taking part in the job (its processes): `xladev.world_size`."""
+    return xladev.world_size()
 
 
 def global_ordinal() -> int:
-    """0: this process's rank in the job."""
-    return 0
+    """This process's replica ordinal in the job (its rank): `xladev.global_ordinal`."""
+    return xladev.global_ordinal()
 
 
 def local_ordinal() -> int:
-    """0: this process's rank on this host."""
-    return 0
+    """This process's replica ordinal on its host (its local rank): `xladev.local_ordinal`."""
+    return xladev.local_ordinal()
 
 
 def process_index() -> int:
-    """0: this process's index."""
-    return 0
+    """This process's index in the job (its rank)."""
+    return xladev.global_ordinal()
 
 
 def process_count() -> int:
-    """1: the processes of the job."""
-    return 1
+    """The processes of the job."""
+    return xladev.world_size()
 
 
 def host_index() -> int:
-    """0: this host's index."""
-    return 0
+    """This host's index: torchrun's node rank (GROUP_RANK), 0 on one host."""
+    return int(os.environ.get("GROUP_RANK", "0") or 0) if xladev.world_size() > 1 else 0
 
 
 def local_process_count() -> int:
-    """1: the processes on this host."""
-    return 1
+    """The processes of the job on this host (LOCAL_WORLD_SIZE)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) if xladev.world_size() > 1 else 1
 
 
 def addressable_device_count() -> int:
@@ -82,13 +101,13 @@ def addressable_device_count() -> int:
 
 
 def global_device_count() -> int:
-    """The xla devices of the job, which are this process's: `xladev.device_count()`."""
-    return xladev.device_count()
+    """The xla devices of the job: each process's replica device, or this process's devices alone."""
+    return xladev.world_size() if xladev.world_size() > 1 else xladev.device_count()
 
 
 def local_device_count() -> int:
-    """The xla devices on this host, which are this process's: `xladev.device_count()`."""
-    return xladev.device_count()
+    """The xla devices on this host: the processes here times their devices."""
+    return local_process_count() * xladev.device_count()
 
 
 def addressable_runtime_device_count() -> int:
@@ -97,8 +116,8 @@ def addressable_runtime_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    """The runtime devices of the job: `xladev.device_count()`."""
-    return xladev.device_count()
+    """The runtime devices of the job."""
+    return global_device_count()
 
 
 def initialize_cache(path: str, readonly: bool = False) -> None:

@@ -1,8 +1,10 @@
 """`torch_xla.core.xla_model` (`xm`) on xladev: renames of, and thin adapters onto, xladev's API.
 
-xladev runs one process with one replica, so the replication names answer as PyTorch/XLA does in a single
-process: ordinal 0, world size 1, master everywhere; `all_reduce`, `all_gather`, `rendezvous` and
-`mesh_reduce` work over that one replica, as PyTorch/XLA's do when the world size is 1.
+Each process of a job (`xmp.spawn`, `torch_xla.launch` or `torchrun`) is one replica on its `xla:0`: the
+ordinals and world size are the job's, and the collectives (`all_reduce`, `all_gather`, `reduce_scatter`,
+`collective_broadcast`, `all_to_all`, `collective_permute`) are xladev's, recorded into the step's graph as
+XLA collectives. A lone process is one replica, as in PyTorch/XLA without replication: ordinal 0, world
+size 1, `all_reduce` a copy.
 """
 
 from __future__ import annotations
@@ -19,13 +21,8 @@ import xladev.debug
 import torch_xla
 from torch_xla import _xladev
 
-REDUCE_SUM = "sum"
-REDUCE_MUL = "mul"
-REDUCE_AND = "and"
-REDUCE_OR = "or"
-REDUCE_MIN = "min"
-REDUCE_MAX = "max"
-_REDUCE_TYPES = frozenset((REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX))
+REDUCE_SUM, REDUCE_MUL, REDUCE_AND = xladev.REDUCE_SUM, xladev.REDUCE_MUL, xladev.REDUCE_AND
+REDUCE_OR, REDUCE_MIN, REDUCE_MAX = xladev.REDUCE_OR, xladev.REDUCE_MIN, xladev.REDUCE_MAX
 
 # Straight renames: same arguments, same behaviour (xladev's were written to PyTorch/XLA's signatures).
 add_step_closure = xladev.add_step_closure
@@ -93,33 +90,35 @@ def _index_of(device: str | torch.device) -> int:
 
 
 def get_ordinal(defval: int = 0) -> int:
-    """0: this process's replica ordinal (PyTorch/XLA now spells it `torch_xla.runtime.global_ordinal()`)."""
-    return 0
+    """This process's replica ordinal in the job (PyTorch/XLA now spells it `torch_xla.runtime.global_ordinal()`)."""
+    return xladev.global_ordinal()
 
 
 def get_local_ordinal(defval: int = 0) -> int:
-    """0: this process's ordinal on this host."""
-    return 0
+    """This process's replica ordinal on its host."""
+    return xladev.local_ordinal()
 
 
 def is_master_ordinal(local: bool = True) -> bool:
-    """True: the only replica is the master, locally and globally."""
-    return True
+    """Whether this process is replica 0, of its host (`local=True`) or of the job."""
+    return (xladev.local_ordinal() if local else xladev.global_ordinal()) == 0
 
 
 def xrt_world_size(defval: int = 1) -> int:
-    """1: the replicas taking part (PyTorch/XLA now spells it `torch_xla.runtime.world_size()`)."""
-    return 1
+    """The replicas taking part (PyTorch/XLA now spells it `torch_xla.runtime.world_size()`)."""
+    return xladev.world_size()
 
 
 def master_print(*args: Any, fd: TextIO | None = None, local: bool = False, flush: bool = False) -> None:
-    """`print` on the master ordinal, which is this process.
+    """`print` on the master ordinal only (of the host with `local=True`, else of the job).
 
     Args:
       fd: the stream; the current `sys.stdout` when None.
-      local, flush: as PyTorch/XLA's (`local` changes nothing with one replica).
+      local: master of this host rather than of the job.
+      flush: flush the stream.
     """
-    print(*args, file=sys.stdout if fd is None else fd, flush=flush)
+    if is_master_ordinal(local=local):
+        print(*args, file=sys.stdout if fd is None else fd, flush=flush)
 
 
 def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
@@ -146,24 +145,27 @@ def wait_device_ops(devices: list | None = None) -> None:
 
 
 def reduce_gradients(optimizer: torch.optim.Optimizer, groups: list | None = None, pin_layout: bool = True) -> None:
-    """Nothing to do: gradients are all-reduced across replicas, and there is one (as in PyTorch/XLA at world size 1)."""
+    """Averages the optimizer's gradients across the replicas in one all-reduce: `xladev.reduce_gradients`."""
+    xladev.reduce_gradients(optimizer, groups=groups, pin_layout=pin_layout)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, optimizer_args: dict | None = None,
                    groups: list | None = None, pin_layout: bool = True) -> Any:
-    """`optimizer.step(**optimizer_args)`, then a barrier if asked: `xladev.optimizer_step`.
+    """Averages the gradients across the replicas, runs `optimizer.step(**optimizer_args)`, then a barrier if
+    asked: `xladev.optimizer_step`.
 
     Args:
       optimizer: the optimizer.
       barrier: mark the step after it (not needed under `MpDeviceLoader`, which marks each step).
       optimizer_args: keyword arguments of `optimizer.step`.
-      groups, pin_layout: replica groups of the gradient all-reduce; one replica here.
+      groups: replica groups of the gradient all-reduce.
+      pin_layout: as PyTorch/XLA's.
 
     Returns:
       What `optimizer.step` returned.
     """
-    reduce_gradients(optimizer, groups, pin_layout)
-    return xladev.optimizer_step(optimizer, barrier=barrier, optimizer_args=optimizer_args)
+    return xladev.optimizer_step(optimizer, barrier=barrier, optimizer_args=optimizer_args, groups=groups,
+                                 pin_layout=pin_layout)
 
 
 def set_rng_state(seed: int, device: str | torch.device | None = None) -> None:
@@ -176,73 +178,45 @@ def get_stablehlo(tensors: list[torch.Tensor] | None = None) -> str:
     return xladev.debug.get_stablehlo(tensors)
 
 
-def _check_reduce_type(reduce_type: str) -> None:
-    if reduce_type not in _REDUCE_TYPES:
-        raise ValueError(f"xm.all_reduce: unknown reduce_type {reduce_type!r}; use one of xm.REDUCE_SUM, "
-                         "REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX")
+# The collectives: xladev's, which follow PyTorch/XLA's signatures and its world-size-1 behaviour (`all_reduce`
+# returns a copy without applying `scale`).
+all_reduce = xladev.all_reduce
+all_gather = xladev.all_gather
+reduce_scatter = xladev.reduce_scatter
+all_to_all = xladev.all_to_all
+collective_permute = xladev.collective_permute
+rendezvous = xladev.rendezvous
+mesh_reduce = xladev.mesh_reduce
 
 
-def all_reduce(reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scale: float = 1.0,
-               groups: list | None = None, pin_layout: bool = True):
-    """Reduces across replicas; with one replica the values are already reduced.
-
-    As PyTorch/XLA does when the world size is 1, nothing is computed and `scale` is not applied: a tensor
-    comes back as a copy, a list comes back as it is.
-
-    Args:
-      reduce_type: one of `REDUCE_SUM`, `REDUCE_MUL`, `REDUCE_AND`, `REDUCE_OR`, `REDUCE_MIN`, `REDUCE_MAX`.
-      inputs: a tensor, or a list of tensors reduced in place.
-      scale, groups, pin_layout: as PyTorch/XLA's.
-
-    Returns:
-      A copy of the tensor, or the list itself.
-
-    Raises:
-      ValueError: an unknown `reduce_type`.
-    """
-    _check_reduce_type(reduce_type)
-    return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
-
-
-def all_gather(value: torch.Tensor, dim: int = 0, groups: list | None = None, output: torch.Tensor | None = None,
-               pin_layout: bool = True) -> torch.Tensor:
-    """Concatenates `value` from every replica along `dim`: with one replica, `value` itself (a copy).
+def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int = 0, groups: list | None = None,
+                         pin_layout: bool = True) -> None:
+    """Overwrites `tensors`, in place, with the root replica's values: `xladev.broadcast`.
 
     Args:
-      value: this replica's tensor.
-      dim: the concatenation dimension.
-      groups, pin_layout: as PyTorch/XLA's.
-      output: if given, receives the result (and is returned).
+      tensors: the tensors.
+      root_ordinal: the replica whose values are sent.
+      groups: replica groups.
+      pin_layout: as PyTorch/XLA's.
+    """
+    xladev.broadcast(tensors, root=root_ordinal, groups=groups)
+
+
+def do_on_ordinals(target: Callable, data: tuple | Any = (), ordinals: list | set | int = (0,)) -> Any:
+    """Runs `target(*data)` on the given ordinals only, with `data`'s tensors copied to the CPU, then waits for
+    every replica (a rendezvous).
 
     Returns:
-      The gathered tensor.
+      What `target` returned on those ordinals, else None.
     """
-    if output is not None:
-        return output.copy_(value)
-    return value.clone()
-
-
-def rendezvous(tag: str, payload: bytes = b"", replicas: list | None = None) -> list[bytes]:
-    """Waits for every replica to reach `tag`; with one replica, returns at once.
-
-    Returns:
-      Each replica's payload, by ordinal: `[payload]`.
-    """
-    return [payload]
-
-
-def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list], Any]) -> Any:
-    """Reduces `data` from every replica with `reduce_fn`: here `reduce_fn([data])`, tensors copied to the CPU.
-
-    Args:
-      tag: the rendezvous name.
-      data: any nesting of Python values and tensors.
-      reduce_fn: called with the list of every replica's `data`.
-
-    Returns:
-      What `reduce_fn` returned.
-    """
-    return reduce_fn([_to_cpu(data)])
+    ordinals = {ordinals} if isinstance(ordinals, int) else set(ordinals)
+    running = get_ordinal() in ordinals
+    result = None
+    if running:
+        args = _to_cpu(data if isinstance(data, tuple) else (data,))
+        result = target(*args)
+    rendezvous("torch_xla.core.xla_model.do_on_ordinals")
+    return result
 
 
 def save(data: Any, file_or_path: Any, master_only: bool = True, global_master: bool = False) -> None:
@@ -251,13 +225,19 @@ def save(data: Any, file_or_path: Any, master_only: bool = True, global_master: 
     Args:
       data: any nesting of lists, tuples, dicts and sets holding tensors (a `state_dict`...).
       file_or_path: a path or a file object.
-      master_only, global_master: who writes; this process is the master either way.
+      master_only: only the master replica writes (of the host, or of the job with `global_master`).
+      global_master: with `master_only`, the job's master rather than each host's.
     """
-    torch.save(_to_cpu(data), file_or_path)
+    cpu = _to_cpu(data)
+    if not master_only or is_master_ordinal(local=not global_master):
+        torch.save(cpu, file_or_path)
+    rendezvous("torch_xla.core.xla_model.save")
 
 
 def broadcast_master_param(model: torch.nn.Module) -> None:
-    """Copies the master replica's parameters to the others; with one replica there is nothing to copy."""
+    """Gives every replica the master replica's parameters and buffers, in one broadcast, then marks the step."""
+    xladev.broadcast(list(model.parameters()) + list(model.buffers()), root=0)
+    xladev.mark_step()
 
 
 def _to_cpu(data: Any, seen: dict | None = None) -> Any:

@@ -1,7 +1,9 @@
-"""`torch_xla.distributed.xla_multiprocessing` (`xmp`) on xladev: one process, so `spawn` calls `fn(0, *args)` here.
+"""`torch_xla.distributed.xla_multiprocessing` (`xmp`) on xladev: `spawn` starts the job's processes.
 
-PyTorch/XLA's `spawn(nprocs=1)` does the same (the function runs directly, in the calling process); its default
-of one process per device becomes this one process, since xladev runs one replica.
+Each process is one replica on its `xla:0`, started by `xladev.launch` (Python's `spawn` method, torchrun's
+environment). As in PyTorch/XLA, `nprocs=None` means one replica per device: CPU_NUM_DEVICES processes on the
+CPU (1 when unset), and `nprocs=1` runs `fn(0, *args)` in this process. xladev also takes `nprocs=N` for N
+processes, which PyTorch/XLA refuses.
 """
 
 from __future__ import annotations
@@ -10,34 +12,32 @@ from typing import Any, Callable
 
 import torch
 
+import xladev
+
 from torch_xla import _xladev
-
-
-class MultiProcessNotSupported(ValueError):
-    """`spawn` asked for more than one process."""
 
 
 def spawn(fn: Callable, args: tuple = (), nprocs: int | None = None, join: bool = True, daemon: bool = False,
           start_method: str = "spawn") -> Any:
-    """Runs `fn(0, *args)` in this process.
+    """Runs `fn(index, *args)` in each process of a new job, `index` being the process's ordinal.
 
     Args:
-      fn: the per-process function; its first argument is the process index.
+      fn: the per-process function (module-level: it is pickled).
       args: the rest of its arguments.
-      nprocs: None or 1.
-      join, daemon, start_method: accepted for PyTorch/XLA's signature; no process is started.
+      nprocs: None (one process per device: CPU_NUM_DEVICES), 1 (this process), or a number of processes.
+      join, daemon: accepted for PyTorch/XLA's signature: spawn always waits for its processes.
+      start_method: 'spawn' (jax's runtime cannot be forked; 'fork' is refused).
 
     Returns:
-      What `fn` returned.
+      What `fn` returned, when it ran in this process (nprocs=1); else None, as PyTorch/XLA.
 
     Raises:
-      MultiProcessNotSupported (a ValueError, as PyTorch/XLA raises for an nprocs it cannot use): nprocs > 1.
+      xladev.LaunchError: a process failed; the message names its rank and error.
     """
-    if nprocs is not None and nprocs != 1:
-        raise MultiProcessNotSupported(
-            f"xmp.spawn(nprocs={nprocs}): xladev runs one process with one replica; multi-process training comes "
-            "with xladev's distributed work. Use nprocs=None or nprocs=1 to run fn(0, *args) in this process.")
-    return fn(0, *args)
+    if nprocs == 1:
+        return fn(0, *args)
+    results = xladev.launch(fn, args=args, nprocs=nprocs, start_method=start_method)
+    return results[0] if len(results) == 1 else None
 
 
 class MpModelWrapper:

@@ -1,0 +1,67 @@
+"""`xladev run` of a PyTorch/XLA script using torch_xla.launch: two processes on localhost, and one that dies.
+
+torch_xla.launch (the alias's, on xladev.launch) starts one process per CPU device; the two train through
+xm.optimizer_step under MpDeviceLoader, then rank 1 dies without a word. Rank 0 must fail with an error
+naming rank 1, soon (no hang), and both event logs must stay readable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.distributed.harness import REPO, run_job
+from xladev.schema import records
+
+SCRIPT = REPO / "tests" / "distributed" / "spawn_job.py"
+# From rank 1's death to the end of the job: the launcher tells rank 0 at once; rank 0's next collective
+# fails; a rank stuck in XLA stops after world._STOP_GRACE_S (10 s). Start-up is not in this bound.
+DEATH_TO_END_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    import sys
+
+    out = tmp_path_factory.mktemp("spawn_job")
+    env = {"CPU_NUM_DEVICES": "2", "XLADEV_EVENT_LOG": str(out / "run.events.jsonl"), "XLADEV_DIST_TIMEOUT": "60"}
+    done = run_job([sys.executable, "-m", "xladev.cli.main", "run", str(SCRIPT), str(out)], env, timeout=300)
+    ended = time.time()
+    return out, done, ended
+
+
+def test_launch_starts_one_replica_per_cpu_device(job):
+    out, _, _ = job
+    for rank in (0, 1):
+        seen = json.loads((out / f"rank{rank}.json").read_text())
+        assert (seen["index"], seen["rank"], seen["world"], seen["ordinal"]) == (rank, rank, 2, rank)
+        assert seen["master"] is (rank == 0)
+        assert seen["sum"] == [3.0, 3.0]  # 1 + 2 through xm.all_reduce
+    first = [json.loads((out / f"rank{rank}.json").read_text())["weights"] for rank in (0, 1)]
+    assert first[0][:2] == first[1][:2]  # xm.optimizer_step averaged the gradients: the replicas agree
+
+
+def test_a_dead_rank_fails_the_others_naming_it_without_hanging(job):
+    out, done, ended = job
+    died = float((out / "rank1.died").read_text())
+    assert done.returncode == 1, done.output[-4000:]
+    assert ended - died < DEATH_TO_END_S
+    text = done.stderr
+    assert "xladev.launch: rank 1 failed: exited with status 7" in text
+    assert "DistributedError: rank 0: " in text and "rank 1 of 2 is gone (its process exited with status 7)" in text
+    assert "Traceback" in text and "Check failure stack trace" not in text  # no XLA abort
+
+
+def test_every_ranks_event_log_stays_readable(job):
+    out, _, _ = job
+    for rank in (0, 1):
+        lines = (out / f"run.events.jsonl.{rank}").read_text().splitlines()
+        parsed = [records.parse_line(line) for line in lines]
+        assert isinstance(parsed[0], records.Header) and parsed[0].rank == rank
+        assert sum(isinstance(r, records.Step) for r in parsed) >= 2
+    zero = [records.parse_line(line) for line in (out / "run.events.jsonl.0").read_text().splitlines()]
+    lost = [r for r in zero if isinstance(r, records.RankLost)]
+    assert lost and lost[0].rank == 1 and "exited with status 7" in lost[0].reason
+    assert isinstance(zero[-1], records.End)  # rank 0 closed its log on the way out

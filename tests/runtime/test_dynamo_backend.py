@@ -1,0 +1,230 @@
+"""`torch.compile(backend="xladev")`: each captured graph is one compiled program, run without recording; the
+debug tools see its compiles, executions, graph breaks and recompilations as they see the lazy path's.
+
+The oracle for values is the lazy path itself (the same op table lowers both, so the same graph gives the same
+bits) and eager CPU; tests/models/test_compiled.py trains the model zoo against eager CPU with derived bounds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import xladev
+import xladev.debug.metrics as met
+from tests import parity_bounds
+from tests.source_lines import line_of
+from xladev.events import (
+    CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
+)
+from xladev.sinks import eventlog_writer
+from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+
+_widths = itertools.count(301)  # shapes no other test compiled: the compile cache is process-wide
+
+
+def _mlp(width: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(width, 16), nn.GELU(), nn.Linear(16, 3))
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_after_warmup(events):
+    width = next(_widths)
+    dev = xladev.device()
+    cpu, compiled = _mlp(width), _mlp(width).to(dev)
+    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_compiled = torch.optim.AdamW(compiled.parameters(), lr=1e-2)
+    model = torch.compile(compiled, backend="xladev")
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, width), torch.randint(0, 3, (8,))) for _ in range(2)]
+    steps = 4
+    for step in range(steps):
+        x, y = batches[step % 2]
+        expected = _step(cpu, opt_cpu, x, y)
+        events.clear()
+        got = _step(model, opt_compiled, x.to(dev), y.to(dev))
+        xladev.mark_step()
+        assert got.item() == pytest.approx(expected.item(), rel=parity_bounds.loss_rtol(), abs=0)
+        programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        assert [e.graph_name for e in programs] == ["Sequential.forward#0 forward", "Sequential.forward#0 backward"]
+        if step >= 2:
+            # The batch, and the lazy AdamW's step-dependent numbers (bias corrections): the parameters and the
+            # optimizer state stay on the device.
+            uploads = sorted(e.nbytes for e in events.of(TransferToDevice))
+            assert [n for n in uploads if n > 8] == sorted([8 * width * 4, 8 * 8]), uploads
+            assert not events.of(GraphCompiled)
+            # The compiled forward and backward record no op: only the loss and the optimizer, lazily.
+            recorded = {name for e in events.of(OpsRecorded) for name in e.counts}
+            assert recorded and not recorded & {"aten::addmm", "aten::gelu", "aten::gelu_backward", "aten::mm"}
+    names = {id(p): n for n, p in cpu.named_parameters()}
+    parity_bounds.assert_adam_params_close({n: p.detach().cpu() for n, p in compiled.named_parameters()},
+                                           {n: p.detach() for n, p in cpu.named_parameters()}, opt_cpu, names, steps)
+
+
+def test_inference_under_no_grad_is_one_program_and_matches_eager_cpu():
+    width = next(_widths)
+    cpu = _mlp(width).eval()
+    model = torch.compile(_mlp(width).to(xladev.device()).eval(), backend="xladev")
+    x = torch.randn(5, width)
+    with torch.no_grad():
+        got = model(x.to(xladev.device())).cpu()
+        expected = cpu(x)
+        before = met.counter_value("DynamoExtractCompiledGraph") or 0
+        model(x.to(xladev.device()))
+    assert (met.counter_value("DynamoExtractCompiledGraph") or 0) == before  # the second call compiles nothing
+    # float32 rounding of a 2-layer MLP: each output sums `width + 16` products of O(1) terms.
+    bound = (width + 16) * torch.finfo(torch.float32).eps * expected.abs().max()
+    assert (got - expected).abs().max() <= bound
+
+
+def test_a_graph_break_names_torchdynamos_reason_and_the_users_line(tmp_path, events):
+    dev = xladev.device()
+    lin = nn.Linear(4, 2).to(dev)
+
+    @torch.compile(backend="xladev")
+    def f(x):
+        y = lin(x) * 2
+        print("breaks the graph")  # break-line
+        return (y + 1).sum()
+
+    log = eventlog_writer.start(str(tmp_path / "run.events.jsonl"))
+    try:
+        out = f(torch.ones(3, 4, device=dev))
+        xladev.mark_step()
+    finally:
+        eventlog_writer.stop()
+    breaks = events.of(DynamoGraphBreak)
+    assert breaks and breaks[0].by == "dynamo" and "print" in breaks[0].reason
+    line = line_of(__file__, "break-line")
+    assert (breaks[0].frames[0].file, breaks[0].frames[0].line) == (__file__, line)
+    records = [json.loads(r) for r in (tmp_path / "run.events.jsonl").read_text().splitlines()]
+    graph_breaks = [r for r in records if r["type"] == "graph_break"]
+    assert graph_breaks and graph_breaks[0]["site"].startswith(f"{__file__}:{line}")
+    expected = ((torch.ones(3, 4) @ lin.weight.detach().cpu().T + lin.bias.detach().cpu()) * 2 + 1).sum()
+    assert out.item() == pytest.approx(expected.item(), rel=8 * torch.finfo(torch.float32).eps)
+
+
+def test_an_op_that_needs_the_host_makes_its_graph_run_lazily_and_says_which(events):
+    dev = xladev.device()
+
+    @torch.compile(backend="xladev")
+    def f(a):
+        ld, pivots = torch.linalg.ldl_factor(a @ a.mT + 4 * torch.eye(a.shape[0], device=a.device))
+        return ld * 2
+
+    a = torch.randn(4, 4)
+    got = f(a.to(dev))
+    lazy = [e for e in events.of(DynamoGraphBreak) if e.by == "xladev"]
+    assert lazy and "aten::linalg_ldl_factor" in lazy[0].reason and "runs lazily" in lazy[0].reason
+    expected = torch.linalg.ldl_factor(a @ a.mT + 4 * torch.eye(4))[0] * 2
+    assert torch.allclose(got.cpu(), expected, rtol=0, atol=64 * torch.finfo(torch.float32).eps * 8)
+    again = f(a.to(dev))  # the plan is kept: lazily again, correctly, without a new break
+    assert torch.equal(again.cpu(), got.cpu())
+
+
+def test_a_guard_failure_is_a_dynamo_recompile_in_the_analysis_and_assert_no_recompiles_raises(tmp_path, events):
+    dev = xladev.device()
+    width = next(_widths)
+    lin = nn.Linear(width, 2).to(dev)
+    # dynamic=False: each new size is a recompile (by default TorchDynamo makes a size dynamic after two).
+    f = torch.compile(lambda x: lin(x).relu().sum(), backend="xladev", dynamic=False)
+    ones = {n: torch.ones(n, width).to(dev) for n in (3, 5, 7)}  # uploads: no graph of their own
+    sink = AnalysisSink(1, DebugOutput(str(tmp_path / "debug.txt"))).start()
+    try:
+        f(ones[3])
+        f(ones[5])  # guard-line
+        xladev.mark_step()
+    finally:
+        sink.stop()
+    recompiled = events.of(DynamoRecompiled)
+    assert [e.guard for e in recompiled] == ["tensor 'x' size mismatch at index 0. expected 3, actual 5"]
+    text = (tmp_path / "debug.txt").read_text()
+    line = line_of(__file__, "guard-line")
+    assert f"torch.compile recompiled <lambda> (compile 2) called at test_dynamo_backend.py:{line}" in text
+    assert "Dynamo Recompilation Cause" in text and "pad inputs to a few fixed sizes" in text
+    with pytest.raises(xladev.debug.RecompilationError, match="guard failed: tensor 'x' size mismatch at index 0"):
+        with xladev.debug.assert_no_recompiles(after_step=0):
+            f(ones[7])
+    # Raised once, from the call: the function compiled for that size runs afterwards.
+    assert f(ones[7]).item() == pytest.approx(lin(ones[7]).relu().sum().item(), rel=64 * torch.finfo(torch.float32).eps)
+
+
+def test_random_ops_draw_from_the_device_generator_as_the_lazy_path_does():
+    dev = xladev.device()
+    x = torch.ones(64, 64, device=dev)
+    drop = torch.compile(lambda t: nn.functional.dropout(t, p=0.5, training=True), backend="xladev")
+    xladev.manual_seed(7)
+    first, second = drop(x).cpu(), drop(x).cpu()
+    assert not torch.equal(first, second)  # each call draws new numbers: the key is threaded through
+    xladev.manual_seed(7)
+    lazy = nn.functional.dropout(x, p=0.5, training=True).cpu()
+    assert torch.equal(first, lazy)  # one generator for both paths, drawn in the same order
+    kept = (first != 0).float().mean().item()
+    assert abs(kept - 0.5) < 4 * (0.25 / first.numel()) ** 0.5  # four standard deviations of a Bernoulli mean
+    assert torch.equal(first[first != 0], torch.full_like(first[first != 0], 2.0))
+
+
+def test_pending_inputs_are_computed_first_and_counted():
+    dev = xladev.device()
+    f = torch.compile(lambda t: t.exp(), backend="xladev")
+    x = torch.zeros(next(_widths), device=dev)
+    f(x)
+    before = met.counter_value("DynamoSyncInputExecuteTime") or 0
+    pending = x + 1  # recorded lazily, not computed
+    assert torch.allclose(f(pending).cpu(), torch.full((x.shape[0],), torch.e))
+    assert met.counter_value("DynamoSyncInputExecuteTime") == before + 1
+
+
+def test_dynamic_shapes_get_one_program_per_size():
+    dev = xladev.device()
+    f = torch.compile(lambda t: (t * t).sum(0), backend="xladev", dynamic=True)
+    for n in (3, 4, 6):
+        x = torch.arange(n * 2, dtype=torch.float32).reshape(n, 2)
+        assert torch.equal(f(x.to(dev)).cpu(), (x * x).sum(0))
+
+
+def test_the_report_names_graph_breaks_and_recompiles_from_the_event_log_and_the_debug_file(tmp_path):
+    from xladev.report import load
+    from xladev.report.diagnose import diagnose
+
+    dev = xladev.device()
+    width = next(_widths)
+    lin = nn.Linear(width, 2).to(dev)
+
+    def body(x):
+        y = lin(x).relu()
+        print("step")  # report-break
+        return y.sum()
+
+    f = torch.compile(body, backend="xladev", dynamic=False)
+    log = eventlog_writer.start(str(tmp_path / "run.events.jsonl"))
+    sink = AnalysisSink(1, DebugOutput(str(tmp_path / "debug.txt"))).start()
+    try:
+        for n in (2, 3, 2, 3):
+            f(torch.ones(n, width).to(dev))
+            xladev.mark_step()
+    finally:
+        sink.stop()
+        eventlog_writer.stop()
+    line = line_of(__file__, "report-break")
+    for path in ("run.events.jsonl", "debug.txt"):
+        findings = {f.rule: f for f in diagnose(load([str(tmp_path / path)]))}
+        breaks = findings["graph-breaks"]
+        assert breaks.title == "torch.compile breaks the graph at 1 place", path
+        assert any(e.startswith(f"test_dynamo_backend.py:{line} (body)") and "print" in e for e in breaks.evidence)
+        assert "Print() cannot be traced" in breaks.fix
+        recompiles = findings["dynamo-recompiles"]
+        assert any("body: guard failed" in e and "size mismatch at index 0. expected 2, actual 3" in e
+                   for e in recompiles.evidence), (path, recompiles.evidence)

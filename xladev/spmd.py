@@ -1,0 +1,24 @@
+"""SPMD sharding over this process's devices: `xladev.spmd` (PyTorch/XLA's `torch_xla.distributed.spmd`).
+
+    import xladev.spmd as xs
+    xs.use_spmd()
+    mesh = xs.Mesh(range(4), (2, 2), ("data", "model"))
+    xs.mark_sharding(x, mesh, ("data", None))
+    xs.visualize_tensor_sharding(x)
+
+See `xladev.runtime.spmd_sharding` for what a mark does, and docs/distributed.md.
+"""
+
+from __future__ import annotations
+
+import xladev
+
+xladev._load_runtime()
+
+from xladev.debug.sharding_view import visualize_sharding, visualize_tensor_sharding  # noqa: E402
+from xladev.runtime.spmd_sharding import (  # noqa: E402
+    Mesh, clear_sharding, get_sharding_spec, is_spmd, mark_sharding, use_spmd,
+)
+
+__all__ = ["Mesh", "clear_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "use_spmd",
+           "visualize_sharding", "visualize_tensor_sharding"]

@@ -1,0 +1,41 @@
+"""`torch_xla.distributed.spmd` (`xs`) on xladev: `xladev.spmd` under PyTorch/XLA's names.
+
+`mark_sharding` returns the tensor it sharded (PyTorch/XLA wraps it in an `XLAShardedTensor`; the tensor itself
+is what training code goes on using).
+"""
+
+from __future__ import annotations
+
+import xladev.spmd as _spmd
+from xladev.spmd import Mesh, clear_sharding, mark_sharding  # noqa: F401
+
+from torch_xla import _xladev
+
+_global_mesh: Mesh | None = None
+
+
+def get_1d_mesh(axis_name: str | None = None) -> Mesh:
+    """A mesh of every device along one axis."""
+    import xladev
+
+    count = xladev.device_count()
+    return Mesh(range(count), (count,), (axis_name,) if axis_name else None)
+
+
+def set_global_mesh(mesh: Mesh) -> None:
+    """Keeps `mesh` as the process's mesh (`get_global_mesh`)."""
+    global _global_mesh
+    _global_mesh = mesh
+
+
+def get_global_mesh() -> Mesh | None:
+    """The mesh given to `set_global_mesh`, or None."""
+    return _global_mesh
+
+
+def is_spmd() -> bool:
+    """Whether SPMD mode is on (`torch_xla.runtime.use_spmd()`)."""
+    return _spmd.is_spmd()
+
+
+__getattr__ = _xladev.module_getattr(__name__, submodules=("debugging",))
