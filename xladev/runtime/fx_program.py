@@ -30,7 +30,7 @@ from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, execution, refusing_because
 from xladev.runtime.ir import DataNode, Graph, Meta, ScalarNode
 from xladev.runtime.storage import Storage
-from xladev.runtime.tensor import XlaTensor, torch_device
+from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
 
 _COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
@@ -141,11 +141,11 @@ class FxProgram:
         for source, value in plan.outputs:
             if source is _ROOT:
                 k, meta, strides = value
-                results.append(XlaTensor(Storage(DataNode(outputs[k], meta), index), meta, None, strides))
+                results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, 0))
             elif source is _ARG:
                 results.append(args[value])
             elif source is _CONST:  # device data the graph made from constants: a new tensor each call
-                results.append(XlaTensor(Storage(value, index), value.meta))
+                results.append(wrap(Storage(value, index), value.meta))
             else:
                 results.append(value)
         return results
@@ -219,7 +219,7 @@ class FxProgram:
         if key_after is not key_before:
             rng_out = len(roots)
             roots.append(key_after)
-        graph = Graph(roots)
+        graph = Graph(roots, device_index)
         graph.user_outputs = user_roots
         inputs = []
         for node in graph.inputs:

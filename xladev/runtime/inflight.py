@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 
+import jax
+
 from xladev.runtime.world import job
 
 
@@ -50,8 +52,9 @@ class Dispatched:
         if self.replicated is not None:
             _wait_replicated(self.outputs, self.replicated)
             return
-        for out in self.outputs:
-            out.block_until_ready()
+        # One call for all outputs: it waits with the GIL released once, where a loop over the outputs
+        # takes the GIL back between them and competes with the recording thread.
+        jax.block_until_ready(list(self.outputs))
 
     def wait_done(self) -> None:
         """Waits for the watcher to see this graph finish (in slices for a replicated graph).
