@@ -1,6 +1,7 @@
 """A PyTorch/XLA-style script run by `xladev run` (tests/distributed/test_spawn_job.py): torch_xla.launch starts
 one process per CPU device (CPU_NUM_DEVICES=2), each trains with xm.optimizer_step under MpDeviceLoader, and
-rank 1 dies at step 2. Each rank writes what it saw before that into OUT/rank<R>.json.
+rank 1 (or the rank in XLADEV_TEST_DIE_RANK) dies at step 2. Each rank writes what it saw before that into
+OUT/rank<R>.json.
 """
 
 import json
@@ -15,6 +16,7 @@ import torch_xla.distributed.parallel_loader as pl
 import torch_xla.runtime as xr
 
 DIE_AT = 2
+DIE_RANK = int(os.environ.get("XLADEV_TEST_DIE_RANK", "1"))
 
 
 def _mp_fn(index, out):
@@ -33,8 +35,8 @@ def _mp_fn(index, out):
         loss.backward()
         xm.optimizer_step(optimizer)
         optimizer.zero_grad()
-        if step == DIE_AT and rank == 1:
-            with open(os.path.join(out, "rank1.died"), "w") as fh:
+        if step == DIE_AT and rank == DIE_RANK:
+            with open(os.path.join(out, f"rank{rank}.died"), "w") as fh:
                 fh.write(str(time.time()))
             os._exit(7)  # dies without a word, mid-training
         seen["weights"].append(model.weight.detach().cpu().flatten().tolist())

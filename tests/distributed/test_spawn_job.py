@@ -65,3 +65,24 @@ def test_every_ranks_event_log_stays_readable(job):
     lost = [r for r in zero if isinstance(r, records.RankLost)]
     assert lost and lost[0].rank == 1 and "exited with status 7" in lost[0].reason
     assert isinstance(zero[-1], records.End)  # rank 0 closed its log on the way out
+
+
+@pytest.mark.slow
+def test_when_rank_0_dies_the_job_ends_naming_it_and_the_logs_stay_readable(tmp_path):
+    """Rank 0 hosts jax's coordination service: when it dies, jax's runtime stops the other ranks itself
+    (a fatal log, as under PyTorch/XLA), so the launcher's error is the one that names the rank."""
+    import sys
+
+    env = {"CPU_NUM_DEVICES": "2", "XLADEV_EVENT_LOG": str(tmp_path / "run.events.jsonl"), "XLADEV_DIST_TIMEOUT": "60",
+           "XLADEV_TEST_DIE_RANK": "0"}
+    done = run_job([sys.executable, "-m", "xladev.cli.main", "run", str(SCRIPT), str(tmp_path)], env, timeout=300)
+    ended = time.time()
+    died = float((tmp_path / "rank0.died").read_text())
+    assert done.returncode == 1, done.output[-4000:]
+    assert ended - died < DEATH_TO_END_S
+    assert "xladev.launch: rank 0 failed: exited with status 7" in done.stderr
+    for rank in (0, 1):
+        lines = (tmp_path / f"run.events.jsonl.{rank}").read_text().splitlines()
+        parsed = [records.parse_line(line) for line in lines]  # every complete record parses
+        assert isinstance(parsed[0], records.Header) and parsed[0].rank == rank
+        assert sum(isinstance(r, records.Step) for r in parsed) >= 2
