@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 from types import SimpleNamespace
 
@@ -282,6 +283,17 @@ def test_utils_helpers_of_the_examples(tx, monkeypatch):
     tx.xr.set_device_type(tx.xr.device_type().lower())  # the running backend: accepted
     with pytest.raises(RuntimeError, match="PJRT_DEVICE=TPU"):
         tx.xr.set_device_type("TPU")
+
+
+def test_env_var_names_are_pytorch_xlas_and_the_ones_xladev_reads_take_effect(tx, monkeypatch):
+    import torch_xla.core.xla_env_vars as xenv
+
+    assert (xenv.PJRT_DEVICE, xenv.CPU_NUM_DEVICES, xenv.WORLD_SIZE) == ("PJRT_DEVICE", "CPU_NUM_DEVICES",
+                                                                         "XRT_SHARD_WORLD_SIZE")
+    assert all(type(getattr(xenv, name)) is str for name in xenv.__all__)
+    # A script sets the backend through the name before the runtime is asked for it.
+    monkeypatch.setenv(xenv.PJRT_DEVICE, tx.xr.device_type())
+    assert tx.xr.device_type() == os.environ["PJRT_DEVICE"]
 
 
 def test_openxla_is_xladevs_torch_compile_backend_and_the_bridge_is_its_program(tx):

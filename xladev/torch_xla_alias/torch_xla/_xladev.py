@@ -38,7 +38,6 @@ UNSUPPORTED: dict[str, str] = {
                         "torch.utils.data"),
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
-    "torch_xla.core.xla_env_vars": "read environment variables with os.environ; xladev's flags are in xladev.config",
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
     "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,
     "torch_xla.distributed.zero_redundancy_optimizer": "ZeRO (sharded optimizer state) is not available; " + _DISTRIBUTED,

@@ -2,4 +2,4 @@
 
 from torch_xla import _xladev
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("dynamo_bridge", "xla_model"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("dynamo_bridge", "xla_env_vars", "xla_model"))
