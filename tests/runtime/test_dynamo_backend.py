@@ -228,3 +228,93 @@ def test_the_report_names_graph_breaks_and_recompiles_from_the_event_log_and_the
         recompiles = findings["dynamo-recompiles"]
         assert any("body: guard failed" in e and "size mismatch at index 0. expected 2, actual 3" in e
                    for e in recompiles.evidence), (path, recompiles.evidence)
+
+
+@pytest.mark.parametrize("capturable", [True, False], ids=["step count on the device", "step count on the cpu"])
+def test_a_compiled_optimizer_step_trains_as_eager_cpu(events, capturable):
+    # capturable=True: the step counts are device tensors, and the whole step is one program. AOTAutograd keeps
+    # its writes into its inputs in the graph (keep_inference_input_mutations): the program computes the new
+    # values and xladev writes them into the tensors, with no copy_ recorded per tensor.
+    # capturable=False (the default): the step counts are CPU tensors, whose values a program would freeze at
+    # their traced value (a bias correction of step 1 for ever, as once happened): that graph runs lazily.
+    width = next(_widths)
+    dev = xladev.device()
+    cpu, lazy = _mlp(width), _mlp(width).to(dev)
+    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_dev = torch.optim.AdamW(lazy.parameters(), lr=1e-2, capturable=capturable)
+    opt_step = torch.compile(opt_dev.step, backend="xladev")
+    torch.manual_seed(2)
+    batches = [(torch.randn(8, width), torch.randint(0, 3, (8,))) for _ in range(2)]
+    steps = 4
+    for step in range(steps):
+        x, y = batches[step % 2]
+        opt_cpu.zero_grad()
+        nn.functional.cross_entropy(cpu(x), y).backward()
+        opt_cpu.step()
+        opt_dev.zero_grad()
+        nn.functional.cross_entropy(lazy(x.to(dev)), y.to(dev)).backward()
+        xladev.mark_step()  # the gradients are device data: the step's program is all that runs next
+        events.clear()
+        opt_step()
+        programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        if capturable:
+            assert len(programs) == 1 and programs[0].graph_name.endswith("inference")
+        else:
+            assert not programs
+            assert any("is a cpu tensor" in e.reason for e in events.of(DynamoGraphBreak)) or step > 0
+        if step >= 2 and capturable:
+            assert not events.of(GraphCompiled)
+            # Nothing recorded op by op: the writes into 4 parameters, their 8 state tensors and steps are the
+            # program's own outputs.
+            assert not {name for e in events.of(OpsRecorded) for name in e.counts}
+        xladev.mark_step()
+    names = {id(p): n for n, p in cpu.named_parameters()}
+    parity_bounds.assert_adam_params_close({n: p.detach().cpu() for n, p in lazy.named_parameters()},
+                                           {n: p.detach() for n, p in cpu.named_parameters()}, opt_cpu, names, steps)
+    for p_dev, p_cpu in zip(lazy.parameters(), cpu.parameters()):  # the state too: the next step reads it
+        got, want = opt_dev.state[p_dev]["exp_avg"].cpu(), opt_cpu.state[p_cpu]["exp_avg"]
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_a_compiled_function_writing_into_its_inputs_writes_them_as_eager_does():
+    dev = xladev.device()
+
+    @torch.compile(backend="xladev")
+    def scale_(a, b):
+        a.mul_(2).add_(b)
+        b.zero_()
+        return a.sum()
+
+    base = torch.arange(12.0).reshape(3, 4)
+    b = torch.ones(4)
+    base_dev, b_dev = base.to(dev), b.to(dev)
+    for _ in range(2):  # a plain tensor, then a view of a row: each written through to its base
+        total = scale_(base_dev[1], b_dev)
+        expected_total = scale_.__wrapped__(base[1], b) if hasattr(scale_, "__wrapped__") else None
+        if expected_total is None:
+            base[1].mul_(2).add_(b)
+            b.zero_()
+            expected_total = base[1].sum()
+        assert torch.equal(base_dev.cpu(), base) and torch.equal(b_dev.cpu(), b)
+        assert float(total.cpu()) == float(expected_total)
+        b.fill_(1.0)
+        b_dev = b.to(dev)
+
+
+def test_a_compiled_function_of_cpu_tensors_computes_each_call():
+    f = torch.compile(lambda t: t * 2, backend="xladev")
+    assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
+    assert torch.equal(f(torch.full((3,), 5.0)), torch.full((3,), 10.0))  # not the first call's value again
+
+
+def test_a_compiled_copy_between_its_inputs_runs_lazily_and_copies():
+    dev = xladev.device()
+    f = torch.compile(lambda a, b: a.copy_(b), backend="xladev")
+    a, b = torch.zeros(next(_widths)), torch.randn(5).expand(1, 5).flatten()
+    a = torch.zeros(5)
+    a_dev, b_dev = a.to(dev), b.to(dev)
+    f(a_dev, b_dev)
+    assert torch.equal(a_dev.cpu(), b)
+    b_dev.add_(1)  # the copy holds the value, not the other tensor's buffer
+    xladev.mark_step()
+    assert torch.equal(a_dev.cpu(), b) and torch.equal(b_dev.cpu(), b + 1)

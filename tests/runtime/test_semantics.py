@@ -281,3 +281,14 @@ def test_inplace_view_ops_change_the_shape(dev):
     torch.testing.assert_close(xla.cpu(), cpu)
     v = torch.ones(3, device=dev)
     assert (torch.ones(2, 4, 3, device=dev) @ v).shape == (2, 4)
+
+
+def test_foreach_pow_of_a_number_to_each_tensor_is_recorded_as_eager_computes_it():
+    # Adam(capturable=True)'s bias corrections: beta ** step for every parameter's step count.
+    dev = xladev.device()
+    steps = [torch.tensor(1.0), torch.tensor(3.0)]
+    got = torch._foreach_pow(0.9, [s.to(dev) for s in steps])
+    want = torch._foreach_pow(0.9, steps)
+    assert all(isinstance(g, torch.Tensor) and g.device.type == "xla" for g in got)
+    eps = torch.finfo(torch.float32).eps  # pow may round its last bit differently (exp/log inside)
+    assert all(torch.allclose(g.cpu(), w, rtol=4 * eps, atol=0) for g, w in zip(got, want))

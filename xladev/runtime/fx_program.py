@@ -59,17 +59,20 @@ class _Plan:
         argument handed back, or a constant value.
       device_index: the device the program runs on.
       rng_out: the program output holding the next RNG key, or None when the graph draws no random numbers.
+      writes: per FX argument the graph writes into (an optimizer's parameters and state), (argument index,
+        program output index, meta): its new value, written into the argument after each call.
     """
 
-    __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out")
+    __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out", "writes")
 
-    def __init__(self, graph, entry, inputs, outputs, device_index, rng_out) -> None:
+    def __init__(self, graph, entry, inputs, outputs, device_index, rng_out, writes=()) -> None:
         self.graph = graph
         self.entry = entry
         self.inputs = inputs
         self.outputs = outputs
         self.device_index = device_index
         self.rng_out = rng_out
+        self.writes = writes
 
 
 class FxProgram:
@@ -137,6 +140,12 @@ class FxProgram:
         if plan.rng_out is not None:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
+        for i, k, meta in plan.writes:  # the graph's writes into its arguments (AOTAutograd keeps them in it)
+            target = args[i]
+            if target._chain is None:
+                target._st.set(DataNode(outputs[k], meta))
+            else:  # a view: written through into its base, lazily, as any in-place op on a view
+                target._assign(DataNode(outputs[k], meta))
         results = []
         for source, value in plan.outputs:
             if source is _ROOT:
@@ -152,6 +161,15 @@ class FxProgram:
 
     # ---- the first call of a signature ---------------------------------------------------------
     def _trace(self, args: list) -> _Plan | _Lazy:
+        host = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not isinstance(a, XlaTensor)),
+                    None)
+        if host is not None:
+            # A CPU tensor's value (Adam's step count, a whole CPU function's input) changes between calls, and a
+            # program would hold the value it had when traced; ops on it, and writes into it, run on the host.
+            # Decided before tracing: a trace would run those ops on the real tensor once more.
+            return self._lazy(f"its input {host} is a {args[host].device.type} tensor (a value that changes between "
+                              "calls, used on the host); an optimizer's step count is one unless it is built with "
+                              "capturable=True", stack.capture_frames())
         device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
         tensors = [a for a in args if isinstance(a, XlaTensor)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
@@ -183,19 +201,22 @@ class FxProgram:
         finally:
             key_after = state.value
             state.set(key_before)  # tracing draws no numbers: the program does, at each call
+        writes = [(i, s._st.value) for i, (p, s) in enumerate(zip(placeholders, stand_ins))
+                  if p is not None and s._st.value is not p]
         if reason is None:
-            reason = next((f"it writes into its input {i}" for i, (p, s) in enumerate(zip(placeholders, stand_ins))
-                           if p is not None and s._st.value is not p), None)
+            # A write of an argument's own or another argument's buffer (a plain copy) has nothing to compute.
+            reason = next((f"it writes device data into its input {i}" for i, value in writes
+                           if type(value) is DataNode), None)
         if reason is not None:
             return self._lazy(reason, frames)
-        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames)
+        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames, writes)
         for data in placeholders:  # the first call's buffers must not live as long as the program
             if data is not None:
                 data.array = None
         return plan
 
     def _compile(self, outs: list, placeholders: list, key_before: DataNode, key_after, device_index: int,
-                 frames) -> _Plan:
+                 frames, writes: list) -> _Plan:
         position = {id(p): i for i, p in enumerate(placeholders) if p is not None}
         roots, outputs, root_index = [], [], {}
         for slot, out in enumerate(outs):
@@ -214,6 +235,13 @@ class FxProgram:
                     roots.append(node)
                 strides = self._out_strides[slot] if slot < len(self._out_strides) else None
                 outputs.append((_ROOT, (k, Meta(tuple(out.shape), out.dtype), strides or out.stride())))
+        written = []
+        for i, value in writes:
+            k = root_index.get(id(value))
+            if k is None:
+                k = root_index[id(value)] = len(roots)
+                roots.append(value)
+            written.append((i, k, value.meta))
         user_roots = len(roots)
         rng_out = None
         if key_after is not key_before:
@@ -233,7 +261,7 @@ class FxProgram:
                 inputs.append((_CONST, node.array))
         with graph_names.naming(self.name):
             entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
-        return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out)
+        return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out, tuple(written))
 
     def _lazy(self, reason: str, frames) -> _Lazy:
         if bus.active:

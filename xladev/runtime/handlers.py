@@ -227,11 +227,14 @@ _FOREACH_KEYWORD = {"addcdiv": "value", "addcmul": "value"}
 
 def _foreach(func, args, kwargs):
     """`_foreach_<op>[_]` as one lazy per-tensor op per list element (no CPU fallback, no sync)."""
-    if not args or not isinstance(args[0], (list, tuple)):  # e.g. _foreach_pow.ScalarAndTensor
-        return run_on_cpu(func, args, kwargs)
     name = func._schema.name.split("::")[1]
     inplace = name.endswith("_")
     op = name[len("_foreach_"):].rstrip("_")
+    if len(args) == 2 and not isinstance(args[0], (list, tuple)) and isinstance(args[1], (list, tuple)) \
+            and not inplace and not kwargs:  # _foreach_pow.ScalarAndTensor: a number to each tensor's power
+        return [getattr(torch, op)(args[0], t) for t in args[1]]
+    if not args or not isinstance(args[0], (list, tuple)):
+        return run_on_cpu(func, args, kwargs)
     keyword = _FOREACH_KEYWORD.get(op)
 
     # The `.Tensor` overloads pass per-tensor scalars as one 1-D tensor: read them as numbers.
