@@ -58,11 +58,20 @@ def _ms(t: br.Timing) -> float:
     return t.median_ms
 
 
+def _capturable(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Keeps an Adam-family optimizer's step counts on the device (docs/compile.md): with CPU step counts its
+    compiled step runs lazily, op by op. The same arithmetic: only where the count lives changes."""
+    if "capturable" in opt.defaults and not opt.state:
+        for group in opt.param_groups:
+            group["capturable"] = True
+    return opt
+
+
 def _compiled_step(module, cfg, x, y):
     """The model and its optimizer step through torch.compile; the loss and the barrier lazily."""
     dev = xladev.device()
     model = module.build(0, cfg).to(dev)
-    opt = module.make_optimizer(model, cfg)
+    opt = _capturable(module.make_optimizer(model, cfg))
     forward = torch.compile(model, backend="xladev")
     opt_step = torch.compile(opt.step, backend="xladev")
     last: list = []
@@ -254,7 +263,7 @@ def bench_zoo_case(name: str, args) -> ZooCase:
 
     dev = xladev.device()
     model = convert(base, dev, torch.float32)
-    optimizer = case.make_optimizer(model.parameters())
+    optimizer = _capturable(case.make_optimizer(model.parameters()))
     forward = torch.compile(model, backend="xladev")
     opt_step = torch.compile(optimizer.step, backend="xladev")
     device_batch = to_device(batch, dev, torch.float32)
