@@ -33,6 +33,8 @@ _BREAK_ADVICE = (
     ("Tensor.item", "a value read (.item(), bool(tensor)) cannot be traced: keep the value on the device, or set "
                     "torch._dynamo.config.capture_scalar_outputs = True"),
     ("needs the host", "the op runs on the CPU (`xladev coverage` says why): the graph runs op by op"),
+    ("cpu tensor", "a CPU tensor input keeps the graph lazy (a program would freeze its value): move it to the "
+                   "device; for Adam, AdamW and the like, build the optimizer with capturable=True"),
 )
 
 
