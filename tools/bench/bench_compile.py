@@ -250,6 +250,9 @@ class ZooCase:
 
 
 def bench_zoo_case(name: str, args) -> ZooCase:
+    # Every Adam(W) shares one code object, `step`: TorchDynamo recompiles it per optimizer, and after
+    # `cache_size_limit` optimizers it stops compiling it (the step then runs lazily). Each case starts afresh.
+    torch._dynamo.reset()
     case = zoo.ALL[name]
     base = build(case)
     batch = case.batch(0)
