@@ -128,9 +128,7 @@ class Execution:
           XlaCompileError: the graph failed to compile.
           XlaExecutionError: it failed while running (or an earlier dispatched graph did).
         """
-        fork_guard.check()
-        if not config.allow_execution:
-            _refuse(cause, frames)
+        _check_may_run(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
             if cause.kind not in _QUEUED_CAUSES:
@@ -193,9 +191,7 @@ class Execution:
           ExecutionNotAllowedError: executions are disallowed.
           XlaExecutionError: it failed while running (or an earlier dispatched graph did).
         """
-        fork_guard.check()
-        if not config.allow_execution:
-            _refuse(cause, frames)
+        _check_may_run(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
             timings = [0, 0, time.perf_counter_ns() - wait_start]
@@ -433,7 +429,12 @@ def _as_replicated(arrays: list, sharding) -> list:
     return [make(a.shape, sharding, [a]) for a in arrays]
 
 
-def _refuse(cause: Cause, frames) -> None:
+def _check_may_run(cause: Cause, frames) -> None:
+    """Raises unless a graph may run here: not in a forked child of a started runtime, nor while executions
+    are disallowed (`allow_execution(False)`, `full_graph` regions, torch.compile traces)."""
+    fork_guard.check()
+    if config.allow_execution:
+        return
     site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
     what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
     disallowed_by, headline = getattr(_refusal, "why", None) or (_DISALLOWED_BY, "")
