@@ -141,11 +141,7 @@ class FxProgram:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
         for i, k, meta in plan.writes:  # the graph's writes into its arguments (AOTAutograd keeps them in it)
-            target = args[i]
-            if target._chain is None:
-                target._st.set(DataNode(outputs[k], meta))
-            else:  # a view: written through into its base, lazily, as any in-place op on a view
-                target._assign(DataNode(outputs[k], meta))
+            args[i]._assign(DataNode(outputs[k], meta))  # a view's is written through into its base, lazily
         results = []
         for source, value in plan.outputs:
             if source is _ROOT:
