@@ -69,6 +69,13 @@ def adam_bound(param: torch.Tensor, exp_avg_sq: torch.Tensor, *, lr: float, step
     return drift + steps * PARAM_REL * param.double().abs()
 
 
+def adam_gradient_scale(optimizer: torch.optim.Optimizer, steps: int) -> float:
+    """The model's gradient scale after `steps` Adam(W) steps: the largest running RMS of a weight's gradient
+    (`exp_avg_sq`, bias-corrected) in the CPU run's optimizer."""
+    v_correction = 1.0 - optimizer.param_groups[0]["betas"][1] ** steps
+    return max(math.sqrt(float(s["exp_avg_sq"].max()) / v_correction) for s in optimizer.state.values())
+
+
 def assert_adam_params_close(xla: dict[str, torch.Tensor], cpu: dict[str, torch.Tensor],
                              optimizer: torch.optim.Optimizer, names: dict[int, str], steps: int) -> None:
     """Checks trained weights against the bound, using the CPU Adam(W) optimizer's state.
@@ -81,11 +88,8 @@ def assert_adam_params_close(xla: dict[str, torch.Tensor], cpu: dict[str, torch.
     """
     group = optimizer.param_groups[0]
     lr, betas, eps = group["lr"], group["betas"], group["eps"]
-    beta2 = betas[1]
     states = {names[id(p)]: optimizer.state[p] for p in optimizer.state}
-    # The model's gradient scale from the optimizer's running RMS of each weight's gradient.
-    v_correction = 1.0 - beta2 ** steps
-    scale = max(math.sqrt(float(s["exp_avg_sq"].max()) / v_correction) for s in states.values())
+    scale = adam_gradient_scale(optimizer, steps)
     for name, want in cpu.items():
         have = xla[name]
         if name not in states:  # buffers, frozen weights: only rounding
