@@ -22,6 +22,7 @@ from tests.source_lines import line_of
 from xladev.events import (
     CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
 )
+from xladev.runtime.ir import DataNode
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 
@@ -316,3 +317,58 @@ def test_a_compiled_copy_between_its_inputs_is_written_by_its_program_and_copies
     b_dev.add_(1)  # the copy holds the value, not the other tensor's buffer
     xladev.mark_step()
     assert torch.equal(a_dev.cpu(), b) and torch.equal(b_dev.cpu(), b + 1)
+
+
+def _buffer(t: torch.Tensor) -> int:
+    return t._st.value.array.unsafe_buffer_pointer()
+
+
+def test_a_compiled_write_into_an_input_reuses_its_buffer_unless_aliasing_is_off():
+    # The old value of a tensor the program writes (an optimizer's parameter and state) is donated: the
+    # program writes the new value into the same buffer, as the step barrier does (XLA_ENABLE_PARAM_ALIASING).
+    from xladev._flags import config
+
+    dev = xladev.device()
+    width = next(_widths)
+    f = torch.compile(lambda a, g: a.sub_(g, alpha=0.5), backend="xladev")
+    a, g = torch.randn(width), torch.randn(width)
+    a_dev, g_dev = a.to(dev), g.to(dev)
+    for _ in range(3):  # no barrier between the calls: each call's new value is the next one's donor
+        before = _buffer(a_dev)
+        f(a_dev, g_dev)
+        a.sub_(g, alpha=0.5)
+        assert _buffer(a_dev) == before
+    assert torch.equal(a_dev.cpu(), a)
+    torch._dynamo.reset()
+    with config.override(param_aliasing=False):
+        f = torch.compile(lambda a, g: a.sub_(g, alpha=0.5), backend="xladev")
+        before = _buffer(a_dev)
+        f(a_dev, g_dev)
+        a.sub_(g, alpha=0.5)
+        assert _buffer(a_dev) != before and torch.equal(a_dev.cpu(), a)
+
+
+def test_a_donated_inputs_old_value_still_read_elsewhere_is_copied_first(events):
+    # A pending op on the old value, and an alias of its data made by copy_ of device data: each still reads
+    # the buffer, so the program consumes a copy; nothing reads a deleted buffer, every value is eager's.
+    dev = xladev.device()
+    width = next(_widths)
+    f = torch.compile(lambda a, g: a.mul_(g), backend="xladev")
+    a, g = torch.randn(width), torch.randn(width)
+    a_dev, g_dev = a.to(dev), g.to(dev)
+    f(a_dev, g_dev)  # traced and compiled
+    a.mul_(g)
+    other = torch.empty(width, device=dev)
+    other.copy_(a_dev)  # another tensor holding the same device data
+    xladev.mark_step()
+    pending = a_dev * 3  # recorded lazily: it reads the value before the next call
+    before = _buffer(a_dev)
+    events.clear()
+    f(a_dev, g_dev)
+    f(a_dev, g_dev)  # the second call's old value is the first call's output: donated
+    assert [e.cause.kind for e in events.of(GraphExecuted)] == [CauseKind.DYNAMO_EXECUTE] * 2
+    assert type(pending._st.value) is not DataNode
+    want_pending, want_other = a * 3, a.clone()
+    a.mul_(g).mul_(g)
+    assert torch.equal(pending.cpu(), want_pending) and torch.equal(other.cpu(), want_other)
+    assert torch.equal(a_dev.cpu(), a) and _buffer(other) == before

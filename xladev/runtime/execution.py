@@ -174,7 +174,8 @@ class Execution:
             self._finish(dispatched)
             return results
 
-    def run_program(self, graph: Graph, entry: CacheEntry, arrays: list, cause: Cause, frames=None) -> list:
+    def run_program(self, graph: Graph, entry: CacheEntry, arrays: list, cause: Cause, frames=None,
+                    watch: int | None = None) -> list:
         """Runs an executable compiled before (a torch.compile graph) on `arrays`; returns its output arrays.
 
         Unlike `run`, it does not wait for the graphs still running: compiled graphs (forward, backward,
@@ -186,6 +187,8 @@ class Execution:
           arrays: its inputs, in the graph's input order.
           cause: why it runs.
           frames: the user's stack, when captured.
+          watch: the output whose readiness says the execution finished (the others may be donated to a later
+            program before then); None: all of them.
 
         Raises:
           ExecutionNotAllowedError: executions are disallowed.
@@ -196,6 +199,8 @@ class Execution:
         with lock:
             timings = [0, 0, time.perf_counter_ns() - wait_start]
             outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings)
+            if watch is not None:
+                dispatched.outputs = (outputs[watch],)
             self._finish(dispatched)
         return outputs
 

@@ -18,6 +18,7 @@ Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concret
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
 from xladev.runtime import graph_names, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, execution, refusing_because
-from xladev.runtime.ir import DataNode, Graph, Meta, ScalarNode
+from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
 from xladev.runtime.storage import Storage
 from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
@@ -61,11 +62,16 @@ class _Plan:
       rng_out: the program output holding the next RNG key, or None when the graph draws no random numbers.
       writes: per FX argument the graph writes into (an optimizer's parameters and state), (argument index,
         program output index, meta): its new value, written into the argument after each call.
+      donated: the program inputs whose buffers the executable takes over (the old values of the arguments it
+        writes), as positions in `inputs`.
+      watch: the program output the execution watcher waits on: one only the watcher holds, since a written
+        argument's new value may be donated to the next call before this one is announced; None: all outputs.
     """
 
-    __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out", "writes")
+    __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out", "writes", "donated", "watch")
 
-    def __init__(self, graph, entry, inputs, outputs, device_index, rng_out, writes=()) -> None:
+    def __init__(self, graph, entry, inputs, outputs, device_index, rng_out, writes=(), donated=(),
+                 watch=None) -> None:
         self.graph = graph
         self.entry = entry
         self.inputs = inputs
@@ -73,6 +79,8 @@ class _Plan:
         self.device_index = device_index
         self.rng_out = rng_out
         self.writes = writes
+        self.donated = donated
+        self.watch = watch
 
 
 class FxProgram:
@@ -134,9 +142,14 @@ class FxProgram:
             computed = arrays_of([t for _, t in waiting], _INPUTS)
             for (position, _), array in zip(waiting, computed):
                 arrays[position] = array
+        for position in plan.donated:
+            if not _only_reader(args[plan.inputs[position][1]], arrays[position]):
+                # Something else still reads the old value (an alias, a pending op, a graph in flight): the
+                # executable gets a copy to consume, and keeps its donation (no second program).
+                arrays[position] = arrays[position].copy()
         frames = stack.capture_frames() if bus.wants_frames else None
         with graph_names.naming(self.name):
-            outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames)
+            outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
         if plan.rng_out is not None:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
@@ -243,6 +256,14 @@ class FxProgram:
         if key_after is not key_before:
             rng_out = len(roots)
             roots.append(key_after)
+        written_args = {i for i, _, _ in written}
+        donating = bool(written_args) and config.param_aliasing
+        watch = None
+        if donating and user_roots:
+            # The watcher must not hold an output that the next call may take over (a written argument's new
+            # value): it waits on one more output, a scalar computed last from the program's first output.
+            watch = len(roots)
+            roots.append(Node(_EXECUTION_DONE, (roots[0],), ((SLOT,), ()), Meta((), roots[0].meta.dtype)))
         graph = Graph(roots, device_index)
         graph.user_outputs = user_roots
         inputs = []
@@ -255,15 +276,45 @@ class FxProgram:
                 inputs.append((_CONST, execution.scalar_array(node, device_index)))
             else:
                 inputs.append((_CONST, node.array))
+        donated = ()
+        if donating and not compile_cache.holds_collectives(graph):
+            # The old values of the arguments it writes (an optimizer's parameters and state) are dead once it
+            # ran: the executable writes the new values into their buffers, as the step barrier donates.
+            donated = tuple(k for k, (source, value) in enumerate(inputs)
+                            if source is _ARG and value in written_args and type(graph.inputs[k]) is DataNode)
+            graph.donate(donated)
         with graph_names.naming(self.name):
             entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
-        return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out, tuple(written))
+        return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out, tuple(written), donated,
+                     watch)
 
     def _lazy(self, reason: str, frames) -> _Lazy:
         if bus.active:
             bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
                                       f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
         return _Lazy(reason)
+
+
+def _lower_execution_done(ctx, value):
+    return value.reshape(-1)[0] if value.size else value.reshape(-1).sum()
+
+
+# The output the execution watcher waits on when the others may be donated (see _Plan.watch).
+_EXECUTION_DONE = OpDef("xla::execution_done", _lower_execution_done)
+
+
+# References to a donated input's buffer when the argument alone holds it: its DataNode's, the program's
+# input list's and getrefcount's own; to its DataNode: the storage's, the caller's and getrefcount's.
+_ARRAY_REFS = 3
+_NODE_REFS = 3
+
+
+def _only_reader(tensor: XlaTensor, array) -> bool:
+    """Whether the argument's buffer is read by nothing but this call: no alias of its data, no pending op
+    on it, no graph in flight holding it (each adds a reference), so the executable may take it over."""
+    node = tensor._st.value
+    return (tensor._chain is None and type(node) is DataNode and node.array is array
+            and sys.getrefcount(array) == _ARRAY_REFS + 1 and sys.getrefcount(node) == _NODE_REFS)
 
 
 def _with_effects(token, op, *args, **kwargs):
