@@ -298,6 +298,18 @@ def test_a_compiled_function_writing_into_its_inputs_writes_them_as_eager_does()
         assert torch.equal(b_dev.cpu(), b) and float(total.cpu()) == float(target.sum())
 
 
+def test_two_views_of_one_base_written_by_one_program_both_land():
+    dev = xladev.device()
+    f = torch.compile(lambda a, b: (a.add_(1), b.mul_(3)), backend="xladev")
+    base = torch.arange(12.0).reshape(3, 4)
+    base_dev = base.to(dev)
+    xladev.mark_step()
+    f(base_dev[0], base_dev[2])  # views of device data: the program gets the base and applies each view
+    base[0].add_(1)
+    base[2].mul_(3)
+    assert torch.equal(base_dev.cpu(), base)
+
+
 def test_a_compiled_function_of_cpu_tensors_computes_each_call():
     f = torch.compile(lambda t: t * 2, backend="xladev")
     assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
@@ -333,7 +345,11 @@ def test_a_compiled_write_into_an_input_reuses_its_buffer_unless_aliasing_is_off
     f = torch.compile(lambda a, g: a.sub_(g, alpha=0.5), backend="xladev")
     a, g = torch.randn(width), torch.randn(width)
     a_dev, g_dev = a.to(dev), g.to(dev)
-    for _ in range(3):  # no barrier between the calls: each call's new value is the next one's donor
+    # An upload may be the host array's own memory, which XLA never writes into: the first call's output is
+    # XLA's, and from then on each call's new value is the next one's donor (no barrier between the calls).
+    f(a_dev, g_dev)
+    a.sub_(g, alpha=0.5)
+    for _ in range(3):
         before = _buffer(a_dev)
         f(a_dev, g_dev)
         a.sub_(g, alpha=0.5)
@@ -372,3 +388,40 @@ def test_a_donated_inputs_old_value_still_read_elsewhere_is_copied_first(events)
     a.mul_(g).mul_(g)
     assert torch.equal(pending.cpu(), want_pending) and torch.equal(other.cpu(), want_other)
     assert torch.equal(a_dev.cpu(), a) and _buffer(other) == before
+
+
+def test_a_weights_transpose_saved_for_the_backward_is_a_view_the_backward_program_applies(events):
+    # nn.Linear's forward saves t(weight) for the backward. Computed by the forward program it would be a copy of
+    # every weight each step; it is a view of the weight instead, and the backward program gets the weight's
+    # buffer and transposes it itself: no graph runs between the two to materialize it.
+    from xladev.runtime.tensor import XlaTensor
+
+    width = next(_widths)
+    dev = xladev.device()
+    cpu, model = _mlp(width), _mlp(width).to(dev)
+    compiled = torch.compile(model, backend="xladev")
+    x = torch.randn(8, width)
+    weights = {id(m.weight._st): name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    saved = []
+
+    def pack(t):
+        if isinstance(t, XlaTensor) and id(t._st) in weights:
+            saved.append((weights[id(t._st)], t._chain is not None, tuple(t.shape)))
+        return t
+
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        saved.clear()
+        events.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = compiled(x.to(dev))
+        out.square().sum().backward()
+        xladev.mark_step()
+    assert ("2", True, (16, 3)) in saved  # the second Linear's t(weight): a view sharing the weight's storage
+    kinds = [e.cause.kind for e in events.of(GraphExecuted)]
+    assert kinds.count(CauseKind.DYNAMO_EXECUTE) == 2 and CauseKind.DYNAMO_INPUTS in kinds  # the loss's gradient
+    inputs_graphs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_INPUTS]
+    assert all(e.num_outputs == 1 for e in inputs_graphs)  # only the loss's gradient, no transpose
+    cpu(x).square().sum().backward()
+    parity_bounds.assert_gradients_close({n: p.grad.cpu() for n, p in model.named_parameters()},
+                                         {n: p.grad for n, p in cpu.named_parameters()})

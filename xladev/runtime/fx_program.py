@@ -38,8 +38,9 @@ _COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
 _EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
 _INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
-# Input and output sources of a plan.
-_ARG, _CONST, _KEY, _ROOT, _VALUE = range(5)
+# Input and output sources of a plan: an argument (its buffer), a view argument's base buffer, a constant, the
+# RNG key; a program output, a view of an argument's storage, a Python value.
+_ARG, _BASE, _CONST, _KEY, _ROOT, _VIEW, _VALUE = range(7)
 
 
 class _Lazy:
@@ -55,9 +56,12 @@ class _Plan:
     Attributes:
       graph: the recorded IR graph (its input buffers released; a description only).
       entry: the compile-cache entry of its executable.
-      inputs: per program input, (source, value): an FX argument's index, a constant array, or the RNG key.
+      inputs: per program input, (source, value): an FX argument's index (its buffer, or for a view of device
+        data its base's buffer: the program applies the view), a constant array, or the RNG key.
       outputs: per FX output, (source, value): a program output's index (with meta and strides), an FX
-        argument handed back, or a constant value.
+        argument handed back, a view of an argument's storage (what the graph returns as a view of its input,
+        such as a weight's transpose saved for the backward, is that view: not computed, not copied), or a
+        constant value.
       device_index: the device the program runs on.
       rng_out: the program output holding the next RNG key, or None when the graph draws no random numbers.
       writes: per FX argument the graph writes into (an optimizer's parameters and state), (argument index,
@@ -111,7 +115,14 @@ class FxProgram:
 
     def __call__(self, args: list) -> list:
         args = list(args)
+        views = None
+        for i, a in enumerate(args):
+            if type(a) is XlaTensor and a._chain is not None:
+                views = views or []
+                views.append((i, _view_key(a)))
         key = _signature(args) if self._symbolic else None
+        if views is not None:
+            key = (key, tuple(views))
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans[key] = self._trace(args)
@@ -134,6 +145,8 @@ class FxProgram:
                 arrays.append(None)  # pending or a view: computed below, all in one graph
                 waiting = waiting or []
                 waiting.append((len(arrays) - 1, t))
+            elif source is _BASE:  # a view of device data (the plan's key says so): the program applies it
+                arrays.append(args[value]._st.value.array)
             elif source is _CONST:
                 arrays.append(value)
             else:
@@ -162,6 +175,9 @@ class FxProgram:
                 results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, 0))
             elif source is _ARG:
                 results.append(args[value])
+            elif source is _VIEW:
+                i, meta, chain, strides, offset = value
+                results.append(wrap_view(args[i]._st, meta, chain, strides, offset))
             elif source is _CONST:  # device data the graph made from constants: a new tensor each call
                 results.append(wrap(Storage(value, index), value.meta))
             else:
@@ -180,13 +196,22 @@ class FxProgram:
                               "calls, used on the host); an optimizer's step count is one unless it is built with "
                               "capturable=True", stack.capture_frames())
         device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
-        tensors = [a for a in args if isinstance(a, XlaTensor)]
+        tensors = [a for a in args if isinstance(a, XlaTensor) and not _folded(a)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
             tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
         arrays = iter(arrays_of(tensors, _INPUTS)) if tensors else iter(())
-        placeholders, stand_ins = [], []
+        placeholders, stand_ins, folded = [], [], set()
         for i, a in enumerate(args):
-            if isinstance(a, XlaTensor):
+            if isinstance(a, XlaTensor) and _folded(a):
+                # A view of device data (a weight's transpose the forward saved): its base is the input, and the
+                # program applies the view, rather than a graph before it materializing the view each call.
+                base = a._st.value
+                data = DataNode(base.array, base.meta)
+                placeholders.append(data)
+                folded.add(i)
+                stand_ins.append(XlaTensor(Storage(data, a._st.device_index), Meta(tuple(a.shape), a.dtype), a._chain,
+                                           a.stride(), a.storage_offset()))
+            elif isinstance(a, XlaTensor):
                 meta = Meta(tuple(a.shape), a.dtype)
                 data = DataNode(next(arrays), meta)
                 placeholders.append(data)
@@ -210,7 +235,9 @@ class FxProgram:
         finally:
             key_after = state.value
             state.set(key_before)  # tracing draws no numbers: the program does, at each call
-        writes = [(i, s._st.value) for i, (p, s) in enumerate(zip(placeholders, stand_ins))
+        # A folded view's write is its new view value, written through the view as any view's (two views of one
+        # base, both written, each scatter into the base in turn).
+        writes = [(i, s._node() if i in folded else s._st.value) for i, (p, s) in enumerate(zip(placeholders, stand_ins))
                   if p is not None and s._st.value is not p]
         if reason is None:
             # A write of an argument's own or another argument's buffer (a plain copy) has nothing to compute.
@@ -218,19 +245,28 @@ class FxProgram:
                            if type(value) is DataNode), None)
         if reason is not None:
             return self._lazy(reason, frames)
-        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames, writes)
+        # The storages an output may be a view of: an argument's own (a base argument's, a folded view's base's).
+        storages = {id(s._st): i for i, (a, s) in enumerate(zip(args, stand_ins)) if isinstance(a, XlaTensor)
+                    and (a._chain is None or i in folded) and s._st.value is placeholders[i]}
+        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames, writes, folded,
+                             storages)
         for data in placeholders:  # the first call's buffers must not live as long as the program
             if data is not None:
                 data.array = None
         return plan
 
     def _compile(self, outs: list, placeholders: list, key_before: DataNode, key_after, device_index: int,
-                 frames, writes: list) -> _Plan:
+                 frames, writes: list, folded: set, storages: dict) -> _Plan:
         position = {id(p): i for i, p in enumerate(placeholders) if p is not None}
         roots, outputs, root_index = [], [], {}
         for slot, out in enumerate(outs):
             if not isinstance(out, XlaTensor):
                 outputs.append((_VALUE, out))
+                continue
+            if out._chain is not None and id(out._st) in storages:
+                strides = self._out_strides[slot] if slot < len(self._out_strides) else None
+                outputs.append((_VIEW, (storages[id(out._st)], Meta(tuple(out.shape), out.dtype), out._chain,
+                                        strides or out.stride(), out.storage_offset())))
                 continue
             node = out._node()
             if id(node) in position:
@@ -269,7 +305,8 @@ class FxProgram:
         inputs = []
         for node in graph.inputs:
             if id(node) in position:
-                inputs.append((_ARG, position[id(node)]))
+                i = position[id(node)]
+                inputs.append((_BASE if i in folded else _ARG, i))
             elif node is key_before:
                 inputs.append((_KEY, None))
             elif type(node) is ScalarNode:
@@ -293,6 +330,19 @@ class FxProgram:
             bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
                                       f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
         return _Lazy(reason)
+
+
+def _folded(t: XlaTensor) -> bool:
+    """Whether a view argument is given to the program as its base's buffer (the program applies the view)."""
+    return t._chain is not None and type(t._st.value) is DataNode
+
+
+def _view_key(t: XlaTensor) -> tuple:
+    """What a plan depends on of a view argument: its base, layout and view ops when folded; that it is a view."""
+    if not _folded(t):
+        return ("view",)
+    return (t._st.value.meta, t.stride(), t.storage_offset(),
+            tuple((step.opdef.name, step.template, step.meta, step.index) for step in t._chain))
 
 
 def _lower_execution_done(ctx, value):
