@@ -208,7 +208,7 @@ _FORKS = textwrap.dedent("""
     xladev.mark_step()  # dispatched, not waited for: the child's exit must not wait for it either
     pending = t + 1  # recorded, not run: a barrier in the child would have to run it
     from xladev.runtime.executor import executor
-    running = any(not d.done.is_set() for d in executor.in_flight._unannounced)
+    running = any(d.done.locked() for d in executor.in_flight._unannounced)
     pids += [fork(name, action) for name, action in ACTIONS.items()]
 
     deadline = time.monotonic() + 30

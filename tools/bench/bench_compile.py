@@ -5,8 +5,8 @@
 
 Prints, from one process and one run (the columns of each table in alternating blocks of K steps, see
 bench_runtime.time_interleaved; a column's figure is the median over its blocks of the mean step time):
-- training steps of the example MLP (SGD momentum) and transformer (AdamW): the model and the optimizer step
-  each through `torch.compile(backend="xladev")` (the loss around the model and the barrier recorded lazily),
+- training steps of the example MLP (SGD momentum) and transformer (AdamW): the model with its loss, and the
+  optimizer step, each through `torch.compile(backend="xladev")` (then the barrier, as on the lazy path),
   the lazy path (xladev's default), the same step hand-written in one `jax.jit`, and eager PyTorch on the CPU;
   with the ratios torch.compile / jax.jit (target <= 1.10) and / eager;
 - inference: the compiled model's forward under `no_grad` against `jax.jit` of the same forward (target
@@ -68,17 +68,18 @@ def _capturable(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 def _compiled_step(module, cfg, x, y):
-    """The model and its optimizer step through torch.compile; the loss and the barrier lazily."""
+    """The model with its loss, and the optimizer step, through torch.compile (docs/compile.md); the barrier
+    ends each step, as the lazy path's does."""
     dev = xladev.device()
     model = module.build(0, cfg).to(dev)
     opt = _capturable(module.make_optimizer(model, cfg))
-    forward = torch.compile(model, backend="xladev")
+    forward = torch.compile(lambda a, b: module.loss_fn(model(a), b), backend="xladev")
     opt_step = torch.compile(opt.step, backend="xladev")
     last: list = []
 
     def step():
         opt.zero_grad()
-        loss = module.loss_fn(forward(x), y)
+        loss = forward(x, y)
         loss.backward()
         opt_step()
         last[:] = [loss]
@@ -267,14 +268,14 @@ def bench_zoo_case(name: str, args) -> ZooCase:
     dev = xladev.device()
     model = convert(base, dev, torch.float32)
     optimizer = _capturable(case.make_optimizer(model.parameters()))
-    forward = torch.compile(model, backend="xladev")
+    compiled_loss = torch.compile(lambda b: case.loss(model, b), backend="xladev")
     opt_step = torch.compile(optimizer.step, backend="xladev")
     device_batch = to_device(batch, dev, torch.float32)
     last: list = []
 
     def compiled_step():
         optimizer.zero_grad(set_to_none=True)
-        loss = case.loss(forward, device_batch)
+        loss = compiled_loss(device_batch)
         loss.backward()
         opt_step()
         last[:] = [loss.detach()]

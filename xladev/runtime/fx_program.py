@@ -30,7 +30,7 @@ from xladev.runtime import graph_names, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, execution, refusing_because
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
-from xladev.runtime.storage import Storage
+from xladev.runtime.storage import Storage, write_data
 from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
 
@@ -166,8 +166,15 @@ class FxProgram:
         if plan.rng_out is not None:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
-        for i, k, meta in plan.writes:  # the graph's writes into its arguments (AOTAutograd keeps them in it)
-            args[i]._assign(DataNode(outputs[k], meta))  # a view's is written through into its base, lazily
+        if plan.writes:  # the graph's writes into its arguments (AOTAutograd keeps them in it)
+            bases = []
+            for i, k, meta in plan.writes:
+                t = args[i]
+                if t._chain is None:
+                    bases.append((t._st, DataNode(outputs[k], meta)))
+                else:
+                    t._assign(DataNode(outputs[k], meta))  # a view's is written through into its base, lazily
+            write_data(bases)
         results = []
         for source, value in plan.outputs:
             if source is _ROOT:

@@ -39,7 +39,10 @@ class Dispatched:
         self.start_ns = start_ns
         self.ready_ns = 0
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        # Held until the watcher has seen the outputs ready: a bare lock, since a dispatch makes one each
+        # (an Event is a Condition and a lock in Python, several times the cost).
+        self.done = threading.Lock()
+        self.done.acquire()
         self.announce = announce  # called as announce(execute_ns, error) on the settling thread
         self.replicated = replicated
 
@@ -63,11 +66,13 @@ class Dispatched:
           DistributedError: (replicated graphs) a rank is gone while waiting.
         """
         if self.replicated is None:
-            self.done.wait()
+            self.done.acquire()
+            self.done.release()
             return
-        while not self.done.wait(_SLICE_S):
+        while not self.done.acquire(timeout=_SLICE_S):
             if job.lost:
                 raise job.lost_error(self.replicated)
+        self.done.release()
 
 
 # A replicated graph's wait looks for gone ranks this often.
@@ -125,7 +130,7 @@ class InFlight:
             # The outputs are the tensors' data now: a reference kept here would stop the next step from
             # donating them (execution._donatable counts references).
             item.outputs = ()
-            item.done.set()
+            item.done.release()
 
     def __bool__(self) -> bool:
         return bool(self._unannounced)
