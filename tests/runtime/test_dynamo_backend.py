@@ -22,7 +22,7 @@ from tests.source_lines import line_of
 from xladev.events import (
     CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
 )
-from xladev.runtime.ir import DataNode
+from xladev.runtime.ir import DataNode, ScalarNode
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 
@@ -425,3 +425,40 @@ def test_a_weights_transpose_saved_for_the_backward_is_a_view_the_backward_progr
     cpu(x).square().sum().backward()
     parity_bounds.assert_gradients_close({n: p.grad.cpu() for n, p in model.named_parameters()},
                                          {n: p.grad for n, p in cpu.named_parameters()})
+
+
+def test_a_compiled_loss_trains_in_two_programs_a_step_the_gradient_seed_a_constant(events):
+    # The loss inside the forward graph: loss.backward()'s seed, ones_like(loss), depends on no value, so it is
+    # computed once and handed to the backward program every step, with no graph before it.
+    width = next(_widths)
+    dev = xladev.device()
+    cpu, model = _mlp(width), _mlp(width).to(dev)
+    loss_of = torch.compile(lambda a, b: nn.functional.cross_entropy(model(a), b), backend="xladev")
+    torch.manual_seed(3)
+    x, y = torch.randn(8, width), torch.randint(0, 3, (8,))
+    for step in range(4):
+        model.zero_grad(set_to_none=True)
+        events.clear()
+        loss = loss_of(x.to(dev), y.to(dev))
+        loss.backward()
+        xladev.mark_step()
+        if step >= 2:  # the first call traces, the second computes the seed
+            assert [e.cause.kind for e in events.of(GraphExecuted)] == [CauseKind.DYNAMO_EXECUTE] * 2
+    nn.functional.cross_entropy(cpu(x), y).backward()
+    assert loss.item() == pytest.approx(nn.functional.cross_entropy(cpu(x), y).item(), rel=parity_bounds.loss_rtol(),
+                                        abs=0)
+    parity_bounds.assert_gradients_close({n: p.grad.cpu() for n, p in model.named_parameters()},
+                                         {n: p.grad for n, p in cpu.named_parameters()})
+
+
+def test_ones_like_and_full_like_of_a_device_tensor_are_constants_with_its_shape_and_dtype():
+    dev = xladev.device()
+    x = torch.randn(2, 3).to(dev) * 2  # pending: the constant does not read it
+    for got, want in ((torch.ones_like(x), torch.ones(2, 3)), (torch.zeros_like(x, dtype=torch.int32),
+                                                               torch.zeros(2, 3, dtype=torch.int32)),
+                      (torch.full_like(x, 7.5), torch.full((2, 3), 7.5))):
+        # Nothing read from x: no operand, or only the fill value's scalar input.
+        assert all(type(o) is ScalarNode for o in got._st.value.operands) and got.dtype == want.dtype
+        assert torch.equal(got.cpu(), want)
+    t = torch.randn(3, 2).to(dev).t()  # not contiguous: the general path, as before
+    assert torch.equal(torch.ones_like(t).cpu(), torch.ones(2, 3))

@@ -18,6 +18,7 @@ Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concret
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any
@@ -151,6 +152,8 @@ class FxProgram:
                 arrays.append(value)
             else:
                 arrays.append(_current_key(plan.device_index))
+        if waiting:
+            waiting = _constants_of(waiting, arrays, plan.device_index)
         if waiting:
             computed = arrays_of([t for _, t in waiting], _INPUTS)
             for (position, _), array in zip(waiting, computed):
@@ -337,6 +340,39 @@ class FxProgram:
             bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
                                       f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
         return _Lazy(reason)
+
+
+# Values of pending inputs computed from no input at all (`ones`, `zeros`, `full` of a constant: the loss
+# gradient's seed), by signature and device: each is computed once, not by a graph before every call.
+_constants: dict = {}
+_CONSTANTS_KEPT = 64
+_CONSTANT_MAX_ELEMENTS = 1 << 16
+
+
+def _constants_of(waiting: list, arrays: list, device_index: int) -> list:
+    """Fills the positions of `waiting` inputs that are constants from `_constants` (computing those not seen
+    yet) and makes each such tensor device data; returns the inputs still to compute."""
+    rest, fresh, filled = [], [], []
+    for position, t in waiting:
+        node = t._st.value
+        if t._chain is not None or node.operands or type(node) is DataNode or math.prod(node.meta.shape) > \
+                _CONSTANT_MAX_ELEMENTS:
+            rest.append((position, t))
+            continue
+        key = (node.signature(), device_index)
+        array = _constants.get(key)
+        if array is None:
+            fresh.append((position, t, key))
+        else:
+            arrays[position] = array
+            filled.append((t._st, DataNode(array, node.meta)))
+    if fresh:
+        if len(_constants) + len(fresh) > _CONSTANTS_KEPT:
+            _constants.clear()
+        for (position, t, key), array in zip(fresh, arrays_of([t for _, t, _ in fresh], _INPUTS)):
+            arrays[position] = _constants[key] = array
+    write_data(filled)
+    return rest
 
 
 def _folded(t: XlaTensor) -> bool:

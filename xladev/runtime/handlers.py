@@ -67,6 +67,11 @@ def _to_copy(func, args, kwargs):
     return new_tensor(upload(src.to(dtype), index), index)
 
 
+# `*_like` ops whose value is a constant, with it (None: full_like's own `fill_value`).
+_CONSTANT_LIKE = {aten.ones_like.default: 1, aten.zeros_like.default: 0, aten.full_like.default: None}
+_NOT_CONSTANT = object()
+
+
 @special(aten.new_empty.default, aten.new_empty_strided.default, aten.new_full.default, aten.new_ones.default,
          aten.new_zeros.default, aten.empty_like.default, aten.full_like.default, aten.ones_like.default,
          aten.zeros_like.default, aten.rand_like.default, aten.randn_like.default, aten.randint_like.default)
@@ -77,6 +82,14 @@ def _like(func, args, kwargs):
       ValueError: `d` names an xla device that does not exist.
     """
     device, self = kwargs.get("device"), args[0]
+    fill = _CONSTANT_LIKE.get(func, _NOT_CONSTANT)
+    if (fill is not _NOT_CONSTANT and device is None and isinstance(self, XlaTensor) and self.is_contiguous()
+            and kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)):
+        # Its value does not depend on `self`'s: recorded as the factory, with no operand, it is a constant
+        # (loss.backward()'s seed, ones_like(loss), is then computed once for all steps by a compiled backward).
+        value = args[1] if fill is None else fill
+        return create(aten.full.default, (list(self.shape), value),
+                      {"dtype": kwargs.get("dtype") or self.dtype, "device": self.device})
     if device is None or not isinstance(self, XlaTensor):
         return handle_regular(func, args, kwargs)
     if not _is_xla_device(device):
