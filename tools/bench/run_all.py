@@ -75,7 +75,8 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
             rows.append(("transformer forward: torch.compile / jax.jit", f"{_num(inference.get('compiled_over_jax'))}x",
                          "<= 1.05x"))
         for graph, ms in (_get(data, "host_call_ms") or {}).items():
-            rows.append((f"host time per call: {graph}", f"{_num(ms)} ms", "< 1 ms"))
+            rows.append((f"host time per call: {graph} (thread CPU, wall)",
+                         f"{_num(ms.get('cpu_ms'))}, {_num(ms.get('wall_ms'))} ms", "< 1 ms"))
         for model, m in (_get(data, "zoo") or {}).items():
             rows.append((f"{model} step: torch.compile / eager", f"{_num(m.get('ratio'))}x", "<= 1x"))
     elif name == "models":
