@@ -37,15 +37,18 @@ def _rules(log: Path) -> set[str]:
 
 
 # Each pitfall: what its counts show broken and fixed, and the finding the report gives the broken
-# run, which the fix the report recommends (the example's --fixed) must make disappear.
+# run, which the fix the report recommends (the example's --fixed) must make disappear. By default one
+# pitfall per finding runs; the second of a finding is in the slow sweep.
 @pytest.mark.parametrize("name,check,finding", [
     ("dynamic_shapes", lambda b, f: b["compiles"] >= 8 and f["compiles"] <= 2, "recompilation"),
     ("item_in_loop", lambda b, f: b["transfers"] >= 12 and f["transfers"] <= 4 and f["compiles"] <= 2,
      "host-transfers"),
     ("unlowered_op", lambda b, f: b["fallbacks"] >= 24 and f["fallbacks"] == 0, "cpu-fallback"),
-    ("scalar_constants", lambda b, f: b["compiles"] > f["compiles"] == 2, "recompilation"),
+    pytest.param("scalar_constants", lambda b, f: b["compiles"] > f["compiles"] == 2, "recompilation",
+                 marks=pytest.mark.slow),
     ("missing_barrier", lambda b, f: b["steps"] == 1 and f["steps"] >= 10, "graph-growing"),
-    ("profiling_steptrace", lambda b, f: b["steps"] <= 2 and f["steps"] >= 9, "graph-growing"),
+    pytest.param("profiling_steptrace", lambda b, f: b["steps"] <= 2 and f["steps"] >= 9, "graph-growing",
+                 marks=pytest.mark.slow),
 ])
 def test_pitfall_and_its_fix(name, check, finding, tmp_path):
     # The two runs are separate processes: side by side, they take the time of one on two cores.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 import xladev
@@ -32,9 +33,11 @@ def _run_threads(work, count: int) -> list:
     return results
 
 
-def test_concurrent_in_place_updates_and_barriers_lose_nothing():
+@pytest.mark.parametrize("rounds", [3, pytest.param(10, marks=pytest.mark.slow)])
+def test_concurrent_in_place_updates_and_barriers_lose_nothing(rounds):
     # Each thread owns its tensors, updates them in place and marks steps; a barrier on one thread
-    # syncs the other's pending writes too, so the two race on the same storages' values.
+    # syncs the other's pending writes too, so the two race on the same storages' values. More rounds give
+    # a race more chances to show (the slow sweep).
     def work(k):
         whole = torch.zeros(8, device=xladev.device())
         part = torch.zeros(4, 4, device=xladev.device())
@@ -45,7 +48,7 @@ def test_concurrent_in_place_updates_and_barriers_lose_nothing():
             xladev.mark_step()
         return whole.cpu(), part.cpu()
 
-    for _ in range(10):
+    for _ in range(rounds):
         for k, (whole, part) in enumerate(_run_threads(work, 3)):
             torch.testing.assert_close(whole, torch.full((8,), float(STEPS)), rtol=0, atol=0)
             expected = torch.zeros(4, 4)
