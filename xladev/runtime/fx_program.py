@@ -29,7 +29,7 @@ from xladev._flags import config
 from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
 from xladev.runtime import graph_names, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
-from xladev.runtime.execution import ExecutionNotAllowedError, execution, refusing_because
+from xladev.runtime.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
 from xladev.runtime.storage import Storage, write_data
 from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
@@ -162,7 +162,7 @@ class FxProgram:
             if not _only_reader(args[plan.inputs[position][1]], arrays[position]):
                 # Something else still reads the old value (an alias, a pending op, a graph in flight): the
                 # executable gets a copy to consume, and keeps its donation (no second program).
-                arrays[position] = _copy_of(arrays[position])
+                arrays[position] = copy_buffer(arrays[position])
         frames = stack.capture_frames() if bus.wants_frames else None
         with graph_names.naming(self.name):
             outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
@@ -394,21 +394,6 @@ def _lower_execution_done(ctx, value):
 
 # The output the execution watcher waits on when the others may be donated (see _Plan.watch).
 _EXECUTION_DONE = OpDef("xla::execution_done", _lower_execution_done)
-
-
-_copy = None
-
-
-def _copy_of(array):
-    """A new buffer holding `array`'s value. Through one jitted copy: `Array.copy` goes through jax's
-    op-by-op dispatch, about 0.4 ms a call, where a cached executable's call takes microseconds."""
-    global _copy
-    if _copy is None:
-        import jax
-        import jax.numpy as jnp
-
-        _copy = jax.jit(jnp.copy)
-    return _copy(array)
 
 
 # References to a donated input's buffer when the argument alone holds it: its DataNode's, the program's
