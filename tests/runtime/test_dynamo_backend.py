@@ -343,6 +343,7 @@ def test_a_compiled_write_into_an_input_reuses_its_buffer_unless_aliasing_is_off
     dev = xladev.device()
     width = next(_widths)
     f = torch.compile(lambda a, g: a.sub_(g, alpha=0.5), backend="xladev")
+    # 0.5·g is exact, so a - 0.5·g rounds once, fused or not: eager and XLA agree bit for bit (torch.equal).
     a, g = torch.randn(width), torch.randn(width)
     a_dev, g_dev = a.to(dev), g.to(dev)
     # An upload may be the host array's own memory, which XLA never writes into: the first call's output is
@@ -370,6 +371,7 @@ def test_a_donated_inputs_old_value_still_read_elsewhere_is_copied_first(events)
     dev = xladev.device()
     width = next(_widths)
     f = torch.compile(lambda a, g: a.mul_(g), backend="xladev")
+    # Each product and a·3 round once: eager and XLA agree bit for bit (torch.equal).
     a, g = torch.randn(width), torch.randn(width)
     a_dev, g_dev = a.to(dev), g.to(dev)
     f(a_dev, g_dev)  # traced and compiled
