@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import weakref
 
 import pytest
 import torch
@@ -351,10 +352,12 @@ def test_a_compiled_write_into_an_input_reuses_its_buffer_unless_aliasing_is_off
     f(a_dev, g_dev)
     a.sub_(g, alpha=0.5)
     for _ in range(3):
-        before = _buffer(a_dev)
+        before, node = _buffer(a_dev), weakref.ref(a_dev._st.value)  # weak: a reference would stop the donation
         f(a_dev, g_dev)
         a.sub_(g, alpha=0.5)
         assert _buffer(a_dev) == before
+        # Nothing else held the old value's node: it holds the new buffer (no node made and dropped per write).
+        assert a_dev._st.value is node() and type(node()) is DataNode
     assert torch.equal(a_dev.cpu(), a)
     torch._dynamo.reset()
     with config.override(param_aliasing=False):
@@ -390,6 +393,31 @@ def test_a_donated_inputs_old_value_still_read_elsewhere_is_copied_first(events)
     a.mul_(g).mul_(g)
     assert torch.equal(pending.cpu(), want_pending) and torch.equal(other.cpu(), want_other)
     assert torch.equal(a_dev.cpu(), a) and _buffer(other) == before
+    assert other._st.value is not a_dev._st.value  # the alias's node was not handed the program's output
+
+
+def test_a_pending_input_the_program_writes_is_computed_then_consumed_unless_still_read():
+    # The written argument is pending at the call (updated lazily since the last barrier): its value is computed
+    # with the call's inputs and donated. Once plain (the buffer its alone), once still read by a pending op.
+    dev = xladev.device()
+    width = next(_widths)
+    f = torch.compile(lambda a, g: a.mul_(g), backend="xladev")
+    a, g = torch.randn(width), torch.randn(width)
+    a_dev, g_dev = a.to(dev), g.to(dev)
+    f(a_dev, g_dev)
+    a.mul_(g)
+    a_dev.add_(1.0)  # pending
+    a.add_(1.0)
+    f(a_dev, g_dev)
+    a.mul_(g)
+    assert torch.equal(a_dev.cpu(), a)  # each op rounds once, fused or not
+    a_dev.add_(1.0)
+    a.add_(1.0)
+    reader = a_dev * 3  # pending, reads the value computed for the call
+    want = a * 3
+    f(a_dev, g_dev)
+    a.mul_(g)
+    assert torch.equal(reader.cpu(), want) and torch.equal(a_dev.cpu(), a)
 
 
 def test_a_weights_transpose_saved_for_the_backward_is_a_view_the_backward_program_applies(events):

@@ -27,7 +27,7 @@ import torch
 
 from xladev._flags import config
 from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
-from xladev.runtime import graph_names, rng, stack, steps
+from xladev.runtime import graph_names, ir, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
@@ -40,8 +40,9 @@ _EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
 _INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
 # Input and output sources of a plan: an argument (its buffer), a view argument's base buffer, a constant, the
-# RNG key; a program output, a view of an argument's storage, a Python value.
-_ARG, _BASE, _CONST, _KEY, _ROOT, _VIEW, _VALUE = range(7)
+# RNG key, an argument the program writes (its old buffer, donated); a program output, a view of an argument's
+# storage, a Python value.
+_ARG, _BASE, _CONST, _KEY, _ROOT, _VIEW, _VALUE, _DONATED = range(8)
 
 
 class _Lazy:
@@ -67,8 +68,9 @@ class _Plan:
       rng_out: the program output holding the next RNG key, or None when the graph draws no random numbers.
       writes: per FX argument the graph writes into (an optimizer's parameters and state), (argument index,
         program output index, meta): its new value, written into the argument after each call.
-      donated: the program inputs whose buffers the executable takes over (the old values of the arguments it
-        writes), as positions in `inputs`.
+      donated: the positions in `inputs` of the buffers the executable takes over (the old values of the
+        arguments it writes; each such input is (_DONATED, (argument index, whether the old value's node may
+        hold the new value))).
       watch: the program output the execution watcher waits on: one only the watcher holds, since a written
         argument's new value may be donated to the next call before this one is announced; None: all outputs.
     """
@@ -136,6 +138,8 @@ class FxProgram:
     def _run(self, plan: _Plan, args: list) -> list:
         arrays = []
         waiting = None
+        # Per written argument whose old value's node nothing else holds: that node, to hold the new value.
+        reused = {} if plan.donated else None
         for source, value in plan.inputs:
             if source is _ARG:
                 t = args[value]
@@ -144,6 +148,22 @@ class FxProgram:
                     arrays.append(node.array)
                     continue
                 arrays.append(None)  # pending or a view: computed below, all in one graph
+                waiting = waiting or []
+                waiting.append((len(arrays) - 1, t))
+            elif source is _DONATED:  # the old value of an argument the program writes: its buffer is consumed
+                i, reusable = value
+                t = args[i]
+                node = t._st.value
+                if t._chain is None and type(node) is DataNode:
+                    array = node.array
+                    if getrefcount(array) == _ARRAY_REFS and getrefcount(node) == _NODE_REFS:
+                        if reusable:
+                            reused[i] = node
+                    else:  # something else still reads it: the program consumes a copy (and keeps its donation)
+                        array = copy_buffer(array)
+                    arrays.append(array)
+                    continue
+                arrays.append(None)
                 waiting = waiting or []
                 waiting.append((len(arrays) - 1, t))
             elif source is _BASE:  # a view of device data (the plan's key says so): the program applies it
@@ -156,13 +176,11 @@ class FxProgram:
             waiting = _constants_of(waiting, arrays, plan.device_index)
         if waiting:
             computed = arrays_of([t for _, t in waiting], _INPUTS)
-            for (position, _), array in zip(waiting, computed):
+            donated = plan.donated
+            for (position, t), array in zip(waiting, computed):
+                if position in donated and not _consumable(t, array):
+                    array = copy_buffer(array)
                 arrays[position] = array
-        for position in plan.donated:
-            if not _only_reader(args[plan.inputs[position][1]], arrays[position]):
-                # Something else still reads the old value (an alias, a pending op, a graph in flight): the
-                # executable gets a copy to consume, and keeps its donation (no second program).
-                arrays[position] = copy_buffer(arrays[position])
         frames = stack.capture_frames() if bus.wants_frames else None
         with graph_names.naming(self.name):
             outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
@@ -173,16 +191,22 @@ class FxProgram:
             bases = []
             for i, k, meta in plan.writes:
                 t = args[i]
-                if t._chain is None:
-                    bases.append((t._st, DataNode(outputs[k], meta)))
-                else:
+                if t._chain is not None:
                     t._assign(DataNode(outputs[k], meta))  # a view's is written through into its base, lazily
+                    continue
+                st = t._st
+                node = reused.get(i) if reused else None
+                if node is not None:  # the old value's node, which nothing else holds: it takes the new buffer
+                    node.array = outputs[k]
+                else:
+                    node = DataNode(outputs[k], meta)
+                bases.append((st, node))
             write_data(bases)
         results = []
         for source, value in plan.outputs:
             if source is _ROOT:
-                k, meta, strides = value
-                results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, 0))
+                k, meta, strides, offset = value
+                results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, offset))
             elif source is _ARG:
                 results.append(args[value])
             elif source is _VIEW:
@@ -289,7 +313,13 @@ class FxProgram:
                     k = root_index[id(node)] = len(roots)
                     roots.append(node)
                 strides = self._out_strides[slot] if slot < len(self._out_strides) else None
-                outputs.append((_ROOT, (k, Meta(tuple(out.shape), out.dtype), strides or out.stride())))
+                shape = tuple(out.shape)
+                strides = tuple(strides or out.stride())
+                # None for the layout a new tensor has anyway: a tensor made without strides costs a fifth less.
+                offset = 0
+                if strides == _contiguous(shape):
+                    strides = offset = None
+                outputs.append((_ROOT, (k, Meta(shape, out.dtype), strides, offset)))
         written = []
         for i, value in writes:
             k = root_index.get(id(value))
@@ -330,6 +360,14 @@ class FxProgram:
             donated = tuple(k for k, (source, value) in enumerate(inputs)
                             if source is _ARG and value in written_args and type(graph.inputs[k]) is DataNode)
             graph.donate(donated)
+            # The node of a donated argument's old value takes the new value's buffer when both have one
+            # shape and dtype, and no SPMD sharding (which the output might not share).
+            written_meta = {i: meta for i, _, meta in written}
+            whole = ir.sharding_of is None
+            for k in donated:
+                i = inputs[k][1]
+                inputs[k] = (_DONATED, (i, whole and written_meta[i] == graph.inputs[k].meta))
+            donated = frozenset(donated)
         with graph_names.naming(self.name):
             entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
         return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out, tuple(written), donated,
@@ -375,6 +413,15 @@ def _constants_of(waiting: list, arrays: list, device_index: int) -> list:
     return rest
 
 
+def _contiguous(shape: tuple) -> tuple:
+    """The strides of a contiguous tensor of `shape`, as PyTorch gives a tensor made without strides."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def _folded(t: XlaTensor) -> bool:
     """Whether a view argument is given to the program as its base's buffer (the program applies the view)."""
     return t._chain is not None and type(t._st.value) is DataNode
@@ -396,18 +443,21 @@ def _lower_execution_done(ctx, value):
 _EXECUTION_DONE = OpDef("xla::execution_done", _lower_execution_done)
 
 
-# References to a donated input's buffer when the argument alone holds it: its DataNode's, the program's
-# input list's and getrefcount's own; to its DataNode: the storage's, the caller's and getrefcount's.
+# References to a donated input's buffer when the argument alone holds it (see `_run`): its DataNode's, the
+# local variable's and getrefcount's own; to its DataNode: the storage's, the local variable's and
+# getrefcount's. Any other (an alias of the data, a pending op, a graph in flight) adds one.
 _ARRAY_REFS = 3
 _NODE_REFS = 3
+getrefcount = sys.getrefcount
 
 
-def _only_reader(tensor: XlaTensor, array) -> bool:
-    """Whether the argument's buffer is read by nothing but this call: no alias of its data, no pending op
-    on it, no graph in flight holding it (each adds a reference), so the executable may take it over."""
-    node = tensor._st.value
-    return (tensor._chain is None and type(node) is DataNode and node.array is array
-            and sys.getrefcount(array) == _ARRAY_REFS + 1 and sys.getrefcount(node) == _NODE_REFS)
+def _consumable(t: XlaTensor, array) -> bool:
+    """Whether the buffer just computed for a pending donated input is read by nothing but this call: its
+    references are `_run`'s list and loop variable, this parameter and getrefcount's, plus, when the tensor's
+    data is that buffer now, its node's (and that node's are its storage's, the local's and getrefcount's)."""
+    node = t._st.value
+    held = t._chain is None and type(node) is DataNode and node.array is array
+    return getrefcount(array) == 4 + held and (not held or getrefcount(node) == _NODE_REFS)
 
 
 def _with_effects(token, op, *args, **kwargs):

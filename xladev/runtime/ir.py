@@ -8,7 +8,6 @@ Multi-output ops produce a tuple node read through `getitem` nodes, so every ten
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -89,9 +88,6 @@ class OpDef:
         return f"OpDef({self.name})"
 
 
-_ids = itertools.count()
-
-
 class Node:
     """One IR node.
 
@@ -134,13 +130,19 @@ class DataNode(Node):
       created_at: frames summary of where the data was created (when frames are captured).
     """
 
-    __slots__ = ("array", "created_at", "uid", "sharding")
+    __slots__ = ("array", "created_at", "sharding")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
-        super().__init__(DATA_OP, (), None, meta)
+        # Node's fields set here rather than through Node.__init__: every compiled call makes one per output.
+        self.op = DATA_OP
+        self.operands = ()
+        self.template = None
+        self.meta = meta
+        self.location = None
+        self.scope = None
+        self._sig = None
         self.array = array
         self.created_at = created_at
-        self.uid = next(_ids)
         # SPMD: how the buffer is split over the devices (`{devices=[2,1]0,1}`), None when it is not split.
         # Part of the signature: a graph compiled for one input sharding is not the graph for another.
         self.sharding = sharding_of(array) if sharding_of is not None and array is not None else None
