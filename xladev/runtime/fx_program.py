@@ -71,8 +71,9 @@ class _Plan:
       donated: the positions in `inputs` of the buffers the executable takes over (the old values of the
         arguments it writes; each such input is (_DONATED, (argument index, whether the old value's node may
         hold the new value))).
-      watch: the program output the execution watcher waits on: one only the watcher holds, since a written
-        argument's new value may be donated to the next call before this one is announced; None: all outputs.
+      watch: the program output the execution watcher waits on (all of one execution's outputs are ready
+        together): the first, or, when the program donates, one only the watcher holds, since a written
+        argument's new value may be donated to the next call before this one is announced; None: no outputs.
     """
 
     __slots__ = ("graph", "entry", "inputs", "outputs", "device_index", "rng_out", "writes", "donated", "watch")
@@ -334,7 +335,9 @@ class FxProgram:
             roots.append(key_after)
         written_args = {i for i, _, _ in written}
         donating = bool(written_args) and config.param_aliasing
-        watch = None
+        # One output says the execution finished: a program's outputs are ready together (they share the
+        # execution's completion event), and waiting on one costs the watcher less than waiting on each.
+        watch = 0 if roots else None
         if donating and user_roots:
             # The watcher must not hold an output that the next call may take over (a written argument's new
             # value): it waits on one more output, a scalar computed last from the program's first output.
