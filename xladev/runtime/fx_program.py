@@ -69,8 +69,8 @@ class _Plan:
       writes: per FX argument the graph writes into (an optimizer's parameters and state), (argument index,
         program output index, meta): its new value, written into the argument after each call.
       donated: the positions in `inputs` of the buffers the executable takes over (the old values of the
-        arguments it writes; each such input is (_DONATED, (argument index, whether the old value's node may
-        hold the new value))).
+        arguments it writes; each such input is (_DONATED, (argument index, the output index of its new value
+        when the old value's node may hold it, else None))).
       watch: the program output the execution watcher waits on (all of one execution's outputs are ready
         together): the first, or, when the program donates, one only the watcher holds, since a written
         argument's new value may be donated to the next call before this one is announced; None: no outputs.
@@ -139,7 +139,8 @@ class FxProgram:
     def _run(self, plan: _Plan, args: list) -> list:
         arrays = []
         waiting = None
-        # Per written argument whose old value's node nothing else holds: that node, to hold the new value.
+        # Per written argument whose old value's node nothing else holds: (that node, its storage, the output
+        # index of the new value), the node to hold the new buffer.
         reused = {} if plan.donated else None
         for source, value in plan.inputs:
             if source is _ARG:
@@ -152,14 +153,15 @@ class FxProgram:
                 waiting = waiting or []
                 waiting.append((len(arrays) - 1, t))
             elif source is _DONATED:  # the old value of an argument the program writes: its buffer is consumed
-                i, reusable = value
+                i, k = value
                 t = args[i]
-                node = t._st.value
+                st = t._st
+                node = st.value
                 if t._chain is None and type(node) is DataNode:
                     array = node.array
                     if getrefcount(array) == _ARRAY_REFS and getrefcount(node) == _NODE_REFS:
-                        if reusable:
-                            reused[i] = node
+                        if k is not None:
+                            reused[i] = (node, st, k)
                     else:  # something else still reads it: the program consumes a copy (and keeps its donation)
                         array = copy_buffer(array)
                     arrays.append(array)
@@ -189,20 +191,23 @@ class FxProgram:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
         if plan.writes:  # the graph's writes into its arguments (AOTAutograd keeps them in it)
+            writes = plan.writes
+            if reused:
+                # The old value's node, which nothing else holds, takes the new buffer: the storage keeps its
+                # node (no view caches a value derived from it, or the node would have another reference).
+                for node, st, k in reused.values():
+                    node.array = outputs[k]
+                    st.version += 1
+                writes = [w for w in writes if w[0] not in reused] if len(reused) < len(writes) else ()
             bases = []
-            for i, k, meta in plan.writes:
+            for i, k, meta in writes:
                 t = args[i]
                 if t._chain is not None:
                     t._assign(DataNode(outputs[k], meta))  # a view's is written through into its base, lazily
-                    continue
-                st = t._st
-                node = reused.get(i) if reused else None
-                if node is not None:  # the old value's node, which nothing else holds: it takes the new buffer
-                    node.array = outputs[k]
                 else:
-                    node = DataNode(outputs[k], meta)
-                bases.append((st, node))
-            write_data(bases)
+                    bases.append((t._st, DataNode(outputs[k], meta)))
+            if bases:
+                write_data(bases)
         results = []
         for source, value in plan.outputs:
             if source is _ROOT:
@@ -366,10 +371,12 @@ class FxProgram:
             # The node of a donated argument's old value takes the new value's buffer when both have one
             # shape and dtype, and no SPMD sharding (which the output might not share).
             written_meta = {i: meta for i, _, meta in written}
+            written_out = {i: k for i, k, _ in written}
             whole = ir.sharding_of is None
-            for k in donated:
-                i = inputs[k][1]
-                inputs[k] = (_DONATED, (i, whole and written_meta[i] == graph.inputs[k].meta))
+            for j in donated:
+                i = inputs[j][1]
+                reusable = whole and written_meta[i] == graph.inputs[j].meta
+                inputs[j] = (_DONATED, (i, written_out[i] if reusable else None))
             donated = frozenset(donated)
         with graph_names.naming(self.name):
             entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
