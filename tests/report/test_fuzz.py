@@ -36,7 +36,7 @@ BASE = (metrics_file([step_report(step, compiles=1 + step // 3, transfers=step, 
         + DEBUG_BLOCK).encode()
 BASE_LINES = BASE.split(b"\n")
 
-FUZZ_EXAMPLES = int(os.environ.get("XLADEV_FUZZ_EXAMPLES", "60"))  # raise it for a longer local fuzzing run
+FUZZ_EXAMPLES = int(os.environ.get("XLADEV_FUZZ_EXAMPLES", "30"))  # raise it for a longer local fuzzing run
 _noise_line = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
 _prefix = st.sampled_from(["", "INFO:root:", "[rank3]: ", "I0101 00:00:00.0 1 x.py:1] ", "\x1b[31m", "  ", "Metric: "])
 
