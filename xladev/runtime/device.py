@@ -14,7 +14,7 @@ from xladev.events import bus
 from xladev.runtime import backend, fork_guard, rng
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
-from xladev.runtime.dispatch import dispatch
+from xladev.runtime.dispatch import torch_dispatch
 from xladev.runtime.execution import execution
 from xladev.runtime.handlers import FACTORY_OPS, copy_into, factory_kernel
 from xladev.runtime.lowering import catalog  # noqa: F401  (registers every lowering)
@@ -93,7 +93,7 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
 
-    set_dispatcher(dispatch)
+    set_dispatcher(torch_dispatch)
     bus.describe_runtime = backend.describe
     bus.before_subscribe.append(execution.settle)
 

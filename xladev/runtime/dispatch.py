@@ -13,6 +13,7 @@ import time
 import torch
 
 from xladev.events import Cause, CauseKind
+from xladev.runtime import fork_guard
 from xladev.runtime.decompositions import DECOMPOSITIONS
 from xladev.runtime.execution import execution, lock as _execution_lock
 from xladev.runtime.fake_operands import FakeOperands
@@ -185,8 +186,16 @@ def decompose_or_fallback(func, args, kwargs):
     return run_on_cpu(func, args, kwargs)
 
 
-def dispatch(func, args, kwargs):
-    """Every aten op on an XlaTensor (its `__torch_dispatch__`, set by `device.register()`), timed."""
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """Every aten op on an XlaTensor, timed: its `__torch_dispatch__` (set by `device.register()`).
+
+    Raises:
+      RuntimeError: in a forked child of a process whose runtime had started (fork_guard), and as the op does.
+    """
+    if fork_guard.blocked:
+        fork_guard.check(func)
+    if kwargs is None:
+        kwargs = {}
     start = time.perf_counter_ns()
     if recorder.eager_debug:
         return _dispatch_eagerly(func, args, kwargs, start)
@@ -213,6 +222,11 @@ def dispatch(func, args, kwargs):
         return fake.run_faked(func, args, kwargs)
     finally:
         recorder.add_tracing_time(time.perf_counter_ns() - start)
+
+
+def dispatch(func, args, kwargs):
+    """`torch_dispatch` as a plain function of the op and its arguments."""
+    return torch_dispatch(XlaTensor, func, (), args, kwargs)
 
 
 def _dispatch_eagerly(func, args, kwargs, start):

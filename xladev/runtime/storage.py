@@ -7,7 +7,6 @@ value by its device data (`Storage.set_data`).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 import weakref
@@ -19,12 +18,14 @@ _storage_ids = itertools.count()
 _write_lock = threading.Lock()
 
 # Storages whose value is a pending IR node (not device data): creation id → a weak reference to the
-# storage, so that the order of graph outputs is deterministic and a dead tensor is never synced. A
-# storage's death removes its entry through the reference's callback, `pending.pop(sid)` bound with
-# functools.partial: C calls only, where a WeakValueDictionary runs three Python functions per storage
-# (every recorded op makes one).
+# storage, so that the order of graph outputs is deterministic and a dead tensor is never synced. The
+# reference has no callback: a dead storage's entry is dropped by the next barrier (`pending_storages`), or by
+# a sweep once the entries outgrow the live ones (`_sweep`). A callback (a functools.partial of pending.pop)
+# cost a third of a microsecond per recorded op, which makes one such storage each.
 pending: "dict[int, weakref.ref[Storage]]" = {}
-_unregister = pending.pop
+# The size of `pending` at which its dead entries are swept (a graph that grows without a barrier).
+_SWEEP_FLOOR = 1 << 16
+_sweep_at = _SWEEP_FLOOR
 
 
 class Storage:
@@ -42,7 +43,7 @@ class Storage:
         counted among the graph's outputs, as PyTorch/XLA keeps that state outside its graphs.
     """
 
-    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "_ref", "__weakref__")
+    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "__weakref__")
 
     def __init__(self, value: Node, device_index: int):
         self.value = value
@@ -52,17 +53,9 @@ class Storage:
         self.donor = None
         self.internal = False
         if type(value) is not DataNode:
-            ref = self._ref = weakref.ref(self, functools.partial(_unregister, sid))
-            pending[sid] = ref
-        else:
-            self._ref = None
-
-    def _pending_ref(self) -> "weakref.ref[Storage]":
-        """This storage's entry in `pending` (one reference for its life: its callback removes the entry)."""
-        ref = self._ref
-        if ref is None:
-            ref = self._ref = weakref.ref(self, functools.partial(_unregister, self.sid))
-        return ref
+            pending[sid] = weakref.ref(self)
+            if len(pending) > _sweep_at:
+                _sweep()
 
     def set(self, value: Node) -> None:
         # Under the lock: a barrier on another thread must not replace this write by older data.
@@ -74,7 +67,7 @@ class Storage:
                 if type(old) is DataNode:
                     # Weak: the old buffer must die when nothing computes from it any more.
                     self.donor = weakref.ref(old)
-                pending[self.sid] = self._pending_ref()
+                pending[self.sid] = weakref.ref(self)  # the storage's one callback-less reference, reused
             else:  # e.g. `copy_` of uploaded data: nothing left to compute
                 self.donor = None
                 pending.pop(self.sid, None)
@@ -115,10 +108,24 @@ def pending_storages() -> list[Storage]:
 
     Safe while other threads record: the weak dictionary is copied in one step, not iterated.
     """
-    refs = list(pending.values())
-    storages = [s for s in (r() for r in refs) if s is not None]
+    entries = list(pending.items())
+    storages = []
+    for sid, ref in entries:
+        storage = ref()
+        if storage is not None:
+            storages.append(storage)
+        else:  # dead: its sid is never used again, so no other thread re-adds it
+            pending.pop(sid, None)
     storages.sort(key=_by_sid)
     return storages
+
+
+def _sweep() -> None:
+    """Drops the entries of dead storages from `pending`, and sets the size of the next sweep to twice the live
+    entries (at least `_SWEEP_FLOOR`): recording stays amortised O(1) however long a graph grows."""
+    global _sweep_at
+    live = len(pending_storages())
+    _sweep_at = max(_SWEEP_FLOOR, 2 * live)
 
 
 def _by_sid(storage: Storage) -> int:

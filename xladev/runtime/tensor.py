@@ -13,7 +13,6 @@ import weakref
 
 import torch
 
-from xladev.runtime import fork_guard
 from xladev.runtime.ir import Meta, Node
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
@@ -32,18 +31,11 @@ def torch_device(index: int) -> torch.device:
     return device
 
 
-def _unregistered(func, args, kwargs):
-    raise RuntimeError(f"{func} on an xla tensor before the device was registered (xladev.runtime.device.register)")
-
-
-# Where every aten op on an XlaTensor goes: dispatch.dispatch, set by `device.register()`.
-_dispatcher = _unregistered
-
-
-def set_dispatcher(dispatcher) -> None:
-    """Sets the function `fn(func, args, kwargs)` that every aten op on an XlaTensor is handed to."""
-    global _dispatcher
-    _dispatcher = dispatcher
+def set_dispatcher(torch_dispatch) -> None:
+    """Makes `torch_dispatch(cls, func, types, args=(), kwargs=None)` XlaTensor's `__torch_dispatch__`, the
+    function every aten op on an XlaTensor is handed to (dispatch.torch_dispatch, set by `device.register()`).
+    Installed as the classmethod itself rather than called from one: a Python frame less on every op."""
+    XlaTensor.__torch_dispatch__ = classmethod(torch_dispatch)
 
 
 class XlaTensor(torch.Tensor):
@@ -83,10 +75,8 @@ class XlaTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        """Every aten op on a device tensor: recorded (or run) by the registered dispatcher (dispatch.py)."""
-        if fork_guard.blocked:
-            fork_guard.check(func)
-        return _dispatcher(func, args, kwargs or {})
+        """Every aten op on a device tensor: replaced by dispatch.torch_dispatch when the device is registered."""
+        raise RuntimeError(f"{func} on an xla tensor before the device was registered (xladev.runtime.device.register)")
 
     # ---- reading and writing the lazy value --------------------------------------------------
     def _node(self) -> Node:
