@@ -23,6 +23,7 @@ from tests.source_lines import line_of
 from xladev.events import (
     CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
 )
+from xladev.runtime.fx_program import AliasedInputsError
 from xladev.runtime.ir import DataNode, ScalarNode
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
@@ -309,6 +310,25 @@ def test_two_views_of_one_base_written_by_one_program_both_land():
     base[0].add_(1)
     base[2].mul_(3)
     assert torch.equal(base_dev.cpu(), base)
+
+
+def test_a_written_input_whose_data_another_input_shares_is_a_clear_error_not_a_wrong_value():
+    # TorchDynamo cannot see that b = a.detach() shares a's device data: the captured graph would read b's old
+    # value after writing a (3a where eager gives 4a). The call raises instead, naming the inputs; nothing ran.
+    dev = xladev.device()
+    width = next(_widths)
+    f = torch.compile(lambda a, b: a.mul_(2) + b, backend="xladev")
+    a = torch.arange(float(width)).to(dev)
+    with pytest.raises(AliasedInputsError, match=r"writes its input \d+, and its input \d+ shares that tensor's data"):
+        f(a, a.detach())
+    torch.testing.assert_close(a.cpu(), torch.arange(float(width)), rtol=0, atol=0)  # not written
+    # Overlapping views are views to TorchDynamo, which hands the graph their base: eager's values, no error.
+    base = torch.arange(12.0).reshape(3, 4)
+    base_dev = base.to(dev)
+    g = torch.compile(lambda a, b: a.add_(1) + b.sum(), backend="xladev")
+    got = g(base_dev[0:2], base_dev[1])  # row 1 is in both
+    want = base[0:2].add_(1) + base[1].sum()
+    assert torch.equal(got.cpu(), want) and torch.equal(base_dev.cpu(), base)  # small integers: exact
 
 
 def test_a_compiled_function_of_cpu_tensors_computes_each_call():

@@ -137,6 +137,8 @@ class FxProgram:
 
     # ---- every call -------------------------------------------------------------------------------
     def _run(self, plan: _Plan, args: list) -> list:
+        if plan.writes:
+            _check_written_aliases(self.name, plan, args)
         arrays = []
         waiting = None
         # Per written argument whose old value's node nothing else holds: (that node, its storage, the output
@@ -184,6 +186,8 @@ class FxProgram:
                 if position in donated and not _consumable(t, array):
                     array = copy_buffer(array)
                 arrays[position] = array
+        if reused is not None and len(set(map(id, arrays))) < len(arrays):
+            _copy_shared(plan.donated, arrays)
         frames = stack.capture_frames() if bus.wants_frames else None
         with graph_names.naming(self.name):
             outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
@@ -459,6 +463,66 @@ _EXECUTION_DONE = OpDef("xla::execution_done", _lower_execution_done)
 _ARRAY_REFS = 3
 _NODE_REFS = 3
 getrefcount = sys.getrefcount
+
+
+class AliasedInputsError(RuntimeError):
+    """A compiled graph writes an input whose data another of its inputs shares: the graph, captured as if the
+    inputs were independent, would read the other's old value."""
+
+
+def _check_written_aliases(name: str, plan: _Plan, args: list) -> None:
+    """Raises when an argument the graph writes shares its storage with another tensor argument (a `detach()`,
+    an alias or an overlapping view of it). TorchDynamo and AOTAutograd cannot see that device tensors alias, so
+    the captured graph reads the other argument's value from before the write, where eager reads it after.
+
+    Raises:
+      AliasedInputsError: naming the two inputs; nothing ran.
+    """
+    storages = [a._st for a in args if type(a) is XlaTensor]
+    if len(set(map(id, storages))) == len(storages):
+        return  # every tensor argument has data of its own: the common case, one set
+    owners: dict[int, list[int]] = {}
+    for i, a in enumerate(args):
+        if type(a) is XlaTensor:
+            owners.setdefault(id(a._st), []).append(i)
+    written = {i for i, _, _ in plan.writes}
+    for group in owners.values():
+        if len(group) < 2 or written.isdisjoint(group):
+            continue
+        tensors = [args[i] for i in group]
+        if all(t._chain is not None for t in tensors) and _disjoint(tensors):
+            continue  # views of one base that share no element (rows of a matrix) are independent
+        i = next(i for i in group if i in written)
+        j = next(j for j in group if j != i)
+        raise AliasedInputsError(
+            f"the torch.compile graph {name!r} writes its input {i}, and its input {j} shares that tensor's data (a "
+            "detach(), an alias or an overlapping view of it). TorchDynamo cannot see that xla tensors alias, so the "
+            f"compiled graph would read input {j}'s value from before the write, where eager PyTorch reads it after. "
+            "Pass the tensor once, or .clone() the other one before the call.")
+
+
+def _disjoint(views: list) -> bool:
+    """Whether views of one storage occupy element spans (first to last element) that do not intersect."""
+    spans = []
+    for t in views:
+        if t.numel() == 0:
+            continue
+        start = t.storage_offset()
+        spans.append((start, start + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))))
+    spans.sort()
+    return all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+def _copy_shared(donated: frozenset, arrays: list) -> None:
+    """Gives each donated input that another input of the call also reads (two arguments sharing one storage,
+    one of them written) a copy to consume: the reference count checked as the inputs were collected could not
+    see an input collected after it."""
+    seen: dict[int, int] = {}
+    for array in arrays:
+        seen[id(array)] = seen.get(id(array), 0) + 1
+    for position in donated:
+        if seen[id(arrays[position])] > 1:
+            arrays[position] = copy_buffer(arrays[position])
 
 
 def _consumable(t: XlaTensor, array) -> bool:
