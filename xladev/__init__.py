@@ -32,7 +32,7 @@ _RUNTIME_NAMES = {
     "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
     "compile": "xladev.runtime.compiled_region", "GraphLimitError": "xladev.runtime.compiled_region",
     "launch": "xladev.runtime.launch", "LaunchError": "xladev.runtime.launch",
-    "DistributedError": "xladev.runtime.world",
+    "DistributedError": "xladev.runtime.world", "AliasedInputsError": "xladev.runtime.fx_program",
     "world_size": "xladev.runtime.collectives", "global_ordinal": "xladev.runtime.collectives",
     "local_ordinal": "xladev.runtime.collectives", "all_reduce": "xladev.runtime.collectives",
     "all_gather": "xladev.runtime.collectives", "reduce_scatter": "xladev.runtime.collectives",
@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads thes
     )
     from xladev.runtime.launch import LaunchError, launch
     from xladev.runtime.world import DistributedError
+    from xladev.runtime.fx_program import AliasedInputsError
 
 _start_lock = _threading.RLock()
 _started = False
