@@ -75,7 +75,7 @@ def _device_index(device) -> int:
 def register() -> None:
     """Makes `device='xla'` work in PyTorch. Idempotent.
 
-    Also: ops on device tensors go to `dispatch`, the event bus settles running graphs before a new
+    Also: ops on device tensors go to `dispatch.torch_dispatch`, the event bus settles running graphs before a new
     subscriber joins and describes the backend in records, and forked children are guarded.
     """
     global _registered, _lib

@@ -224,11 +224,6 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         recorder.add_tracing_time(time.perf_counter_ns() - start)
 
 
-def dispatch(func, args, kwargs):
-    """`torch_dispatch` as a plain function of the op and its arguments."""
-    return torch_dispatch(XlaTensor, func, (), args, kwargs)
-
-
 def _dispatch_eagerly(func, args, kwargs, start):
     """XLA_USE_EAGER_DEBUG_MODE: run each top-level op as soon as it is recorded (one small graph per op)."""
     depth = getattr(_local, "depth", 0)

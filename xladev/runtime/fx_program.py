@@ -186,8 +186,6 @@ class FxProgram:
                 if position in donated and not _consumable(t, array):
                     array = copy_buffer(array)
                 arrays[position] = array
-        if reused is not None and len(set(map(id, arrays))) < len(arrays):
-            _copy_shared(plan.donated, arrays)
         frames = stack.capture_frames() if bus.wants_frames else None
         with graph_names.naming(self.name):
             outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
@@ -374,13 +372,12 @@ class FxProgram:
             graph.donate(donated)
             # The node of a donated argument's old value takes the new value's buffer when both have one
             # shape and dtype, and no SPMD sharding (which the output might not share).
-            written_meta = {i: meta for i, _, meta in written}
-            written_out = {i: k for i, k, _ in written}
+            new_value = {i: (k, meta) for i, k, meta in written}
             whole = ir.sharding_of is None
             for j in donated:
                 i = inputs[j][1]
-                reusable = whole and written_meta[i] == graph.inputs[j].meta
-                inputs[j] = (_DONATED, (i, written_out[i] if reusable else None))
+                k, meta = new_value[i]
+                inputs[j] = (_DONATED, (i, k if whole and meta == graph.inputs[j].meta else None))
             donated = frozenset(donated)
         with graph_names.naming(self.name):
             entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
@@ -462,6 +459,9 @@ _EXECUTION_DONE = OpDef("xla::execution_done", _lower_execution_done)
 # getrefcount's. Any other (an alias of the data, a pending op, a graph in flight) adds one.
 _ARRAY_REFS = 3
 _NODE_REFS = 3
+# To a pending donated input's buffer just computed for the call: `_run`'s list and loop variable, `_consumable`'s
+# parameter and getrefcount's (one more when the tensor's data node holds it).
+_COMPUTED_REFS = 4
 getrefcount = sys.getrefcount
 
 
@@ -513,25 +513,13 @@ def _disjoint(views: list) -> bool:
     return all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
 
 
-def _copy_shared(donated: frozenset, arrays: list) -> None:
-    """Gives each donated input that another input of the call also reads (two arguments sharing one storage,
-    one of them written) a copy to consume: the reference count checked as the inputs were collected could not
-    see an input collected after it."""
-    seen: dict[int, int] = {}
-    for array in arrays:
-        seen[id(array)] = seen.get(id(array), 0) + 1
-    for position in donated:
-        if seen[id(arrays[position])] > 1:
-            arrays[position] = copy_buffer(arrays[position])
-
-
 def _consumable(t: XlaTensor, array) -> bool:
     """Whether the buffer just computed for a pending donated input is read by nothing but this call: its
     references are `_run`'s list and loop variable, this parameter and getrefcount's, plus, when the tensor's
     data is that buffer now, its node's (and that node's are its storage's, the local's and getrefcount's)."""
     node = t._st.value
     held = t._chain is None and type(node) is DataNode and node.array is array
-    return getrefcount(array) == 4 + held and (not held or getrefcount(node) == _NODE_REFS)
+    return getrefcount(array) == _COMPUTED_REFS + held and (not held or getrefcount(node) == _NODE_REFS)
 
 
 def _with_effects(token, op, *args, **kwargs):
