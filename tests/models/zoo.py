@@ -307,9 +307,6 @@ def marks(name: str):
 
 # How a case runs through torch.compile differently from the lazy path, and why: TorchDynamo's view of its code.
 COMPILED_CHANGES = {
-    # transformers sets config.problem_type on the first loss call: a guard on it fails at step 1 and TorchDynamo
-    # compiles the model again; the new graphs' first calls compile one step later.
-    **{name: {"warmup": 3} for name in ("vit", "vit_eager")},
     # A packed sequence's batch sizes are read as Python numbers inside nn.LSTM/GRU/RNN (data-dependent):
     # TorchDynamo breaks the graph there, as it must.
     **{name: {"fallbacks": {**ALL[name].fallbacks,

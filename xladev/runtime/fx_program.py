@@ -241,7 +241,7 @@ class FxProgram:
         tensors = [a for a in args if isinstance(a, XlaTensor) and not _folded(a)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
             tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
-        arrays = iter(arrays_of(tensors, _INPUTS)) if tensors else iter(())
+        arrays = iter(_input_arrays(tensors, device_index))
         placeholders, stand_ins, folded = [], [], set()
         for i, a in enumerate(args):
             if isinstance(a, XlaTensor) and _folded(a):
@@ -422,6 +422,18 @@ def _constants_of(waiting: list, arrays: list, device_index: int) -> list:
             arrays[position] = _constants[key] = array
     write_data(filled)
     return rest
+
+
+def _input_arrays(tensors: list, device_index: int) -> list:
+    """The buffers of a first call's inputs, computed as every later call computes them: a constant (the ones
+    AOTAutograd feeds a backward as the loss's incoming gradient) through `_constants`, so that the first later
+    call finds it there rather than computing it once more, in another graph, and compiling that."""
+    arrays = [None] * len(tensors)
+    rest = _constants_of(list(enumerate(tensors)), arrays, device_index)
+    if rest:
+        for (position, _), array in zip(rest, arrays_of([t for _, t in rest], _INPUTS)):
+            arrays[position] = array
+    return arrays
 
 
 def _contiguous(shape: tuple) -> tuple:
