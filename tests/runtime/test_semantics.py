@@ -292,3 +292,35 @@ def test_foreach_pow_of_a_number_to_each_tensor_is_recorded_as_eager_computes_it
     assert all(isinstance(g, torch.Tensor) and g.device.type == "xla" for g in got)
     eps = torch.finfo(torch.float32).eps  # pow may round its last bit differently (exp/log inside)
     assert all(torch.allclose(g.cpu(), w, rtol=4 * eps, atol=0) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("call", [
+    lambda ts: torch._foreach_maximum(ts, 1.0),
+    lambda ts: torch._foreach_minimum(ts, 1.0),
+    lambda ts: torch._foreach_maximum(ts, [1.0, 2.5]),
+    lambda ts: (torch._foreach_maximum_(ts, 1.0), ts)[1],  # ASGD's capturable step: its mu's floor
+    lambda ts: (torch._foreach_minimum_(ts, [0.0, 2.5]), ts)[1],
+], ids=["maximum scalar", "minimum scalar", "maximum scalar list", "maximum_ scalar", "minimum_ scalar list"])
+def test_foreach_maximum_and_minimum_with_numbers_are_eager_s_values(call):
+    # torch.maximum takes tensors only: with a number, each tensor's op is clamp_min (or clamp_max); NaN stays NaN.
+    dev = xladev.device()
+    values = [torch.tensor([0.5, 2.0, float("nan")]), torch.tensor([-1.0, 3.0, 0.0])]
+    got = call([v.to(dev) for v in values])
+    want = call([v.clone() for v in values])
+    for g, w in zip(got, want):
+        assert g.device.type == "xla"
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0, equal_nan=True)
+
+
+def test_functional_foreach_copy_gives_each_self_s_shape_and_dtype_with_src_s_values():
+    # AOTAutograd's functional form of `_foreach_copy_` (ASGD's capturable step copies its eta and mu with it).
+    dev = xladev.device()
+    copy = torch.ops.aten._foreach_copy.default
+    selves = [torch.zeros(3), torch.zeros(2, 2, dtype=torch.float64)]
+    srcs = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([5.5])]
+    on_device = [s.to(dev) for s in selves]
+    got = copy(on_device, [s.to(dev) for s in srcs])
+    for g, w in zip(got, copy(selves, srcs)):
+        assert g.device.type == "xla" and g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
+    assert all(float(s.abs().sum()) == 0 for s in on_device)  # functional: the inputs are left as they were

@@ -8,6 +8,7 @@ What TorchDynamo decides is published for the debug tools, as the lazy path's co
 - a graph break (the code TorchDynamo could not capture runs outside the graphs, recorded lazily) is a
   `DynamoGraphBreak` with TorchDynamo's reason and the user's line;
 - a recompilation (a guard failed: a new shape, a new Python value) is a `DynamoRecompiled` naming the guard.
+The two breaks around every compiled optimizer step cost nothing and are not said (`_costs_nothing`).
 
 Three adjustments make TorchDynamo accept xla tensors (`install()`, at device registration):
 - it treats `XlaTensor` as a tensor: a tensor subclass with its own `__torch_dispatch__` would otherwise be an
@@ -19,7 +20,9 @@ Three adjustments make TorchDynamo accept xla tensors (`install()`, at device re
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
 import re
 import threading
 import time
@@ -29,6 +32,7 @@ import torch
 from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, PropagatingError, bus
 from xladev.runtime import stack, steps
 from xladev.runtime.fx_program import FxProgram
+from xladev.runtime.recorder import after_optimizer_step
 from xladev.runtime.tensor import XlaTensor
 
 _lock = threading.Lock()
@@ -257,11 +261,30 @@ def graph_break_event(message: str) -> DynamoGraphBreak | None:
     listed = [Frame(m.group(3), m.group(1), int(m.group(2))) for m in _FRAME.finditer(stack_part[1])] \
         if len(stack_part) == 2 else []
     frames = tuple(reversed(listed))
+    if _costs_nothing(message, file, frames):
+        return None
     if frames and (frames[0].file, frames[0].line) == (file, line):
         _break_functions[(file, line)] = frames[0].name
     else:  # TorchDynamo leaves the stack out of a break it logged before: name the function as it did then
         frames = (Frame(_break_functions.get((file, line), "<graph break>"), file, line),) + frames
     return DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
+
+
+# The breaks every compiled optimizer step meets, whose graphs lose nothing: torch.optim's own break before the
+# step (it ends a graph holding no op, so that the step's graph is traced without autograd), and xladev's optimizer
+# step hook after it (the step's program has run; the hook counts the step for the debug tools, in Python). Said
+# as breaks, they would send the user looking for a cause in their code that is not there.
+_OPTIMIZER_FILE = os.path.join("torch", "optim", "optimizer.py")
+_OWN_HOOK = (f"function `{after_optimizer_step.__qualname__}` in file "
+             f"`{inspect.getsourcefile(after_optimizer_step)}`")
+
+
+def _costs_nothing(message: str, file: str, frames: tuple) -> bool:
+    if _OWN_HOOK in message:
+        return True
+    where = frames[0] if frames else None
+    return (file.endswith(_OPTIMIZER_FILE) and where is not None and where.name == "_use_grad"
+            and "torch._dynamo.graph_break()" in message)
 
 
 def _listen_to_graph_breaks() -> None:

@@ -238,6 +238,11 @@ def _native_batch_norm(func, args, kwargs):
 _FOREACH_KEYWORD = {"addcdiv": "value", "addcmul": "value"}
 
 
+# The per-tensor op of a `_foreach_` op whose other operand is a number (`.Scalar`, `.ScalarList`): torch.maximum
+# and minimum take tensors only (ASGD's capturable step calls _foreach_maximum_(mus, 1.0)).
+_WITH_A_NUMBER = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
 def _foreach(func, args, kwargs):
     """`_foreach_<op>[_]` as one lazy per-tensor op per list element (no CPU fallback, no sync)."""
     name = func._schema.name.split("::")[1]
@@ -263,11 +268,16 @@ def _foreach(func, args, kwargs):
         call_kwargs = {k: pick(v, i) for k, v in kwargs.items()}
         if keyword is not None and len(call) > 3:
             call_kwargs[keyword] = call.pop(3)
-        method = getattr(call[0], op + "_" if inplace else op, None)
-        if method is not None:
+        name = op
+        if op in _WITH_A_NUMBER and len(call) > 1 and not isinstance(call[1], torch.Tensor):
+            name = _WITH_A_NUMBER[op]
+        method = getattr(call[0], name + "_" if inplace else name, None)
+        if name == "copy" and not inplace:  # the functional copy (AOTAutograd's of `_foreach_copy_`): self's
+            results.append(torch.empty_like(call[0]).copy_(call[1]))  # shape and dtype, src's values
+        elif method is not None:
             results.append(method(*call[1:], **call_kwargs))
         else:  # no in-place method (maximum_, minimum_...): compute, then write into the tensor
-            results.append(call[0].copy_(getattr(torch, op)(*call, **call_kwargs)))
+            results.append(call[0].copy_(getattr(torch, name)(*call, **call_kwargs)))
     return None if inplace else results
 
 

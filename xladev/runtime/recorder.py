@@ -147,7 +147,8 @@ class Recorder:
 recorder = Recorder()
 
 
-def _after_optimizer_step(optimizer, args, kwargs) -> None:
+def after_optimizer_step(optimizer, args, kwargs) -> None:
+    """torch.optim's step post-hook: an optimizer stepping `xla` parameters counts the step for the debug tools."""
     for group in optimizer.param_groups:
         for param in group["params"]:
             if param.device.type == "xla":
@@ -156,4 +157,4 @@ def _after_optimizer_step(optimizer, args, kwargs) -> None:
 
 
 # Every optimizer's step, however it is called (optimizer.step(), xm.optimizer_step, a scheduler's wrapper).
-register_optimizer_step_post_hook(_after_optimizer_step)
+register_optimizer_step_post_hook(after_optimizer_step)
