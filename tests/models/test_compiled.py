@@ -21,3 +21,38 @@ DEFAULT = frozenset({"transformer_encoder"})
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DEFAULT else pytest.mark.slow) for n in zoo.ALL])
 def test_trains_like_eager_cpu_through_torch_compile(name, parity):
     assert_parity(parity(name, compiled=True))
+
+
+
+@pytest.mark.slow
+def test_gpt2_s_logging_break_is_said_with_a_remedy_that_removes_it(events):
+    # transformers' loss_function logs a warning (model.loss_type is None): TorchDynamo cannot trace the logging
+    # call, and every step runs the model's and the loss's graphs apart. The advice names the fix; with it, a
+    # step is the model's forward and backward programs.
+    import torch
+
+    import xladev
+    from xladev.events import CauseKind, DynamoGraphBreak, GraphExecuted
+    from xladev.rules.compile_rules import break_advice
+
+    dev = xladev.device()
+    for remedy in (False, True):
+        torch._dynamo.reset()  # each model traced afresh, as in a new process
+        model = zoo.gpt2().to(dev)
+        if remedy:
+            model.loss_type = "ForCausalLM"
+        compiled = torch.compile(model, backend="xladev")
+        events.clear()
+        for step in range(3):
+            if step == 2:
+                breaks = [e.reason for e in events.of(DynamoGraphBreak)]
+                events.clear()
+            batch = {k: v.to(dev) for k, v in zoo._causal_batch(step).items()}
+            compiled(**batch).loss.backward()
+            xladev.mark_step()
+        programs = [e.graph_name for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        if remedy:
+            assert not breaks and len(programs) == 2, (breaks, programs)
+        else:
+            assert breaks and all("model.loss_type" in (break_advice(r) or "") for r in breaks), breaks
+            assert len(programs) > 2, programs

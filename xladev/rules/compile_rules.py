@@ -27,8 +27,9 @@ _GUARD_ADVICE = (
 _BREAK_ADVICE = (
     ("RNN, GRU, or LSTM", "TorchDynamo skips nn.LSTM/GRU/RNN by default: set torch._dynamo.config.allow_rnn = True "
                           "before the first call to compile them"),
-    ("logging.Logger", "a logging call (often in a library, such as transformers' warnings) cannot be traced: it "
-                       "breaks the graph each time the function is traced, not each call"),
+    ("logging.Logger", "a logging call (often in a library's warning) cannot be traced: the graph splits there on "
+                       "every call, into more programs with Python between them; avoid the call (transformers' "
+                       "`loss_type=None` warning: set model.loss_type, such as \"ForCausalLM\", before compiling)"),
     ("print", "print() cannot be traced: log from a step closure (xm.add_step_closure) or outside the function"),
     ("Tensor.item", "a value read (.item(), bool(tensor)) cannot be traced: keep the value on the device, or set "
                     "torch._dynamo.config.capture_scalar_outputs = True"),
