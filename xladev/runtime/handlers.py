@@ -268,16 +268,16 @@ def _foreach(func, args, kwargs):
         call_kwargs = {k: pick(v, i) for k, v in kwargs.items()}
         if keyword is not None and len(call) > 3:
             call_kwargs[keyword] = call.pop(3)
-        name = op
+        each = op  # the op on each tensor
         if op in _WITH_A_NUMBER and len(call) > 1 and not isinstance(call[1], torch.Tensor):
-            name = _WITH_A_NUMBER[op]
-        method = getattr(call[0], name + "_" if inplace else name, None)
-        if name == "copy" and not inplace:  # the functional copy (AOTAutograd's of `_foreach_copy_`): self's
+            each = _WITH_A_NUMBER[op]
+        method = getattr(call[0], each + "_" if inplace else each, None)
+        if each == "copy" and not inplace:  # the functional copy (AOTAutograd's of `_foreach_copy_`): self's
             results.append(torch.empty_like(call[0]).copy_(call[1]))  # shape and dtype, src's values
         elif method is not None:
             results.append(method(*call[1:], **call_kwargs))
         else:  # no in-place method (maximum_, minimum_...): compute, then write into the tensor
-            results.append(call[0].copy_(getattr(torch, name)(*call, **call_kwargs)))
+            results.append(call[0].copy_(getattr(torch, each)(*call, **call_kwargs)))
     return None if inplace else results
 
 
