@@ -19,9 +19,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import xladev
 from tests.models.tolerances import ORACLE, U
 from xladev.events import DynamoGraphBreak
-import xladev
 
 O = torch.optim
 LR = 0.01
