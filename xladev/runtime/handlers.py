@@ -271,10 +271,11 @@ def _foreach(func, args, kwargs):
         each = op  # the op on each tensor
         if op in _WITH_A_NUMBER and len(call) > 1 and not isinstance(call[1], torch.Tensor):
             each = _WITH_A_NUMBER[op]
-        method = getattr(call[0], each + "_" if inplace else each, None)
         if each == "copy" and not inplace:  # the functional copy (AOTAutograd's of `_foreach_copy_`): self's
             results.append(torch.empty_like(call[0]).copy_(call[1]))  # shape and dtype, src's values
-        elif method is not None:
+            continue
+        method = getattr(call[0], each + "_" if inplace else each, None)
+        if method is not None:
             results.append(method(*call[1:], **call_kwargs))
         else:  # no in-place method (maximum_, minimum_...): compute, then write into the tensor
             results.append(call[0].copy_(getattr(torch, each)(*call, **call_kwargs)))

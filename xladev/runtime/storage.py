@@ -104,19 +104,24 @@ def write_data(writes: list) -> None:
 
 
 def pending_storages() -> list[Storage]:
-    """The live storages with a pending value, in creation order (deterministic graph outputs).
+    """The live storages with a pending value, in creation order (deterministic graph outputs)."""
+    storages = _live_storages()
+    storages.sort(key=_by_sid)
+    return storages
+
+
+def _live_storages() -> list[Storage]:
+    """The live storages in `pending`, in no particular order; drops the entries of dead ones.
 
     Safe while other threads record: the weak dictionary is copied in one step, not iterated.
     """
-    entries = list(pending.items())
     storages = []
-    for sid, ref in entries:
+    for sid, ref in list(pending.items()):
         storage = ref()
         if storage is not None:
             storages.append(storage)
         else:  # dead: its sid is never used again, so no other thread re-adds it
             pending.pop(sid, None)
-    storages.sort(key=_by_sid)
     return storages
 
 
@@ -124,8 +129,7 @@ def _sweep() -> None:
     """Drops the entries of dead storages from `pending`, and sets the size of the next sweep to twice the live
     entries (at least `_SWEEP_FLOOR`): recording stays amortised O(1) however long a graph grows."""
     global _sweep_at
-    live = len(pending_storages())
-    _sweep_at = max(_SWEEP_FLOOR, 2 * live)
+    _sweep_at = max(_SWEEP_FLOOR, 2 * len(_live_storages()))
 
 
 def _by_sid(storage: Storage) -> int:
