@@ -18,8 +18,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# Two workers, each taking whole test files (their module fixtures run once): CI has 2 cores, and most tests
+# wait on a child process or a single-threaded compile. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

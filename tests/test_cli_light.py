@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _PROBE = """
 import sys, xladev_cli
 sys.argv = ["xladev"] + sys.argv[1:]
@@ -32,10 +34,13 @@ def test_report_and_diff_do_not_import_torch_or_jax(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == "LIGHT 2"
 
 
-def test_import_xladev_still_registers_the_device_in_child_processes():
-    code = "import torch, xladev; print((torch.ones(2, device='xla') + 1).tolist())"
+@pytest.mark.parametrize("imports", ["import torch, xladev", "import xladev, torch",
+                                     "import xladev; import torch.nn; import torch"])
+def test_import_xladev_registers_the_device_in_either_import_order(imports):
+    code = (f"{imports}; import sys; print((torch.ones(2, device='xla') + 1).tolist(), "
+            "sum(1 for f in sys.meta_path if type(f).__name__ == '_StartWithTorch'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip() == "[2.0, 2.0]", result.stderr
+    assert result.stdout.strip() == "[2.0, 2.0] 0", result.stderr  # and the import hook is gone once used
 
 
 def test_version_and_bad_option_values(tmp_path):

@@ -8,8 +8,8 @@
 
 Importing the package is cheap: it loads neither torch nor jax. The runtime (the `xla` device, the
 compiler, the sinks the flags ask for) starts on first use of a runtime name (`xladev.device()`,
-`mark_step`...), or at once when torch is already imported, so that `torch.ones(2, device="xla")`
-works right after `import torch, xladev`. The file readers (`xladev.report`, `xladev.schema`, the TUI)
+`mark_step`...), or as soon as torch is imported, before or after xladev, so that
+`torch.ones(2, device="xla")` works right after `import torch, xladev` or `import xladev, torch`. The file readers (`xladev.report`, `xladev.schema`, the TUI)
 never start it.
 """
 
@@ -80,6 +80,7 @@ def _load_runtime() -> None:
     with _start_lock:
         if _started:
             return
+        _StartWithTorch.remove()  # the start imports torch itself: the hook must not start it a second time
         from xladev import _startup
 
         _startup.load()
@@ -107,5 +108,54 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+class _StartWithTorch:
+    """An import hook: `import xladev, torch` starts the runtime once torch is imported, as `import torch, xladev`.
+
+    Without it, `torch.ones(2, device="xla")` after that import order fails in torch's dispatcher with a
+    message that does not name xladev. The hook finds nothing itself: it wraps the loader of the `torch` spec
+    that the other finders return, and removes itself at its first use.
+    """
+
+    @classmethod
+    def install(cls) -> None:
+        if not any(isinstance(f, cls) for f in _sys.meta_path):
+            _sys.meta_path.insert(0, cls())
+
+    @classmethod
+    def remove(cls) -> None:
+        _sys.meta_path[:] = [f for f in _sys.meta_path if not isinstance(f, cls)]
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        self.remove()
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenStart(spec.loader)
+        return spec
+
+
+class _ThenStart:
+    """A loader running the wrapped one, then starting the runtime on the module it has just executed."""
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _load_runtime()
+
+    def __getattr__(self, name: str):  # get_resource_reader, is_package...: the wrapped loader's
+        return getattr(self._loader, name)
+
+
 if "torch" in _sys.modules:
     _load_runtime()
+else:
+    _StartWithTorch.install()
