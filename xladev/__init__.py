@@ -149,7 +149,11 @@ class _ThenStart:
 
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
-        _load_runtime()
+        # torch imported by one of xladev's own modules (`import xladev.runtime.x` first) is left to start on
+        # first use, as before: starting now would import that half-initialised module again.
+        if not any(name.startswith("xladev.") and getattr(getattr(m, "__spec__", None), "_initializing", False)
+                   for name, m in list(_sys.modules.items())):
+            _load_runtime()
 
     def __getattr__(self, name: str):  # get_resource_reader, is_package...: the wrapped loader's
         return getattr(self._loader, name)
