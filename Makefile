@@ -18,12 +18,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-# Two workers, each taking whole test files (their module fixtures run once): CI has 2 cores, and most tests
-# wait on a child process or a single-threaded compile. TEST_WORKERS=0 runs the suite in one process.
+# Two workers, each taking whole test files (their module fixtures run once) in the order tests/conftest.py
+# gives, longest first: CI has 2 cores, and most tests wait on a child process or a single-threaded compile.
+# TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
