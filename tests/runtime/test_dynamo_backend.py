@@ -182,12 +182,29 @@ def test_pending_inputs_are_computed_first_and_counted():
     assert met.counter_value("DynamoSyncInputExecuteTime") == before + 1
 
 
-def test_dynamic_shapes_get_one_program_per_size():
+def test_dynamic_shapes_get_one_program_per_size(tmp_path):
+    """As PyTorch/XLA's test_dynamo_dynamic_shape.py counts: a new size compiles a program (CompileTime), but
+    TorchDynamo hands over no new graph (DynamoExtractCompiledGraph), in memory and read back from the log."""
+    from xladev.schema import counters, records
+
     dev = xladev.device()
-    f = torch.compile(lambda t: (t * t).sum(0), backend="xladev", dynamic=True)
-    for n in (3, 4, 6):
-        x = torch.arange(n * 2, dtype=torch.float32).reshape(n, 2)
-        assert torch.equal(f(x.to(dev)).cpu(), (x * x).sum(0))
+    f = torch.compile(lambda t: (t * t * 0.25).sum(0), backend="xladev", dynamic=True)
+    path = tmp_path / "run.events.jsonl"
+    eventlog_writer.start(str(path))
+    seen = []
+    try:
+        for n in (3, 4, 6, 4):
+            met.clear_all()
+            x = torch.arange(n * 2, dtype=torch.float32).reshape(n, 2)
+            assert torch.equal(f(x.to(dev)).cpu(), (x * x * 0.25).sum(0))
+            seen.append((met.counter_value("DynamoExtractCompiledGraph"), (met.metric_data("CompileTime") or (0,))[0]))
+    finally:
+        eventlog_writer.stop()
+    assert seen == [(1, 1), (None, 1), (None, 1), (None, 0)]
+    compiles = [r for r in map(records.parse_line, path.read_text().splitlines()) if isinstance(r, records.Compile)]
+    assert [c.cause["detail"] for c in compiles] == ["", records.DYNAMO_NEW_SHAPES, records.DYNAMO_NEW_SHAPES]
+    extracted = [u for c in compiles for u in counters.updates(c) if u.name == "DynamoExtractCompiledGraph"]
+    assert len(extracted) == 1
 
 
 def test_the_report_names_graph_breaks_and_recompiles_from_the_event_log_and_the_debug_file(tmp_path):

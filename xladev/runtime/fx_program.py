@@ -34,8 +34,10 @@ from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNo
 from xladev.runtime.storage import Storage, write_data
 from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
+from xladev.schema.records import DYNAMO_NEW_SHAPES
 
 _COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
+_COMPILE_NEW_SHAPES = Cause(CauseKind.DYNAMO_COMPILE, DYNAMO_NEW_SHAPES)
 _EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
 _INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
@@ -380,7 +382,9 @@ class FxProgram:
                 inputs[j] = (_DONATED, (i, k if whole and meta == graph.inputs[j].meta else None))
             donated = frozenset(donated)
         with graph_names.naming(self.name):
-            entry, _ = compile_cache.get_or_compile(graph, device_index, _COMPILE, frames)
+            # self.plans holds the signatures traced before this one (its own entry is set once traced)
+            cause = _COMPILE_NEW_SHAPES if self.plans else _COMPILE
+            entry, _ = compile_cache.get_or_compile(graph, device_index, cause, frames)
         return _Plan(graph, entry, tuple(inputs), tuple(outputs), device_index, rng_out, tuple(written), donated,
                      watch)
 

@@ -98,8 +98,8 @@ _EAGER = "EAGER_DEBUG"
 def _compile(rec: r.Compile) -> tuple[Update, ...]:
     name = "EagerOpCompileTime" if rec.cause.get("kind") == _EAGER else "CompileTime"
     out = (Update(name, TIME, rec.compile_ns), _UNCACHED_COMPILE, _COMPILE_HANDLES)
-    if rec.cause.get("kind") == "DYNAMO_COMPILE":  # a torch.compile graph made one program
-        out += (_DYNAMO_EXTRACT,)
+    if rec.cause.get("kind") == "DYNAMO_COMPILE" and rec.cause.get("detail") != r.DYNAMO_NEW_SHAPES:
+        out += (_DYNAMO_EXTRACT,)  # a graph TorchDynamo handed over, compiled
     if rec.persistent_cache_hit is not None:
         out += (_PERSISTENT[bool(rec.persistent_cache_hit)],)
     if rec.donated is not None and name == "CompileTime":  # PyTorch/XLA samples every graph compile, 0 included

@@ -144,6 +144,11 @@ class _Timed(Record):
 # `cause` is {"kind": CauseKind name, "text": what PT_XLA_DEBUG prints, "detail": ...};
 # `site` is `file:line (function)` of the user's frame and `frame` the same as {"file","line","name"}.
 
+# The detail of a DYNAMO_COMPILE cause when a torch.compile graph compiled before is compiled again for new input
+# shapes (a dynamic graph): TorchDynamo did not hand it over again, so PyTorch/XLA's DynamoExtractCompiledGraph
+# does not count it; CompileTime does.
+DYNAMO_NEW_SHAPES = "new input shapes of a graph compiled before"
+
 @dataclasses.dataclass(slots=True)
 class Header(Record):
     """The first line. Only `schema` identifies a log; the rest describes the run and may be null."""
