@@ -156,6 +156,24 @@ def test_a_guard_failure_is_a_dynamo_recompile_in_the_analysis_and_assert_no_rec
     assert f(ones[7]).item() == pytest.approx(lin(ones[7]).relu().sum().item(), rel=64 * torch.finfo(torch.float32).eps)
 
 
+@pytest.mark.parametrize("op", ["nonzero", "masked_select", "boolean index", "where", "_foobar"])
+def test_an_op_with_a_data_dependent_shape_breaks_the_graph_and_runs_as_eager(op):
+    """TorchDynamo breaks the graph at an op with a data-dependent shape (or one it cannot trace) and runs it in
+    the user's frame. Two crashes were found there: xladev's CPU fallback calls jax, whose Python frames
+    TorchDynamo traced (one then failed in jax's tree flattening); and the tensors computed before the break
+    were modelled as a subclass stashed under one global name and read under another (a NameError)."""
+    dev = xladev.device()
+    ops = {"nonzero": lambda t: torch.nonzero(t * 2) + 1,
+           "masked_select": lambda t: torch.masked_select(t * 2, t > 0.5) + 1,
+           "boolean index": lambda t: t[t > 0.5] * 2,
+           "where": lambda t: torch.where(t > 0.5)[0] + 1,
+           "_foobar": lambda t: torch._foobar(t * 2) * 2}
+    f = torch.compile(ops[op], backend="xladev")
+    for values in ([0., 1., 0., 3.], [2., 0., 5., 0.]):
+        t = torch.tensor(values)
+        assert torch.equal(f(t.to(dev)).cpu(), ops[op](t))
+
+
 def test_random_ops_draw_from_the_device_generator_as_the_lazy_path_does():
     dev = xladev.device()
     x = torch.ones(64, 64, device=dev)

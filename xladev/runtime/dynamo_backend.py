@@ -55,7 +55,11 @@ def install() -> None:
         import torch._dynamo
         from torch._dynamo.variables.builder import VariableBuilder
 
-        torch._dynamo.trace_rules.add("xladev")
+        # Frames TorchDynamo must not trace: xladev's, and those of the libraries it runs on. An op that runs
+        # outside a graph (after a graph break: a CPU fallback, a host read) calls into jax from user code; traced,
+        # jax's Python frames were compiled as graphs of their own, and one of them then called jax wrongly.
+        for package in ("xladev", "jax", "jaxlib", "ml_dtypes", "opt_einsum"):
+            torch._dynamo.trace_rules.add(package)
         wrap = VariableBuilder._wrap
 
         def _wrap(self, value):
@@ -64,6 +68,7 @@ def install() -> None:
             return wrap(self, value)
 
         VariableBuilder._wrap = _wrap
+        _as_plain_tensors()
         _keep_constants_on_the_host()
         _listen_to_graph_breaks()
         _installed = True
@@ -141,6 +146,24 @@ def extract_compiled_graph(gm: torch.fx.GraphModule, args) -> "callable":
     function, _, _ = function_of(gm)
     program = FxProgram(gm, f"{function} (dynamo bridge)")
     return lambda *call_args: program(list(call_args))
+
+
+def _as_plain_tensors() -> None:
+    """Makes TorchDynamo model an xla tensor as a plain tensor, not as a subclass with `__torch_function__`.
+
+    XlaTensor disables `__torch_function__` (it works below autograd, in `__torch_dispatch__`), so at the Python
+    level it behaves as torch.Tensor. Modelled as a subclass, the results of ops before a graph break were
+    stashed as "subclass torch.Tensor" under one global name and read back under another: `t[t > 0]`, whose
+    data-dependent shape breaks the graph, failed with a NameError.
+    """
+    from torch._dynamo.variables import builder
+
+    infer = builder.infer_subclass_type
+
+    def infer_subclass_type(value):
+        return None if type(value) is XlaTensor else infer(value)
+
+    builder.infer_subclass_type = infer_subclass_type
 
 
 def _keep_constants_on_the_host() -> None:
