@@ -365,10 +365,15 @@ def test_a_written_input_whose_data_another_input_shares_is_a_clear_error_not_a_
     assert torch.equal(got.cpu(), want) and torch.equal(base_dev.cpu(), base)  # small integers: exact
 
 
-def test_a_compiled_function_of_cpu_tensors_computes_each_call():
+def test_a_compiled_function_of_cpu_tensors_computes_each_call_and_is_no_graph_break(events):
     f = torch.compile(lambda t: t * 2, backend="xladev")
     assert torch.equal(f(torch.ones(3)), torch.full((3,), 2.0))
     assert torch.equal(f(torch.full((3,), 5.0)), torch.full((3,), 10.0))  # not the first call's value again
+    # As PyTorch/XLA's test_all_cpu_tensor expects: a model wholly on the CPU does no xla work and reports none.
+    model = nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    assert torch.equal(torch.compile(model, backend="xladev")(x), model(x))
+    assert events.of(DynamoGraphBreak) == [] and events.of(GraphCompiled) == []
 
 
 def test_a_compiled_copy_between_its_inputs_is_written_by_its_program_and_copies_the_value(events):

@@ -232,6 +232,8 @@ class FxProgram:
     def _trace(self, args: list) -> _Plan | _Lazy:
         host = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not isinstance(a, XlaTensor)),
                     None)
+        if host is not None and not any(isinstance(a, XlaTensor) for a in args):
+            return _Lazy("all its inputs are on the host")  # no xla work in it: eager CPU code, not a graph break
         if host is not None:
             # A CPU tensor's value (Adam's step count, a whole CPU function's input) changes between calls, and a
             # program would hold the value it had when traced; ops on it, and writes into it, run on the host.
