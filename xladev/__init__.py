@@ -9,8 +9,8 @@
 Importing the package is cheap: it loads neither torch nor jax. The runtime (the `xla` device, the
 compiler, the sinks the flags ask for) starts on first use of a runtime name (`xladev.device()`,
 `mark_step`...), or as soon as torch is imported, before or after xladev, so that
-`torch.ones(2, device="xla")` works right after `import torch, xladev` or `import xladev, torch`. The file readers (`xladev.report`, `xladev.schema`, the TUI)
-never start it.
+`torch.ones(2, device="xla")` works right after `import torch, xladev` or `import xladev, torch`.
+The file readers (`xladev.report`, `xladev.schema`, the TUI) never start it.
 """
 
 from __future__ import annotations

@@ -149,6 +149,7 @@ class _Timed(Record):
 # does not count it; CompileTime does.
 DYNAMO_NEW_SHAPES = "new input shapes of a graph compiled before"
 
+
 @dataclasses.dataclass(slots=True)
 class Header(Record):
     """The first line. Only `schema` identifies a log; the rest describes the run and may be null."""
