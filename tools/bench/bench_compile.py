@@ -17,6 +17,9 @@ bench_runtime.time_interleaved; a column's figure is the median over its blocks 
 - the tiny real models of the model zoo: a steady training step through the backend against eager CPU
   (target: no slower); a case whose graph breaks where the report gives a remedy (GPT-2's logging call) is
   timed again with it.
+
+With `PJRT_DEVICE=CUDA` (jax's CUDA plugin, torch's CUDA build) the eager column runs on the same GPU and
+the jax column on xladev's device (bench_runtime.eager_device); the heading names the chips.
 """
 
 from __future__ import annotations
@@ -104,9 +107,11 @@ def _lazy_step(module, cfg, x, y):
 
 
 def _eager_step(module, cfg, x, y):
-    model = module.build(0, cfg)
+    dev = br.eager_device()
+    model = module.build(0, cfg).to(dev)
     opt = module.make_optimizer(model, cfg)
-    return (lambda: train_step(model, opt, module.loss_fn, x, y)), (lambda: None)
+    x, y = x.to(dev), y.to(dev)
+    return (lambda: train_step(model, opt, module.loss_fn, x, y)), br.eager_wait(dev)
 
 
 @dataclasses.dataclass
@@ -184,7 +189,9 @@ def bench_inference(args) -> Inference:
     dev = xladev.device()
     x = x_cpu.to(dev)
     model = torch.compile(transformer.build(0, cfg).to(dev).eval(), backend="xladev")
-    eager = transformer.build(0, cfg).eval()
+    eager_dev = br.eager_device()
+    eager = transformer.build(0, cfg).to(eager_dev).eval()
+    x_eager = x_cpu.to(eager_dev)
     params = br.torch_params(transformer.build(0, cfg))
     forward = jax.jit(lambda p, i: br.tlm_logits(p, i, cfg))
     xj = jnp.asarray(x_cpu.numpy())
@@ -199,10 +206,10 @@ def bench_inference(args) -> Inference:
 
     def eager_run():
         with torch.no_grad():
-            eager(x_cpu)
+            eager(x_eager)
 
     samples = br.time_interleaved({"compiled": (compiled, lambda: last[0].cpu()), "jax": (jax_run, lambda: None),
-                                   "eager": (eager_run, lambda: None)}, args.warmup, args.steps, args.block,
+                                   "eager": (eager_run, br.eager_wait(eager_dev))}, args.warmup, args.steps, args.block,
                                   args.settle)
     t = {k: br.Timing.of(v, args.steps) for k, v in samples.items()}
     return Inference("transformer forward", t["compiled"], t["jax"], t["eager"])
@@ -288,12 +295,14 @@ def bench_zoo_case(name: str, args, remedy=None) -> ZooCase:
     case = zoo.ALL[name]
     base = build(case)
     batch = case.batch(0)
-    eager_model = convert(base, "cpu", torch.float32)
+    eager_dev = br.eager_device()
+    eager_model = convert(base, eager_dev, torch.float32)
     eager_opt = case.make_optimizer(eager_model.parameters())
+    eager_batch = to_device(batch, eager_dev, torch.float32)
 
     def eager_step():
         eager_opt.zero_grad(set_to_none=True)
-        case.loss(eager_model, batch).backward()
+        case.loss(eager_model, eager_batch).backward()
         eager_opt.step()
 
     dev = xladev.device()
@@ -316,7 +325,7 @@ def bench_zoo_case(name: str, args, remedy=None) -> ZooCase:
         xladev.mark_step()
 
     samples = br.time_interleaved({"compiled": (compiled_step, lambda: last[0].cpu()),
-                                   "eager": (eager_step, lambda: None)}, args.warmup, args.steps, args.block,
+                                   "eager": (eager_step, br.eager_wait(eager_dev))}, args.warmup, args.steps, args.block,
                                   args.settle)
     return ZooCase(name, br.Timing.of(samples["compiled"], args.steps), br.Timing.of(samples["eager"], args.steps))
 
@@ -337,6 +346,8 @@ def main(argv=None) -> int:
         parser.error("--warmup must be at least 3 (the first steps compile)")
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     models = args.models.split(",") if args.models else (QUICK_ZOO if args.quick else ZOO)
+    br.match_jax_to_xladev()
+    eager = br.eager_label(br.eager_device())
 
     training = [bench_training("mlp", mlp, br.MLP_CFG, _jax_mlp_step(br.MLP_CFG), args),
                 bench_training("transformer", transformer, br.TLM_CFG, _jax_tlm_step(br.TLM_CFG), args)]
@@ -348,8 +359,9 @@ def main(argv=None) -> int:
     print(f"\nxladev torch.compile benchmark ({platform.python_version()}, torch {torch.__version__}, jax "
           f"{jax.__version__}, {os.cpu_count()} CPUs, load average before {load}; median over blocks of {args.block} "
           f"steps, {args.steps} steps per column after {args.warmup} warm-up, columns alternating)")
+    print(br.devices_line())
     cell = lambda t: f"{t.median_ms:8.2f} [{t.p10_ms:.1f}-{t.p90_ms:.1f}]"  # noqa: E731
-    print(f"\n{'training ms/step':<20}{'torch.compile':>22}{'lazy':>22}{'jax.jit':>22}{'eager CPU':>22}"
+    print(f"\n{'training ms/step':<20}{'torch.compile':>22}{'lazy':>22}{'jax.jit':>22}{eager:>22}"
           f"{'compile/jax':>13}{'compile/eager':>15}")
     for t in training:
         r = t.ratios()
@@ -357,7 +369,7 @@ def main(argv=None) -> int:
         print(f"{t.name:<20}{cell(t.compiled):>22}{cell(t.lazy):>22}{cell(t.jax_jit):>22}{cell(t.eager):>22}"
               f"{r['compiled_over_jax']:>12.2f}x{r['compiled_over_eager']:>14.2f}x{flag}")
     ratio = _ms(inference.compiled) / _ms(inference.jax_jit)
-    print(f"\n{'inference ms/call':<20}{'torch.compile':>22}{'jax.jit':>22}{'eager CPU':>22}{'compile/jax':>13}")
+    print(f"\n{'inference ms/call':<20}{'torch.compile':>22}{'jax.jit':>22}{eager:>22}{'compile/jax':>13}")
     print(f"{inference.name:<20}{cell(inference.compiled):>22}{cell(inference.jax_jit):>22}{cell(inference.eager):>22}"
           f"{ratio:>12.2f}x" + ("" if ratio <= INFER_TARGET else f"  (> {INFER_TARGET}x target)"))
     print("\nhost time per compiled call, transformer training step (median ms; the device runs asynchronously):")
@@ -365,7 +377,7 @@ def main(argv=None) -> int:
     for name, ms in host.items():
         print(f"  {name:<40}{ms['wall_ms']:9.3f}{ms['cpu_ms']:12.3f}{ms['jax_cpu_ms']:14.3f}"
               f"{ms['cpu_ms'] - ms['jax_cpu_ms']:9.3f}" + ("" if ms["cpu_ms"] < HOST_CALL_TARGET_MS else "  OVER"))
-    print(f"\n{'zoo, ms/step':<20}{'torch.compile':>22}{'eager CPU':>22}{'compile/eager':>15}")
+    print(f"\n{'zoo, ms/step':<20}{'torch.compile':>22}{eager:>22}{'compile/eager':>15}")
     for c in cases:
         print(f"{c.name:<20}{cell(c.compiled):>22}{cell(c.eager):>22}{c.ratio:>14.2f}x"
               + ("" if c.ratio <= 1.0 else "  (slower than eager)"))
@@ -379,7 +391,7 @@ def main(argv=None) -> int:
             "zoo": {c.name: {"compiled_ms": _ms(c.compiled), "eager_ms": _ms(c.eager), "ratio": c.ratio} for c in cases},
             "targets": {"train_over_jax": TRAIN_TARGET, "infer_over_jax": INFER_TARGET,
                         "host_call_ms": HOST_CALL_TARGET_MS},
-            "config": {"steps": args.steps, "warmup": args.warmup, "load_average_before": load},
+            "config": {"devices": br.devices_line(), "steps": args.steps, "warmup": args.warmup, "load_average_before": load},
         }
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"\nwrote {args.json}")

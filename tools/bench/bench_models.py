@@ -17,6 +17,8 @@ momentum for the encoder). For each, from one process and one run:
 - for the encoder LM, the same model, loss and SGD step written in jax and run in one `jax.jit` (from
   the same weights; its first loss is checked against eager), and the ratio xladev / jax.jit.
 The batch lives on the device throughout (no host transfer is timed).
+With `PJRT_DEVICE=CUDA` (jax's CUDA plugin, torch's CUDA build) the eager column runs on the same GPU and
+the jax column on xladev's device (bench_runtime.eager_device); the heading names the chips.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import transformers  # noqa: E402
 import xladev  # noqa: E402  (turns on jax_enable_x64: the jax code below says float32)
 import xladev.debug.metrics as met  # noqa: E402
 from bench_runtime import (  # noqa: E402
-    F32, Timing, cross_entropy, layer_norm, linear, sgd_momentum_step, time_interleaved)
+    F32, Timing, cross_entropy, devices_line, eager_device, eager_wait, layer_norm, linear, match_jax_to_xladev,
+    sgd_momentum_step, time_interleaved)
 from tests.models import zoo  # noqa: E402
 from tests.models.harness import build, convert, to_device  # noqa: E402
 from xladev.events import GraphCompiled, bus  # noqa: E402
@@ -158,14 +161,16 @@ def bench_case(name: str, args) -> CaseResult:
     batch = case.batch(0)
     first_loss = {}
 
-    eager_model = convert(base, "cpu", torch.float32)
+    eager_dev = eager_device()
+    eager_model = convert(base, eager_dev, torch.float32)
     eager_opt = case.make_optimizer(eager_model.parameters())
+    eager_batch = to_device(batch, eager_dev, torch.float32)
     with torch.no_grad():
-        first_loss["eager"] = case.loss(eager_model, batch).item()
+        first_loss["eager"] = case.loss(eager_model, eager_batch).item()
 
     def eager_step():
         eager_opt.zero_grad(set_to_none=True)
-        case.loss(eager_model, batch).backward()
+        case.loss(eager_model, eager_batch).backward()
         eager_opt.step()
 
     dev = xladev.device()
@@ -192,7 +197,7 @@ def bench_case(name: str, args) -> CaseResult:
     first, second = _compiling_step(xla_step), _compiling_step(xla_step)
     first_loss["xladev"] = losses[0].item()
 
-    steps = {"xladev": (xla_step, lambda: last[0].cpu()), "eager": (eager_step, lambda: None)}
+    steps = {"xladev": (xla_step, lambda: last[0].cpu()), "eager": (eager_step, eager_wait(eager_dev))}
     if name == "transformer_encoder":
         steps["jax"] = (encoder_jax_step(base, batch, first_loss), lambda: None)
     samples = time_interleaved(steps, args.warmup, args.steps, args.block, args.settle)
@@ -213,6 +218,7 @@ def print_report(results: list[CaseResult], args) -> None:
           f"torch {torch.__version__}, jax {jax.__version__}, {os.cpu_count()} CPUs; steady: median over blocks "
           f"of {args.block} steps, {args.steps} steps per column after {args.warmup} warm-up, columns alternating; "
           f"load average before {args.load_before})")
+    print(devices_line())
     print(f"\n{'case':<21}{'params':>8}  {'first step s: trace / lower / compile / rest':<46}{'2nd step s':>11}"
           f"{'xladev ms':>11}{'eager ms':>10}{'xla/eager':>10}{'jax ms':>9}{'xla/jax':>9}")
     for r in results:
@@ -238,7 +244,8 @@ def to_json(results: list[CaseResult], args) -> dict:
                 "first_loss": r.first_loss,
             } for r in results
         },
-        "config": {"steps": args.steps, "warmup": args.warmup, "block": args.block, "cpus": os.cpu_count(),
+        "config": {"devices": devices_line(), "steps": args.steps, "warmup": args.warmup, "block": args.block,
+                   "cpus": os.cpu_count(),
                    "torch": torch.__version__, "jax": jax.__version__, "load_average_before": args.load_before},
     }
 
@@ -255,6 +262,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     names = args.cases.split(",") if args.cases else (QUICK if args.quick else CASES)
+    match_jax_to_xladev()
     unknown = [n for n in names if n not in zoo.ALL]
     if unknown:
         parser.error(f"unknown cases {unknown}; the zoo has {', '.join(zoo.ALL)}")

@@ -20,6 +20,9 @@ Prints, from one process and one run:
 The jax models start from the torch models' weights; their first loss is checked against eager
 PyTorch so the three columns time the same computation. The batch lives on the device throughout
 (no host transfer is timed). The models and data come from `examples/`.
+
+With `PJRT_DEVICE=CUDA` (jax's CUDA plugin, torch's CUDA build) the eager column runs on the same GPU and
+the jax column on xladev's device (bench_runtime.eager_device); the heading names the chips.
 """
 
 from __future__ import annotations
@@ -109,6 +112,46 @@ def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], Non
 # ---------------------------------------------------------------------------------------------
 # jax references, written by hand: same layers, loss and optimizer math as the torch models
 # ---------------------------------------------------------------------------------------------
+
+def eager_device() -> torch.device:
+    """Where the eager PyTorch reference runs: on the GPU beside `PJRT_DEVICE=CUDA` (with torch's CUDA build),
+    so a ratio compares xladev with eager on the same chip; else on the CPU."""
+    from xladev._flags import config
+
+    if config.pjrt_device in ("CUDA", "GPU") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def eager_wait(device: torch.device) -> Callable[[], None]:
+    """The wait of an eager column (see time_interleaved): CUDA kernels run asynchronously, CPU ones do not."""
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+
+def eager_label(device: torch.device) -> str:
+    """A table's column heading for eager PyTorch on `device`."""
+    return f"eager {device.type.upper()}"
+
+
+def match_jax_to_xladev() -> None:
+    """Makes the jax references compute as xladev does: on xladev's own backend (on a machine with jax's CUDA
+    plugin, jax's default device is the GPU whatever xladev uses), and float32 matmuls in full float32, as
+    xladev's lowerings and eager PyTorch ask (on a GPU, jax's default precision takes TF32 passes)."""
+    from xladev.runtime import backend
+
+    jax.config.update("jax_default_device", backend.jax_devices()[0])
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def devices_line() -> str:
+    """Which chips the columns ran on, for a report's heading: xladev's backend device and eager's device."""
+    from xladev.runtime import backend
+
+    jax_dev = backend.jax_devices()[0]
+    eager = eager_device()
+    eager_name = torch.cuda.get_device_name(eager) if eager.type == "cuda" else "the CPU"
+    return f"xladev and jax.jit on {jax_dev.platform} ({jax_dev.device_kind}), eager PyTorch on {eager_name}"
+
 
 def torch_params(model: torch.nn.Module) -> dict:
     """The model's parameters as float32 jax arrays, by name (torch layouts: Linear weight is [out, in])."""
@@ -222,14 +265,16 @@ def bench_model(name: str, module, cfg, sizes: str, jax_loss, make_jax_step, arg
     x_cpu, y_cpu = next(iter(module.make_batches(0, 1, cfg)))
     first_loss = {}
 
-    # (c) PyTorch eager on the CPU.
-    eager_model = module.build(0, cfg)
+    # (c) PyTorch eager on the CPU (on the GPU beside PJRT_DEVICE=CUDA).
+    eager_dev = eager_device()
+    eager_model = module.build(0, cfg).to(eager_dev)
     eager_opt = module.make_optimizer(eager_model, cfg)
+    x_eager, y_eager = x_cpu.to(eager_dev), y_cpu.to(eager_dev)
     with torch.no_grad():
-        first_loss["eager"] = module.loss_fn(eager_model(x_cpu), y_cpu).item()
+        first_loss["eager"] = module.loss_fn(eager_model(x_eager), y_eager).item()
 
     def eager_step():
-        train_step(eager_model, eager_opt, module.loss_fn, x_cpu, y_cpu)
+        train_step(eager_model, eager_opt, module.loss_fn, x_eager, y_eager)
 
     # (b) jax.jit, from the same initial weights.
     params = torch_params(module.build(0, cfg))
@@ -273,7 +318,7 @@ def bench_model(name: str, module, cfg, sizes: str, jax_loss, make_jax_step, arg
     # the asynchronous execution a plain training run gets.
     with bus.subscribe(on_event, (GraphExecuted, OpsRecorded), late_executions_ok=True):
         samples = time_interleaved(
-            {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None), "eager": (eager_step, lambda: None)},
+            {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None), "eager": (eager_step, eager_wait(eager_dev))},
             args.warmup, args.steps, args.block, args.settle)
     first_loss["xladev"] = first[0].item()
     steady = phases[args.warmup:]
@@ -419,11 +464,12 @@ def print_report(models: list[ModelResult], costs: list[OpCost], eager_ops, args
           f"torch {torch.__version__}, jax {jax.__version__}, {os.cpu_count()} CPUs, "
           f"torch threads {torch.get_num_threads()}; median over blocks of {args.block} steps, {args.steps} steps per column after "
           f"{args.warmup} warm-up, the three columns in alternating blocks; load average before {args.load_before})")
+    print(devices_line())
     for m in models:
         print(f"\n{m.name}: {m.sizes}")
         print("  first loss (same weights, same batch): " +
               ", ".join(f"{k} {v:.6f}" for k, v in m.first_loss.items()))
-    print(f"\n{'ms/step: median [p10-p90]':<28}{'xladev':>22}{'jax.jit':>22}{'eager CPU':>22}"
+    print(f"\n{'ms/step: median [p10-p90]':<28}{'xladev':>22}{'jax.jit':>22}{eager_label(eager_device()):>22}"
           f"{'xladev/jax':>12}{'xladev/eager':>14}")
     for m in models:
         cell = lambda t: f"{t.median_ms:8.2f} [{t.p10_ms:.1f}-{t.p90_ms:.1f}]"  # noqa: E731
@@ -462,7 +508,7 @@ def to_json(models, costs, eager_ops, args) -> dict:
                                 "matmul_us": by_name["x @ w (matmul)"].wall_us,
                                 "elementwise_target_us": ELEMENTWISE_TARGET_US}
     return summary | {
-        "config": {"steps": args.steps, "warmup": args.warmup, "ops": args.ops, "cpus": os.cpu_count(),
+        "config": {"devices": devices_line(), "steps": args.steps, "warmup": args.warmup, "ops": args.ops, "cpus": os.cpu_count(),
                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "jax": jax.__version__,
                    "load_average_before": args.load_before},
         "targets": {"step_ratio_vs_jax": STEP_RATIO_TARGET, "elementwise_record_us": ELEMENTWISE_TARGET_US},
@@ -500,6 +546,7 @@ def main(argv=None) -> int:
     args.load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     if args.warmup < 3:
         parser.error("--warmup must be at least 3 (the first two xladev steps compile)")
+    match_jax_to_xladev()
 
     models = []
     if args.only in (None, "mlp"):
