@@ -553,3 +553,23 @@ def test_ones_like_and_full_like_of_a_device_tensor_are_constants_with_its_shape
         assert torch.equal(got.cpu(), want)
     t = torch.randn(3, 2).to(dev).t()  # not contiguous: the general path, as before
     assert torch.equal(torch.ones_like(t).cpu(), torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("machine", ["cpu only", "with a gpu"])
+def test_a_constant_made_inside_a_compiled_function_is_computed_on_a_machine_with_or_without_a_gpu(
+        machine, monkeypatch):
+    # On a machine with CUDA, torch's fake mode makes `torch.tensor(data, device=...)` on that device for real
+    # during the trace; the xla constant then met the trace's fake tensors: "found at least two devices, xla:0
+    # and xla:0". TorchDynamo saves and restores CUDA's generator when CUDA is available: stood in for here.
+    if machine == "with a gpu":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *a: torch.empty(0, dtype=torch.uint8))
+        monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *a: None)
+    width = next(_widths)
+
+    @torch.compile(backend="xladev")
+    def scaled(t):
+        return t * torch.tensor([float(i) for i in range(width)], device=t.device) + torch.ones(width, device=t.device)
+
+    got = scaled(torch.ones(2, width).to(xladev.device())).cpu()
+    assert torch.equal(got, torch.arange(float(width)).expand(2, width) + 1)

@@ -171,16 +171,13 @@ def _keep_constants_on_the_host() -> None:
 
     A fake mode does that when no accelerator is available; here one is (the `xla` device), so it would copy
     the data to the device for real in the middle of a trace, and that real device tensor would then meet the
-    trace's fake tensors. With CUDA unavailable, the fake mode behaves as on a machine without devices.
+    trace's fake tensors ("Expected all tensors to be on the same device, ... xla:0 and xla:0"). So every fake
+    mode behaves as on a machine without devices, on a machine with a GPU too: a CUDA constant in another
+    backend's trace is then also made on the host and moved by an op, as when tracing CUDA code on a CPU host.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    device_init = FakeTensorMode.avoid_device_init
-
-    def avoid_device_init(self) -> bool:
-        return device_init.fget(self) or not torch.cuda.is_available()
-
-    FakeTensorMode.avoid_device_init = property(avoid_device_init)
+    FakeTensorMode.avoid_device_init = property(lambda self: True)
 
 
 def _raising_once(error: BaseException, compiled):
