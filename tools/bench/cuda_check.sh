@@ -1,0 +1,43 @@
+#!/bin/bash
+# The GPU check: xladev's tests that hold on any backend, then the three step benchmarks, on PJRT_DEVICE=CUDA.
+#
+#   tools/bench/cuda_check.sh OUTDIR
+#
+# For a machine with a GPU, jax's CUDA plugin and torch's CUDA build, where the pinned set-up (make install)
+# may not be possible: xladev runs from this checkout (PYTHONPATH) with the Python found as `python3`
+# (PYTHON=... to choose another). Each part has a time limit, so one that hangs leaves the rest their turn.
+# Writes one log per part, and the benchmarks' JSON, into OUTDIR; prints a summary as it goes.
+set -u
+out=${1:?usage: tools/bench/cuda_check.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/../.."
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PJRT_DEVICE=CUDA
+start=$(date +%s)
+part() { echo "=== $1 (at +$(( $(date +%s) - start )) s)"; }
+
+part versions
+nvidia-smi -L 2>&1 | head -4
+$py -c "import torch, jax; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), '| jax', \
+jax.__version__, jax.devices())" 2>&1 | tail -1
+
+part tests
+timeout "${TESTS_S:-150}" $py -m pytest -q -p no:cacheprovider tests/runtime/test_any_backend.py \
+  tests/runtime/test_dynamo_backend.py > "$out/tests.log" 2>&1
+echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -15
+
+part bench_compile
+timeout "${COMPILE_S:-240}" $py tools/bench/bench_compile.py --quick --steps 15 --warmup 3 \
+  --json "$out/compile.json" > "$out/compile.log" 2>&1
+echo "exit $?"; tail -22 "$out/compile.log"
+
+part bench_runtime
+timeout "${RUNTIME_S:-120}" $py tools/bench/bench_runtime.py --steps 20 --ops 5000 \
+  --json "$out/runtime.json" > "$out/runtime.log" 2>&1
+echo "exit $?"; grep -A4 "ms/step: median" "$out/runtime.log"; grep -A3 "step split" "$out/runtime.log"
+
+part bench_models
+timeout "${MODELS_S:-120}" $py tools/bench/bench_models.py --quick --steps 10 \
+  --json "$out/models.json" > "$out/models.log" 2>&1
+echo "exit $?"; tail -9 "$out/models.log"
+part done
