@@ -325,8 +325,8 @@ def bench_zoo_case(name: str, args, remedy=None) -> ZooCase:
         xladev.mark_step()
 
     samples = br.time_interleaved({"compiled": (compiled_step, lambda: last[0].cpu()),
-                                   "eager": (eager_step, br.eager_wait(eager_dev))}, args.warmup, args.steps, args.block,
-                                  args.settle)
+                                   "eager": (eager_step, br.eager_wait(eager_dev))},
+                                  args.warmup, args.steps, args.block, args.settle)
     return ZooCase(name, br.Timing.of(samples["compiled"], args.steps), br.Timing.of(samples["eager"], args.steps))
 
 
@@ -391,7 +391,8 @@ def main(argv=None) -> int:
             "zoo": {c.name: {"compiled_ms": _ms(c.compiled), "eager_ms": _ms(c.eager), "ratio": c.ratio} for c in cases},
             "targets": {"train_over_jax": TRAIN_TARGET, "infer_over_jax": INFER_TARGET,
                         "host_call_ms": HOST_CALL_TARGET_MS},
-            "config": {"devices": br.devices_line(), "steps": args.steps, "warmup": args.warmup, "load_average_before": load},
+            "config": {"devices": br.devices_line(), "steps": args.steps, "warmup": args.warmup,
+                       "load_average_before": load},
         }
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"\nwrote {args.json}")

@@ -110,7 +110,7 @@ def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], Non
 
 
 # ---------------------------------------------------------------------------------------------
-# jax references, written by hand: same layers, loss and optimizer math as the torch models
+# Where each column runs
 # ---------------------------------------------------------------------------------------------
 
 def eager_device() -> torch.device:
@@ -152,6 +152,10 @@ def devices_line() -> str:
     eager_name = torch.cuda.get_device_name(eager) if eager.type == "cuda" else "the CPU"
     return f"xladev and jax.jit on {jax_dev.platform} ({jax_dev.device_kind}), eager PyTorch on {eager_name}"
 
+
+# ---------------------------------------------------------------------------------------------
+# jax references, written by hand: same layers, loss and optimizer math as the torch models
+# ---------------------------------------------------------------------------------------------
 
 def torch_params(model: torch.nn.Module) -> dict:
     """The model's parameters as float32 jax arrays, by name (torch layouts: Linear weight is [out, in])."""
@@ -318,7 +322,8 @@ def bench_model(name: str, module, cfg, sizes: str, jax_loss, make_jax_step, arg
     # the asynchronous execution a plain training run gets.
     with bus.subscribe(on_event, (GraphExecuted, OpsRecorded), late_executions_ok=True):
         samples = time_interleaved(
-            {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None), "eager": (eager_step, eager_wait(eager_dev))},
+            {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None),
+             "eager": (eager_step, eager_wait(eager_dev))},
             args.warmup, args.steps, args.block, args.settle)
     first_loss["xladev"] = first[0].item()
     steady = phases[args.warmup:]
@@ -508,7 +513,8 @@ def to_json(models, costs, eager_ops, args) -> dict:
                                 "matmul_us": by_name["x @ w (matmul)"].wall_us,
                                 "elementwise_target_us": ELEMENTWISE_TARGET_US}
     return summary | {
-        "config": {"devices": devices_line(), "steps": args.steps, "warmup": args.warmup, "ops": args.ops, "cpus": os.cpu_count(),
+        "config": {"devices": devices_line(), "steps": args.steps, "warmup": args.warmup, "ops": args.ops,
+                   "cpus": os.cpu_count(),
                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "jax": jax.__version__,
                    "load_average_before": args.load_before},
         "targets": {"step_ratio_vs_jax": STEP_RATIO_TARGET, "elementwise_record_us": ELEMENTWISE_TARGET_US},
