@@ -29,7 +29,10 @@ _BREAK_ADVICE = (
                           "before the first call to compile them"),
     ("logging.Logger", "a logging call (often in a library's warning) cannot be traced: the graph splits there on "
                        "every call, into more programs with Python between them; avoid the call (transformers' "
-                       "`loss_type=None` warning: set model.loss_type, such as \"ForCausalLM\", before compiling)"),
+                       "`loss_type=None` warning: set model.loss_type, such as \"ForCausalLM\", before compiling), "
+                       "or let TorchDynamo skip it in compiled code: "
+                       "torch._dynamo.config.ignore_logging_functions.add(logging.Logger.warning_once) (transformers' "
+                       "warnings; logging.Logger.warning for plain ones)"),
     ("print", "print() cannot be traced: log from a step closure (xm.add_step_closure) or outside the function"),
     ("Tensor.item", "a value read (.item(), bool(tensor)) cannot be traced: keep the value on the device, or set "
                     "torch._dynamo.config.capture_scalar_outputs = True"),
