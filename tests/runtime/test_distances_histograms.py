@@ -145,3 +145,22 @@ def test_histogram_of_nan_data_is_nan_not_a_count(events):
     assert torch.histc(x, 3).cpu().isnan().all()
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(x, 3, 2.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.int16])
+@pytest.mark.parametrize("bins,low,high", [(4, 0, 4), (7, 0, 0), (5, 2, 11), (3, 6, 6)])
+def test_histc_of_integers_counts_as_cuda_does(dtype, bins, low, high, events):
+    # The CPU has no integer histc; CUDA has, and transformers' Mixtral calls it off the CPU (its experts' token
+    # counts). The oracle: the CPU's float64 histc of the same values, whose bins agree with CUDA's integer
+    # arithmetic for small integers; the counts in the input's dtype, as CUDA's.
+    x = torch.randint(0, 12, (60,), generator=torch.Generator().manual_seed(bins + low + high)).to(dtype)
+    x[:3] = torch.tensor([low, high, 6])  # on the range's ends, and the (6, 6) case's single value
+    got = torch.histc(x.to(xladev.device()), bins, low, high).cpu()
+    no_fallback(events)
+    want = torch.histc(x.double(), bins, low, high)
+    assert got.dtype == dtype and torch.equal(got, want.to(dtype))
+
+
+def test_histc_of_booleans_is_refused_as_on_every_device():
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        torch.histc(torch.ones(3, dtype=torch.bool).to(xladev.device()), 3)

@@ -10,6 +10,8 @@ data (min and max of each dimension), computed on the device. PyTorch's rules, m
   elements outside [first edge, last edge] (and NaNs) are ignored;
 - histc places elements by linear interpolation, (x - left) · bins / (right - left), truncated; the
   histogram ops search the edges, so an element on an edge goes where the edge tensor says;
+- histc of integers (CUDA's, which the CPU lacks) counts in the input's dtype, with that interpolation in
+  64-bit integers;
 - `weight` replaces each element's count of 1; `density` divides by the total and by each bin's
   width (its volume, for histogramdd).
 
@@ -123,6 +125,8 @@ def _invalid_to_nan(value, finite):
 @lowers(aten.histc.default)
 def _histc(ctx, x, bins=100, min=0, max=0):
     dtype = ctx.out_dtype
+    if jnp.issubdtype(dtype, jnp.integer):
+        return _histc_integer(x.reshape(-1), bins, min, max, dtype)
     values = x.reshape(-1).astype(dtype)
     left, right = jnp.asarray(min, jnp.float64), jnp.asarray(max, jnp.float64)
     data_left, data_right, finite = _data_range(values, 0.0) if values.size else (left, right, True)
@@ -137,6 +141,24 @@ def _histc(ctx, x, bins=100, min=0, max=0):
     inside = (values >= left) & (values <= right)
     hist = _count([jnp.clip(index, 0, bins - 1)], inside, [bins], None, dtype)
     return _invalid_to_nan(hist, finite)
+
+
+def _histc_integer(values, bins, min, max, dtype):
+    """histc of integers, as CUDA's kernel computes it (the CPU has none): the range and each element's bin in
+    64-bit integers, (x - left) * bins // (right - left), so no bin boundary depends on a float's rounding; the
+    counts in the input's dtype. transformers' Mixtral counts its experts' tokens so on an accelerator."""
+    values = values.astype(jnp.int64)
+    left, right = jnp.asarray(min).astype(jnp.int64), jnp.asarray(max).astype(jnp.int64)
+    if values.size:
+        use_data = left == right
+        left = jnp.where(use_data, jnp.min(values), left)
+        right = jnp.where(use_data, jnp.max(values), right)
+    same = left == right
+    left, right = jnp.where(same, left - 1, left), jnp.where(same, right + 1, right)
+    inside = (values >= left) & (values <= right)
+    # Outside elements are masked out; their (possibly negative) index only needs to stay in bounds.
+    index = jnp.clip((values - left) * bins // (right - left), 0, bins - 1)
+    return _count([index], inside, [bins], None, dtype)
 
 
 @lowers(aten.histogram.bin_ct)
@@ -242,7 +264,10 @@ def _from_bin_tensors_rule(x, bins, *, weight=None, density=False):
 
 
 def _histc_rule(x, bins=100, min=0, max=0):
-    if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+    # Floats, as on the CPU, and integers, as on CUDA (the xla device is an accelerator: libraries written for
+    # one pass integer tensors to histc off the CPU).
+    if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
+                       torch.int16, torch.int32, torch.int64):
         raise RuntimeError(f'"histogram_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
     if bins <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
