@@ -65,6 +65,63 @@ def _combine(bias, product, beta, alpha):
     return bias + product
 
 
+def _grouped_mm_shape(a, b, offs=None, bias=None, out_dtype=None):
+    """The output of `_grouped_mm`, checked as the CPU kernel checks (torch's meta kernel follows CUDA's, which
+    takes bfloat16 only)."""
+    if a.dtype not in _GROUPED_MM_DTYPES or b.dtype != a.dtype:
+        raise RuntimeError(f"grouped_mm: expected mat_a and mat_b of one dtype among float32, bfloat16 and float16, "
+                           f"got {a.dtype} and {b.dtype}")
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+        raise RuntimeError(f"grouped_mm: multiplicands must be 2-D or 3-D, got {a.dim()}-D and {b.dim()}-D")
+    if bias is not None:
+        raise RuntimeError("grouped_mm: bias is not supported")
+    if (a.dim() == 2 or b.dim() == 2) != (offs is not None):
+        raise RuntimeError("grouped_mm: offs is required when a multiplicand is 2-D, and only then")
+    if offs is not None and (offs.dim() != 1 or offs.dtype != torch.int32):
+        raise RuntimeError(f"grouped_mm: offs must be a 1-D int32 tensor, got {offs.dim()}-D {offs.dtype}")
+    if a.dim() == 3 or b.dim() == 3:
+        if a.shape[-1] != b.shape[-2]:
+            raise RuntimeError("grouped_mm: contraction dimension of mat_a and mat_b must match")
+        groups = a.shape[0] if a.dim() == 3 else b.shape[0]
+        if (offs.shape[0] if offs is not None else b.shape[0]) != groups:
+            raise RuntimeError("grouped_mm: matrix batch sizes have to match")
+    elif a.shape[1] != b.shape[0]:
+        raise RuntimeError("grouped_mm: contraction dimension of mat_a and mat_b must match")
+    if a.dim() == 2:
+        shape = (offs.shape[0], a.shape[0], b.shape[1]) if b.dim() == 2 else (a.shape[0], b.shape[-1])
+    else:
+        shape = (a.shape[1], b.shape[1]) if b.dim() == 2 else (a.shape[0], a.shape[1], b.shape[-1])
+    return a.new_empty(shape, dtype=out_dtype or a.dtype)
+
+
+_GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SHAPE_RULES[aten._grouped_mm.default] = _grouped_mm_shape
+
+
+@lowers(aten._grouped_mm.default)
+def _grouped_mm(ctx, a, b, offs=None, bias=None, out_dtype=None):
+    """torch's grouped matrix product (`F.grouped_mm`: mixture-of-experts layers) through jax's ragged dot.
+
+    `offs` holds each group's end along the dimension it splits: a's rows for (2-D, 3-D), the contracted
+    dimension for (2-D, 2-D) (one (M, N) product per group, as the backward asks for weight gradients), b's
+    columns for (3-D, 2-D). Rows and columns past the last end come out zero, where torch leaves them
+    unwritten. (3-D, 3-D) is a batched product.
+    """
+    dtype = ctx.out_dtype
+    a, b = a.astype(dtype), b.astype(dtype)
+    if offs is None:
+        return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
+    sizes = jnp.diff(offs.astype(jnp.int32), prepend=jnp.zeros((1,), jnp.int32))
+    if a.ndim == 2 and b.ndim == 3:
+        return lax.ragged_dot(a, b, sizes, precision=lax.Precision.HIGHEST)
+    if a.ndim == 2 and b.ndim == 2:
+        numbers = lax.RaggedDotDimensionNumbers(dot_dimension_numbers=(([1], [0]), ([], [])),
+                                                lhs_ragged_dimensions=[1], rhs_group_dimensions=[])
+        return lax.ragged_dot_general(a, b, sizes, numbers, precision=lax.Precision.HIGHEST)
+    # (3-D, 2-D): group g makes columns [offs[g-1], offs[g]) from a[g]; as rows of the transposed product.
+    return lax.ragged_dot(b.T, jnp.swapaxes(a, 1, 2), sizes, precision=lax.Precision.HIGHEST).T
+
+
 @lowers(aten.outer.default)
 def _outer(ctx, a, b):
     return jnp.outer(a, b).astype(ctx.out_dtype)
