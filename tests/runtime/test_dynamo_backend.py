@@ -573,3 +573,16 @@ def test_a_constant_made_inside_a_compiled_function_is_computed_on_a_machine_wit
 
     got = scaled(torch.ones(2, width).to(xladev.device())).cpu()
     assert torch.equal(got, torch.arange(float(width)).expand(2, width) + 1)
+
+
+def test_a_graph_traced_with_eagers_strides_views_an_elementwise_result_as_eager_does():
+    # AOTAutograd records `view` where eager's strides allow it; xla's elementwise outputs are contiguous where
+    # eager's keep a transposed layout. Mamba's compiled forward failed at its first call.
+    a, b = torch.randn(2, 4, 6), torch.randn(2, 4, 6)
+
+    def f(x, y):
+        return (x.transpose(1, 2) * y.transpose(1, 2)).transpose(1, 2).reshape(8, 6).sin()
+
+    dev = xladev.device()
+    got = torch.compile(f, backend="xladev")(a.to(dev), b.to(dev))
+    torch.testing.assert_close(got.cpu(), f(a, b), rtol=0, atol=4 * 2.0 ** -24 * 6)

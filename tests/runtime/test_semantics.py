@@ -66,6 +66,23 @@ def test_alias_sees_later_writes_and_detach_shares_storage(dev):
     assert x.tolist() == [10.0] * 4
 
 
+def test_view_of_a_transposed_elementwise_result_works_as_in_eager(dev):
+    # Eager's elementwise output keeps its inputs' transposed layout, so transposing it back gives a contiguous
+    # tensor that `.view` accepts; xla's output is contiguous, and the same `.view` failed ("view size is not
+    # compatible with input tensor's size and stride"). Mamba's mixer does this (found through torch.compile).
+    a, b = torch.randn(2, 4, 6), torch.randn(2, 4, 6)
+
+    def f(x, y):
+        return (x.transpose(1, 2) * y.transpose(1, 2)).transpose(1, 2).view(8, 6)
+
+    got = f(a.to(dev), b.to(dev))
+    assert torch.equal(got.cpu(), f(a, b))
+    got.add_(1)  # a write through that view lands in what it views, as in eager
+    want = f(a, b)
+    want.add_(1)
+    assert torch.equal(got.cpu(), want)
+
+
 def test_as_strided_and_unfold_views(dev):
     base = torch.arange(16.0)
     for make in (lambda t: t.as_strided((3, 3), (4, 1), 1), lambda t: t.unfold(0, 4, 3)):

@@ -99,6 +99,7 @@ def infer_meta(func, key, args, kwargs):
 
 
 _view_cache: dict = {}
+_VIEW = torch.ops.aten.view.default
 
 
 def view_meta(func, base, key, args, kwargs):
@@ -124,6 +125,15 @@ def view_meta(func, base, key, args, kwargs):
         out = func(meta_base, *rest, **kwargs)
     except NotImplementedError as exc:
         raise MetaUnsupported(str(exc)) from None
+    except RuntimeError as exc:
+        if func is not _VIEW or "view size is not compatible" not in str(exc):
+            raise
+        # xla's values have no memory layout: its strides are PyTorch's where it matters for views, but an
+        # elementwise op's output is contiguous where eager's TensorIterator keeps its inputs' permuted layout,
+        # so `.view` of a transpose of it can fail here and not in eager (and a graph AOTAutograd traced with
+        # eager's strides says `view`). The view is then taken of the value as laid out contiguously, as
+        # PyTorch/XLA's views always are: the same elements, in the same order.
+        out = func(torch.empty(tuple(base.shape), dtype=base.dtype, device="meta"), *rest, **kwargs)
 
     def describe(t):
         return (Meta(tuple(t.shape), t.dtype), t.stride(), t.storage_offset())
