@@ -149,6 +149,37 @@ TRANSFORMERS = {c.name: c for attn in ("sdpa", "eager") for c in (
 )}
 
 
+
+def mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return MixtralForCausalLM(MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=32,
+        output_router_logits=True, router_aux_loss_coef=0.01))
+
+
+def _moe_loss(model, batch):
+    # Off the CPU transformers' experts call grouped_mm (and histc of integers for the load-balancing loss);
+    # grouped_mm has no float64 kernel, so the float64 oracle computes the experts with batched products.
+    if next(model.parameters()).dtype == torch.float64:
+        model.config._experts_implementation = "batched_mm"
+    return model(**batch).loss
+
+
+def mamba():
+    from transformers import MambaConfig, MambaForCausalLM
+
+    return MambaForCausalLM(MambaConfig(vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2,
+                                        expand=2, conv_kernel=4, use_mambapy=False))
+
+
+# Mixture of experts and a state-space model: no attention implementation to vary.
+TRANSFORMERS.update({c.name: c for c in (
+    Case("mixtral", mixtral, _causal_batch, _moe_loss),
+    Case("mamba", mamba, _causal_batch, _hf_loss),
+)})
+
 # ---------------------------------------------------------------------------------------------
 # torch.nn attention modules
 # ---------------------------------------------------------------------------------------------
@@ -312,4 +343,8 @@ COMPILED_CHANGES = {
     **{name: {"fallbacks": {**ALL[name].fallbacks,
                             "DynamoGraphBreak": "packed sequences read their batch sizes as Python numbers"}}
        for name in ALL if name.endswith("_packed")},
+    # Under torch.compile transformers calls grouped_mm for bfloat16 experts only; in float32 its fallback
+    # loops over the experts with their token counts as Python numbers.
+    "mixtral": {"fallbacks": {"DynamoGraphBreak": "transformers' expert loop for non-bfloat16 weights under "
+                                                  "torch.compile reads each expert's token count"}},
 }
