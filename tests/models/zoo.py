@@ -149,7 +149,6 @@ TRANSFORMERS = {c.name: c for attn in ("sdpa", "eager") for c in (
 )}
 
 
-
 def mixtral():
     from transformers import MixtralConfig, MixtralForCausalLM
 

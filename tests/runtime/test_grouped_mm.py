@@ -52,7 +52,8 @@ def test_grouped_mm_gradients_match_eager_cpu():
     # Each gradient is a grouped product too: summed in another order, 2·n·u of its terms' magnitudes.
     a_abs, b_abs, w_abs = a.detach().abs(), b.detach().abs(), weight.abs()
     bound_a, bound_b = torch.zeros(M, K), torch.zeros(G, K, N)
-    for group, (start, end) in enumerate(zip([0, 2, 2], [2, 2, 6])):
+    ends = offs.tolist()
+    for group, (start, end) in enumerate(zip([0] + ends[:-1], ends)):
         bound_a[start:end] = 2 * N * U * (w_abs[start:end] @ b_abs[group].T)
         bound_b[group] = 2 * M * U * (a_abs[start:end].T @ w_abs[start:end])
     assert ((ax.grad.cpu()[:6] - a.grad[:6]).abs() <= bound_a[:6]).all()
@@ -80,5 +81,6 @@ def test_grouped_mm_of_mismatched_or_unsupported_inputs_is_a_clear_error():
         torch._grouped_mm(torch.randn(M, K).to(dev), torch.randn(G, K + 1, N).to(dev),
                           torch.tensor([2, 4, 7], dtype=torch.int32).to(dev))
     with pytest.raises(RuntimeError, match="float32, bfloat16 and float16"):
-        torch._grouped_mm(torch.randn(M, K, dtype=torch.float64).to(dev), torch.randn(G, K, N, dtype=torch.float64).to(dev),
+        torch._grouped_mm(torch.randn(M, K, dtype=torch.float64).to(dev),
+                          torch.randn(G, K, N, dtype=torch.float64).to(dev),
                           torch.tensor([2, 4, 7], dtype=torch.int32).to(dev))

@@ -211,8 +211,8 @@ def bench_inference(args) -> Inference:
             eager(x_eager)
 
     samples = br.time_interleaved({"compiled": (compiled, lambda: last[0].cpu()), "jax": (jax_run, lambda: None),
-                                   "eager": (eager_run, br.eager_wait(eager_dev))}, args.warmup, args.steps, args.block,
-                                  args.settle)
+                                   "eager": (eager_run, br.eager_wait(eager_dev))},
+                                  args.warmup, args.steps, args.block, args.settle)
     t = {k: br.Timing.of(v, args.steps) for k, v in samples.items()}
     return Inference("transformer forward", t["compiled"], t["jax"], t["eager"])
 

@@ -262,10 +262,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     names = args.cases.split(",") if args.cases else (QUICK if args.quick else CASES)
-    match_jax_to_xladev()
     unknown = [n for n in names if n not in zoo.ALL]
     if unknown:
         parser.error(f"unknown cases {unknown}; the zoo has {', '.join(zoo.ALL)}")
+    match_jax_to_xladev()
     results = []
     for name in names:
         results.append(bench_case(name, args))
