@@ -70,18 +70,56 @@ class Flag:
     choices: tuple | None = None
 
 
+class _Overrides(threading.local):
+    """A thread's stack of `Config.override` layers (the class attribute: a new thread's, none)."""
+
+    stack: list | None = None
+
+
+class _Setting:
+    """Reads one flag as an attribute of the registry (`config.debug_level`), overrides first.
+
+    A descriptor on the class: left to `__getattr__`, every read of a flag first failed the normal lookup, an
+    AttributeError raised and caught inside Python, about 2 us of each of the several reads per graph run.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, config: "Config | None", owner=None) -> Any:
+        if config is None:
+            return self
+        name = self.name
+        overrides = config._local.stack
+        if overrides:
+            for layer in reversed(overrides):
+                if name in layer:
+                    return layer[name]
+        try:
+            return config._values[name]
+        except KeyError:  # another registry's flag
+            raise AttributeError(f"xladev has no setting {name!r}") from None
+
+
 class Config:
     """The flag registry. Read values as attributes: `config.debug_level`."""
 
     def __init__(self) -> None:
         self._flags: dict[str, Flag] = {}
         self._values: dict[str, Any] = {}
-        self._local = threading.local()
+        self._local = _Overrides()
         self._listeners: list[Callable[[str, Any], None]] = []
 
     def define(self, flag: Flag) -> None:
+        existing = getattr(type(self), flag.name, None)
+        if existing is not None and not isinstance(existing, _Setting):
+            raise ValueError(f"flag {flag.name!r} would hide Config.{flag.name}")
         self._flags[flag.name] = flag
         self._values[flag.name] = self._from_env(flag)
+        if existing is None:
+            setattr(type(self), flag.name, _Setting(flag.name))
 
     def _from_env(self, flag: Flag) -> Any:
         raw = os.environ.get(flag.env) if flag.env else None
@@ -101,17 +139,10 @@ class Config:
             raise ConfigError(f"{shown} is not valid: expected one of {allowed}. ({flag.help})")
 
     def __getattr__(self, name: str) -> Any:
+        # Only names no flag defines get here (each flag is a `_Setting` on the class).
         if name.startswith("_"):
             raise AttributeError(name)
-        overrides = getattr(self._local, "stack", None)
-        if overrides:
-            for layer in reversed(overrides):
-                if name in layer:
-                    return layer[name]
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(f"xladev has no setting {name!r}") from None
+        raise AttributeError(f"xladev has no setting {name!r}")
 
     def flag(self, name: str) -> Flag:
         return self._flags[name]
@@ -143,7 +174,7 @@ class Config:
             if name not in self._flags:
                 raise ConfigError(f"xladev has no setting {name!r}")
             self._check_choice(self._flags[name], value, f"{name}={value!r}")
-        stack = getattr(self._local, "stack", None)
+        stack = self._local.stack
         if stack is None:
             stack = self._local.stack = []
         stack.append(values)
