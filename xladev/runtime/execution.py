@@ -161,7 +161,8 @@ class Execution:
                 arrays = _spmd_placed(arrays)
             unwrap_ns = time.perf_counter_ns() - unwrap_start
             timings = [unwrap_ns, 0, lock_wait_ns]
-            outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings)
+            outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings,
+                                              graph_names.current())
             wrap_start = time.perf_counter_ns()  # the output buffers as device data nodes: WrapXlaData
             made: dict[int, DataNode] = {}
             results = []
@@ -175,7 +176,7 @@ class Execution:
             return results
 
     def run_program(self, graph: Graph, entry: CacheEntry, arrays: list, cause: Cause, frames=None,
-                    watch: int | None = None) -> list:
+                    watch: int | None = None, name: str | None = None) -> list:
         """Runs an executable compiled before (a torch.compile graph) on `arrays`; returns its output arrays.
 
         Unlike `run`, it does not wait for the graphs still running: compiled graphs (forward, backward,
@@ -189,6 +190,7 @@ class Execution:
           frames: the user's stack, when captured.
           watch: the output whose readiness says the execution finished (the others may be donated to a later
             program before then); None: all of them.
+          name: the graph name its events carry (None: none).
 
         Raises:
           ExecutionNotAllowedError: executions are disallowed.
@@ -198,20 +200,20 @@ class Execution:
         wait_start = time.perf_counter_ns()
         with lock:
             timings = [0, 0, time.perf_counter_ns() - wait_start]
-            outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings)
+            outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings, name)
             if watch is not None:
                 dispatched.outputs = (outputs[watch],)
             self._finish(dispatched)
         return outputs
 
     def _start(self, graph: Graph, entry: CacheEntry, cached: bool, arrays: list, cause: Cause, frames,
-               timings: list) -> tuple:
+               timings: list, name: str | None) -> tuple:
         """Dispatches the executable; returns its outputs and the `Dispatched` to finish (`_finish`).
 
-        `timings` is [unwrap_ns, wrap_ns, lock_wait_ns], read when the execution is announced.
+        `timings` is [unwrap_ns, wrap_ns, lock_wait_ns], read when the execution is announced; `name` is the
+        graph name its events carry.
         """
         step = steps.current()
-        name = graph_names.current()
         wait_ns = 0
         if entry.replicated:
             wait_ns = self._before_replicated(graph, entry, step, cause, frames)

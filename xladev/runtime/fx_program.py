@@ -121,14 +121,11 @@ class FxProgram:
 
     def __call__(self, args: list) -> list:
         args = list(args)
-        views = None
-        for i, a in enumerate(args):
-            if type(a) is XlaTensor and a._chain is not None:
-                views = views or []
-                views.append((i, _view_key(a)))
         key = _signature(args) if self._symbolic else None
-        if views is not None:
-            key = (key, tuple(views))
+        # A comprehension: one pass over the arguments (up to a few hundred, an optimizer step's) per call.
+        views = [i for i, a in enumerate(args) if type(a) is XlaTensor and a._chain is not None]
+        if views:
+            key = (key, tuple((i, _view_key(args[i])) for i in views))
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans[key] = self._trace(args)
@@ -189,8 +186,7 @@ class FxProgram:
                     array = copy_buffer(array)
                 arrays[position] = array
         frames = stack.capture_frames() if bus.wants_frames else None
-        with graph_names.naming(self.name):
-            outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch)
+        outputs = execution.run_program(plan.graph, plan.entry, arrays, _EXECUTE, frames, plan.watch, self.name)
         if plan.rng_out is not None:
             rng.set_key(outputs[plan.rng_out], plan.device_index)
         index = plan.device_index
@@ -213,19 +209,20 @@ class FxProgram:
             if bases:
                 write_data(bases)
         results = []
+        append = results.append
         for source, value in plan.outputs:
             if source is _ROOT:
                 k, meta, strides, offset = value
-                results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, offset))
+                append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, offset))
             elif source is _ARG:
-                results.append(args[value])
+                append(args[value])
             elif source is _VIEW:
                 i, meta, chain, strides, offset = value
-                results.append(wrap_view(args[i]._st, meta, chain, strides, offset))
+                append(wrap_view(args[i]._st, meta, chain, strides, offset))
             elif source is _CONST:  # device data the graph made from constants: a new tensor each call
-                results.append(wrap(Storage(value, index), value.meta))
+                append(wrap(Storage(value, index), value.meta))
             else:
-                results.append(value)
+                append(value)
         return results
 
     # ---- the first call of a signature ---------------------------------------------------------
