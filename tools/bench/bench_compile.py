@@ -313,16 +313,7 @@ def _bench_zoo_case(name: str, args, remedy, stack: contextlib.ExitStack) -> Zoo
     case = zoo.ALL[name]
     base = build(case)
     batch = case.batch(0)
-    eager_dev = br.eager_device()
-    eager_model = convert(base, eager_dev, torch.float32)
-    eager_opt = case.make_optimizer(eager_model.parameters())
-    eager_batch = to_device(batch, eager_dev, torch.float32)
-
-    def eager_step():
-        eager_opt.zero_grad(set_to_none=True)
-        case.loss(eager_model, eager_batch).backward()
-        eager_opt.step()
-
+    eager = br.eager_zoo_case(case, base, batch)
     dev = xladev.device()
     model = convert(base, dev, torch.float32)
     if remedy is not None:
@@ -343,7 +334,7 @@ def _bench_zoo_case(name: str, args, remedy, stack: contextlib.ExitStack) -> Zoo
         xladev.mark_step()
 
     samples = br.time_interleaved({"compiled": (compiled_step, lambda: last[0].cpu()),
-                                   "eager": (eager_step, br.eager_wait(eager_dev))},
+                                   "eager": (eager.step, eager.wait)},
                                   args.warmup, args.steps, args.block, args.settle)
     return ZooCase(name, br.Timing.of(samples["compiled"], args.steps), br.Timing.of(samples["eager"], args.steps))
 

@@ -42,7 +42,7 @@ import transformers  # noqa: E402
 import xladev  # noqa: E402  (turns on jax_enable_x64: the jax code below says float32)
 import xladev.debug.metrics as met  # noqa: E402
 from bench_runtime import (  # noqa: E402
-    F32, Timing, cross_entropy, devices_line, eager_device, eager_wait, layer_norm, linear, match_jax_to_xladev,
+    F32, Timing, cross_entropy, devices_line, eager_zoo_case, layer_norm, linear, match_jax_to_xladev,
     sgd_momentum_step, time_interleaved)
 from tests.models import zoo  # noqa: E402
 from tests.models.harness import build, convert, to_device  # noqa: E402
@@ -161,17 +161,9 @@ def bench_case(name: str, args) -> CaseResult:
     batch = case.batch(0)
     first_loss = {}
 
-    eager_dev = eager_device()
-    eager_model = convert(base, eager_dev, torch.float32)
-    eager_opt = case.make_optimizer(eager_model.parameters())
-    eager_batch = to_device(batch, eager_dev, torch.float32)
+    eager = eager_zoo_case(case, base, batch)
     with torch.no_grad():
-        first_loss["eager"] = case.loss(eager_model, eager_batch).item()
-
-    def eager_step():
-        eager_opt.zero_grad(set_to_none=True)
-        case.loss(eager_model, eager_batch).backward()
-        eager_opt.step()
+        first_loss["eager"] = case.loss(eager.model, eager.batch).item()
 
     dev = xladev.device()
     xladev.mark_step(wait=True)
@@ -197,7 +189,7 @@ def bench_case(name: str, args) -> CaseResult:
     first, second = _compiling_step(xla_step), _compiling_step(xla_step)
     first_loss["xladev"] = losses[0].item()
 
-    steps = {"xladev": (xla_step, lambda: last[0].cpu()), "eager": (eager_step, eager_wait(eager_dev))}
+    steps = {"xladev": (xla_step, lambda: last[0].cpu()), "eager": (eager.step, eager.wait)}
     if name == "transformer_encoder":
         steps["jax"] = (encoder_jax_step(base, batch, first_loss), lambda: None)
     samples = time_interleaved(steps, args.warmup, args.steps, args.block, args.settle)

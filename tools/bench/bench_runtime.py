@@ -128,6 +128,40 @@ def eager_wait(device: torch.device) -> Callable[[], None]:
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
+@dataclasses.dataclass
+class EagerZooCase:
+    """A model-zoo case trained in eager PyTorch on `eager_device()`: the reference column of the zoo benchmarks."""
+
+    model: torch.nn.Module
+    batch: object
+    step: Callable[[], None]
+    wait: Callable[[], None]
+
+
+def eager_zoo_case(case, base: torch.nn.Module, batch) -> EagerZooCase:
+    """The eager reference of a zoo case (tests/models/zoo.py): a float32 copy of `base` on `eager_device()`, its
+    optimizer, and its training step (zero_grad, the case's loss, backward, optimizer step).
+
+    Args:
+      case: the zoo case.
+      base: its model as built on the CPU (tests.models.harness.build).
+      batch: its batch, on the CPU.
+    """
+    from tests.models.harness import convert, to_device
+
+    device = eager_device()
+    model = convert(base, device, torch.float32)
+    optimizer = case.make_optimizer(model.parameters())
+    on_device = to_device(batch, device, torch.float32)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        case.loss(model, on_device).backward()
+        optimizer.step()
+
+    return EagerZooCase(model, on_device, step, eager_wait(device))
+
+
 def eager_label(device: torch.device) -> str:
     """A table's column heading for eager PyTorch on `device`."""
     return f"eager {device.type.upper()}"
