@@ -53,7 +53,12 @@ def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_af
         xladev.mark_step()
         assert got.item() == pytest.approx(expected.item(), rel=parity_bounds.loss_rtol(), abs=0)
         programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
-        assert [e.graph_name for e in programs] == ["Sequential.forward#0 forward", "Sequential.forward#0 backward"]
+        if step == 0:
+            # The index counts TorchDynamo's compiles of `Sequential.forward` in this process: another test in the
+            # same worker may have compiled one before. Every step runs the graphs of the first.
+            label = programs[0].graph_name.rsplit(" ", 1)[0] if programs else ""
+            assert label.startswith("Sequential.forward#"), [e.graph_name for e in programs]
+        assert [e.graph_name for e in programs] == [f"{label} forward", f"{label} backward"]
         if step >= 2:
             # The batch, and the lazy AdamW's step-dependent numbers (bias corrections): the parameters and the
             # optimizer state stay on the device.
