@@ -209,20 +209,19 @@ class FxProgram:
             if bases:
                 write_data(bases)
         results = []
-        append = results.append
         for source, value in plan.outputs:
             if source is _ROOT:
                 k, meta, strides, offset = value
-                append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, offset))
+                results.append(wrap_view(Storage(DataNode(outputs[k], meta), index), meta, None, strides, offset))
             elif source is _ARG:
-                append(args[value])
+                results.append(args[value])
             elif source is _VIEW:
                 i, meta, chain, strides, offset = value
-                append(wrap_view(args[i]._st, meta, chain, strides, offset))
+                results.append(wrap_view(args[i]._st, meta, chain, strides, offset))
             elif source is _CONST:  # device data the graph made from constants: a new tensor each call
-                append(wrap(Storage(value, index), value.meta))
+                results.append(wrap(Storage(value, index), value.meta))
             else:
-                append(value)
+                results.append(value)
         return results
 
     # ---- the first call of a signature ---------------------------------------------------------
