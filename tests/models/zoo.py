@@ -8,6 +8,9 @@ attention implementation is "sdpa"; cases ending in `_eager` select its "eager" 
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -347,3 +350,26 @@ COMPILED_CHANGES = {
     "mixtral": {"fallbacks": {"DynamoGraphBreak": "transformers' expert loop for non-bfloat16 weights under "
                                                   "torch.compile reads each expert's token count"}},
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Remedies for graph breaks
+# ---------------------------------------------------------------------------------------------
+
+def _loss_type_set(model) -> contextlib.AbstractContextManager:
+    model.loss_type = "ForCausalLM"
+    return contextlib.nullcontext()
+
+
+def _logging_call_ignored(model) -> contextlib.AbstractContextManager:
+    import torch._dynamo
+
+    # transformers adds warning_once to logging.Logger; TorchDynamo then skips it in compiled code.
+    return torch._dynamo.config.patch(ignore_logging_functions={logging.Logger.warning_once})
+
+
+# The remedies the graph-break advice gives for a case's break under torch.compile (xladev/rules/compile_rules.py,
+# docs/compile.md), by case: (label, remedy). A remedy changes the model, and returns the context in which the case
+# is then compiled and run. tests/models/test_compiled.py checks that each removes the break; bench_compile.py
+# times each.
+BREAK_REMEDIES = {"gpt2": (("loss_type set", _loss_type_set), ("logging call ignored", _logging_call_ignored))}

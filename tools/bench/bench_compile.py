@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import platform
 import statistics
@@ -285,22 +284,6 @@ class ZooCase:
         return _ms(self.compiled) / _ms(self.eager)
 
 
-def _loss_type_set(model) -> contextlib.AbstractContextManager:
-    model.loss_type = "ForCausalLM"
-    return contextlib.nullcontext()
-
-
-def _logging_call_ignored(model) -> contextlib.AbstractContextManager:
-    # transformers adds warning_once to logging.Logger; TorchDynamo then skips it in compiled code.
-    return torch._dynamo.config.patch(ignore_logging_functions={logging.Logger.warning_once})
-
-
-# The remedies the graph-break advice gives for a zoo case's break (docs/compile.md): each such case is timed once
-# more with each, as a user who follows the report runs it. A remedy changes the model, or returns the context in
-# which the case is compiled and run.
-REMEDIES = {"gpt2": (("loss_type set", _loss_type_set), ("logging call ignored", _logging_call_ignored))}
-
-
 def bench_zoo_case(name: str, args, remedy=None) -> ZooCase:
     with contextlib.ExitStack() as stack:
         return _bench_zoo_case(name, args, remedy, stack)
@@ -363,7 +346,7 @@ def main(argv=None) -> int:
     inference = bench_inference(args)
     host = bench_host_calls(args)
     cases = [bench_zoo_case(name, args) for name in models]
-    cases += [bench_zoo_case(name, args, remedy) for name in models for remedy in REMEDIES.get(name, ())]
+    cases += [bench_zoo_case(name, args, remedy) for name in models for remedy in zoo.BREAK_REMEDIES.get(name, ())]
 
     print(f"\nxladev torch.compile benchmark ({platform.python_version()}, torch {torch.__version__}, jax "
           f"{jax.__version__}, {os.cpu_count()} CPUs, load average before {load}; median over blocks of {args.block} "
