@@ -28,15 +28,10 @@ async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.02) 
 
 async def settle(pilot, timeout: float = 10.0, same: int = 3) -> None:
     """Lets the app run until `same` screenshots 100 ms apart are alike (a loaded machine can leave a layout
-    pass pending for a while, e.g. a scrollbar appearing one pass late, after a plain pause).
-
-    Each screenshot follows a layout of the whole screen asked for before it: text that wraps once more when a
-    scrollbar takes two columns changes the scrollbar's thumb in the next pass, so alike screenshots only count
-    once the layout is a fixed point, not while a pass is still due (test_long_names, 80x24, under load)."""
+    pass pending for a while, e.g. a scrollbar appearing one pass late, after a plain pause)."""
     deadline = time.monotonic() + timeout
     previous, alike = None, 0
     while time.monotonic() < deadline:
-        pilot.app.screen.refresh(layout=True)
         await pilot.pause(0.1)
         shot = re.sub(r"terminal-\d+", "", pilot.app.export_screenshot())
         alike = alike + 1 if shot == previous else 0
