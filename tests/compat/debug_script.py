@@ -141,7 +141,7 @@ def metrics():
 @case
 def unsupported_import():
     try:
-        from torch_xla.core.xla_model import RateTracker  # noqa: F401
+        from torch_xla.core.xla_model import send  # noqa: F401
     except ImportError as exc:
         return {"error": type(exc).__mro__[1].__name__, "message": str(exc)}
     return {"error": None}

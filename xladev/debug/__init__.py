@@ -121,6 +121,42 @@ def get_tensors_dot(tensors) -> str:
     return graph_to_dot(graph_of(tensors))
 
 
+def get_tensor_debug_info(tensor) -> str:
+    """What a device tensor holds now: storage id, device, shape, sharding, pending IR node or device buffer
+    (PyTorch/XLA's `torch_xla._XLAC._get_xla_tensor_debug_info` block: `XLAData: None` while still pending).
+    Nothing runs."""
+    from xladev.runtime.introspect import tensor_debug_info
+
+    return tensor_debug_info(tensor)
+
+
+def memory_info(device=None) -> dict:
+    """Device memory in bytes under PyTorch/XLA's keys: `bytes_used`, `bytes_limit`, `peak_bytes_used`.
+
+    Args:
+      device: an xla device (`xla:0` when None).
+
+    Returns:
+      The allocator's statistics on a GPU; on the CPU, the live device arrays and the host's memory (the peak is
+      the largest use seen by these calls).
+
+    Raises:
+      ValueError: not an xla device of this process.
+    """
+    from xladev.runtime.backend import device_index
+    from xladev.runtime.device_memory import memory_info as _memory_info
+
+    return _memory_info(0 if device is None else device_index(device))
+
+
+def num_cached_graphs() -> int:
+    """How many compiled graphs the in-memory cache holds (PyTorch/XLA's
+    `xr.get_num_cached_compilation_graph()`)."""
+    from xladev.runtime.compilation import compile_cache
+
+    return len(compile_cache.by_hash)
+
+
 class allow_execution:
     """Allows or forbids graph executions: forbidden, any execution raises `ExecutionNotAllowedError`
     naming its cause and the user's line (PyTorch/XLA's ``torch_xla._XLAC._set_allow_execution``).
@@ -151,7 +187,8 @@ class allow_execution:
 
 
 __all__ += ["allow_execution"]
-__all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot"]
+__all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot",
+            "get_tensor_debug_info", "memory_info", "num_cached_graphs"]
 
 
 _SUBMODULES = ("metrics", "profiler", "event_log")

@@ -7,12 +7,13 @@ the next barrier would run, and their text forms (irtext.py) and lowering (graph
 from __future__ import annotations
 
 from xladev.runtime.graph_lowering import lowered
-from xladev.runtime.ir import Graph
-from xladev.runtime.irtext import graph_to_dot, graph_to_text, root_hashes
+from xladev.runtime.ir import DataNode, Graph
+from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, root_hashes
+from xladev.runtime.spmd_sharding import get_sharding_spec
 from xladev.runtime.storage import pending_storages
 from xladev.runtime.tensor import XlaTensor
 
-__all__ = ["graph_of", "graph_to_dot", "lowered", "pending_graph", "root_hashes", "text"]
+__all__ = ["graph_of", "graph_to_dot", "lowered", "pending_graph", "root_hashes", "tensor_debug_info", "text"]
 
 
 def graph_of(tensors) -> Graph:
@@ -33,3 +34,35 @@ def pending_graph() -> Graph:
 
 def text(graph: Graph) -> str:
     return graph_to_text(graph)
+
+
+def _plain_shape(meta) -> str:
+    # PyTorch/XLA prints a tensor's shape without its layout here (`f32[16]`), unlike in the IR text.
+    return f"{dtype_short(meta.dtype)}[{','.join(str(d) for d in meta.shape)}]"
+
+
+def tensor_debug_info(t) -> str:
+    """What a device tensor holds now, in the layout of PyTorch/XLA's `_get_xla_tensor_debug_info`.
+
+    The block names the tensor's storage, device and shape, its sharding, its pending IR node (`IR: None` once
+    it is device data) and its device buffer (`XLAData: None` while it is still pending), so a test can ask
+    whether a value was materialised without running anything.
+
+    Args:
+      t: any tensor.
+
+    Returns:
+      The block, or "Not a XLATensor" for a tensor of another device.
+    """
+    if not isinstance(t, XlaTensor):
+        return "Not a XLATensor\n"
+    node = t._node()
+    lines = ["XLATensor {", f"TensorID: {t._st.sid}", f"AliasID: {t._st.sid}", f"Device: {t.device}",
+             f"XLA Shape: {_plain_shape(node.meta)}", f"ShardingSpec: {get_sharding_spec(t) or 'None'}"]
+    if isinstance(node, DataNode) and node.array is not None:
+        lines += ["IR: None", "XLAData: ", f"  Data Device: {t.device}", f"  Data Shape: {_plain_shape(node.meta)}",
+                  f"  Data Handle: {id(node.array)}"]
+    else:
+        lines += [f"IR: {node.op.name}, xla_shape={_plain_shape(node.meta)}", "XLAData: None"]
+    lines += ["Tensor on host: None", "}"]
+    return "\n".join(lines) + "\n"

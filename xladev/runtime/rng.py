@@ -60,6 +60,24 @@ def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     _state(device_index).set(DataNode(device_put.put(key.copy(), device_index), _KEY_META))
 
 
+def seed_of(device_index: int = 0) -> int:
+    """The device generator's state as one 64-bit integer, PyTorch/XLA's `xm.get_rng_state()` form.
+
+    The threefry key is the seed's two 32-bit halves (see `_seed_node`), so `manual_seed(s)` then `seed_of()`
+    gives `s` back, and `manual_seed(seed_of())` restores the generator exactly. Reading it computes the key when
+    random ops left it pending, and copies 8 bytes to the host.
+
+    Args:
+      device_index: the device.
+
+    Returns:
+      The state, in [0, 2**64).
+    """
+    high, low = (int(v) for v in np.asarray(materialized_key(
+        device_index, Cause(CauseKind.VALUE_ACCESS, "xm.get_rng_state()")), dtype=np.uint32))
+    return (high << 32) | low
+
+
 def state_of(device_index: int) -> Storage:
     """The storage holding a device's RNG key (seeded with DEFAULT_SEED on first use)."""
     return _state(device_index)

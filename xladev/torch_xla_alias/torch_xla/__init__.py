@@ -50,6 +50,13 @@ def device_count() -> int:
     return xladev.device_count()
 
 
+def real_devices() -> list[str]:
+    """The runtime names of this process's devices (`['CPU:0']`, `['CUDA:0', ...]`): `xm.xla_real_devices`."""
+    from torch_xla.core import xla_model
+
+    return xla_model.xla_real_devices()
+
+
 def sync(wait: bool = False, reset_scope: bool = True) -> None:
     """Ends the step: compiles (or reuses) and starts the pending graph; `xladev.sync`.
 
@@ -120,7 +127,7 @@ def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_si
 
 
 # PyTorch/XLA imports these with the package; here they load on first use.
-__getattr__ = _xladev.module_getattr(__name__, submodules=("_dynamo", "core", "debug", "distributed", "experimental",
+__getattr__ = _xladev.module_getattr(__name__, submodules=("_XLAC", "_dynamo", "core", "debug", "distributed", "experimental",
                                                          "runtime", "utils"))
 
 from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)

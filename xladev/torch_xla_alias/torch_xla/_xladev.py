@@ -22,8 +22,12 @@ _DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torc
                 "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
                 "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
 _SPMD = "use torch_xla.distributed.spmd (xs.Mesh, xs.mark_sharding; docs/distributed.md)"
-_CPP = ("PyTorch/XLA's C++ bindings do not exist here; use the public API: torch_xla.sync(), "
-        "torch_xla.debug.metrics, or xladev.debug.get_tensors_text/get_tensors_hlo for graphs")
+_CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xladev provides the debug getters "
+        "(_get_xla_tensors_text, _get_xla_tensors_hlo, _get_xla_tensor_debug_info, _get_graph_hash, "
+        "_get_xla_sharding_spec) and the runtime's plain answers (_xla_get_default_device, _xla_real_devices, "
+        "_xla_get_rng_seed, _xla_memory_info, _xla_get_num_cached_compilation_graph, _get_executed_fallback_ops, "
+        "_set_allow_execution, _xla_sync_multi); use the public API for the rest: torch_xla.sync(), "
+        "torch_xla.debug.metrics, xladev.debug")
 
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
@@ -33,9 +37,8 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
                                "is: torch_xla.experimental.eager_mode)"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
-    "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils's getenv_as, check_env_flag and "
-                        "SampleGenerator; read environment variables with os.environ and build data with "
-                        "torch.utils.data"),
+    "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils (PyTorch/XLA's helpers), "
+                        "serialization (save/load)"),
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
@@ -56,11 +59,6 @@ UNSUPPORTED: dict[str, str] = {
                                                  "torchrun); " + _DISTRIBUTED),
     "torch_xla.core.xla_model.xla_replication_devices": ("each process of a job is one replica on its xla:0; "
                                                          "use torch_xla.runtime.world_size()"),
-    "torch_xla.core.xla_model.RateTracker": ("time the loop with time.perf_counter(), or read "
-                                            "met.metric_data('ExecuteTime')"),
-    "torch_xla.core.xla_model.get_rng_state": "reseed with torch_xla.manual_seed(seed); torch.xla.get_rng_state() "
-                                              "returns the device RNG state as a tensor",
-    "torch_xla.core.xla_model.get_memory_info": "device memory statistics are not available",
     "torch_xla.core.xla_model.xla_device_kind": "use xm.xla_device_hw(device) (CPU or CUDA)",
     "torch_xla.core.xla_model.unlazy": "use torch_xla.sync(), which materialises every pending tensor",
     "torch_xla.core.xla_model.optimization_barrier_": "optimization barriers are not exposed",

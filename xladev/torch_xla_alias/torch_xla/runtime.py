@@ -34,6 +34,13 @@ def set_device_type(pjrt_device: str) -> None:
                            f"PJRT_DEVICE={wanted} to use {wanted}")
 
 
+def get_num_cached_compilation_graph() -> int:
+    """How many compiled graphs the in-memory cache holds: `xladev.debug.num_cached_graphs`."""
+    import xladev.debug
+
+    return xladev.debug.num_cached_graphs()
+
+
 def using_pjrt() -> bool:
     """True: xladev, like PyTorch/XLA 2.x, has no other runtime."""
     return True

@@ -9,9 +9,12 @@ size 1, `all_reduce` a copy.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import sys
-from typing import Any, Callable, TextIO
+import time
+from typing import Any, Callable, Iterator, TextIO, TypedDict
 
 import torch
 
@@ -169,8 +172,115 @@ def optimizer_step(optimizer: torch.optim.Optimizer, barrier: bool = False, opti
 
 
 def set_rng_state(seed: int, device: str | torch.device | None = None) -> None:
-    """Seeds the device RNG: `xladev.manual_seed`."""
-    xladev.manual_seed(seed, None if device is None else torch.device(device))
+    """Sets the device RNG's state to `seed` (the default device's when None), as `get_rng_state` returns it.
+
+    Args:
+      seed: the state, an integer (taken modulo 2**64).
+      device: the xla device.
+    """
+    xladev.manual_seed(seed, torch.device(device) if device else xladev.device())
+
+
+def get_rng_state(device: str | torch.device | None = None) -> int:
+    """The device RNG's state as an integer: the seed after `set_rng_state(seed)`, advanced by each random op.
+
+    Args:
+      device: the xla device (the default one when None).
+
+    Returns:
+      The state; `set_rng_state` of it restores the generator exactly.
+    """
+    from xladev.runtime import rng
+
+    return rng.seed_of(_index_of(device) if device else 0)
+
+
+@contextlib.contextmanager
+def fork_rng(device: str | torch.device | None = None, enabled: bool = True) -> Iterator[None]:
+    """Restores the device RNG's state on the way out of the block.
+
+    Args:
+      device: the xla device (the default one when None).
+      enabled: False makes the block a no-op.
+    """
+    if not enabled:
+        yield
+        return
+    state = get_rng_state(device)
+    try:
+        yield
+    finally:
+        set_rng_state(state, device)
+
+
+class MemoryInfo(TypedDict):
+    """`get_memory_info()`'s answer, in bytes."""
+
+    bytes_used: int
+    bytes_limit: int
+    peak_bytes_used: int
+
+
+def get_memory_info(device: str | torch.device | None = None) -> MemoryInfo:
+    """Device memory in use, the limit and the peak: `xladev.debug.memory_info`.
+
+    On the CPU backend, the use is the live device buffers and the limit the host's memory; on a GPU, the
+    allocator's own statistics.
+
+    Args:
+      device: the xla device (the default one when None).
+
+    Raises:
+      ValueError: not an xla device of this process.
+    """
+    return MemoryInfo(**xladev.debug.memory_info(xladev.device(_index_of(device)) if device else None))
+
+
+_clock = time.time  # RateTracker's clock, wall time as PyTorch/XLA's; a module name so a test can fix it
+
+
+class RateTracker:
+    """Items per second of a loop: a smoothed recent rate and the rate since creation, as PyTorch/XLA's.
+
+    `add(n)` counts items; `rate()` is the rate since the previous `rate()` call, blended with the previous
+    answer by the smoothing factor (0.4 by default, or `RATE_TRACKER_SMOOTHING`): 0 gives the raw rate, values
+    near 1 change slowly. `global_rate()` is every item over the time since creation.
+
+    Args:
+      smooth_factor: the weight of the previous rate in `rate()`.
+    """
+
+    def __init__(self, smooth_factor: float | None = None) -> None:
+        if smooth_factor is None:
+            smooth_factor = float(os.environ.get("RATE_TRACKER_SMOOTHING", "0.4"))
+        self._smooth_factor = smooth_factor
+        self._start_time = self._last_time = _clock()
+        self._counted = 0.0  # items before the last `rate()` call
+        self._pending = 0.0  # items since it
+        self._last_rate: float | None = None
+
+    def add(self, count: float) -> None:
+        """Counts `count` more items."""
+        self._pending += count
+
+    def rate(self) -> float:
+        """The smoothed rate of the items added since the last call (0.0 when no time has passed)."""
+        now = _clock()
+        elapsed = now - self._last_time
+        if elapsed <= 0:
+            return 0.0
+        current = self._pending / elapsed
+        if self._last_rate is not None:
+            current = (1 - self._smooth_factor) * current + self._smooth_factor * self._last_rate
+        self._counted += self._pending
+        self._pending = 0.0
+        self._last_time, self._last_rate = now, current
+        return current
+
+    def global_rate(self) -> float:
+        """Every item added over the seconds since the tracker was made."""
+        elapsed = _clock() - self._start_time
+        return (self._counted + self._pending) / elapsed if elapsed > 0 else 0.0
 
 
 def get_stablehlo(tensors: list[torch.Tensor] | None = None) -> str:

@@ -1,0 +1,106 @@
+"""`torch_xla._XLAC` on xladev: the debug getters PyTorch/XLA's docs and tests call, and nothing else.
+
+PyTorch/XLA's `_XLAC` is its C++ extension. xladev has no such module, but some of its functions are the
+documented way to look at a graph (`_get_xla_tensors_text`, `_get_xla_tensors_hlo`,
+`_get_xla_tensor_debug_info`) or to ask the runtime a plain question (default device, RNG seed, memory,
+cached graphs). Those map onto xladev's public API here. Every other name is refused with the public way to
+do it, by the alias's table (`_xladev.UNSUPPORTED['torch_xla._XLAC']`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import xladev
+import xladev.debug
+from xladev.debug import metrics as _met
+
+from torch_xla import _xladev
+
+
+def _get_xla_tensors_text(tensors: list[torch.Tensor]) -> str:
+    """IR text of the graph computing `tensors`: `xladev.debug.get_tensors_text`. Nothing runs."""
+    return xladev.debug.get_tensors_text(tensors)
+
+
+def _get_xla_tensors_hlo(tensors: list[torch.Tensor]) -> str:
+    """HLO text of the graph computing `tensors`: `xladev.debug.get_tensors_hlo`. Nothing runs."""
+    return xladev.debug.get_tensors_hlo(tensors)
+
+
+def _get_xla_tensors_dot(tensors: list[torch.Tensor]) -> str:
+    """Graphviz text of the graph computing `tensors`: `xladev.debug.get_tensors_dot`."""
+    return xladev.debug.get_tensors_dot(tensors)
+
+
+def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
+    """What a tensor holds now (`XLAData: None` while pending): `xladev.debug.get_tensor_debug_info`."""
+    return xladev.debug.get_tensor_debug_info(tensor)
+
+
+def _get_graph_hash(tensors: list[torch.Tensor]) -> str:
+    """The hash of the graph computing `tensors`: `xladev.debug.get_graph_hash`."""
+    return xladev.debug.get_graph_hash(tensors)
+
+
+def _get_xla_sharding_spec(tensor: torch.Tensor) -> str:
+    """The tensor's sharding as HLO sharding text, '' when it has none."""
+    from xladev.runtime.spmd_sharding import get_sharding_spec
+
+    return get_sharding_spec(tensor)
+
+
+def _xla_get_default_device() -> str:
+    """The default device's name, `xla:0`."""
+    return str(xladev.device())
+
+
+def _xla_real_devices(devices: list | None = None) -> list[str]:
+    """The runtime names of this process's devices (`CPU:0`...)."""
+    from torch_xla.core import xla_model
+
+    return xla_model.xla_real_devices(devices)
+
+
+def _xla_get_rng_seed(device: str = "") -> int:
+    """The device RNG's state as an integer: `xm.get_rng_state`."""
+    from torch_xla.core import xla_model
+
+    return xla_model.get_rng_state(device or None)
+
+
+def _xla_set_rng_seed(seed: int, device: str = "") -> None:
+    """Sets the device RNG's state: `xm.set_rng_state`."""
+    from torch_xla.core import xla_model
+
+    xla_model.set_rng_state(seed, device or None)
+
+
+def _xla_memory_info(device: str = "") -> dict:
+    """Device memory in bytes: `xm.get_memory_info`."""
+    return xladev.debug.memory_info(device or None)
+
+
+def _xla_get_num_cached_compilation_graph() -> int:
+    """How many compiled graphs the in-memory cache holds."""
+    return xladev.debug.num_cached_graphs()
+
+
+def _get_executed_fallback_ops() -> list[str]:
+    """The aten ops that ran on the CPU since the counters were last cleared: `met.executed_fallback_ops`."""
+    return _met.executed_fallback_ops()
+
+
+def _set_allow_execution(allowed: bool) -> None:
+    """Forbids (False) or allows graph executions: `xladev.debug.allow_execution`."""
+    xladev.debug.allow_execution(allowed)
+
+
+def _xla_sync_multi(tensors: list[torch.Tensor], devices: list | None = None, wait: bool = True,
+                    sync_xla_data: bool = True) -> None:
+    """Computes pending tensors. xladev syncs everything pending, which includes `tensors`; the graph then
+    holds the other pending tensors too (PyTorch/XLA's graph holds only these)."""
+    xladev.sync(wait=wait)
+
+
+__getattr__ = _xladev.module_getattr(__name__)
