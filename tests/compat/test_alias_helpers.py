@@ -96,6 +96,12 @@ def test_utils_utils_helpers(tx, capsys):
     assert len(found) == 2 and found[0] is shared  # each object once, in order
     rewritten = xu.for_each_instance_rewrite(nested, lambda v: isinstance(v, torch.Tensor), lambda t: t.numel())
     assert rewritten == {"a": [1, [2, 3]], "b": 1, "c": {"d": "text"}}
+    # Both walks meet the selected objects in the same order, dict keys before their values.
+    walked, rewrote = [], []
+    keyed = {"k1": {"k2": "v2"}, 7: ["v3", ("v4", 8.5)]}
+    xu.for_each_instance(keyed, lambda v: isinstance(v, (int, float, str)), walked.append)
+    xu.for_each_instance_rewrite(keyed, lambda v: isinstance(v, (int, float, str)), lambda v: rewrote.append(v) or v)
+    assert walked == rewrote == ["k1", "k2", "v2", 7, "v3", "v4", 8.5]
 
     folder = xu.TmpFolder()
     name = folder.name
@@ -147,3 +153,44 @@ def test_xlac_debug_getters_and_runtime_answers(tx):
     assert torch_xla._XLAC._xla_get_default_device() == "xla:0"
     assert torch_xla.real_devices() == [f"{xr.device_type()}:0"]
     assert torch_xla._XLAC._get_graph_hash([x + 1]) == torch_xla._XLAC._get_graph_hash([x + 1])
+
+
+def test_send_cpu_data_to_device_and_the_arena(tx):
+    xm, device = tx.xm, tx.torch_xla.device()
+    leaf = torch.ones(2, 2, requires_grad=True)
+    single = xm.send_cpu_data_to_device(leaf, device)
+    assert len(single) == 1 and single[0].device == device and single[0].requires_grad and single[0].is_leaf
+    assert torch.equal(single[0].cpu(), torch.ones(2, 2))
+    nested = xm.send_cpu_data_to_device({"x": (torch.arange(3), "tag"), "n": 4}, device)
+    assert nested["x"][0].device == device and nested["x"][0].cpu().tolist() == [0, 1, 2] and nested["x"][1] == "tag"
+    with pytest.raises(ValueError, match="input_sharding"):
+        xm.send_cpu_data_to_device(leaf, device, input_sharding=object())
+
+    calls = []
+
+    def convert(tensors):
+        calls.append(len(tensors))
+        return [t * 10 for t in tensors]
+
+    out = xm.ToXlaTensorArena(convert, lambda v: isinstance(v, torch.Tensor)).transform(
+        [torch.tensor(1), {"k": torch.tensor(2)}])
+    assert calls == [2] and out[0].item() == 10 and out[1]["k"].item() == 20  # one call for every tensor
+    with pytest.raises(ValueError, match="returned 0 tensors for 1"):
+        xm.ToXlaTensorArena(lambda ts: [], lambda v: isinstance(v, torch.Tensor)).transform([torch.tensor(1)])
+    copies = tx.torch_xla._XLAC._xla_tensors_from_aten([torch.ones(3)], [str(device)])
+    assert copies[0].device == device
+    size = tx.torch_xla._XLAC._get_xla_tensor_dimension_size(copies[0], 0)
+    assert size.device == device and size.dtype == torch.int32 and size.item() == 3
+
+
+def test_mat_mul_precision_is_kept_and_checked(tx):
+    import torch_xla.backends as backends
+
+    assert backends.get_mat_mul_precision() == "highest"
+    backends.set_mat_mul_precision("default")
+    try:
+        assert tx.torch_xla._XLAC._xla_get_mat_mul_precision() == "default"
+        with pytest.raises(ValueError, match="Invalid precision: fast"):
+            backends.set_mat_mul_precision("fast")
+    finally:
+        backends.set_mat_mul_precision("highest")

@@ -96,6 +96,43 @@ def _set_allow_execution(allowed: bool) -> None:
     xladev.debug.allow_execution(allowed)
 
 
+def _xla_set_mat_mul_precision(precision: str) -> None:
+    """Records the matmul precision level: `torch_xla.backends.set_mat_mul_precision`."""
+    from torch_xla import backends
+
+    backends.set_mat_mul_precision(precision)
+
+
+def _xla_get_mat_mul_precision() -> str:
+    """The matmul precision level last set: `torch_xla.backends.get_mat_mul_precision`."""
+    from torch_xla import backends
+
+    return backends.get_mat_mul_precision()
+
+
+def _xla_tensors_from_aten(tensors: list[torch.Tensor], devices: list[str], shardings: list | None = None
+                           ) -> list[torch.Tensor]:
+    """Copies of CPU tensors on the xla devices named, each a new leaf keeping `requires_grad`.
+
+    Raises:
+      ValueError: `shardings` were given (mark the copies with `xs.mark_sharding` instead), or the lists differ
+        in length.
+    """
+    if shardings and any(s is not None for s in shardings):
+        raise ValueError("_xla_tensors_from_aten(shardings=...) is not supported by xladev: copy the tensors, then "
+                         "xs.mark_sharding them")
+    if len(tensors) != len(devices):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors for {len(devices)} devices")
+    from torch_xla.core import xla_model
+
+    return [xla_model._tensors_to_device([t], d)[0] for t, d in zip(tensors, devices)]
+
+
+def _get_xla_tensor_dimension_size(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """The size of dimension `dim` as an int32 tensor on the tensor's device (shapes are static here)."""
+    return torch.tensor(tensor.size(dim), dtype=torch.int32, device=tensor.device)
+
+
 def _xla_sync_multi(tensors: list[torch.Tensor], devices: list | None = None, wait: bool = True,
                     sync_xla_data: bool = True) -> None:
     """Computes pending tensors. xladev syncs everything pending, which includes `tensors`; the graph then

@@ -26,7 +26,8 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
         "(_get_xla_tensors_text, _get_xla_tensors_hlo, _get_xla_tensor_debug_info, _get_graph_hash, "
         "_get_xla_sharding_spec) and the runtime's plain answers (_xla_get_default_device, _xla_real_devices, "
         "_xla_get_rng_seed, _xla_memory_info, _xla_get_num_cached_compilation_graph, _get_executed_fallback_ops, "
-        "_set_allow_execution, _xla_sync_multi); use the public API for the rest: torch_xla.sync(), "
+        "_set_allow_execution, _xla_sync_multi, _xla_set_mat_mul_precision, _xla_tensors_from_aten, "
+        "_get_xla_tensor_dimension_size); use the public API for the rest: torch_xla.sync(), "
         "torch_xla.debug.metrics, xladev.debug")
 
 # Full dotted name -> advice. An entry for a module also covers every name below it.
@@ -63,7 +64,6 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.xla_model.unlazy": "use torch_xla.sync(), which materialises every pending tensor",
     "torch_xla.core.xla_model.optimization_barrier_": "optimization barriers are not exposed",
     "torch_xla.core.xla_model.get_stablehlo_bytecode": "use xm.get_stablehlo(tensors) (text)",
-    "torch_xla.core.xla_model.send_cpu_data_to_device": "use tensor.to(torch_xla.device())",
     "torch_xla.core.xla_model.parse_xla_device": "use torch.device(name).index",
     "torch_xla.debug.metrics_compare_utils.compare_metrics": ("compare two runs' metrics with `xladev report A B`, "
                                                               "which says which differences matter"),

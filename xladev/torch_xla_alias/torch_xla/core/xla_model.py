@@ -344,6 +344,67 @@ def save(data: Any, file_or_path: Any, master_only: bool = True, global_master: 
     rendezvous("torch_xla.core.xla_model.save")
 
 
+class ToXlaTensorArena:
+    """Replaces the tensors `select_fn` picks inside any nesting of containers, converting them all in one call.
+
+    `transform(inputs)` walks `inputs` (`torch_xla.utils.utils.for_each_instance` order), hands every selected
+    tensor to `convert_fn` at once, and returns a copy of `inputs` holding the converted ones in their places.
+
+    Args:
+      convert_fn: maps the list of selected tensors to a list of replacements, in the same order.
+      select_fn: which objects to convert.
+    """
+
+    def __init__(self, convert_fn: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+                 select_fn: Callable[[Any], bool]) -> None:
+        self._convert_fn = convert_fn
+        self._select_fn = select_fn
+
+    def transform(self, inputs: Any) -> Any:
+        """A copy of `inputs` with the selected tensors converted (lists for tuples, as PyTorch/XLA's walk).
+
+        Raises:
+          ValueError: `convert_fn` returned a different number of tensors than it was given.
+        """
+        from torch_xla.utils import utils as xu
+
+        found: list = []
+        xu.for_each_instance(inputs, self._select_fn, found.append)
+        converted = list(self._convert_fn(found)) if found else []
+        if len(converted) != len(found):
+            raise ValueError(f"ToXlaTensorArena's convert_fn returned {len(converted)} tensors for {len(found)}")
+        replacements = iter(converted)
+        return xu.for_each_instance_rewrite(inputs, self._select_fn, lambda _: next(replacements))
+
+
+def _tensors_to_device(tensors: list[torch.Tensor], device: str | torch.device) -> list[torch.Tensor]:
+    """Copies of CPU tensors on an xla device, each a new leaf that keeps its `requires_grad`."""
+    return [t.detach().to(device).requires_grad_(t.requires_grad) for t in tensors]
+
+
+def send_cpu_data_to_device(datas: Any, device: str | torch.device, input_sharding: Any = None) -> Any:
+    """`datas` (a tensor, or any nesting of containers) with every CPU tensor copied to `device`.
+
+    Args:
+      datas: a tensor (the result is then a one-element list, as PyTorch/XLA's) or a nesting holding tensors.
+      device: the xla device.
+      input_sharding: SPMD input sharding; not supported here.
+
+    Returns:
+      The same structure (lists for tuples) with xla tensors in place of the CPU ones.
+
+    Raises:
+      ValueError: `input_sharding` was given.
+    """
+    if input_sharding is not None:
+        raise ValueError("send_cpu_data_to_device(input_sharding=...) is not supported by xladev: copy the data, "
+                         "then xs.mark_sharding the tensors")
+    if type(datas) is torch.Tensor:
+        datas = [datas]
+    return ToXlaTensorArena(lambda tensors: _tensors_to_device(tensors, device),
+                            lambda v: type(v) is torch.Tensor and v.device.type == "cpu").transform(datas)
+
+
 def broadcast_master_param(model: torch.nn.Module) -> None:
     """Gives every replica the master replica's parameters and buffers, in one broadcast, then marks the step."""
     xladev.broadcast(list(model.parameters()) + list(model.buffers()), root=0)

@@ -186,7 +186,8 @@ def for_each_instance_rewrite(value: Any, select_fn: Callable[[Any], bool], fn: 
         elif isinstance(item, dict):
             result = done[id(item)] = {}
             for key, val in item.items():
-                result[rewrite(key)] = rewrite(val)
+                new_key = rewrite(key)  # the key first: `result[rewrite(key)] = rewrite(val)` runs the value first
+                result[new_key] = rewrite(val)
         elif isinstance(item, (set, frozenset)):
             result = done[id(item)] = set()
             result.update(rewrite(x) for x in item)
