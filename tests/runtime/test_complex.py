@@ -201,3 +201,15 @@ def test_reductions_and_angle_keep_the_imaginary_part(dev, events):
     _assert_close(torch.std(zx), torch.std(z), 16 * 4 * eps * scale)
     _assert_close(torch.vdot(zx, wx), torch.vdot(z, w), _product_bound(z, w, 16))
     _no_fallbacks(events)
+
+
+def test_sgn_of_infinite_and_nan_complex_values_matches_eager(dev):
+    inf, nan = float("inf"), float("nan")
+    values = torch.tensor([complex(inf, inf), complex(nan, nan), 0j, complex(inf, 0), complex(-inf, 0), 3 + 4j,
+                           complex(0, -2)], dtype=torch.complex64)
+    expected = values.sgn()
+    got = values.to(dev).sgn().cpu()
+    # Bit-for-bit class agreement: nan where eager has nan (both parts), the same finite values elsewhere.
+    assert torch.equal(got.real.isnan(), expected.real.isnan()) and torch.equal(got.imag.isnan(), expected.imag.isnan())
+    finite = ~expected.real.isnan()
+    torch.testing.assert_close(got[finite], expected[finite])

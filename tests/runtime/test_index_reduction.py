@@ -163,3 +163,17 @@ def test_combinations_gather_a_static_table(r, with_replacement, events):
         # Each gradient entry sums at most C(8, 2) = 28 exact integer weights: exact in float32.
         assert torch.equal(device_x.grad.cpu(), x.grad)
     no_fallback(events)
+
+
+@pytest.mark.parametrize("op", [torch.max, torch.min])
+def test_max_min_of_an_empty_dimension_raise_as_eager(dev, op):
+    # XLA would reduce an empty dimension to -inf/+inf with index 0; eager refuses, and so must the device,
+    # with eager's exception type and message, at the call (not later, at compile time).
+    empty = torch.rand(2, 0, 4)
+    for tensor in (empty, empty.to(dev)):
+        with pytest.raises(IndexError, match=rf"{op.__name__}\(\): Expected reduction dim 1 to have non-zero size"):
+            op(tensor, dim=1)
+        with pytest.raises(RuntimeError, match=r"Expected reduction dim to be specified for input.numel\(\) == 0"):
+            op(tensor)
+    values, indices = op(torch.rand(2, 3, 4).to(dev), dim=1)  # a non-empty one still reduces
+    assert values.shape == indices.shape == (2, 4)

@@ -215,7 +215,13 @@ def _round_decimals(ctx, x, decimals=0):
 
 @lowers(aten.sgn.default)
 def _sgn(ctx, x):
-    return x if x.dtype == jnp.bool_ else jnp.sign(x)
+    if x.dtype == jnp.bool_:
+        return x
+    if jnp.iscomplexobj(x):
+        # Eager divides by |z| as a complex number: for inf+0j both parts come out nan, where jnp.sign's division
+        # by a real |z| leaves the imaginary part 0.
+        return jnp.where(x == 0, jnp.zeros_like(x), x / jnp.abs(x).astype(x.dtype))
+    return jnp.sign(x)
 
 
 @lowers(aten.signbit.default)

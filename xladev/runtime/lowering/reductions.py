@@ -9,6 +9,7 @@ from jax import lax
 import torch
 
 from xladev.runtime.lowering.registry import lowers
+from xladev.runtime.meta import SHAPE_RULES
 
 aten = torch.ops.aten
 
@@ -54,6 +55,27 @@ def _max_all(ctx, x):
 @lowers(aten.min.default)
 def _min_all(ctx, x):
     return jnp.min(x)
+
+
+def _checked_reduction(name: str, meta_op, all_op):
+    """A shape rule refusing what eager refuses: max/min over an empty dimension, or of an empty tensor with no
+    dimension given. PyTorch's meta kernels accept both, and XLA would return -inf/+inf and index 0 silently."""
+
+    def rule(x, dim=None, keepdim=False):
+        if dim is None:
+            if x.numel() == 0:
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                   "Specify the reduction dim with the 'dim' argument.")
+            return all_op(x)
+        if x.dim() and x.shape[dim] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+        return meta_op(x, dim, keepdim)
+
+    return rule
+
+
+for _name, _dim_op, _all_op in (("max", aten.max.dim, aten.max.default), ("min", aten.min.dim, aten.min.default)):
+    SHAPE_RULES[_dim_op] = SHAPE_RULES[_all_op] = _checked_reduction(_name, _dim_op, _all_op)
 
 
 @lowers(aten.max.dim)
