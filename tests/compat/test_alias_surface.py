@@ -30,6 +30,7 @@ def tx():
     sys.path.insert(0, ALIAS_DIR)
     try:
         import torch_xla
+        import torch_xla.amp as amp
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
         import torch_xla.debug.profiler as xp
@@ -38,7 +39,8 @@ def tx():
         import torch_xla.runtime as xr
         from torch_xla import _xladev
 
-        yield SimpleNamespace(torch_xla=torch_xla, xm=xm, met=met, xp=xp, pl=pl, xmp=xmp, xr=xr, private=_xladev)
+        yield SimpleNamespace(torch_xla=torch_xla, amp=amp, xm=xm, met=met, xp=xp, pl=pl, xmp=xmp, xr=xr,
+                              private=_xladev)
     finally:
         sys.path.remove(ALIAS_DIR)
         for name in [m for m in sys.modules if m == "torch_xla" or m.startswith("torch_xla.")]:
@@ -79,6 +81,8 @@ SIGNATURES = {
                           "host_to_device_transfer_threads input_sharding"),
     "pl.MpDeviceLoader": "loader device kwargs",
     "xmp.spawn": "fn args nprocs join daemon start_method",
+    "amp.autocast": "device enabled dtype cache_enabled",
+    "amp.GradScaler": "init_scale growth_factor backoff_factor growth_interval enabled use_zero_grad",  # 2.8's
 }
 
 
@@ -214,8 +218,8 @@ def test_an_unsupported_name_says_what_to_use(tx):
     with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.xla_sharding is not supported by xladev: "
                                                   r"the old path of the SPMD API: use torch_xla\.distributed\.spmd"):
         exec("import torch_xla.distributed.xla_sharding", {})
-    with pytest.raises(ImportError, match=r"^torch_xla\.amp is not supported by xladev: "):
-        exec("from torch_xla import amp", {})
+    with pytest.raises(ImportError, match=r"^torch_xla\.stablehlo is not supported by xladev: "):
+        exec("from torch_xla import stablehlo", {})
     with pytest.raises(AttributeError, match=r"^torch_xla\.runtime\.frobnicate is not available: .*docs/compat\.md"):
         tx.xr.frobnicate
 

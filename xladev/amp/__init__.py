@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 from xladev.amp import syncfree  # noqa: E402
 from xladev.runtime.autocast import DEFAULT_DTYPE, DEVICE_TYPE  # noqa: E402
+from xladev.runtime.collectives import fetch_gradients  # noqa: E402
 
 __all__ = ["GradScaler", "autocast", "syncfree"]
 
@@ -82,10 +83,8 @@ class GradScaler(torch.amp.GradScaler):
         if self.use_zero_grad:
             keep = (torch.stack(flags).sum() == 0).float()
             with torch.no_grad():
-                for group in optimizer.param_groups:
-                    for p in group["params"]:
-                        if p.grad is not None:
-                            p.grad.nan_to_num_().mul_(keep.to(p.grad.dtype))
+                for grad in fetch_gradients(optimizer):
+                    grad.nan_to_num_().mul_(keep.to(grad.dtype))
             return optimizer.step(*args, **kwargs)
         return super()._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
 
