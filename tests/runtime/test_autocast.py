@@ -206,3 +206,14 @@ def test_autocast_region_as_a_decorator_and_no_warning_for_supported_dtypes():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert forward(_r(2, 3), _r(3, 2)).dtype == BF16
+
+
+def test_the_docs_policy_table_is_the_runtimes():
+    from pathlib import Path
+
+    from xladev.runtime import autocast
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "amp.md").read_text()
+    rows = doc.split("<!-- policy table:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    listed = [[name.strip(" `") for name in row.split("|")[2].split(",")] for row in rows]
+    assert listed == [list(autocast.LOWER_PRECISION_FP), list(autocast.FP32), list(autocast.PROMOTE)]
