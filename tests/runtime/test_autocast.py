@@ -217,3 +217,18 @@ def test_the_docs_policy_table_is_the_runtimes():
     rows = doc.split("<!-- policy table:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
     listed = [[name.strip(" `") for name in row.split("|")[2].split(",")] for row in rows]
     assert listed == [list(autocast.LOWER_PRECISION_FP), list(autocast.FP32), list(autocast.PROMOTE)]
+
+
+def test_torch_compile_traces_the_same_casts():
+    linear, x = torch.nn.Linear(8, 4).to(xladev.device()), _r(2, 8)
+
+    def forward(x):
+        with torch.autocast("xla"):
+            logits = linear(x)
+            return logits, torch.softmax(logits, -1)
+
+    compiled = torch.compile(forward, backend="xladev")(x)
+    lazy = forward(x)
+    assert [t.dtype for t in compiled] == [t.dtype for t in lazy] == [BF16, F32]
+    for have, want in zip(compiled, lazy):
+        assert torch.equal(have.cpu(), want.cpu())  # the same ops in the same dtypes: the same bits

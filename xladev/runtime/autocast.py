@@ -41,6 +41,7 @@ FP32 = (
 )
 # The ops that run in the widest floating dtype among their inputs and the autocast dtype: "promote".
 PROMOTE = ("stack", "cat", "index_copy")
+POLICIES = (("lower_precision_fp", LOWER_PRECISION_FP), ("fp32", FP32), ("promote", PROMOTE))
 
 DEFAULT_DTYPE = torch.bfloat16  # PyTorch/XLA's default for torch.autocast("xla") (torch's for PrivateUse1: float16)
 DEVICE_TYPE = "xla"
@@ -95,22 +96,6 @@ def _overload(name: str):
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
-def policy_of(op) -> str | None:
-    """Which autocast policy applies to an aten overload on the `xla` device.
-
-    Args:
-      op: an aten OpOverload, e.g. `torch.ops.aten.mm.default`.
-
-    Returns:
-      "lower_precision_fp", "fp32", "promote", or None for an op autocast leaves alone.
-    """
-    name = op._schema.name.split("::")[1] + (f".{op._schema.overload_name}" if op._schema.overload_name else "")
-    for policy, names in (("lower_precision_fp", LOWER_PRECISION_FP), ("fp32", FP32), ("promote", PROMOTE)):
-        if name in names:
-            return policy
-    return None
-
-
 def register() -> None:
     """Gives `AutocastPrivateUse1` a fallthrough for every op and a casting kernel per policy op. Once only.
 
@@ -122,7 +107,7 @@ def register() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(torch.library.fallthrough_kernel, _KEY)
     kernels = torch.library.Library("aten", "IMPL")
-    for policy, names in (("lower_precision_fp", LOWER_PRECISION_FP), ("fp32", FP32), ("promote", PROMOTE)):
+    for policy, names in POLICIES:
         for name in names:
             kernels.impl(name, _kernel(_overload(name), policy), _KEY)
     _libraries.extend((fallback, kernels))
