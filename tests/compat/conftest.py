@@ -18,6 +18,7 @@ def tx():
     sys.path.insert(0, ALIAS_DIR)
     try:
         import torch_xla
+        import torch_xla.amp as amp
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
         import torch_xla.debug.profiler as xp
@@ -26,7 +27,8 @@ def tx():
         import torch_xla.runtime as xr
         from torch_xla import _xladev
 
-        yield SimpleNamespace(torch_xla=torch_xla, xm=xm, met=met, xp=xp, pl=pl, xmp=xmp, xr=xr, private=_xladev)
+        yield SimpleNamespace(torch_xla=torch_xla, amp=amp, xm=xm, met=met, xp=xp, pl=pl, xmp=xmp, xr=xr,
+                              private=_xladev)
     finally:
         sys.path.remove(ALIAS_DIR)
         for name in [m for m in sys.modules if m == "torch_xla" or m.startswith("torch_xla.")]:

@@ -57,6 +57,8 @@ SIGNATURES = {
                           "host_to_device_transfer_threads input_sharding"),
     "pl.MpDeviceLoader": "loader device kwargs",
     "xmp.spawn": "fn args nprocs join daemon start_method",
+    "amp.autocast": "device enabled dtype cache_enabled",
+    "amp.GradScaler": "init_scale growth_factor backoff_factor growth_interval enabled use_zero_grad",  # 2.8's
 }
 
 
@@ -195,8 +197,8 @@ def test_an_unsupported_name_says_what_to_use(tx):
     with pytest.raises(ModuleNotFoundError, match=r"^torch_xla\.distributed\.xla_sharding is not supported by xladev: "
                                                   r"the old path of the SPMD API: use torch_xla\.distributed\.spmd"):
         exec("import torch_xla.distributed.xla_sharding", {})
-    with pytest.raises(ImportError, match=r"^torch_xla\.amp is not supported by xladev: "):
-        exec("from torch_xla import amp", {})
+    with pytest.raises(ImportError, match=r"^torch_xla\.stablehlo is not supported by xladev: "):
+        exec("from torch_xla import stablehlo", {})
     with pytest.raises(AttributeError, match=r"^torch_xla\.runtime\.frobnicate is not available: .*docs/compat\.md"):
         tx.xr.frobnicate
 

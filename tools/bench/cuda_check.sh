@@ -1,5 +1,6 @@
 #!/bin/bash
-# The GPU check: xladev's tests that hold on any backend, then the three step benchmarks, on PJRT_DEVICE=CUDA.
+# The GPU check: xladev's tests that hold on any backend, mixed precision, then the three step benchmarks, on
+# PJRT_DEVICE=CUDA.
 #
 #   tools/bench/cuda_check.sh OUTDIR
 #
@@ -25,6 +26,13 @@ part tests
 timeout "${TESTS_S:-150}" $py -m pytest -q -p no:cacheprovider tests/runtime/test_any_backend.py \
   tests/runtime/test_dynamo_backend.py > "$out/tests.log" 2>&1
 echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -15
+
+part amp
+# Mixed precision on the GPU: every autocast op in float16 and bfloat16, and float16 training with the scaler
+# (no host read in scaler.step/update, the skipped overflow step, losses against eager CPU).
+timeout "${AMP_S:-150}" $py -m pytest -q -p no:cacheprovider tests/runtime/test_grad_scaling.py \
+  tests/runtime/test_autocast.py -k "float16 or lower_precision or syncfree" > "$out/amp.log" 2>&1
+echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/amp.log" | tail -15
 
 part bench_compile
 timeout "${COMPILE_S:-240}" $py tools/bench/bench_compile.py --quick --steps 15 --warmup 3 \

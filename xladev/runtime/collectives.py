@@ -397,13 +397,18 @@ def _to_cpu(data: Any) -> Any:
     return data
 
 
+def fetch_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every gradient the optimizer's parameters hold, in parameter order (PyTorch/XLA's `xm._fetch_gradients`)."""
+    return [p.grad for group in optimizer.param_groups for p in group["params"]
+            if isinstance(p, torch.Tensor) and p.grad is not None]
+
+
 def reduce_gradients(optimizer: torch.optim.Optimizer, groups=None, pin_layout: bool = True) -> None:
     """Averages every gradient the optimizer holds across the replicas, in one all-reduce recorded into the
     step's graph (PyTorch/XLA's `xm.reduce_gradients`). Nothing to do with one replica."""
     count = world_size()
     if count == 1:
         return
-    gradients = [p.grad for group in optimizer.param_groups for p in group["params"]
-                 if isinstance(p, torch.Tensor) and p.grad is not None]
+    gradients = fetch_gradients(optimizer)
     if gradients:
         all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)

@@ -11,7 +11,8 @@ import torch
 from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from xladev.events import bus
-from xladev.runtime import backend, fork_guard, rng
+from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
+from xladev.runtime import autocast, backend, fork_guard, rng
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
@@ -75,7 +76,8 @@ def _device_index(device) -> int:
 def register() -> None:
     """Makes `device='xla'` work in PyTorch. Idempotent.
 
-    Also: ops on device tensors go to `dispatch.torch_dispatch`, the event bus settles running graphs before a new
+    Also: ops on device tensors go to `dispatch.torch_dispatch`, `torch.autocast("xla")` applies PyTorch/XLA's
+    policy (autocast.py), the event bus settles running graphs before a new
     subscriber joins and describes the backend in records, and forked children are guarded.
     """
     global _registered, _lib
@@ -102,6 +104,7 @@ def register() -> None:
         name = op._schema.name.split("::")[1] + (f".{op._schema.overload_name}" if op._schema.overload_name else "")
         _lib.impl(name, factory_kernel(op), "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    autocast.register()
     fork_guard.install(backend.initialised)
     _registered = True
 

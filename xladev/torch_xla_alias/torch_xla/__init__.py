@@ -127,8 +127,8 @@ def launch(fn: Callable, args: tuple = (), start_method: str = "spawn", debug_si
 
 
 # PyTorch/XLA imports these with the package; here they load on first use.
-__getattr__ = _xladev.module_getattr(__name__, submodules=("_XLAC", "_dynamo", "backends", "core", "debug", "distributed", "experimental",
-                                                         "runtime", "utils"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("_XLAC", "_dynamo", "amp", "backends", "core", "debug",
+                                                         "distributed", "experimental", "runtime", "utils"))
 
 from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)
 from torch_xla.core import xla_model  # noqa: E402,F401  (binds torch_xla.core.xla_model)

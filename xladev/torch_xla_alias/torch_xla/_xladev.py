@@ -33,8 +33,6 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
-    "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
-                      "or cast the model with .to(torch.bfloat16)"),
     "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
                                "is: torch_xla.experimental.eager_mode)"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",

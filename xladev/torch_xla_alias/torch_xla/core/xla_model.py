@@ -20,6 +20,7 @@ import torch
 
 import xladev
 import xladev.debug
+from xladev.runtime.collectives import fetch_gradients as _fetch_gradients  # noqa: F401  (PyTorch/XLA's AMP scripts)
 
 import torch_xla
 from torch_xla import _xladev
