@@ -11,7 +11,7 @@ import torch
 from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from xladev.events import bus
-from xladev.runtime import backend, fork_guard, rng
+from xladev.runtime import backend, fork_guard, rng, sparse_gradients
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
@@ -102,6 +102,7 @@ def register() -> None:
         name = op._schema.name.split("::")[1] + (f".{op._schema.overload_name}" if op._schema.overload_name else "")
         _lib.impl(name, factory_kernel(op), "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    sparse_gradients.register(_lib)
     fork_guard.install(backend.initialised)
     _registered = True
 
