@@ -30,6 +30,9 @@ from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
 from xladev.runtime import graph_names, ir, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
+from xladev.runtime.fx_arguments import AliasedInputsError  # noqa: F401  (xladev.AliasedInputsError is found here)
+from xladev.runtime.fx_arguments import (check_written_aliases, concrete_strides, has_symbolic_shape, is_folded,
+                                         signature, view_key)
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
 from xladev.runtime.storage import Storage, write_data
 from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
@@ -109,23 +112,23 @@ class FxProgram:
         self.name = name
         self.plans: dict[Any, _Plan | _Lazy] = {}
         placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-        self._symbolic = any(isinstance(v, (torch.SymInt, torch.SymFloat)) or _has_symbolic_shape(v)
+        self._symbolic = any(isinstance(v, (torch.SymInt, torch.SymFloat)) or has_symbolic_shape(v)
                              for v in placeholders)
         # The strides the graph was traced with, per input: the stand-ins take them, so every view in the
         # graph sees the layout it was traced for, whatever layout the call's tensors have (values are logical).
-        self._strides = [_concrete_strides(v) for v in placeholders]
+        self._strides = [concrete_strides(v) for v in placeholders]
         # Likewise the outputs: they get the strides the graph promised AOTAutograd (which views them so).
         results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        self._out_strides = [_concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
+        self._out_strides = [concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
                              for r in (results if isinstance(results, (list, tuple)) else (results,))]
 
     def __call__(self, args: list) -> list:
         args = list(args)
-        key = _signature(args) if self._symbolic else None
+        key = signature(args) if self._symbolic else None
         # A comprehension: one pass over the arguments (up to a few hundred, an optimizer step's) per call.
         views = [i for i, a in enumerate(args) if type(a) is XlaTensor and a._chain is not None]
         if views:
-            key = (key, tuple((i, _view_key(args[i])) for i in views))
+            key = (key, tuple((i, view_key(args[i])) for i in views))
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans[key] = self._trace(args)
@@ -137,7 +140,7 @@ class FxProgram:
     # ---- every call -------------------------------------------------------------------------------
     def _run(self, plan: _Plan, args: list) -> list:
         if plan.writes:
-            _check_written_aliases(self.name, plan, args)
+            check_written_aliases(self.name, plan.writes, args)
         arrays = []
         waiting = None
         # Per written argument whose old value's node nothing else holds: (that node, its storage, the output
@@ -238,13 +241,13 @@ class FxProgram:
                               "calls, used on the host); an optimizer's step count is one unless it is built with "
                               "capturable=True", stack.capture_frames())
         device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
-        tensors = [a for a in args if isinstance(a, XlaTensor) and not _folded(a)]
+        tensors = [a for a in args if isinstance(a, XlaTensor) and not is_folded(a)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
             tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
         arrays = iter(_input_arrays(tensors, device_index))
         placeholders, stand_ins, folded = [], [], set()
         for i, a in enumerate(args):
-            if isinstance(a, XlaTensor) and _folded(a):
+            if isinstance(a, XlaTensor) and is_folded(a):
                 # A view of device data (a weight's transpose the forward saved): its base is the input, and the
                 # program applies the view, rather than a graph before it materializing the view each call.
                 base = a._st.value
@@ -447,19 +450,6 @@ def _contiguous(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-def _folded(t: XlaTensor) -> bool:
-    """Whether a view argument is given to the program as its base's buffer (the program applies the view)."""
-    return t._chain is not None and type(t._st.value) is DataNode
-
-
-def _view_key(t: XlaTensor) -> tuple:
-    """What a plan depends on of a view argument: its base, layout and view ops when folded; that it is a view."""
-    if not _folded(t):
-        return ("view",)
-    return (t._st.value.meta, t.stride(), t.storage_offset(),
-            tuple((step.opdef.name, step.template, step.meta, step.index) for step in t._chain))
-
-
 def _lower_execution_done(ctx, value):
     return value.reshape(-1)[0] if value.size else value.reshape(-1).sum()
 
@@ -477,54 +467,6 @@ _NODE_REFS = 3
 # parameter and getrefcount's (one more when the tensor's data node holds it).
 _COMPUTED_REFS = 4
 getrefcount = sys.getrefcount
-
-
-class AliasedInputsError(RuntimeError):
-    """A compiled graph writes an input whose data another of its inputs shares: the graph, captured as if the
-    inputs were independent, would read the other's old value."""
-
-
-def _check_written_aliases(name: str, plan: _Plan, args: list) -> None:
-    """Raises when an argument the graph writes shares its storage with another tensor argument (a `detach()`,
-    an alias or an overlapping view of it). TorchDynamo and AOTAutograd cannot see that device tensors alias, so
-    the captured graph reads the other argument's value from before the write, where eager reads it after.
-
-    Raises:
-      AliasedInputsError: naming the two inputs; nothing ran.
-    """
-    storages = [a._st for a in args if type(a) is XlaTensor]
-    if len(set(map(id, storages))) == len(storages):
-        return  # every tensor argument has data of its own: the common case, one set
-    owners: dict[int, list[int]] = {}
-    for i, a in enumerate(args):
-        if type(a) is XlaTensor:
-            owners.setdefault(id(a._st), []).append(i)
-    written = {i for i, _, _ in plan.writes}
-    for group in owners.values():
-        if len(group) < 2 or written.isdisjoint(group):
-            continue
-        tensors = [args[i] for i in group]
-        if all(t._chain is not None for t in tensors) and _disjoint(tensors):
-            continue  # views of one base that share no element (rows of a matrix) are independent
-        i = next(i for i in group if i in written)
-        j = next(j for j in group if j != i)
-        raise AliasedInputsError(
-            f"the torch.compile graph {name!r} writes its input {i}, and its input {j} shares that tensor's data (a "
-            "detach(), an alias or an overlapping view of it). TorchDynamo cannot see that xla tensors alias, so the "
-            f"compiled graph would read input {j}'s value from before the write, where eager PyTorch reads it after. "
-            "Pass the tensor once, or .clone() the other one before the call.")
-
-
-def _disjoint(views: list) -> bool:
-    """Whether views of one storage occupy element spans (first to last element) that do not intersect."""
-    spans = []
-    for t in views:
-        if t.numel() == 0:
-            continue
-        start = t.storage_offset()
-        spans.append((start, start + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))))
-    spans.sort()
-    return all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
 
 
 def _consumable(t: XlaTensor, array) -> bool:
@@ -560,31 +502,6 @@ def _refusal_reason(message: str) -> str:
     """The cause and line of a refused execution, from ExecutionNotAllowedError's message."""
     head = message.split(" while executions are disallowed", 1)[0]
     return head.replace("a graph was about to run at ", "an op needs the host at ", 1)
-
-
-def _signature(args: list) -> tuple:
-    """The concrete input signature of a graph with symbolic sizes: shapes, dtypes and numbers."""
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append((tuple(a.shape), a.dtype))
-        elif isinstance(a, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
-            out.append(a)
-        else:
-            out.append(type(a))
-    return tuple(out)
-
-
-def _concrete_strides(value) -> tuple | None:
-    """A traced tensor input's strides, when they are plain numbers."""
-    if not isinstance(value, torch.Tensor):
-        return None
-    strides = value.stride()
-    return tuple(strides) if all(type(s) is int for s in strides) else None
-
-
-def _has_symbolic_shape(value) -> bool:
-    return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
 
 
 def _current_key(device_index: int):
