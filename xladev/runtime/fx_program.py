@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from xladev._flags import config
 from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
@@ -117,12 +118,25 @@ class FxProgram:
         # The strides the graph was traced with, per input: the stand-ins take them, so every view in the
         # graph sees the layout it was traced for, whatever layout the call's tensors have (values are logical).
         self._strides = [concrete_strides(v) for v in placeholders]
+        # The graph returns one value, or any nesting of tuples, lists and dicts of values and None (an
+        # AOTAutograd graph: a flat tuple). The program works on its leaves, in pytree order; `structured`
+        # puts them back in the graph's own structure.
+        leaves, self._out_spec = pytree.tree_flatten(_as_built(next(n for n in gm.graph.nodes
+                                                                    if n.op == "output").args[0]))
         # Likewise the outputs: they get the strides the graph promised AOTAutograd (which views them so).
-        results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         self._out_strides = [concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
-                             for r in (results if isinstance(results, (list, tuple)) else (results,))]
+                             for r in leaves]
 
     def __call__(self, args: list) -> list:
+        """Runs the graph on `args` (AOTAutograd's boxed calling convention).
+
+        Args:
+          args: the graph's arguments, in placeholder order.
+
+        Returns:
+          The graph's outputs, flattened: the leaves of what it returns, in pytree order (for an AOTAutograd
+          graph, which returns a flat tuple, its outputs as a list).
+        """
         args = list(args)
         key = signature(args) if self._symbolic else None
         # A comprehension: one pass over the arguments (up to a few hundred, an optimizer step's) per call.
@@ -134,8 +148,12 @@ class FxProgram:
             plan = self.plans[key] = self._trace(args)
         if type(plan) is _Lazy:
             with graph_names.naming(self.name):
-                return list(self.gm(*args))
+                return pytree.tree_leaves(self.gm(*args))
         return self._run(plan, args)
+
+    def structured(self, outputs: list):
+        """The flat `outputs` of a call in the structure the graph returns: a tensor, a tuple, a list..."""
+        return pytree.tree_unflatten(outputs, self._out_spec)
 
     # ---- every call -------------------------------------------------------------------------------
     def _run(self, plan: _Plan, args: list) -> list:
@@ -293,8 +311,8 @@ class FxProgram:
         # The storages an output may be a view of: an argument's own (a base argument's, a folded view's base's).
         storages = {id(s._st): i for i, (a, s) in enumerate(zip(args, stand_ins)) if isinstance(a, XlaTensor)
                     and (a._chain is None or i in folded) and s._st.value is placeholders[i]}
-        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames, writes, folded,
-                             storages)
+        plan = self._compile(pytree.tree_leaves(outs), placeholders, key_before, key_after, device_index, frames,
+                             writes, folded, storages)
         for data in placeholders:  # the first call's buffers must not live as long as the program
             if data is not None:
                 data.array = None
@@ -448,6 +466,19 @@ def _contiguous(shape: tuple) -> tuple:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def _as_built(value):
+    """An output node's structure as the graph's code builds it: FX keeps the lists and dicts of its nodes'
+    arguments immutable, the generated code returns plain ones."""
+    if isinstance(value, dict):
+        return {k: _as_built(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_built(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_as_built(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a named tuple keeps its type
+    return value
 
 
 def _lower_execution_done(ctx, value):
