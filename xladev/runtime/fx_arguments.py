@@ -1,14 +1,23 @@
 """What an FX program's call depends on of its arguments (fx_program.py): the key of its plan (a symbolic
-graph's concrete signature, how each view argument is given), the strides it was traced with, and the check
-that no argument it writes shares data with another.
+graph's concrete signature, how each view argument is given), the strides it was traced with, the buffers
+of pending arguments (constants computed once), and the check that no argument it writes shares data with
+another.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from xladev.events import Cause, CauseKind
 from xladev.runtime.ir import DataNode
+from xladev.runtime.storage import write_data
 from xladev.runtime.tensor import XlaTensor
+from xladev.runtime.transfers import arrays_of
+
+# The cause of computing a call's pending inputs before its program runs.
+INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
 
 def is_folded(t: XlaTensor) -> bool:
@@ -101,3 +110,48 @@ def disjoint(views: list) -> bool:
         spans.append((start, start + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))))
     spans.sort()
     return all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+# Values of pending inputs computed from no input at all (`ones`, `zeros`, `full` of a constant: the loss
+# gradient's seed), by signature and device: each is computed once, not by a graph before every call.
+_constants: dict = {}
+_CONSTANTS_KEPT = 64
+_CONSTANT_MAX_ELEMENTS = 1 << 16
+
+
+def constants_of(waiting: list, arrays: list, device_index: int) -> list:
+    """Fills the positions of `waiting` inputs that are constants from `_constants` (computing those not seen
+    yet) and makes each such tensor device data; returns the inputs still to compute."""
+    rest, fresh, filled = [], [], []
+    for position, t in waiting:
+        node = t._st.value
+        if t._chain is not None or node.operands or type(node) is DataNode or math.prod(node.meta.shape) > \
+                _CONSTANT_MAX_ELEMENTS:
+            rest.append((position, t))
+            continue
+        key = (node.signature(), device_index)
+        array = _constants.get(key)
+        if array is None:
+            fresh.append((position, t, key))
+        else:
+            arrays[position] = array
+            filled.append((t._st, DataNode(array, node.meta)))
+    if fresh:
+        if len(_constants) + len(fresh) > _CONSTANTS_KEPT:
+            _constants.clear()
+        for (position, t, key), array in zip(fresh, arrays_of([t for _, t, _ in fresh], INPUTS)):
+            arrays[position] = _constants[key] = array
+    write_data(filled)
+    return rest
+
+
+def input_arrays(tensors: list, device_index: int) -> list:
+    """The buffers of a first call's inputs, computed as every later call computes them: a constant (the ones
+    AOTAutograd feeds a backward as the loss's incoming gradient) through `_constants`, so that the first later
+    call finds it there rather than computing it once more, in another graph, and compiling that."""
+    arrays = [None] * len(tensors)
+    rest = constants_of(list(enumerate(tensors)), arrays, device_index)
+    if rest:
+        for (position, _), array in zip(rest, arrays_of([t for _, t in rest], INPUTS)):
+            arrays[position] = array
+    return arrays

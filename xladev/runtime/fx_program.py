@@ -18,7 +18,6 @@ Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concret
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import Any
@@ -32,18 +31,17 @@ from xladev.runtime import graph_names, ir, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
 from xladev.runtime.fx_arguments import AliasedInputsError  # noqa: F401  (xladev.AliasedInputsError is found here)
-from xladev.runtime.fx_arguments import (check_written_aliases, concrete_strides, has_symbolic_shape, is_folded,
-                                         signature, view_key)
+from xladev.runtime.fx_arguments import (INPUTS, check_written_aliases, concrete_strides, constants_of,
+                                         has_symbolic_shape, input_arrays, is_folded, signature, view_key)
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
 from xladev.runtime.storage import Storage, write_data
-from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
+from xladev.runtime.tensor import XlaTensor, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
 from xladev.schema.records import DYNAMO_NEW_SHAPES
 
 _COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
 _COMPILE_NEW_SHAPES = Cause(CauseKind.DYNAMO_COMPILE, DYNAMO_NEW_SHAPES)
 _EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
-_INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
 # Input and output sources of a plan: an argument (its buffer), a view argument's base buffer, a constant, the
 # RNG key, an argument the program writes (its old buffer, donated); a program output, a view of an argument's
@@ -198,9 +196,9 @@ class FxProgram:
             else:
                 arrays.append(_current_key(plan.device_index))
         if waiting:
-            waiting = _constants_of(waiting, arrays, plan.device_index)
+            waiting = constants_of(waiting, arrays, plan.device_index)
         if waiting:
-            computed = arrays_of([t for _, t in waiting], _INPUTS)
+            computed = arrays_of([t for _, t in waiting], INPUTS)
             donated = plan.donated
             for (position, t), array in zip(waiting, computed):
                 if position in donated and not _consumable(t, array):
@@ -262,7 +260,7 @@ class FxProgram:
         tensors = [a for a in args if isinstance(a, XlaTensor) and not is_folded(a)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
             tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
-        arrays = iter(_input_arrays(tensors, device_index))
+        arrays = iter(input_arrays(tensors, device_index))
         placeholders, stand_ins, folded = [], [], set()
         for i, a in enumerate(args):
             if isinstance(a, XlaTensor) and is_folded(a):
@@ -414,51 +412,6 @@ class FxProgram:
         return _Lazy(reason)
 
 
-# Values of pending inputs computed from no input at all (`ones`, `zeros`, `full` of a constant: the loss
-# gradient's seed), by signature and device: each is computed once, not by a graph before every call.
-_constants: dict = {}
-_CONSTANTS_KEPT = 64
-_CONSTANT_MAX_ELEMENTS = 1 << 16
-
-
-def _constants_of(waiting: list, arrays: list, device_index: int) -> list:
-    """Fills the positions of `waiting` inputs that are constants from `_constants` (computing those not seen
-    yet) and makes each such tensor device data; returns the inputs still to compute."""
-    rest, fresh, filled = [], [], []
-    for position, t in waiting:
-        node = t._st.value
-        if t._chain is not None or node.operands or type(node) is DataNode or math.prod(node.meta.shape) > \
-                _CONSTANT_MAX_ELEMENTS:
-            rest.append((position, t))
-            continue
-        key = (node.signature(), device_index)
-        array = _constants.get(key)
-        if array is None:
-            fresh.append((position, t, key))
-        else:
-            arrays[position] = array
-            filled.append((t._st, DataNode(array, node.meta)))
-    if fresh:
-        if len(_constants) + len(fresh) > _CONSTANTS_KEPT:
-            _constants.clear()
-        for (position, t, key), array in zip(fresh, arrays_of([t for _, t, _ in fresh], _INPUTS)):
-            arrays[position] = _constants[key] = array
-    write_data(filled)
-    return rest
-
-
-def _input_arrays(tensors: list, device_index: int) -> list:
-    """The buffers of a first call's inputs, computed as every later call computes them: a constant (the ones
-    AOTAutograd feeds a backward as the loss's incoming gradient) through `_constants`, so that the first later
-    call finds it there rather than computing it once more, in another graph, and compiling that."""
-    arrays = [None] * len(tensors)
-    rest = _constants_of(list(enumerate(tensors)), arrays, device_index)
-    if rest:
-        for (position, _), array in zip(rest, arrays_of([t for _, t in rest], _INPUTS)):
-            arrays[position] = array
-    return arrays
-
-
 def _contiguous(shape: tuple) -> tuple:
     """The strides of a contiguous tensor of `shape`, as PyTorch gives a tensor made without strides."""
     strides, step = [], 1
@@ -540,12 +493,4 @@ def _current_key(device_index: int):
     node = rng.key_node(device_index)
     if type(node) is DataNode:
         return node.array
-    return rng.materialized_key(device_index, _INPUTS)
-
-
-def device_of(args) -> torch.device | None:
-    """The xla device of the first device tensor among `args`, or None."""
-    for a in args:
-        if isinstance(a, XlaTensor):
-            return torch_device(a._st.device_index)
-    return None
+    return rng.materialized_key(device_index, INPUTS)
