@@ -297,4 +297,16 @@ def test_openxla_is_xladevs_torch_compile_backend_and_the_bridge_is_its_program(
     gm = torch.fx.symbolic_trace(lambda a, b: (torch.ops.aten.mul.Tensor(a, b),))
     run = bridge.extract_compiled_graph(gm, None)
     a = torch.arange(4.0)
-    assert run(a.to("xla"), a.to("xla"))[0].cpu().tolist() == (a * a).tolist()
+    out = run(a.to("xla"), a.to("xla"))
+    assert type(out) is tuple and out[0].cpu().tolist() == (a * a).tolist()
+
+    # A module returning one tensor gets that tensor back, as from PyTorch/XLA's bridge (not its rows).
+    import torch_xla._dynamo.dynamo_bridge as new_bridge
+
+    class Scale(torch.nn.Module):
+        def forward(self, t):
+            return t * 3
+
+    t = torch.arange(12.0).reshape(3, 4)
+    out = new_bridge.extract_compiled_graph(torch.fx.symbolic_trace(Scale()), None)(t.to("xla"))
+    assert isinstance(out, torch.Tensor) and out.cpu().tolist() == (t * 3).tolist()

@@ -32,6 +32,21 @@ def mismatch(a: str, b: str) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
 
 
+def argument(args, kwargs, index: int, name: str, default):
+    """One argument of an op call, passed by position or by keyword.
+
+    Args:
+      args, kwargs: the call's arguments.
+      index: the argument's position in the op's schema.
+      name: its name in the schema.
+      default: its value when the call leaves it out.
+
+    Returns:
+      The value.
+    """
+    return kwargs.get(name, args[index] if len(args) > index else default)
+
+
 PLAIN_TYPES = frozenset((bool, str, type(None), torch.dtype, torch.memory_format, torch.layout))
 
 

@@ -12,7 +12,7 @@ from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse
 
 from xladev.events import bus
 from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime import autocast, backend, fork_guard, rng
+from xladev.runtime import autocast, backend, fork_guard, rng, sparse_gradients
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
@@ -105,6 +105,7 @@ def register() -> None:
         _lib.impl(name, factory_kernel(op), "PrivateUse1")
     _lib.impl("_copy_from", _copy_from, "PrivateUse1")
     autocast.register()
+    sparse_gradients.register(_lib)
     fork_guard.install(backend.initialised)
     _registered = True
 

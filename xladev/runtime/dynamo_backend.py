@@ -141,11 +141,12 @@ def extract_compiled_graph(gm: torch.fx.GraphModule, args) -> "callable":
       args: example arguments (unused: the graph is traced on its first call).
 
     Returns:
-      The callable; it returns the graph's outputs as a list.
+      The callable; it returns the graph's outputs as the graph does (a tensor, a tuple, a list, nested...),
+      as PyTorch/XLA's does.
     """
     function, _, _ = function_of(gm)
     program = FxProgram(gm, f"{function} (dynamo bridge)")
-    return lambda *call_args: program(list(call_args))
+    return lambda *call_args: program.structured(program(list(call_args)))
 
 
 def _as_plain_tensors() -> None:

@@ -18,28 +18,30 @@ Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concret
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from xladev._flags import config
 from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
 from xladev.runtime import graph_names, ir, rng, stack, steps
 from xladev.runtime.compilation import compile_cache
 from xladev.runtime.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
+from xladev.runtime.fx_arguments import AliasedInputsError  # noqa: F401  (xladev.AliasedInputsError is found here)
+from xladev.runtime.fx_arguments import (INPUTS, check_written_aliases, concrete_strides, constants_of,
+                                         has_symbolic_shape, input_arrays, is_folded, signature, view_key)
 from xladev.runtime.ir import SLOT, DataNode, Graph, Meta, Node, OpDef, ScalarNode
 from xladev.runtime.storage import Storage, write_data
-from xladev.runtime.tensor import XlaTensor, torch_device, wrap, wrap_view
+from xladev.runtime.tensor import XlaTensor, wrap, wrap_view
 from xladev.runtime.transfers import arrays_of
 from xladev.schema.records import DYNAMO_NEW_SHAPES
 
 _COMPILE = Cause(CauseKind.DYNAMO_COMPILE)
 _COMPILE_NEW_SHAPES = Cause(CauseKind.DYNAMO_COMPILE, DYNAMO_NEW_SHAPES)
 _EXECUTE = Cause(CauseKind.DYNAMO_EXECUTE)
-_INPUTS = Cause(CauseKind.DYNAMO_INPUTS)
 
 # Input and output sources of a plan: an argument (its buffer), a view argument's base buffer, a constant, the
 # RNG key, an argument the program writes (its old buffer, donated); a program output, a view of an argument's
@@ -109,35 +111,52 @@ class FxProgram:
         self.name = name
         self.plans: dict[Any, _Plan | _Lazy] = {}
         placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-        self._symbolic = any(isinstance(v, (torch.SymInt, torch.SymFloat)) or _has_symbolic_shape(v)
+        self._symbolic = any(isinstance(v, (torch.SymInt, torch.SymFloat)) or has_symbolic_shape(v)
                              for v in placeholders)
         # The strides the graph was traced with, per input: the stand-ins take them, so every view in the
         # graph sees the layout it was traced for, whatever layout the call's tensors have (values are logical).
-        self._strides = [_concrete_strides(v) for v in placeholders]
+        self._strides = [concrete_strides(v) for v in placeholders]
+        # The graph returns one value, or any nesting of tuples, lists and dicts of values and None (an
+        # AOTAutograd graph: a flat tuple). The program works on its leaves, in pytree order; `structured`
+        # puts them back in the graph's own structure.
+        leaves, self._out_spec = pytree.tree_flatten(_as_built(next(n for n in gm.graph.nodes
+                                                                    if n.op == "output").args[0]))
         # Likewise the outputs: they get the strides the graph promised AOTAutograd (which views them so).
-        results = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        self._out_strides = [_concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
-                             for r in (results if isinstance(results, (list, tuple)) else (results,))]
+        self._out_strides = [concrete_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None
+                             for r in leaves]
 
     def __call__(self, args: list) -> list:
+        """Runs the graph on `args` (AOTAutograd's boxed calling convention).
+
+        Args:
+          args: the graph's arguments, in placeholder order.
+
+        Returns:
+          The graph's outputs, flattened: the leaves of what it returns, in pytree order (for an AOTAutograd
+          graph, which returns a flat tuple, its outputs as a list).
+        """
         args = list(args)
-        key = _signature(args) if self._symbolic else None
+        key = signature(args) if self._symbolic else None
         # A comprehension: one pass over the arguments (up to a few hundred, an optimizer step's) per call.
         views = [i for i, a in enumerate(args) if type(a) is XlaTensor and a._chain is not None]
         if views:
-            key = (key, tuple((i, _view_key(args[i])) for i in views))
+            key = (key, tuple((i, view_key(args[i])) for i in views))
         plan = self.plans.get(key)
         if plan is None:
             plan = self.plans[key] = self._trace(args)
         if type(plan) is _Lazy:
             with graph_names.naming(self.name):
-                return list(self.gm(*args))
+                return pytree.tree_leaves(self.gm(*args))
         return self._run(plan, args)
+
+    def structured(self, outputs: list):
+        """The flat `outputs` of a call in the structure the graph returns: a tensor, a tuple, a list..."""
+        return pytree.tree_unflatten(outputs, self._out_spec)
 
     # ---- every call -------------------------------------------------------------------------------
     def _run(self, plan: _Plan, args: list) -> list:
         if plan.writes:
-            _check_written_aliases(self.name, plan, args)
+            check_written_aliases(self.name, plan.writes, args)
         arrays = []
         waiting = None
         # Per written argument whose old value's node nothing else holds: (that node, its storage, the output
@@ -177,9 +196,9 @@ class FxProgram:
             else:
                 arrays.append(_current_key(plan.device_index))
         if waiting:
-            waiting = _constants_of(waiting, arrays, plan.device_index)
+            waiting = constants_of(waiting, arrays, plan.device_index)
         if waiting:
-            computed = arrays_of([t for _, t in waiting], _INPUTS)
+            computed = arrays_of([t for _, t in waiting], INPUTS)
             donated = plan.donated
             for (position, t), array in zip(waiting, computed):
                 if position in donated and not _consumable(t, array):
@@ -238,13 +257,13 @@ class FxProgram:
                               "calls, used on the host); an optimizer's step count is one unless it is built with "
                               "capturable=True", stack.capture_frames())
         device_index = next((a._st.device_index for a in args if isinstance(a, XlaTensor)), 0)
-        tensors = [a for a in args if isinstance(a, XlaTensor) and not _folded(a)]
+        tensors = [a for a in args if isinstance(a, XlaTensor) and not is_folded(a)]
         if type(rng.key_node(device_index)) is not DataNode:  # random ops recorded lazily before this call
             tensors.append(rng.key_tensor(device_index))  # its key is computed with the inputs, in one graph
-        arrays = iter(_input_arrays(tensors, device_index))
+        arrays = iter(input_arrays(tensors, device_index))
         placeholders, stand_ins, folded = [], [], set()
         for i, a in enumerate(args):
-            if isinstance(a, XlaTensor) and _folded(a):
+            if isinstance(a, XlaTensor) and is_folded(a):
                 # A view of device data (a weight's transpose the forward saved): its base is the input, and the
                 # program applies the view, rather than a graph before it materializing the view each call.
                 base = a._st.value
@@ -290,8 +309,8 @@ class FxProgram:
         # The storages an output may be a view of: an argument's own (a base argument's, a folded view's base's).
         storages = {id(s._st): i for i, (a, s) in enumerate(zip(args, stand_ins)) if isinstance(a, XlaTensor)
                     and (a._chain is None or i in folded) and s._st.value is placeholders[i]}
-        plan = self._compile(list(outs), placeholders, key_before, key_after, device_index, frames, writes, folded,
-                             storages)
+        plan = self._compile(pytree.tree_leaves(outs), placeholders, key_before, key_after, device_index, frames,
+                             writes, folded, storages)
         for data in placeholders:  # the first call's buffers must not live as long as the program
             if data is not None:
                 data.array = None
@@ -393,51 +412,6 @@ class FxProgram:
         return _Lazy(reason)
 
 
-# Values of pending inputs computed from no input at all (`ones`, `zeros`, `full` of a constant: the loss
-# gradient's seed), by signature and device: each is computed once, not by a graph before every call.
-_constants: dict = {}
-_CONSTANTS_KEPT = 64
-_CONSTANT_MAX_ELEMENTS = 1 << 16
-
-
-def _constants_of(waiting: list, arrays: list, device_index: int) -> list:
-    """Fills the positions of `waiting` inputs that are constants from `_constants` (computing those not seen
-    yet) and makes each such tensor device data; returns the inputs still to compute."""
-    rest, fresh, filled = [], [], []
-    for position, t in waiting:
-        node = t._st.value
-        if t._chain is not None or node.operands or type(node) is DataNode or math.prod(node.meta.shape) > \
-                _CONSTANT_MAX_ELEMENTS:
-            rest.append((position, t))
-            continue
-        key = (node.signature(), device_index)
-        array = _constants.get(key)
-        if array is None:
-            fresh.append((position, t, key))
-        else:
-            arrays[position] = array
-            filled.append((t._st, DataNode(array, node.meta)))
-    if fresh:
-        if len(_constants) + len(fresh) > _CONSTANTS_KEPT:
-            _constants.clear()
-        for (position, t, key), array in zip(fresh, arrays_of([t for _, t, _ in fresh], _INPUTS)):
-            arrays[position] = _constants[key] = array
-    write_data(filled)
-    return rest
-
-
-def _input_arrays(tensors: list, device_index: int) -> list:
-    """The buffers of a first call's inputs, computed as every later call computes them: a constant (the ones
-    AOTAutograd feeds a backward as the loss's incoming gradient) through `_constants`, so that the first later
-    call finds it there rather than computing it once more, in another graph, and compiling that."""
-    arrays = [None] * len(tensors)
-    rest = _constants_of(list(enumerate(tensors)), arrays, device_index)
-    if rest:
-        for (position, _), array in zip(rest, arrays_of([t for _, t in rest], _INPUTS)):
-            arrays[position] = array
-    return arrays
-
-
 def _contiguous(shape: tuple) -> tuple:
     """The strides of a contiguous tensor of `shape`, as PyTorch gives a tensor made without strides."""
     strides, step = [], 1
@@ -447,17 +421,17 @@ def _contiguous(shape: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-def _folded(t: XlaTensor) -> bool:
-    """Whether a view argument is given to the program as its base's buffer (the program applies the view)."""
-    return t._chain is not None and type(t._st.value) is DataNode
-
-
-def _view_key(t: XlaTensor) -> tuple:
-    """What a plan depends on of a view argument: its base, layout and view ops when folded; that it is a view."""
-    if not _folded(t):
-        return ("view",)
-    return (t._st.value.meta, t.stride(), t.storage_offset(),
-            tuple((step.opdef.name, step.template, step.meta, step.index) for step in t._chain))
+def _as_built(value):
+    """An output node's structure as the graph's code builds it: FX keeps the lists and dicts of its nodes'
+    arguments immutable, the generated code returns plain ones."""
+    if isinstance(value, dict):
+        return {k: _as_built(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_built(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_as_built(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a named tuple keeps its type
+    return value
 
 
 def _lower_execution_done(ctx, value):
@@ -477,54 +451,6 @@ _NODE_REFS = 3
 # parameter and getrefcount's (one more when the tensor's data node holds it).
 _COMPUTED_REFS = 4
 getrefcount = sys.getrefcount
-
-
-class AliasedInputsError(RuntimeError):
-    """A compiled graph writes an input whose data another of its inputs shares: the graph, captured as if the
-    inputs were independent, would read the other's old value."""
-
-
-def _check_written_aliases(name: str, plan: _Plan, args: list) -> None:
-    """Raises when an argument the graph writes shares its storage with another tensor argument (a `detach()`,
-    an alias or an overlapping view of it). TorchDynamo and AOTAutograd cannot see that device tensors alias, so
-    the captured graph reads the other argument's value from before the write, where eager reads it after.
-
-    Raises:
-      AliasedInputsError: naming the two inputs; nothing ran.
-    """
-    storages = [a._st for a in args if type(a) is XlaTensor]
-    if len(set(map(id, storages))) == len(storages):
-        return  # every tensor argument has data of its own: the common case, one set
-    owners: dict[int, list[int]] = {}
-    for i, a in enumerate(args):
-        if type(a) is XlaTensor:
-            owners.setdefault(id(a._st), []).append(i)
-    written = {i for i, _, _ in plan.writes}
-    for group in owners.values():
-        if len(group) < 2 or written.isdisjoint(group):
-            continue
-        tensors = [args[i] for i in group]
-        if all(t._chain is not None for t in tensors) and _disjoint(tensors):
-            continue  # views of one base that share no element (rows of a matrix) are independent
-        i = next(i for i in group if i in written)
-        j = next(j for j in group if j != i)
-        raise AliasedInputsError(
-            f"the torch.compile graph {name!r} writes its input {i}, and its input {j} shares that tensor's data (a "
-            "detach(), an alias or an overlapping view of it). TorchDynamo cannot see that xla tensors alias, so the "
-            f"compiled graph would read input {j}'s value from before the write, where eager PyTorch reads it after. "
-            "Pass the tensor once, or .clone() the other one before the call.")
-
-
-def _disjoint(views: list) -> bool:
-    """Whether views of one storage occupy element spans (first to last element) that do not intersect."""
-    spans = []
-    for t in views:
-        if t.numel() == 0:
-            continue
-        start = t.storage_offset()
-        spans.append((start, start + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))))
-    spans.sort()
-    return all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
 
 
 def _consumable(t: XlaTensor, array) -> bool:
@@ -562,42 +488,9 @@ def _refusal_reason(message: str) -> str:
     return head.replace("a graph was about to run at ", "an op needs the host at ", 1)
 
 
-def _signature(args: list) -> tuple:
-    """The concrete input signature of a graph with symbolic sizes: shapes, dtypes and numbers."""
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append((tuple(a.shape), a.dtype))
-        elif isinstance(a, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
-            out.append(a)
-        else:
-            out.append(type(a))
-    return tuple(out)
-
-
-def _concrete_strides(value) -> tuple | None:
-    """A traced tensor input's strides, when they are plain numbers."""
-    if not isinstance(value, torch.Tensor):
-        return None
-    strides = value.stride()
-    return tuple(strides) if all(type(s) is int for s in strides) else None
-
-
-def _has_symbolic_shape(value) -> bool:
-    return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
-
-
 def _current_key(device_index: int):
     """The device RNG key's buffer, computing it first when lazy random ops left it pending."""
     node = rng.key_node(device_index)
     if type(node) is DataNode:
         return node.array
-    return rng.materialized_key(device_index, _INPUTS)
-
-
-def device_of(args) -> torch.device | None:
-    """The xla device of the first device tensor among `args`, or None."""
-    for a in args:
-        if isinstance(a, XlaTensor):
-            return torch_device(a._st.device_index)
-    return None
+    return rng.materialized_key(device_index, INPUTS)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from xladev.runtime import fork_guard
+from xladev.runtime import fork_guard, stack
 from xladev.runtime.backend import device_index
 from xladev.runtime.dispatch import handle_regular
 from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.ir import Meta
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.meta import MetaUnsupported
-from xladev.runtime.recording import record, write_into
+from xladev.runtime.recording import convert, record, write_into
 from xladev.runtime.special_handlers import special
 from xladev.runtime.storage import Storage
 from xladev.runtime.tensor import XlaTensor, alias_of, new_tensor, wrap
@@ -110,12 +110,23 @@ def _copy(func, args, kwargs):
 def copy_into(dst, src):
     """`dst.copy_(src)` for any mix of host and device tensors.
 
+    Unlike an in-place op, copy_ converts `src` to any dtype of `dst`, as eager does: toward zero from
+    floating point to integers, nonzero to True, the real part from complex to real.
+
+    Args:
+      dst: the tensor written (on the device or the host).
+      src: the values, broadcastable to `dst`'s shape.
+
+    Returns:
+      dst.
+
     Raises:
-      RuntimeError: in a forked child of a process that had started the device (fork_guard).
+      RuntimeError: in a forked child of a process that had started the device (fork_guard), or `src`
+        does not broadcast to `dst`'s shape.
     """
     fork_guard.check()
     func = aten.copy_.default
-    if not isinstance(dst, XlaTensor):  # device → host
+    if not isinstance(dst, XlaTensor):  # device → host: the host's copy_ converts
         cpu = download([src], ".cpu()")[0]
         return dst.copy_(cpu)
     if not isinstance(src, XlaTensor):
@@ -123,6 +134,11 @@ def copy_into(dst, src):
     elif src._st.device_index != dst._st.device_index:
         cpu = download([src], f".to({dst.device})")[0]
         src = new_tensor(upload(cpu, dst._st.device_index), dst._st.device_index)
+    if src.dtype != dst.dtype:
+        # write_into refuses what an in-place op may not write (torch.can_cast); copy_ converts anything.
+        if src.dtype.is_complex and not dst.dtype.is_complex:
+            stack.warn_at_user("Casting complex values to real discards the imaginary part")
+        src = convert(src, dst.dtype)
     write_into(dst, src, func)
     return dst
 

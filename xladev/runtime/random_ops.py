@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from xladev.runtime.arguments import argument as _arg
 from xladev.runtime.backend import device_index
 from xladev.runtime.dispatch import handle
 from xladev.runtime.fallback import run_on_cpu
@@ -117,10 +118,6 @@ def _multinomial(key, shape, dtype, params, probs):
 
 
 # ---- in-place fills -------------------------------------------------------------------------------------
-def _arg(args, kwargs, index: int, name: str, default):
-    return kwargs.get(name, args[index] if len(args) > index else default)
-
-
 @special(aten.cauchy_.default)
 def _cauchy_(func, args, kwargs):
     median, sigma = _arg(args, kwargs, 1, "median", 0.0), _arg(args, kwargs, 2, "sigma", 1.0)

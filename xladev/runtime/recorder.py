@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -84,10 +83,7 @@ class Recorder:
         if bus.active:
             bus.emit(GraphGrowing(time.perf_counter_ns(), step, ops, site,
                                   stack.capture_frames() if bus.wants_frames else None))
-        if frame is not None:
-            warnings.warn_explicit(message, GraphGrowthWarning, frame.f_code.co_filename, frame.f_lineno)
-        else:
-            warnings.warn(message, GraphGrowthWarning, stacklevel=2)
+        stack.warn_at_user(message, GraphGrowthWarning)
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import torch
 
@@ -61,3 +62,18 @@ def user_frame():
     while frame is not None and is_library_frame(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
+
+
+def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warns at the innermost user line, as torch's own warnings point there (or here, with no user frame:
+    a backward op on autograd's device thread).
+
+    Args:
+      message: the warning's text.
+      category: its class.
+    """
+    frame = user_frame()
+    if frame is not None:
+        warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno)
+    else:
+        warnings.warn(message, category, stacklevel=2)
