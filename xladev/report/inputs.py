@@ -152,6 +152,7 @@ class _SalvagingGzip:
         self._member_started = False
         self.compressed_read = 0
         self.error: str | None = None
+        self.corrupt = False  # the data is wrong, not just cut short: text before the error may be garbled
 
     def _fill(self, wanted: int) -> None:
         while len(self._buffer) < wanted and not self._done:
@@ -182,6 +183,7 @@ class _SalvagingGzip:
                 break
             self.compressed_read += len(data[start:start + step])
         self._done = True
+        self.corrupt = True
         reason = str(exc).split(": ", 1)[-1]  # zlib's "Error -3 while decompressing data: <reason>"
         where = f"after about {self.compressed_read:,} bytes" if self.compressed_read else "at its start"
         self.error = f"the gzip data is corrupt {where} ({reason})"
@@ -201,6 +203,25 @@ class _SalvagingGzip:
 
     def close(self) -> None:
         self._raw.close()
+
+
+class _UpToLine:
+    """The lines of a stream before line `stop` (1-based), then its end: the part of a corrupt input before the
+    first line that reads as garbled. ``error`` is the damage, so the readers treat the end as a cut."""
+
+    def __init__(self, stream: BinaryIO, stop: int, error: str):
+        self._stream, self._left, self.error = stream, stop - 1, error
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._stream.read(size)
+        lines = data.split(b"\n")
+        if len(lines) - 1 < self._left:
+            self._left -= len(lines) - 1
+            return data
+        kept, self._left = b"\n".join(lines[:self._left]) + b"\n", 0
+        return kept
 
 
 class _Utf16AsUtf8:
@@ -249,6 +270,23 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
     Raises:
       UnreadableInputError: when the file is missing, a directory or cannot be opened or read.
     """
+    source, corrupt = _read_source(path, name, max_rows)
+    # Corrupt deflate data can decode as garbled text well before zlib notices (often only at the checksum
+    # at the end): the first malformed line marks where the damage shows, so read again up to it.
+    garbled = min((w.line for w in source.warnings if 0 < w.line <= source.lines), default=0) if corrupt else 0
+    if garbled:
+        damage = f"{source.damage}; the text is garbled from line {garbled:,}, and only the lines before it are read"
+        source, _ = _read_source(path, name, max_rows, (garbled, damage))
+    return source
+
+
+def _read_source(path: str, name: str | None, max_rows: int,
+                 stop: tuple[int, str] | None = None) -> tuple[SourceResult, bool]:
+    """`read_source` in one pass: the input, and whether its compressed data is corrupt.
+
+    Args:
+      stop: (line, damage): read only the lines before that line, and report that damage.
+    """
     stem, rank = rank_of(path)
     source = SourceResult(path=path, name=name or path, rank=rank)
     stream = _open_binary(path)
@@ -264,14 +302,16 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
             if head.startswith(codecs.BOM_UTF8):
                 stream.read(len(codecs.BOM_UTF8))
             readable = _Utf16AsUtf8(stream) if _is_utf16(head) else stream
+            if stop is not None:
+                readable = _UpToLine(readable, *stop)
             for kind in input_kinds(max_rows):
                 if kind.sniff(head, path):
                     source.input_kind = kind.name
                     kind.read(readable, source)
                     break
-        source.damage = getattr(stream, "error", None)
+        source.damage = stop[1] if stop is not None else getattr(stream, "error", None)
         if source.damage:
             source.warn(source.lines + 1, f"reading stopped early: {source.damage}", always=True)
     finally:
         stream.close()
-    return source
+    return source, getattr(stream, "corrupt", False)
