@@ -184,3 +184,17 @@ def test_an_unreadable_input_beside_a_good_one_is_a_warning_not_a_stop(capsys, t
     assert code == 0 and err == "" and _verdict(out).startswith("WARNING")
     assert f"{garbage} could not be read: binary data" in _verdict(out)
     assert _run(capsys, fixture_path("healthy.metrics.txt"), garbage, "--fail-on", "warning")[0] == 1
+
+
+def test_every_verdict_badge_of_the_html_report_has_a_colour(capsys, tmp_path):
+    """The badge's text is white: a verdict without a background of its own (unknown had none) is invisible."""
+    import re
+
+    from xladev.rules import VERDICT_LABELS
+
+    code, html, _ = _run(capsys, write(tmp_path, "empty.txt", b""), "-f", "html")
+    assert code == 2 and '<span class="verdict unknown">UNKNOWN</span>' in html
+    css = html[html.index("<style>"):html.index("</style>")]
+    coloured = {name for selectors, _ in re.findall(r"([.\w,]+)\{background:(#[0-9a-f]{6})\}", css)
+                for name in selectors.split(",") if name.startswith(".")}
+    assert {f".{verdict}" for verdict in VERDICT_LABELS} <= coloured, coloured
