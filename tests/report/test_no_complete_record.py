@@ -71,7 +71,10 @@ def _zero_record_inputs() -> dict[str, tuple[bytes, str]]:
                                                  "the gzip data ends early"),
         "gzip metrics corrupt at the start": (_corrupt_at_start(metrics), "the gzip data is corrupt"),
         "gzip debug log corrupt at the start": (_corrupt_at_start(debug), "the gzip data is corrupt"),
-        "gzip event log cut in its header": (_cut_before_first_record(log, len(header), b'"pid"'), "the gzip data ends early"),
+        "gzip event log cut in its header": (_cut_before_first_record(log, len(header), b'"pid"'),
+                                             "the gzip data ends early"),
+        "plain event log cut in its header": (header[:len(header) // 2], "no PyTorch/XLA metrics report"),
+        "plain debug log cut in its first line": (debug[:debug.index(b"Analysis")], "no PyTorch/XLA metrics report"),
         "plain metrics cut in its first record": (metrics[:metrics.index(b"  Accumulator") + 20], "cut short"),
         "event log with only its header": (header, "no events after its header"),
         "empty file": (b"", "empty file"),
@@ -82,7 +85,8 @@ def _zero_record_inputs() -> dict[str, tuple[bytes, str]]:
 
 _ZERO_RECORD_NAMES = ["gzip metrics cut in its first record", "gzip metrics corrupt at the start",
                       "gzip debug log corrupt at the start", "gzip event log cut in its header",
-                      "plain metrics cut in its first record", "event log with only its header", "empty file",
+                      "plain metrics cut in its first record", "plain event log cut in its header",
+                      "plain debug log cut in its first line", "event log with only its header", "empty file",
                       "empty gzip", "binary garbage"]
 
 
@@ -124,7 +128,8 @@ def test_a_complete_report_of_zero_steps_is_unknown_and_fails_the_warning_gate(c
 
 
 def test_unknown_for_want_of_a_step_count_fails_the_warning_gate_only(capsys, tmp_path):
-    text = metric_block("CompileTime", 3, 6e9) + metric_block("ExecuteTime", 300, 1e9) + counter_block("UncachedCompile", 3)
+    text = (metric_block("CompileTime", 3, 6e9) + metric_block("ExecuteTime", 300, 1e9)
+            + counter_block("UncachedCompile", 3))
     path = write(tmp_path, "pasted.txt", text)
     assert _run(capsys, path)[0] == 0
     assert _run(capsys, path, "--fail-on", "warning")[0] == 1

@@ -383,7 +383,8 @@ class TextReader:
                 self.source.cut_report_line = last.line
                 self._last_raw = self._previous_raw = None
                 return
-            self.source.warn(last.line, f"last report is incomplete ({why}); the report at line {previous.line} is used")
+            self.source.warn(last.line, f"last report is incomplete ({why}); "
+                                        f"the report at line {previous.line} is used")
             last = previous
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
