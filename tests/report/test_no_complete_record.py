@@ -203,3 +203,15 @@ def test_every_verdict_badge_of_the_html_report_has_a_colour(capsys, tmp_path):
     coloured = {name for selectors, _ in re.findall(r"([.\w,]+)\{background:(#[0-9a-f]{6})\}", css)
                 for name in selectors.split(",") if name.startswith(".")}
     assert {f".{verdict}" for verdict in VERDICT_LABELS} <= coloured, coloured
+
+
+def test_comparing_with_a_run_that_has_no_complete_record_is_one_error_line(capsys, tmp_path):
+    """Two event logs of different runs are compared; one with only its header cannot be: exit 2, and no
+    report of the other run alone passed off as the answer."""
+    log = EVENT_LOG.read_text()
+    header = json.loads(log.splitlines()[0])
+    header["pid"] += 1  # another run
+    other = write(tmp_path, "b.events.jsonl", json.dumps(header) + "\n")
+    code, out, err = _run(capsys, write(tmp_path, "a.events.jsonl", log), other)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "b.events.jsonl: an xladev event log with no events after its header" in err

@@ -112,12 +112,16 @@ def _build(args):
     from xladev.report import compare, jsonout
     from xladev.report.inputs import expand_rank_paths, read_source
     from xladev.report.loader import report_from_sources
+    from xladev.report.model import NoCompleteRecordError, UnreadableInputError
 
     if args.compare and len(args.inputs) != 2:
         raise _UsageError("--compare needs exactly two inputs (A and B)")
     sources_by_input = [[read_source(path) for path in expand_rank_paths(argument)] for argument in args.inputs]
     if _is_comparison(args, sources_by_input):
-        runs = [report_from_sources(sources) for sources in sources_by_input]
+        try:
+            runs = [report_from_sources(sources) for sources in sources_by_input]
+        except NoCompleteRecordError as error:  # one side alone is no comparison: an error, not its report
+            raise UnreadableInputError(str(error)) from None
         comparison = compare.compare(*runs)
         if args.format == "json":
             return jsonout.comparison_json(comparison), runs[1]
@@ -164,8 +168,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             rendered_from, decisive = _build(args)
         except NoCompleteRecordError as error:
-            if args.compare:
-                raise
             # Written all the same: a CI job that keeps the JSON or HTML gets "unknown" and the reason.
             unreadable, decisive = error, error.report
             rendered_from = _rendered_from(args, decisive)
