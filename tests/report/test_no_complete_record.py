@@ -215,3 +215,13 @@ def test_comparing_with_a_run_that_has_no_complete_record_is_one_error_line(caps
     code, out, err = _run(capsys, write(tmp_path, "a.events.jsonl", log), other)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "b.events.jsonl: an xladev event log with no events after its header" in err
+
+
+def test_a_gzip_whose_only_damage_is_its_checksum_claims_no_garbled_line(tmp_path):
+    """Every byte decodes right, only the CRC at the end is wrong: the report warns about the damage, drops
+    the last report (nothing says it ended where the data stops) and does not call any line garbled."""
+    packed = bytearray(gzip.compress(_metrics_text(), mtime=0))
+    packed[-8:-4] = bytes(b ^ 0xFF for b in packed[-8:-4])  # the CRC32 of the gzip trailer
+    source = load(write(tmp_path, "crc.metrics.txt.gz", bytes(packed))).sources[0]
+    assert source.damage.startswith("the gzip data is corrupt") and "incorrect data check" in source.damage
+    assert "garbled" not in source.damage and source.snapshots == 23 and source.final.step == 22

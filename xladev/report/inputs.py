@@ -54,7 +54,7 @@ class TextInput:
         try:
             reader.read_stream(stream)
         except (OSError, EOFError) as error:  # e.g. a truncated gzip file: keep what was read
-            source.warn(source.lines + 1, f"reading stopped early: {error}")
+            source.warn(source.lines + 1, f"reading stopped early: {error}", at_end=True)
             cut_short = True
         finally:
             # Where the data stops at damage, its last report has no known end: it is not complete.
@@ -273,7 +273,7 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
     source, corrupt = _read_source(path, name, max_rows)
     # Corrupt deflate data can decode as garbled text well before zlib notices (often only at the checksum
     # at the end): the first malformed line marks where the damage shows, so read again up to it.
-    garbled = min((w.line for w in source.warnings if 0 < w.line <= source.lines), default=0) if corrupt else 0
+    garbled = source.first_bad_line if corrupt else 0
     if garbled:
         damage = f"{source.damage}; the text is garbled from line {garbled:,}, and only the lines before it are read"
         source, _ = _read_source(path, name, max_rows, (garbled, damage))
@@ -311,7 +311,7 @@ def _read_source(path: str, name: str | None, max_rows: int,
                     break
         source.damage = stop[1] if stop is not None else getattr(stream, "error", None)
         if source.damage:
-            source.warn(source.lines + 1, f"reading stopped early: {source.damage}", always=True)
+            source.warn(source.lines + 1, f"reading stopped early: {source.damage}", always=True, at_end=True)
     finally:
         stream.close()
     return source, getattr(stream, "corrupt", False)

@@ -199,16 +199,21 @@ class SourceResult:
     profiles: list = dataclasses.field(default_factory=list)
     # An event log's per-step graphs, waits and lost ranks, for the diagnoses across ranks.
     trace: RankTrace | None = None
+    # The first line with something malformed in it (0 when none): where a corrupt input turns to garbage.
+    first_bad_line: int = 0
 
-    def warn(self, line: int, message: str, always: bool = False) -> None:
+    def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).
 
         Args:
           line: the 1-based line it is about.
           message: what was wrong.
           always: keep it past the cap (a warning about the whole input, such as damaged compression).
+          at_end: it says the input ends early (a record or block cut short), not that a line is malformed.
         """
         self.warning_count += 1
+        if not at_end and line > 0 and not 0 < self.first_bad_line <= line:
+            self.first_bad_line = line
         if always or len(self.warnings) < MAX_STORED_WARNINGS:
             self.warnings.append(ParseWarning(self.name, line, message))
 

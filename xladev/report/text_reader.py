@@ -379,12 +379,13 @@ class TextReader:
             self.source.step_records -= last.step is not None
             self._pending_row = None
             if previous is None:
-                self.source.warn(last.line, f"the only report is incomplete ({why}); there is no complete report")
+                self.source.warn(last.line, f"the only report is incomplete ({why}); there is no complete report",
+                                 at_end=True)
                 self.source.cut_report_line = last.line
                 self._last_raw = self._previous_raw = None
                 return
             self.source.warn(last.line, f"last report is incomplete ({why}); "
-                                        f"the report at line {previous.line} is used")
+                                        f"the report at line {previous.line} is used", at_end=True)
             last = previous
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
