@@ -185,8 +185,9 @@ def test_damaged_gzip_event_log_keeps_its_complete_records(tmp_path):
 def test_gzip_that_is_not_gzip_is_one_clear_error(tmp_path):
     path = tmp_path / "fake.gz"
     path.write_bytes(b"\x1f\x8b" + b"not really compressed" * 4)
-    with pytest.raises(UnreadableInputError, match="cannot read: the compressed data is corrupt"):
-        read_source(str(path))
+    assert read_source(str(path)).damage.startswith("the gzip data is corrupt at its start")
+    with pytest.raises(UnreadableInputError, match="fake.gz: the gzip data is corrupt at its start .*; no complete"):
+        load(str(path))
 
 
 def test_fast_path_and_line_reader_agree_even_around_a_dirty_record():
@@ -213,6 +214,24 @@ def test_truncated_last_record_falls_back_to_the_previous_one():
     assert source.final.step == 3 and source.snapshots == 4
     assert any("incomplete" in w.message for w in source.warnings)
     assert source.series.columns()["steps"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_last_record_cut_before_its_counters_is_not_a_new_run():
+    """Cut inside its first block, the last record lacks the counters, which looks like counters dropping back
+    (a new run appended to the file): the cut line says otherwise, so the complete report before it is used."""
+    text = metrics_file([step_report(step, compiles=1) for step in range(5)])
+    cut = text[: text.rindex("  Accumulator: ") + len("  Accumulator: 250m")]
+    source = _read(cut)
+    assert source.restarts == [] and not any("new run" in w.message for w in source.warnings)
+    assert source.final.step == 3 and source.final.counters["MarkStep"] == 4
+    assert source.series.columns()["steps"] == [1.0, 2.0, 3.0, 4.0]
+    assert any("its line" in w.message and "is cut off" in w.message for w in source.warnings)
+
+
+def test_a_metrics_file_cut_inside_its_only_record_has_no_report():
+    text = metrics_file([step_report(0, compiles=1)])
+    source = _read(text[: text.index("  Accumulator: ") + len("  Accumulator: 250m")])
+    assert source.final is None and source.snapshots == 0 and source.cut_report_line == 1
 
 
 def test_malformed_values_give_warnings_with_line_numbers():

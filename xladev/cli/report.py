@@ -1,7 +1,9 @@
 """`xladev report`: diagnose metrics reports, XLA_METRICS_FILE records and PT_XLA_DEBUG logs.
 
-Exit status: 0 normally; 1 with ``--fail-on`` when a finding reaches that severity; 2 when an
-input cannot be read (missing, binary, nothing recognised) or the output cannot be written.
+Exit status: 0 normally; 1 with ``--fail-on`` when a finding reaches that severity (or, for
+``--fail-on warning``, when the verdict is ``unknown``); 2 when an input is missing, when no input
+holds a complete record (the report is still written, with the verdict ``unknown`` and the reason),
+or when the output cannot be written.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-f", "--format", choices=FORMATS, default="text", help="output format (default: text)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--fail-on", choices=("warning", "error"),
-                        help="exit with status 1 when a finding is at least this severe")
+                        help="exit with status 1 when a finding is at least this severe; 'warning' also fails "
+                             "an unknown verdict (health not shown)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--compare", action="store_true", help="compare two runs: INPUT A and INPUT B")
     mode.add_argument("--single-run", action="store_true", help="read all inputs as one run, never compare")
@@ -101,24 +104,36 @@ def _render(args, document_or_json) -> str:
 
 
 def _build(args):
-    """Reads the inputs and returns (what to render, the run whose findings decide the exit status)."""
-    from xladev.report import compare, document, jsonout
+    """Reads the inputs and returns (what to render, the run whose findings decide the exit status).
+
+    Raises:
+      NoCompleteRecordError: no input holds a complete record; its ``report`` is the one to render.
+    """
+    from xladev.report import compare, jsonout
     from xladev.report.inputs import expand_rank_paths, read_source
     from xladev.report.loader import report_from_sources
+    from xladev.report.model import NoCompleteRecordError, UnreadableInputError
 
     if args.compare and len(args.inputs) != 2:
         raise _UsageError("--compare needs exactly two inputs (A and B)")
     sources_by_input = [[read_source(path) for path in expand_rank_paths(argument)] for argument in args.inputs]
     if _is_comparison(args, sources_by_input):
-        runs = [report_from_sources(sources) for sources in sources_by_input]
+        try:
+            runs = [report_from_sources(sources) for sources in sources_by_input]
+        except NoCompleteRecordError as error:  # one side alone is no comparison: an error, not its report
+            raise UnreadableInputError(str(error)) from None
         comparison = compare.compare(*runs)
         if args.format == "json":
             return jsonout.comparison_json(comparison), runs[1]
         return compare.comparison_document(comparison), runs[1]
     report = report_from_sources([source for sources in sources_by_input for source in sources])
-    if args.format == "json":
-        return jsonout.report_json(report), report
-    return document.report_document(report), report
+    return _rendered_from(args, report), report
+
+
+def _rendered_from(args, report):
+    from xladev.report import document, jsonout
+
+    return jsonout.report_json(report) if args.format == "json" else document.report_document(report)
 
 
 class _UsageError(Exception):
@@ -126,10 +141,12 @@ class _UsageError(Exception):
 
 
 def _fails(report, level: str | None) -> bool:
-    from xladev.rules import severity_rank
+    from xladev.rules import UNKNOWN, WARNING, severity_rank
 
     if level is None:
         return False
+    if level == WARNING and report.verdict() == UNKNOWN:
+        return True  # the gate asks for a healthy run, and the input cannot show one
     return any(finding.rule != "healthy" and severity_rank(finding.severity) >= severity_rank(level)
                for finding in report.findings)
 
@@ -141,12 +158,19 @@ def run(args: argparse.Namespace) -> int:
       args: the parsed arguments.
 
     Returns:
-      0, 1 when ``--fail-on`` is met, 2 for unreadable input or output.
+      0, 1 when ``--fail-on`` is met, 2 for a missing input, no complete record in any input (the
+      report with the verdict ``unknown`` is still written) or unwritable output.
     """
-    from xladev.report.model import UnreadableInputError
+    from xladev.report.model import NoCompleteRecordError, UnreadableInputError
 
+    unreadable = None
     try:
-        rendered_from, decisive = _build(args)
+        try:
+            rendered_from, decisive = _build(args)
+        except NoCompleteRecordError as error:
+            # Written all the same: a CI job that keeps the JSON or HTML gets "unknown" and the reason.
+            unreadable, decisive = error, error.report
+            rendered_from = _rendered_from(args, decisive)
         text = _render(args, rendered_from)
     except UnreadableInputError as error:
         print(f"xladev report: error: {error}", file=sys.stderr)
@@ -164,5 +188,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"xladev report: error: cannot write {args.output or 'output'}: {error.strerror or error}",
               file=sys.stderr)
+        return 2
+    if unreadable is not None:
+        print(f"xladev report: error: {unreadable}", file=sys.stderr)
         return 2
     return 1 if _fails(decisive, args.fail_on) else 0

@@ -12,7 +12,7 @@ without the run. The formatters in `xladev.schema.units` are shared with the run
 """
 
 from xladev.report.loader import Report, load
-from xladev.report.model import ParseWarning, UnreadableInputError
+from xladev.report.model import NoCompleteRecordError, ParseWarning, UnreadableInputError
 from xladev.report import eventlog_input  # noqa: E402,F401  (registers the event-log reader)
 
-__all__ = ["Report", "load", "ParseWarning", "UnreadableInputError"]
+__all__ = ["Report", "load", "NoCompleteRecordError", "ParseWarning", "UnreadableInputError"]

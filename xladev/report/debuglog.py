@@ -152,11 +152,12 @@ class DebugLog:
         ``fallbacks`` (dicts: op, site, count, line).
     """
 
-    def __init__(self, warn: Callable[[int, str], None]):
+    def __init__(self, warn: Callable[..., None]):
         """Creates an empty log.
 
         Args:
-          warn: called with (line, message) for malformed blocks.
+          warn: called with (line, message) for malformed blocks, and ``at_end=True`` for a block that the
+            end of the input cut short (`SourceResult.warn`).
         """
         self._warn = warn
         self.compile_events: list[GraphEvent] = []
@@ -265,7 +266,7 @@ class DebugLog:
         """Closes blocks left open at the end of the input, with a warning each."""
         for prefix, event in self._open.items():
             if event is not None:
-                self._warn(event.line, f"{prefix} Analysis block cut short (end of input)")
+                self._warn(event.line, f"{prefix} Analysis block cut short (end of input)", at_end=True)
                 self._emit(event)
                 self._open[prefix] = None
 

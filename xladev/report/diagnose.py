@@ -19,7 +19,7 @@ from xladev.schema import units
 _RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "recompilation", "rank-recompiles",
                "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
                "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
-               "compile-time", "not-enough-evidence",
+               "compile-time", "no-complete-record", "damaged-input", "unreadable-input", "not-enough-evidence",
                "healthy"]
 
 
@@ -224,13 +224,17 @@ def diagnose(report) -> list[Finding]:
     Returns:
       The findings.
     """
+    if not report.has_record:
+        return [rules.no_complete_record_finding([(source.name, source.problem or "no complete record",
+                                                   bool(source.damage)) for source in report.sources])]
     per_rank = {rank: diagnose_group(report, sources) for rank, sources in report.ranks().items()}
     findings = _merge_ranks(per_rank) if len(per_rank) > 1 else next(iter(per_rank.values()))[0]
     findings.extend(_rank_findings(per_rank))
     findings.extend(across_ranks.findings(report.ranks()))
+    findings.extend(_input_findings(report.sources))
     if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
-        if facts is not None and facts.steps <= 0 and (facts.compiles or facts.executions):
+        if facts is not None and facts.steps <= 0:
             findings.append(rules.undetermined_finding(compiles=facts.compiles, executions=facts.executions))
         elif facts is not None:
             findings.append(rules.healthy_finding(
@@ -242,6 +246,33 @@ def diagnose(report) -> list[Finding]:
         finding.sources = list(dict.fromkeys(finding.sources))
         rules.in_names_of(finding, stack)
     return wall_time.ranked(findings, _RULE_ORDER)
+
+
+def _input_findings(sources: list[SourceResult]) -> list[Finding]:
+    """A warning per damaged input (judged on the records before the damage) and per unreadable one."""
+    findings = []
+    for source in sources:
+        if source.damage:
+            findings.append(rules.damaged_input_finding(source.name, source.damage, _records_read(source),
+                                                        source.lines))
+        elif source.unreadable and source.problem:
+            findings.append(rules.unreadable_input_finding(source.name, source.problem))
+    return findings
+
+
+def _records_read(source: SourceResult) -> str:
+    """What an input gave, in the words of its kind: ``12 complete metrics reports``, ``30 steps`` ..."""
+    if not source.has_record:
+        return "no complete record"
+    parts = []
+    if source.input_kind == "event-log":
+        steps = int(source.final.counters.get("MarkStep", 0)) if source.final else 0
+        parts.append(f"{steps} steps of an xladev event log")
+    elif source.snapshots:
+        parts.append(f"{source.snapshots} complete metrics report{'s' if source.snapshots != 1 else ''}")
+    if source.has_debug and source.input_kind != "event-log":
+        parts.append(f"{source.debug.compiles} compile and {source.debug.execution_count} execution analyses")
+    return ", ".join(parts)
 
 
 def auto_metrics_lines(report) -> list[str]:

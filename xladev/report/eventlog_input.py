@@ -324,14 +324,15 @@ class EventLogInput:
             try:
                 record = rec.parse_line(pending)
             except rec.RecordError:
-                source.warn(lineno, "last line is cut short (the process was killed while writing?); ignored")
+                source.warn(lineno, "last line is cut short (the process was killed while writing?); ignored",
+                            at_end=True)
             else:
                 if record is not None:
                     replay.feed(lineno, record)
         source.lines = lineno
         replay.finish()
         if replay.header is not None and not replay.ended:
-            source.warn(lineno, "the log has no end record: the process was killed or is still running")
+            source.warn(lineno, "the log has no end record: the process was killed or is still running", at_end=True)
 
     @staticmethod
     def _line(replay: EventLogReplay, source: SourceResult, lineno: int, raw: bytes) -> None:

@@ -17,7 +17,7 @@ import re
 import zlib
 from typing import BinaryIO, Protocol
 
-from xladev.report.model import SourceResult, UnreadableInputError
+from xladev.report.model import BINARY_DATA, SourceResult, UnreadableInputError
 from xladev.report.text_reader import TextReader
 from xladev.report.series import DEFAULT_MAX_ROWS
 
@@ -50,12 +50,15 @@ class TextInput:
 
     def read(self, stream: BinaryIO, source: SourceResult) -> None:
         reader = TextReader(source, max_rows=self.max_rows)
+        cut_short = False
         try:
             reader.read_stream(stream)
         except (OSError, EOFError) as error:  # e.g. a truncated gzip file: keep what was read
-            source.warn(source.lines + 1, f"reading stopped early: {error}")
+            source.warn(source.lines + 1, f"reading stopped early: {error}", at_end=True)
+            cut_short = True
         finally:
-            reader.finish()
+            # Where the data stops at damage, its last report has no known end: it is not complete.
+            reader.finish(cut_short=cut_short or bool(getattr(stream, "error", None)))
 
 
 _INPUT_KINDS: list[InputKind] = []
@@ -149,6 +152,7 @@ class _SalvagingGzip:
         self._member_started = False
         self.compressed_read = 0
         self.error: str | None = None
+        self.corrupt = False  # the data is wrong, not just cut short: text before the error may be garbled
 
     def _fill(self, wanted: int) -> None:
         while len(self._buffer) < wanted and not self._done:
@@ -158,8 +162,7 @@ class _SalvagingGzip:
             if not data:
                 self._done = True
                 if self._member_started and not self._inflate.eof:
-                    self.error = (f"the compressed data ends early (truncated after {self.compressed_read} "
-                                  "bytes); the complete records before it were read")
+                    self.error = f"the gzip data ends early (cut off after {self.compressed_read:,} bytes)"
                 return
             before = self._inflate.copy()
             try:
@@ -180,8 +183,10 @@ class _SalvagingGzip:
                 break
             self.compressed_read += len(data[start:start + step])
         self._done = True
-        self.error = (f"the compressed data is corrupt ({exc}) after about {self.compressed_read} bytes; "
-                      "the complete records before it were read")
+        self.corrupt = True
+        reason = str(exc).split(": ", 1)[-1]  # zlib's "Error -3 while decompressing data: <reason>"
+        where = f"after about {self.compressed_read:,} bytes" if self.compressed_read else "at its start"
+        self.error = f"the gzip data is corrupt {where} ({reason})"
 
     def peek(self, size: int = 1) -> bytes:
         self._fill(max(size, 1))
@@ -200,6 +205,25 @@ class _SalvagingGzip:
         self._raw.close()
 
 
+class _UpToLine:
+    """The lines of a stream before line `stop` (1-based), then its end: the part of a corrupt input before the
+    first line that reads as garbled. ``error`` is the damage, so the readers treat the end as a cut."""
+
+    def __init__(self, stream: BinaryIO, stop: int, error: str):
+        self._stream, self._left, self.error = stream, stop - 1, error
+
+    def read(self, size: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = self._stream.read(size)
+        lines = data.split(b"\n")
+        if len(lines) - 1 < self._left:
+            self._left -= len(lines) - 1
+            return data
+        kept, self._left = b"\n".join(lines[:self._left]) + b"\n", 0
+        return kept
+
+
 class _Utf16AsUtf8:
     """A binary ``read(n)`` stream of UTF-8 bytes over a UTF-16 file (PowerShell's ``>`` writes UTF-16)."""
 
@@ -209,19 +233,26 @@ class _Utf16AsUtf8:
     def read(self, size: int = -1) -> bytes:
         return self._text.read(size if size is None or size < 0 else max(1, size // 2)).encode("utf-8")
 
+    @property
+    def error(self) -> str | None:
+        """The damage of the compressed file underneath, if any (see `_SalvagingGzip`)."""
+        return getattr(self._text.buffer, "error", None)
 
-def _check_text(path: str, head: bytes) -> str | None:
-    """Returns ``utf-16`` for UTF-16 text, None for byte-oriented text; raises for binary data."""
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "utf-16"
+
+def _is_utf16(head: bytes) -> bool:
+    return head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+
+
+def _is_binary(head: bytes) -> bool:
+    """True when the first bytes are not text (NUL bytes, or more than 5 % control or invalid characters)."""
+    if _is_utf16(head):
+        return False
     sample = head[:8192]
     if b"\x00" in sample:
-        raise UnreadableInputError(f"{path}: binary data, not a metrics file or log")
+        return True
     text = sample.decode("utf-8", "replace")
     bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
-    if text and bad > 0.05 * len(text):
-        raise UnreadableInputError(f"{path}: binary data, not a metrics file or log")
-    return None
+    return bool(text) and bad > 0.05 * len(text)
 
 
 def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_ROWS) -> SourceResult:
@@ -233,10 +264,28 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
       max_rows: rows of the per-step series stored before thinning.
 
     Returns:
-      What was read; check ``warnings`` for malformed parts.
+      What was read; check ``warnings`` for malformed parts, ``damage`` for a gzip file cut short or
+      corrupt (what came before the damage is read), ``problem`` for binary data (nothing is read).
 
     Raises:
-      UnreadableInputError: when the file is missing, a directory, unreadable or binary.
+      UnreadableInputError: when the file is missing, a directory or cannot be opened or read.
+    """
+    source, corrupt = _read_source(path, name, max_rows)
+    # Corrupt deflate data can decode as garbled text well before zlib notices (often only at the checksum
+    # at the end): the first malformed line marks where the damage shows, so read again up to it.
+    garbled = source.first_bad_line if corrupt else 0
+    if garbled:
+        damage = f"{source.damage}; the text is garbled from line {garbled:,}, and only the lines before it are read"
+        source, _ = _read_source(path, name, max_rows, (garbled, damage))
+    return source
+
+
+def _read_source(path: str, name: str | None, max_rows: int,
+                 stop: tuple[int, str] | None = None) -> tuple[SourceResult, bool]:
+    """`read_source` in one pass: the input, and whether its compressed data is corrupt.
+
+    Args:
+      stop: (line, damage): read only the lines before that line, and report that damage.
     """
     stem, rank = rank_of(path)
     source = SourceResult(path=path, name=name or path, rank=rank)
@@ -247,20 +296,22 @@ def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_
             head = stream.peek(HEAD_BYTES)[:HEAD_BYTES] if hasattr(stream, "peek") else b""
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as error:
             raise UnreadableInputError(f"{path}: cannot read ({error})") from None
-        encoding = _check_text(path, head)
-        if head.startswith(codecs.BOM_UTF8):
-            stream.read(len(codecs.BOM_UTF8))
-        readable = _Utf16AsUtf8(stream) if encoding else stream
-        for kind in input_kinds(max_rows):
-            if kind.sniff(head, path):
-                source.input_kind = kind.name
-                kind.read(readable, source)
-                break
-        damage = getattr(stream, "error", None)
-        if damage and not source.lines:
-            raise UnreadableInputError(f"{path}: cannot read: {damage.split(';')[0]}")
-        if damage:
-            source.warn(source.lines + 1, f"reading stopped early: {damage}", always=True)
+        if _is_binary(head):
+            source.problem = BINARY_DATA
+        else:
+            if head.startswith(codecs.BOM_UTF8):
+                stream.read(len(codecs.BOM_UTF8))
+            readable = _Utf16AsUtf8(stream) if _is_utf16(head) else stream
+            if stop is not None:
+                readable = _UpToLine(readable, *stop)
+            for kind in input_kinds(max_rows):
+                if kind.sniff(head, path):
+                    source.input_kind = kind.name
+                    kind.read(readable, source)
+                    break
+        source.damage = stop[1] if stop is not None else getattr(stream, "error", None)
+        if source.damage:
+            source.warn(source.lines + 1, f"reading stopped early: {source.damage}", always=True, at_end=True)
     finally:
         stream.close()
-    return source
+    return source, getattr(stream, "corrupt", False)

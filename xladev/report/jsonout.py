@@ -50,7 +50,8 @@ def _inputs(report) -> list[dict]:
              "reports": source.snapshots, "step_records": source.step_records,
              "debug_compiles": source.debug.compiles if source.debug else 0,
              "debug_executions": source.debug.execution_count if source.debug else 0,
-             "warning_count": source.warning_count} for source in report.sources]
+             "warning_count": source.warning_count, "damage": source.damage, "problem": source.problem}
+            for source in report.sources]
 
 
 def summary_numbers(report) -> dict:

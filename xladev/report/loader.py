@@ -14,7 +14,8 @@ from collections.abc import Iterable
 import pandas as pd
 
 from xladev.report.inputs import expand_rank_paths, read_source
-from xladev.report.model import ParseWarning, SourceResult, UnreadableInputError
+from xladev.report.model import (BINARY_DATA, EMPTY_FILE, NoCompleteRecordError, ParseWarning, SourceResult,
+                                 UnreadableInputError)
 from xladev.report.run_identity import reconcile
 from xladev.report.names import canonical_numbers, counter_category
 from xladev.report.series import DEFAULT_MAX_ROWS
@@ -58,6 +59,11 @@ class Report:
     def warning_count(self) -> int:
         """All warnings of all inputs, including those not stored."""
         return sum(source.warning_count for source in self.sources)
+
+    @property
+    def has_record(self) -> bool:
+        """True when some input holds a complete record; False when nothing can be judged."""
+        return any(source.has_record for source in self.sources)
 
     def ranks(self) -> dict[int | None, list[SourceResult]]:
         """Inputs grouped by rank (None for inputs without a ``.N`` suffix), ranks in order."""
@@ -227,10 +233,13 @@ class Report:
         return diagnose(self)
 
     def verdict(self) -> str:
-        """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when the input
-        cannot show whether the run is healthy (no step count) and nothing worse was found."""
+        """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when no input
+        holds a complete record, or when the input cannot show whether the run is healthy (no step
+        count) and nothing worse was found."""
         from xladev.rules import ADVICE_RULES, INFO, SEVERITIES, UNKNOWN, severity_rank
 
+        if not self.has_record:
+            return UNKNOWN
         worst = max((severity_rank(f.severity) for f in self.findings
                      if f.rule != "healthy" and f.rule not in ADVICE_RULES), default=-1)
         if worst <= severity_rank(INFO) and any(f.rule == "not-enough-evidence" for f in self.findings):
@@ -257,8 +266,8 @@ def load(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], max_row
       The report; its tables and findings are computed on first use.
 
     Raises:
-      UnreadableInputError: when an input is missing, binary or unreadable, or when no input
-        contains a metrics report or PT_XLA_DEBUG output.
+      UnreadableInputError: when an input is missing or cannot be opened, or (`NoCompleteRecordError`)
+        when no input holds a complete record.
     """
     if isinstance(path_or_paths, (str, os.PathLike)):
         path_or_paths = [path_or_paths]
@@ -278,21 +287,34 @@ def report_from_sources(sources: list[SourceResult]) -> Report:
       The report.
 
     Raises:
-      UnreadableInputError: when no input contains a metrics report or PT_XLA_DEBUG output, or
-        (`DifferentRunsError`) when inputs of the same rank come from different runs.
+      NoCompleteRecordError: when no input holds a complete record (its ``report`` has the verdict
+        ``unknown`` and says why), or (`DifferentRunsError`) when inputs of the same rank come from
+        different runs.
     """
     sources = reconcile(sources)
-    recognised = [source for source in sources if source.has_metrics or source.has_debug]
-    if not recognised:
-        raise UnreadableInputError("; ".join(f"{source.name}: {_why_empty(source)}" for source in sources))
+    for source in sources:  # judged again each time: a live reader (the TUI) asks again as its log grows
+        source.problem = None if source.has_record else _why_empty(source)
+    report = Report(sources)
+    if not report.has_record:
+        raise NoCompleteRecordError("; ".join(f"{source.name}: {source.problem}" for source in sources), report)
     for source in sources:
-        if source not in recognised:
-            source.warn(0, _why_empty(source))
-    return Report(sources)
+        if source.problem and not source.unreadable:  # e.g. a program's output beside the run's files
+            source.warn(0, source.problem)
+    return report
 
 
 def _why_empty(source: SourceResult) -> str:
     """What an input without anything to diagnose holds instead, in the words a user can act on."""
+    if source.problem == BINARY_DATA:  # read_source read nothing of it
+        return source.problem
+    if source.damage:
+        return f"{source.damage}; no complete record before it"
+    if source.size_bytes == 0 and source.lines == 0:
+        return EMPTY_FILE
+    if not source.lines:
+        return "nothing in it once decompressed"
+    if source.cut_report_line:
+        return f"its only metrics report (line {source.cut_report_line}) is cut short: no complete report"
     if source.input_kind == "event-log":
         return ("an xladev event log with no events after its header: the run stopped before its first step, "
                 "or is still starting (follow it live with `xladev tui`)")

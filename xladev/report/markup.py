@@ -89,7 +89,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:60rem;mar
 color:#1f2328;line-height:1.45}
 h1{font-size:1.4rem;word-break:break-all}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #d0d7de}
 .verdict{display:inline-block;padding:.15rem .6rem;border-radius:1rem;font-weight:600;color:#fff}
-.healthy,.info{background:#1a7f37}.warning{background:#9a6700}.error{background:#cf222e}
+.healthy,.info{background:#1a7f37}.unknown{background:#8250df}.warning{background:#9a6700}.error{background:#cf222e}
 table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{padding:.2rem .6rem;border-bottom:1px solid #eaeef2;
 text-align:left;vertical-align:top}td.r,th.r{text-align:right;font-variant-numeric:tabular-nums}
 caption{text-align:left;font-weight:600;padding:.3rem 0}.summary th{white-space:nowrap}

@@ -14,6 +14,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from xladev.wall_time import TimeBreakdown
 
 MAX_STORED_WARNINGS = 1000
+# Why an input holds nothing readable (`SourceResult.problem`), in the words the report prints.
+BINARY_DATA = "binary data, not a metrics file or log"
+EMPTY_FILE = "empty file"
 
 
 class UnreadableInputError(Exception):
@@ -21,6 +24,20 @@ class UnreadableInputError(Exception):
 
     The message is one line and names the file; the CLI prints it and exits with status 2.
     """
+
+
+class NoCompleteRecordError(UnreadableInputError):
+    """Raised when inputs were read but none holds a complete record (empty, binary, damaged before its
+    first record, cut inside its first report, an event log with only its header).
+
+    Attributes:
+      report: the `xladev.report.Report` of those inputs, with the verdict ``unknown`` and a
+        ``no-complete-record`` finding giving the reason, for a caller that shows it anyway (the CLI).
+    """
+
+    def __init__(self, message: str, report):
+        super().__init__(message)
+        self.report = report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +158,12 @@ class SourceResult:
       warnings: problems found, with line numbers (at most MAX_STORED_WARNINGS kept).
       warning_count: all problems found, stored or not.
       other_lines: lines that were neither report nor debug output.
+      damage: what was wrong with the input's compression (a gzip file cut short or corrupt), where
+        reading stopped; what came before it was read.
+      problem: why the input holds no complete record (binary data, empty, damaged before its first
+        record ...); None when it holds one or has not been judged yet (`report_from_sources` does).
+      cut_report_line: the line of a last report dropped as cut short, when no report before it
+        could be used instead (0 when none was dropped).
     """
 
     path: str
@@ -157,6 +180,9 @@ class SourceResult:
     warnings: list[ParseWarning] = dataclasses.field(default_factory=list)
     warning_count: int = 0
     other_lines: int = 0
+    damage: str | None = None
+    problem: str | None = None
+    cut_report_line: int = 0
     # Input lines where the cumulative counters dropped back: a new run appended to the same file.
     restarts: list[int] = dataclasses.field(default_factory=list)
     # Where the wall time went, when the input measures it (an event log exactly; else estimated).
@@ -173,16 +199,21 @@ class SourceResult:
     profiles: list = dataclasses.field(default_factory=list)
     # An event log's per-step graphs, waits and lost ranks, for the diagnoses across ranks.
     trace: RankTrace | None = None
+    # The first line with something malformed in it (0 when none): where a corrupt input turns to garbage.
+    first_bad_line: int = 0
 
-    def warn(self, line: int, message: str, always: bool = False) -> None:
+    def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).
 
         Args:
           line: the 1-based line it is about.
           message: what was wrong.
           always: keep it past the cap (a warning about the whole input, such as damaged compression).
+          at_end: it says the input ends early (a record or block cut short), not that a line is malformed.
         """
         self.warning_count += 1
+        if not at_end and line > 0 and not 0 < self.first_bad_line <= line:
+            self.first_bad_line = line
         if always or len(self.warnings) < MAX_STORED_WARNINGS:
             self.warnings.append(ParseWarning(self.name, line, message))
 
@@ -196,8 +227,25 @@ class SourceResult:
         """True when PT_XLA_DEBUG output was read."""
         return self.debug is not None and not self.debug.is_empty()
 
+    @property
+    def has_record(self) -> bool:
+        """True when the input holds a complete record: a metrics report, PT_XLA_DEBUG output or event-log events."""
+        return self.has_metrics or self.has_debug
+
+    @property
+    def unreadable(self) -> bool:
+        """True for an input that could not be read whole as text: binary, empty, or damaged compression (not
+        one that is readable but merely has nothing of PyTorch/XLA in it, such as a program's output)."""
+        return bool(self.damage) or self.problem in (BINARY_DATA, EMPTY_FILE)
+
     def describe_kinds(self) -> list[str]:
         """What the input contained, e.g. ``["XLA_METRICS_FILE, 24 step records", "PT_XLA_DEBUG log"]``."""
+        if self.problem:
+            return [f"no complete record: {self.problem}"]
+        kinds = self._record_kinds()
+        return kinds + [f"damaged: {self.damage}"] if self.damage else kinds
+
+    def _record_kinds(self) -> list[str]:
         kinds = []
         if self.input_kind == "event-log":
             return [f"xladev event log, {self.snapshots} steps" if self.snapshots else "xladev event log"]

@@ -20,7 +20,8 @@ from typing import BinaryIO
 from xladev.report import fastpath
 from xladev.schema import units
 from xladev.report.debuglog import DebugLog
-from xladev.report.model import MetricBlock, ReportSnapshot, SourceResult
+from xladev.report.metric_blocks import parse_metric
+from xladev.report.model import ReportSnapshot, SourceResult
 from xladev.report.names import (
     SERIES_ACCUMULATORS,
     SERIES_COUNTERS,
@@ -47,7 +48,6 @@ for _blank in (b"\n", b"\r\n", b""):
 _FIELD_NAMES = {"TotalSamples": "TotalSamples", "Accumulator": "Accumulator", "Counter": "Accumulator",
                 "Value": "Value", "ValueRate": "ValueRate", "Rate": "Rate", "Percentiles": "Percentiles",
                 "Mean": "Mean", "StdDev": "StdDev"}
-_METRIC_FIELDS = frozenset(_FIELD_NAMES.values()) - {"Value"}
 _HEADER_RE = re.compile(r"(Metric|Counter): ([A-Za-z_][^\s]*)\s*$")
 _FIELD_RE = re.compile(r"(?:^|\s)(TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):"
                        r"(?: (.*?))?\s*$")
@@ -105,6 +105,11 @@ class TextReader:
         self._names: dict[bytes, str] = {}
         self._detached = False
         self._accumulator_cache: dict[bytes, tuple[bytes, float]] = {}
+        # The line number of a report line that ended the input without its newline (cut off), else 0.
+        self._unterminated = 0
+        # What the last report's "new run" reset discarded, kept until the next report: a cut-off last
+        # report also has lower counters, and must not hide the complete report before it.
+        self._before_restart: tuple | None = None
 
     # ------------------------------------------------------------ reading
 
@@ -132,6 +137,7 @@ class TextReader:
         first_line = self._lineno + 1
         self._lineno += fast.lines
         self.source.lines = self._lineno
+        self._unterminated = 0 if text.endswith(b"\n") else self._lineno
         self.source.step_records += 1
         name = self._name
         row = self._make_row({name(key): value for key, value in fast.counters.items()},
@@ -152,6 +158,7 @@ class TextReader:
         lineno = self._lineno
         block = self._block
         metrics, counters = self._metrics, self._counters
+        line = b"\n"
         for line in lines:
             lineno += 1
             specs = heads_get(line[:4])
@@ -189,6 +196,16 @@ class TextReader:
         self._lineno = lineno
         self._block = block
         self.source.lines = lineno
+        if line != b"\n":
+            self._unterminated = lineno if self._is_cut_report_line(line) else 0
+
+    def _is_cut_report_line(self, line: bytes) -> bool:
+        """True for the input's last line when it has no newline and belongs to the open report: its value may
+        be cut (``Value: 1`` of ``Value: 12``), so that report is not known complete."""
+        if line.endswith(b"\n") or not (self._metrics or self._counters):
+            return False
+        text = line.decode("utf-8", "replace")
+        return bool(_FIELD_RE.search(text) or _HEADER_RE.search(text))
 
     def _slow_line(self, lineno: int, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -253,12 +270,14 @@ class TextReader:
 
     def _commit(self, raw: _RawSnapshot, row: dict[str, float]) -> None:
         previous = self._pending_row
+        self._before_restart = None
         if previous is not None and any(row.get(name, 0.0) < previous.get(name, 0.0) for name in _CUMULATIVE):
             # Counters only grow within a process: a drop is a new run appended to the same file. Its
             # reports start a fresh series, so no rule mixes two runs (a false "graphs keep growing").
             self.source.restarts.append(raw.line)
             self.source.warn(raw.line, f"the counters drop back here: a new run starts (runs appended to one file); "
                                        f"the report reads the last run, from line {raw.line}")
+            self._before_restart = (self.source.series, self._last_raw, previous, self.source.warnings[-1])
             self.source.series = StepSeries(max_rows=self._max_rows)
             self._pending_row = self._previous_raw = self._last_raw = None
         if self._pending_row is not None:
@@ -333,25 +352,72 @@ class TextReader:
             row["steps"] = float(step + 1 if step is not None else index + 1)
         return row
 
-    def finish(self) -> None:
-        """Closes the last report and parses it in full into ``source.final``."""
+    def finish(self, cut_short: bool = False) -> None:
+        """Closes the last report and parses it in full into ``source.final``.
+
+        The last report is used only when it is complete; otherwise the one before it is, and with
+        none before it the input has no report (``source.final`` stays None).
+
+        Args:
+          cut_short: the input stops at damage (a gzip file cut off or corrupt), so nothing says
+            where its last report ended: that report is not taken as complete.
+        """
         self._close_snapshot(self._lineno)
         self.source.debug.finish()
-        last, previous = self._materialize(self._last_raw), self._materialize(self._previous_raw)
+        last = self._materialize(self._last_raw)
         if last is None:
             return
-        if previous is not None and not last.names() >= previous.names():
+        why = self._why_cut(last, cut_short)
+        if why and self._before_restart is not None:
+            self._undo_restart()
+        previous = self._materialize(self._previous_raw)
+        if not why and previous is not None and not last.names() >= previous.names():
             missing = len(previous.names() - last.names())
-            self.source.warn(last.line, f"last report is incomplete ({missing} blocks of the previous report "
-                                        f"missing, input cut short?); the report at line {previous.line} is used")
+            why = f"{missing} blocks of the previous report missing, input cut short?"
+        if why:
             self.source.snapshots -= 1
+            self.source.step_records -= last.step is not None
             self._pending_row = None
+            if previous is None:
+                self.source.warn(last.line, f"the only report is incomplete ({why}); there is no complete report",
+                                 at_end=True)
+                self.source.cut_report_line = last.line
+                self._last_raw = self._previous_raw = None
+                return
+            self.source.warn(last.line, f"last report is incomplete ({why}); "
+                                        f"the report at line {previous.line} is used", at_end=True)
             last = previous
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
             self._pending_row = None
         self.source.final = self._parse_full(last)
         self._last_raw = self._previous_raw = None
+
+    def _undo_restart(self) -> None:
+        """Takes back the "new run" that the cut-off last report seemed to start (its counters were cut, not reset)."""
+        series, last_raw, pending_row, warning = self._before_restart
+        self._before_restart = None
+        self.source.restarts.pop()
+        if warning in self.source.warnings:
+            self.source.warnings.remove(warning)
+            self.source.warning_count -= 1
+        series.append(pending_row)  # as the cut report's commit would have without the reset
+        self.source.series = series
+        self._previous_raw = last_raw
+
+    def _why_cut(self, last: _RawSnapshot, cut_short: bool) -> str:
+        """Why the last report is not complete (damage, a cut-off line, a last block without its value), or ""."""
+        if cut_short:
+            return "the input stops at damage inside or after it"
+        if self._unterminated >= last.line:
+            return f"its line {self._unterminated} is cut off"
+        blocks = [(fields["_line"], "TotalSamples", name, fields) for name, fields in last.metrics.items()]
+        blocks += [(fields["_line"], "Value", name, fields) for name, fields in last.counters.items()]
+        if blocks:
+            line, needed, name, fields = max(blocks, key=lambda block: block[0])
+            if needed not in fields:
+                return f"its last block {self._name(name)} has no {needed} line, input cut short?"
+        return ""
 
     def _materialize(self, raw: _RawSnapshot | None) -> _RawSnapshot | None:
         """Reads the text of a fast-path report into blocks, with the same line numbers."""
@@ -372,7 +438,7 @@ class TextReader:
     def _parse_full(self, raw: _RawSnapshot) -> ReportSnapshot:
         metrics = {}
         for name, fields in raw.metrics.items():
-            block = self._parse_metric(self._name(name), fields)
+            block = parse_metric(self._name(name), fields, self.source.warn)
             if block is not None:
                 metrics[block.name] = block
         counters, counter_lines = {}, {}
@@ -391,72 +457,6 @@ class TextReader:
                 continue  # already reported when the report was closed
             counter_lines[text_name] = fields["_line"]
         return ReportSnapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
-
-    def _parse_metric(self, name: str, fields: dict) -> MetricBlock | None:
-        warn = self.source.warn
-        header_line = fields["_line"]
-        texts = {key: (entry[0], entry[1].decode("utf-8", "replace").strip())
-                 for key, entry in fields.items() if key != "_line"}
-        for key in sorted(set(texts) - _METRIC_FIELDS):
-            warn(texts[key][0], f"metric {name}: unexpected {key} line")
-        missing = [key for key in ("TotalSamples", "Accumulator") if key not in texts]
-        if missing:
-            warn(header_line, f"metric {name} has no {' or '.join(missing)} line")
-        kind = units.detect_kind(texts["Accumulator"][1]) if "Accumulator" in texts else _kind_from_percentiles(texts)
-        block = MetricBlock(name=name, kind=kind, line=header_line)
-        if "TotalSamples" in texts:
-            line, text = texts["TotalSamples"]
-            try:
-                block.total_samples = int(text)
-            except ValueError:
-                if name.encode() not in SERIES_SAMPLES:
-                    warn(line, f"metric {name}: TotalSamples {text!r} is not an integer")
-        for key, attribute, parse in (("Accumulator", "accumulator", units.parse_kind),
-                                      ("ValueRate", "value_rate", units.parse_rate),
-                                      ("Mean", "mean", units.parse_kind), ("StdDev", "stddev", units.parse_kind)):
-            if key in texts:
-                line, text = texts[key]
-                try:
-                    setattr(block, attribute, parse(text, kind)[1])
-                except units.UnitParseError as error:
-                    if not (key == "Accumulator" and name.encode() in SERIES_ACCUMULATORS):
-                        warn(line, f"metric {name}: {key}: {error}")
-        if "Rate" in texts:
-            line, text = texts["Rate"]
-            try:
-                block.rate = units.parse_rate(text, units.VALUE)[1]
-            except units.UnitParseError as error:
-                warn(line, f"metric {name}: Rate: {error}")
-        if "Percentiles" in texts:
-            line, text = texts["Percentiles"]
-            block.percentiles = _parse_percentiles(name, text, kind, line, warn)
-        return block
-
-
-def _parse_percentiles(name: str, text: str, kind: str, line: int, warn) -> list[tuple[str, float]]:
-    percentiles = []
-    for part in text.split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        label, sep, value = part.partition("=")
-        try:
-            if not sep or not label.endswith("%"):
-                raise units.UnitParseError(f"not a percentile: {part!r}")
-            float(label[:-1])
-            percentiles.append((label.strip(), units.parse_kind(value, kind)[1]))
-        except (units.UnitParseError, ValueError) as error:
-            warn(line, f"metric {name}: Percentiles: {error}")
-    return percentiles
-
-
-def _kind_from_percentiles(texts: dict) -> str:
-    if "Percentiles" in texts:
-        first = texts["Percentiles"][1].split(";")[0].partition("=")[2]
-        if first.strip():
-            return units.detect_kind(first)
-    return units.VALUE
-
 
 def _show(raw: bytes) -> str:
     return repr(raw.decode("utf-8", "replace").strip()[:40])

@@ -10,6 +10,7 @@ they take plain numbers (counts, steps, durations in nanoseconds, counter maps) 
 - `recompile_rules`: recompilation told apart from warm-up;
 - `compile_rules`: torch.compile's graph breaks and recompilations;
 - `diagnoses`: xladev's other diagnoses, each a `Finding` with evidence and a concrete fix, or None;
+- `input_rules`: findings about the inputs themselves (nothing complete to judge, a damaged file);
 - `rank_rules`: diagnoses across the ranks of a job (diverging graphs, a rank recompiling alone, a straggler);
 - `api_names`: the advice in the run's own API names;
 - `preferences`: which way is better when two runs are compared.
@@ -44,6 +45,9 @@ from xladev.rules.diagnoses import (  # noqa: F401
     host_transfer_finding, huge_graph_finding, parse_graph_growing, pending_ops_threshold,
     persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
     undetermined_finding,
+)
+from xladev.rules.input_rules import (  # noqa: F401
+    NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,
 )
 from xladev.rules.rank_rules import (  # noqa: F401
     STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding, rank_recompile_finding,

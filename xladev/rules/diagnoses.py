@@ -303,14 +303,25 @@ def compile_time_finding(*, compile_ns: float, share: float, compiles: int) -> F
                    numbers={"compiles": compiles, "compile_ns": round(compile_ns), "compile_share": round(share, 4)})
 
 
+# The advice for an input that shows too little of the run (also `input_rules`).
+MORE_OF_THE_RUN = ("Give the report more of the run: XLA_METRICS_FILE (one record per step), the whole "
+                    "PT_XLA_DEBUG_LEVEL=1 output with its end-of-run summary, or an event log (XLADEV_EVENT_LOG).")
+
+
 def undetermined_finding(*, compiles: int, executions: int) -> Finding:
-    """Instead of "healthy" when the input cannot show it: no step count to judge compiles and transfers by."""
+    """Instead of "healthy" when the input cannot show it: no step count to judge compiles and transfers by,
+    or nothing ran at all (no step, compile or execution)."""
+    numbers = {"compiles": compiles, "executions": executions}
+    if not (compiles or executions):
+        return Finding("not-enough-evidence", INFO,
+                       "Cannot tell whether the run is healthy: the input shows no step, compile or execution",
+                       "Nothing had run when this input was written (a report printed before the first step?), so "
+                       "there is nothing to judge.", MORE_OF_THE_RUN,
+                       evidence=["0 steps, 0 compiles, 0 executions"], numbers=numbers)
     evidence = [f"{_plural(compiles, 'compile')} and {_plural(executions, 'execution')}, over an unknown number of steps"]
     if executions:
         evidence.append(f"compiles per execution: {compiles / executions:.2f} (a warmed-up loop is near 0)")
     return Finding("not-enough-evidence", INFO, "Cannot tell whether the run is healthy: the input has no step count",
                    "Recompilation and host transfers are judged per step, and nothing in this input says how many "
                    "steps ran (no MarkStep counter, no [MetricsData; step=N] record, no end-of-run summary).",
-                   "Give the report more of the run: XLA_METRICS_FILE (one record per step), the whole "
-                   "PT_XLA_DEBUG_LEVEL=1 output with its end-of-run summary, or an event log (XLADEV_EVENT_LOG).",
-                   evidence=evidence, numbers={"compiles": compiles, "executions": executions})
+                   MORE_OF_THE_RUN, evidence=evidence, numbers=numbers)

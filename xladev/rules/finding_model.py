@@ -13,8 +13,10 @@ WARNING = "warning"
 ERROR = "error"
 SEVERITIES = (INFO, WARNING, ERROR)
 # A report's verdict: its worst finding's severity, "healthy" when there is none, "unknown" when the
-# input cannot show whether the run is healthy (no step count). Printed as these labels.
+# input cannot show whether the run is healthy (no complete record, no step count). Printed as these labels.
 UNKNOWN = "unknown"
+# The findings that say why a verdict is unknown, the first found giving the headline.
+UNKNOWN_RULES = ("no-complete-record", "not-enough-evidence")
 VERDICT_LABELS = {"healthy": "HEALTHY", INFO: "HEALTHY (notes)", UNKNOWN: "UNKNOWN", WARNING: "WARNING",
                   ERROR: "ERROR"}
 
@@ -94,13 +96,16 @@ class Finding:
 def headline(verdict: str, findings: list[Finding]) -> str:
     """The one sentence a report (and the TUI) leads with: the verdict's reason or the most important problem."""
     problems = [f for f in findings if f.rule != "healthy"]
+    if verdict == UNKNOWN:
+        reason = next((f for rule in UNKNOWN_RULES for f in problems if f.rule == rule), None)
+        if reason is not None:
+            return reason.title
     if verdict == "healthy":
         healthy = next((f for f in findings if f.rule == "healthy"), None)
         return healthy.title if healthy else "No problem found."
     serious = [f for f in problems if f.severity != INFO]
     if not serious:
-        undetermined = next((f for f in problems if f.rule == "not-enough-evidence"), None)
-        return undetermined.title if undetermined else "No problem found; notes below."
+        return "No problem found; notes below."
     return f"{len(serious)} problem{'s' if len(serious) > 1 else ''} found. Most important: {serious[0].title}."
 
 
