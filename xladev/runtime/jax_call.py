@@ -313,17 +313,30 @@ def _trace(flat_fn, metas, platform: str, name: str) -> Specialization:
     import jax
 
     try:
-        with _pallas_interpret(platform == "cpu"):
+        with _pallas_interpret(platform == "cpu"), jax.enable_x64(needs_x64(metas)):
             closed, out_shapes = jax.make_jaxpr(flat_fn, return_shape=True)(*_avals(metas))
-        out_leaves, out_tree = jax.tree_util.tree_flatten(out_shapes)
-        out_metas = tuple(Meta(tuple(s.shape), backend.to_torch_dtype(s.dtype)) for s in out_leaves)
-        digest = _digest(closed, metas)
+            out_leaves, out_tree = jax.tree_util.tree_flatten(out_shapes)
+            out_metas = tuple(Meta(tuple(s.shape), backend.to_torch_dtype(s.dtype)) for s in out_leaves)
+            digest = _digest(closed, metas)
     except CallJaxError:
         raise
     except Exception as exc:  # jax's errors are of many types; each says what went wrong
         raise CallJaxError(f"call_jax: jax could not trace {name} at inputs {_signature(metas)}: "
                            f"{type(exc).__name__}: {exc}") from exc
     return Specialization(JaxComputation(digest, closed), metas, out_metas, out_tree, platform)
+
+
+_WIDE = (torch.float64, torch.int64, torch.complex128, torch.uint64)
+
+
+def needs_x64(metas) -> bool:
+    """Whether a function is traced with jax's 64-bit types on: only when an input is 64-bit.
+
+    Otherwise it is traced as jax runs by default (and as PyTorch/XLA's jax runs it): Python numbers and
+    `jnp.arange` are 32-bit, and kernels written for those defaults (jax's own Pallas kernels mix int32
+    program ids with Python ints) trace as they do under jax.
+    """
+    return any(m.dtype in _WIDE for m in metas)
 
 
 def _digest(closed, metas) -> str:
