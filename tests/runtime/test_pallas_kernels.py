@@ -13,7 +13,7 @@ import torch
 
 import xladev.debug as xd
 from xladev.runtime import pallas_kernels
-from xladev.runtime.jax_call import call_jax
+from xladev.runtime.jax_call import CallJaxError, call_jax
 from xladev.runtime.pallas_kernels import flash_attention, make_kernel_from_pallas
 
 jax = pytest.importorskip("jax")
@@ -198,3 +198,11 @@ def test_pallas_gpu_kernel_path_matches_eager_in_interpret_mode(dev):
 @pytest.mark.slow  # some 15 s: the backward kernels' interpreted loops compile slowly on the CPU
 def test_pallas_gpu_kernel_path_backward_in_interpret_mode(dev):
     _pallas_gpu_path(dev, backward=True)
+
+
+def test_a_kernel_without_a_backward_says_so_when_differentiated(dev):
+    # A Pallas kernel has no reverse-mode rule of its own (jax's flash attention defines one with custom_vjp).
+    x = torch.ones(8, device=dev, requires_grad=True)
+    out = make_kernel_from_pallas(add_vectors, lambda a, b: [(a.shape, a.dtype)])(x, x)
+    with pytest.raises(CallJaxError, match="call_jax: jax could not differentiate add_vectors: "):
+        out.sum().backward()

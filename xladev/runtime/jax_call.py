@@ -137,7 +137,7 @@ class Specialization:
 
     def backward(self, wrt: tuple[int, ...], name: str) -> "Specialization":
         """The specialization computing the gradients of inputs `wrt` from (inputs..., cotangents of the
-        floating outputs...): `jax.vjp` of this one's jaxpr (kept, per `wrt`)."""
+        floating outputs...): `jax.vjp` of this one's jaxpr (kept, per `wrt`). `name` is the function's."""
         found = self._backward.get(wrt)
         if found is None:
             found = self._backward[wrt] = _trace_vjp(self, wrt, name)
@@ -401,7 +401,7 @@ def _trace_vjp(spec: Specialization, wrt: tuple[int, ...], name: str) -> Special
 
     metas = spec.in_metas + tuple(spec.out_metas[j] for j in float_outputs)
     try:
-        return _trace(vjp, metas, spec.platform, name)
+        return _trace(vjp, metas, spec.platform, f"{name}_backward")
     except CallJaxError as exc:
         raise CallJaxError(f"call_jax: jax could not differentiate {name}: {exc.__cause__}") from exc.__cause__
 
@@ -450,11 +450,10 @@ class _JaxFunction(torch.autograd.Function):
                                    "(only real floating-point inputs)")
         if not wrt:
             return (None,) * (3 + len(tensors))
-        backward_name = f"{name}_backward"
         with _execution_lock:
-            back = spec.backward(wrt, backward_name)
+            back = spec.backward(wrt, name)
             cotangents = [grads[j] for j in spec.float_outputs]
-            computed = invoke(back, list(tensors) + cotangents, ctx.index, backward_name)
+            computed = invoke(back, list(tensors) + cotangents, ctx.index, f"{name}_backward")
         out: list = [None] * len(tensors)
         for i, grad in zip(wrt, computed):
             out[i] = grad
