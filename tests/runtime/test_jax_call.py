@@ -211,3 +211,16 @@ def test_traced_with_jax_default_32_bit_types_unless_an_input_is_64_bit(dev):
     index, doubled = call_jax(count, (torch.ones(3, device=dev, dtype=torch.float64),))
     assert index.dtype == torch.int64 and doubled.dtype == torch.float64
     assert torch.equal(index.cpu(), torch.tensor([3, 4, 5]))
+
+
+def test_a_traced_wrapper_of_a_device_tensor_is_refused_by_name(dev):
+    # Under AOTAutograd (torch.compile, functorch's aot_function) the arguments are wrappers on the xla device.
+    from functorch.compile import aot_function, make_boxed_func
+
+    def calls_jax(x):
+        return call_jax(jnp.sin, (x,))
+
+    traced = aot_function(calls_jax, fw_compiler=lambda gm, _: make_boxed_func(gm))
+    with pytest.raises(TypeError, match=r"call_jax: args\[0\] is a \w+ on xla:0, not a device tensor itself: call_jax "
+                                        r"runs on the lazy device's tensors, not inside torch.compile/AOTAutograd"):
+        traced(torch.ones(3, device=dev))

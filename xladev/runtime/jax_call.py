@@ -223,8 +223,7 @@ def _specialize(fn, args: tuple, kwargs: dict, name: str, override_hash):
     for position, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             if not isinstance(leaf, XlaTensor):
-                raise TypeError(f"call_jax: {_where(args, kwargs, position)} is a tensor on {leaf.device}; call_jax "
-                                "takes tensors on the xla device (move it there with .to('xla'))")
+                raise TypeError(_not_device_tensor(leaf, _where(args, kwargs, position)))
             device = leaf._st.device_index
             if index is None:
                 index = device
@@ -248,6 +247,16 @@ def _specialize(fn, args: tuple, kwargs: dict, name: str, override_hash):
         with _cache_lock:
             SPECIALIZATIONS.store(key, spec)
     return spec, tensors, index
+
+
+def _not_device_tensor(t: torch.Tensor, where: str) -> str:
+    if t.device.type != "xla":
+        return (f"call_jax: {where} is a tensor on {t.device}; call_jax takes tensors on the xla device (move it "
+                "there with .to('xla'))")
+    # A wrapper of a device tensor: torch.compile's or functorch's tracing (FakeTensor, FunctionalTensor).
+    return (f"call_jax: {where} is a {type(t).__name__} on {t.device}, not a device tensor itself: call_jax runs "
+            "on the lazy device's tensors, not inside torch.compile/AOTAutograd tracing (call it outside the "
+            "compiled function)")
 
 
 def _where(args, kwargs, position: int) -> str:

@@ -59,8 +59,11 @@ def make_kernel_from_pallas(kernel: Callable, output_shape_dtype_fn: Callable) -
         got = [(tuple(o.shape), o.dtype) for o in outputs]
         wanted = [(tuple(shape), dtype) for shape, dtype in declared]
         if got != wanted:
+            # PyTorch/XLA runs only the kernel's pallas_call (its TPU custom call) and returns its raw outputs;
+            # xladev runs the whole function, so work done around the pallas_call shows here.
             raise ValueError(f"make_kernel_from_pallas: {name} returns {_outputs_text(got)}, but "
-                             f"output_shape_dtype_fn declares {_outputs_text(wanted)}")
+                             f"output_shape_dtype_fn declares {_outputs_text(wanted)} (xladev runs the whole "
+                             "function, including any jax work around its pallas_call)")
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     return functools.wraps(kernel)(run) if hasattr(kernel, "__name__") else run
