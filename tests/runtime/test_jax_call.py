@@ -167,13 +167,17 @@ def test_second_order_gradient(dev):
     torch.testing.assert_close(gg.cpu(), -torch.sin(x))
 
 
-def test_eager_mode_runs_the_call_at_once(dev):
+def test_eager_mode_runs_the_call_and_its_backward_at_once(dev):
     x = torch.randn(3, device=dev)
+    w = torch.randn(3, device=dev, requires_grad=True)
     xladev.mark_step()
     with xladev.config.override(eager_debug_mode=True):
-        y = call_jax(jnp.cos, (x,))
+        y = call_jax(lambda a, b: jnp.cos(a) * b, (x, w))
         assert "xla::call_jax" not in xd.get_tensors_text([y])  # already device data
-    torch.testing.assert_close(y.cpu(), torch.cos(x.cpu()), **F32)
+        (grad,) = torch.autograd.grad(y, w, torch.ones_like(y))
+        assert "xla::call_jax" not in xd.get_tensors_text([grad])
+    torch.testing.assert_close(y.detach().cpu(), torch.cos(x.cpu()) * w.detach().cpu(), **F32)
+    torch.testing.assert_close(grad.cpu(), torch.cos(x.cpu()), **F32)
 
 
 def test_a_cpu_tensor_is_refused_by_name(dev):

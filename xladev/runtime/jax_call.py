@@ -198,11 +198,16 @@ def call_jax(jax_func, args, kwargs=None, name: str | None = None, override_hash
         spec, tensors, index = _specialize(jax_func, tuple(args), kwargs or {}, name, override_hash)
         flat = invoke(spec, tensors, index, name)
     recorder.add_tracing_time(time.perf_counter_ns() - start)
-    if recorder.eager_debug:  # XLA_USE_EAGER_DEBUG_MODE: the call runs now, as any op does
-        execution.flush(Cause(CauseKind.EAGER_DEBUG, OP_NAME))
+    _run_if_eager()
     import jax
 
     return jax.tree_util.tree_unflatten(spec.out_tree, flat)
+
+
+def _run_if_eager() -> None:
+    """XLA_USE_EAGER_DEBUG_MODE: the call just recorded runs now, as any op does."""
+    if recorder.eager_debug:
+        execution.flush(Cause(CauseKind.EAGER_DEBUG, OP_NAME))
 
 
 def name_of(fn) -> str:
@@ -463,6 +468,7 @@ class _JaxFunction(torch.autograd.Function):
             back = spec.backward(wrt, name)
             cotangents = [grads[j] for j in spec.float_outputs]
             computed = invoke(back, list(tensors) + cotangents, ctx.index, f"{name}_backward")
+        _run_if_eager()
         out: list = [None] * len(tensors)
         for i, grad in zip(wrt, computed):
             out[i] = grad
