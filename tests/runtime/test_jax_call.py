@@ -228,3 +228,26 @@ def test_a_traced_wrapper_of_a_device_tensor_is_refused_by_name(dev):
     with pytest.raises(TypeError, match=r"call_jax: args\[0\] is a \w+ on xla:0, not a device tensor itself: call_jax "
                                         r"runs on the lazy device's tensors, not inside torch.compile/AOTAutograd"):
         traced(torch.ones(3, device=dev))
+
+
+def test_the_event_log_names_the_call(dev, tmp_path):
+    import json
+
+    from xladev.debug import event_log
+
+    x = torch.randn(2, 2, device=dev)
+    xladev.mark_step()
+
+    def logged_fn(v):
+        return jnp.sqrt(jnp.abs(v))
+
+    path = event_log.start(str(tmp_path / "run.events.jsonl"))
+    try:
+        call_jax(logged_fn, (x,)).cpu()
+        xladev.mark_step()
+    finally:
+        event_log.stop()
+    records = [json.loads(line) for line in open(path)]
+    assert any(r["type"] == "ops" and r["counts"].get("xla::call_jax") == 1 for r in records)
+    graphs = [r for r in records if r["type"] == "graph" and "xla::call_jax(" in r["ir"]]
+    assert len(graphs) == 1 and "name='logged_fn'" in graphs[0]["ir"]
