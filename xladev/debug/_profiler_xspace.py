@@ -3,10 +3,11 @@
 jaxlib annotates every call of a jitted function twice, from two nested places in its C++ dispatch,
 so each call shows as two identical `PjitFunction(...)` events. And while xladev lowers a graph to
 jax, every `jnp` function the lowering calls is such a call, on tracers: dozens of
-`PjitFunction(add)`-style events inside each `xladev.compile` span that ran nothing. `tidy` drops
-both: an event nested in an event of the same name over the same time (the inner copy), and the
-`PjitFunction` calls made inside `xladev.compile` (with what they contain). Nothing else changes;
-fields this module does not describe are kept as they were.
+`PjitFunction(add)`-style events inside each `xladev.compile` span that ran nothing (and inside each
+`xladev.call_jax <fn>` span, where a jax function given to `call_jax` is traced). `tidy` drops both: an
+event nested in an event of the same name over the same time (the inner copy), and the `PjitFunction`
+calls made inside those spans (with what they contain). Nothing else changes; fields this module does
+not describe are kept as they were.
 
 The messages are those of TSL's `xplane.proto` (XSpace > XPlane > XLine > XEvent, with event and stat
 metadata per plane), built here from descriptors since no installed package ships them for Python.
@@ -21,6 +22,7 @@ import tempfile
 _classes: dict | None = None
 
 COMPILE_SPAN = "xladev.compile"
+CALL_JAX_SPAN = "xladev.call_jax "  # then the function's name
 JAX_CALL_PREFIX = "PjitFunction("
 # jaxlib's two annotations of one call start and end a few microseconds apart (the C++ between them).
 DUPLICATE_SLACK_PS = 50_000_000
@@ -108,9 +110,10 @@ def parse(data: bytes):
 @dataclasses.dataclass
 class TidyResult:
     """What `tidy` removed: `duplicates` (inner copies of an event) and `lowering` (jax calls made while
-    lowering inside `xladev.compile`, with the events they contained); and the runtime steps the profile
-    covers, `first_step`..`last_step`: the steps whose barrier (`xladev.mark_step`) it holds, or without
-    one the steps its `xladev.*` spans were recorded in (None without any)."""
+    lowering inside `xladev.compile` or tracing inside `xladev.call_jax`, with the events they contained); and
+    the runtime steps the profile covers, `first_step`..`last_step`: the steps whose barrier
+    (`xladev.mark_step`) it holds, or without one the steps its `xladev.*` spans were recorded in (None
+    without any)."""
 
     duplicates: int = 0
     lowering: int = 0
@@ -174,7 +177,7 @@ def _tidy_line(line, names: dict, result: TidyResult) -> None:
             stack.pop()
         name = names.get(event.metadata_id, "")
         parent = stack[-1] if stack else None
-        in_compile = bool(parent and (parent[2] or parent[1] == COMPILE_SPAN))
+        in_compile = bool(parent and (parent[2] or parent[1] == COMPILE_SPAN or parent[1].startswith(CALL_JAX_SPAN)))
         dropped_subtree = bool(parent and parent[3])
         if dropped_subtree:
             keep[i] = False

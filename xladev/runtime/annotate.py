@@ -15,6 +15,8 @@ the capture runs in-process (`xp.start_trace`) or from another process through `
     xladev.to_device          bytes site step          a host→device copy
     xladev.from_device        bytes kind step          a device→host copy
     xladev.step_closures      count step               the step closures run after a barrier
+    xladev.call_jax <fn>      function site step       tracing and lowering a jax function given to call_jax
+                                                       (once per specialization; its runs are in its graph's)
     xladev.mark_step          step cause               the step barrier (syncs, compiles, executions, closures)
     xladev.tracing            step                     host time between two barriers: Python and torch
                                                        recording the step's ops lazily
@@ -37,9 +39,10 @@ from xladev.runtime import stack
 from xladev.schema.sites import short_site, site_of
 
 __all__ = [
-    "NULL", "add_args", "add_barrier_hook", "barrier_begin", "barrier_end", "closures_span", "compile_span", "enabled",
-    "execute_span", "fallback_span", "from_device_span", "hold_hooks", "release_hooks", "remove_barrier_hook",
-    "set_barrier_guard", "set_enabled", "sync_span", "to_device_span", "tracing_pause", "tracing_resume",
+    "NULL", "add_args", "add_barrier_hook", "barrier_begin", "barrier_end", "call_jax_span", "closures_span",
+    "compile_span", "enabled", "execute_span", "fallback_span", "from_device_span", "hold_hooks", "release_hooks",
+    "remove_barrier_hook", "set_barrier_guard", "set_enabled", "sync_span", "to_device_span", "tracing_pause",
+    "tracing_resume",
 ]
 
 
@@ -165,6 +168,14 @@ def closures_span(count: int, step: int):
     if not count or _forced_off or not _is_enabled():
         return _NULL
     return _Annotation("xladev.step_closures", count=count, step=step)
+
+
+def call_jax_span(name: str, step: int):
+    """`xladev.call_jax <name>` around tracing and lowering a jax function for `call_jax` (a new specialization)."""
+    if _forced_off or not _is_enabled():
+        return _NULL
+    name = _text(name)
+    return _Annotation(f"xladev.call_jax {name}", function=name, site=_text(user_site()), step=step)
 
 
 def add_args(span, **args) -> None:

@@ -178,6 +178,29 @@ def to_jnp_dtype(dtype: torch.dtype):
     return found
 
 
+_TORCH_DTYPES: dict = {}
+
+
+def to_torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype for a numpy/jax dtype (the inverse of `to_jnp_dtype`).
+
+    Raises:
+      TypeError: torch has no such dtype (jax's float0, a PRNG key type...).
+    """
+    dtype = np.dtype(dtype)
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        if dtype == _bfloat16():
+            found = torch.bfloat16
+        else:
+            try:
+                found = torch.from_numpy(np.empty((0,), dtype)).dtype
+            except TypeError:
+                raise TypeError(f"torch has no dtype for {dtype}") from None
+        _TORCH_DTYPES[dtype] = found
+    return found
+
+
 # SPMD mode (spmd.use_spmd): xla:0 stands for every local device, and a value with no sharding of its own
 # is replicated on all of them (this sharding); None otherwise.
 spmd_replicated = None

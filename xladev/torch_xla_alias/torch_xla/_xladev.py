@@ -33,12 +33,18 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
-    "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
-                               "is: torch_xla.experimental.eager_mode)"),
+    "torch_xla.experimental": ("scan and the other experimental APIs are not available (eager mode is: "
+                               "torch_xla.experimental.eager_mode; so are custom_kernel's make_kernel_from_pallas "
+                               "and flash_attention)"),
+    "torch_xla.experimental.custom_kernel": ("PyTorch/XLA's TPU-only kernels (paged and ragged paged attention, "
+                                             "gmm, quantized matmul) and its TPU custom call (trace_pallas) are "
+                                             "not available; make_kernel_from_pallas runs any Pallas kernel, "
+                                             "flash_attention runs attention"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
     "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils (PyTorch/XLA's helpers), "
                         "serialization (save/load)"),
-    "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
+    "torch_xla.core.xla_builder": ("building XLA computations by hand (xb.Op, create_computation...) is not "
+                                   "available; xb.call_jax runs a jax function in the graph"),
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
     "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,

@@ -2,4 +2,5 @@
 
 from torch_xla import _xladev
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("dynamo_bridge", "xla_env_vars", "xla_model"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("dynamo_bridge", "xla_builder", "xla_env_vars",
+                                                          "xla_model"))
