@@ -116,17 +116,20 @@ def test_a_sigterm_handler_of_the_script_still_decides(tmp_path, mode, status, e
 
 _FORKED = textwrap.dedent("""
     import multiprocessing, os, signal, time, torch, xladev
+    fork = multiprocessing.get_context("fork")
 
-    def child():
+    def child(ready):
+        ready.set()
         time.sleep(60)
 
     x = torch.ones(2, device=xladev.device())
     for step in range(3):
         x = x + 1
         xladev.mark_step()
-    worker = multiprocessing.get_context("fork").Process(target=child)
+    ready = fork.Event()
+    worker = fork.Process(target=child, args=(ready,))
     worker.start()
-    time.sleep(0.5)  # past the fork hooks
+    assert ready.wait(60)
     os.kill(worker.pid, signal.SIGTERM)  # as a DataLoader ends a worker that does not stop
     worker.join(30)
     for step in range(3):
@@ -145,6 +148,40 @@ def test_sigterm_to_a_forked_child_ends_the_child_only(tmp_path):
     records = runs.log_records(log)
     assert sum(r["type"] == "end" for r in records) == 1 and records[-1] == {**records[-1], "reason": "exit"}
     assert "signal" not in records[-1] and sum(r["type"] == "step" for r in records) == 6
+
+
+_FORK_STORM = textwrap.dedent("""
+    import os, signal, threading, time, torch, xladev
+    x = torch.ones(2, device=xladev.device())
+    x = x + 1
+    xladev.mark_step()
+
+    def storm():  # on a thread, as DeviceLoader's loader thread forks a DataLoader's workers
+        for _ in range(100):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            os.kill(pid, signal.SIGTERM)  # at once: before the child's after-fork hooks, often
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+
+    thread = threading.Thread(target=storm)
+    thread.start()
+    thread.join()
+    time.sleep(0.5)  # time for a parent that (wrongly) took a child's signal for its own to act on it
+    print("parent alive", flush=True)
+""")
+
+
+def test_sigterm_right_after_a_fork_never_reaches_the_parent(tmp_path):
+    # Regression: until the child's after-fork hook ran, it had Python's handler and the parent's wakeup fd,
+    # so a worker terminated at once ended the parent (3 runs out of 3 before the fix).
+    log = tmp_path / "run.jsonl"
+    done = runs.run([runs.write_script(tmp_path, _FORK_STORM)], runs.environment(XLADEV_EVENT_LOG=str(log)))
+    assert done.returncode == 0 and "parent alive" in done.stdout, done.stderr[-3000:]
+    end = runs.log_records(log)[-1]
+    assert end["type"] == "end" and end["reason"] == "exit" and "signal" not in end
 
 
 _BIG_COMPILE = textwrap.dedent("""

@@ -25,7 +25,9 @@ as with the default action, the script's own exit handlers do not run. How it st
   thread is busy in C code (a long compile), where Python would run no handler until the call returned.
   The output gets at most `SIGTERM_BUDGET_S`; then the process dies regardless.
 - A forked child (a DataLoader worker) gets the previous disposition back right after the fork: a worker
-  that its DataLoader terminates just dies, and writes nothing into its parent's files.
+  that its DataLoader terminates just dies, and writes nothing into its parent's files. Over the fork itself
+  SIGTERM has its default action (`_before_fork`), so a child ended before its after-fork hook ran cannot
+  reach the parent's wakeup fd either.
 """
 
 from __future__ import annotations
@@ -190,7 +192,8 @@ def install_sigterm() -> bool:
     _installed_pid = os.getpid()
     _watch_wakeup_fd()
     if not _fork_hook_installed:
-        os.register_at_fork(after_in_child=_restore_in_child)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_restore_in_child)
         _fork_hook_installed = True
     return True
 
@@ -247,12 +250,8 @@ def _die_by(signum: int) -> None:
     _flush_stdio()
     try:
         signal.signal(signum, signal.SIG_DFL)
-    except ValueError:  # not the main thread: set the default action through Python's own C function
-        import ctypes
-
-        setsig = ctypes.pythonapi.PyOS_setsig
-        setsig.argtypes, setsig.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
-        setsig(signum, None)  # SIG_DFL is the null handler
+    except ValueError:  # not the main thread
+        _setsig(signum, None)
     os.kill(os.getpid(), signum)
     time.sleep(5)  # the signal is on its way; should it be blocked in this thread's mask, end anyway
     os._exit(128 + signum)
@@ -302,15 +301,50 @@ def _wakeup_loop(read_fd: int) -> None:
             _begin_termination(signal.SIGTERM)
 
 
+def _setsig(signum: int, handler: int | None) -> int | None:
+    """Sets a signal's OS-level action from any thread (`signal.signal` works on the main thread only), through
+    Python's own C function; None is SIG_DFL. Python's table of handlers is left as it is.
+
+    Returns:
+      The action it replaced (an address to hand back to this function).
+    """
+    import ctypes
+
+    setsig = ctypes.pythonapi.PyOS_setsig
+    setsig.argtypes, setsig.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+    return setsig(signum, handler)
+
+
+_action_before_fork: int | None = None
+
+
+def _before_fork() -> None:
+    # From the fork until the child's after-fork hook runs, the child must not have Python's signal handler
+    # for SIGTERM: it would write to the wakeup fd it shares with the parent, whose thread would take a worker
+    # ended at once for the parent's own SIGTERM. So SIGTERM has its default action over the fork (in the
+    # parent too, for that moment: as without xladev). The fork may come from any thread (a DataLoader under
+    # DeviceLoader forks on the loader's thread), where only the C function can do this.
+    global _action_before_fork
+    if _wakeup_fds is not None and not callable(_previous) and os.getpid() == _installed_pid:
+        _action_before_fork = _setsig(signal.SIGTERM, None)
+
+
+def _after_fork_in_parent() -> None:
+    global _action_before_fork
+    if _action_before_fork is not None:
+        _setsig(signal.SIGTERM, _action_before_fork)
+        _action_before_fork = None
+
+
 def _restore_in_child() -> None:
-    # Right after a fork, in the child: the parent's disposition, and no wakeup fd shared with the parent
-    # (a byte written there would reach the parent's thread).
-    global _wakeup_fds
+    # Right after a fork, in the child (where this thread is the main one now): the parent's disposition, and
+    # no wakeup fd to the parent's pipe.
+    global _wakeup_fds, _action_before_fork
+    _action_before_fork = None
     if _wakeup_fds is not None:
-        try:
-            signal.set_wakeup_fd(-1)
-        except ValueError:
-            pass
+        old = signal.set_wakeup_fd(-1)
+        if old != _wakeup_fds[1]:  # someone else's (asyncio's): theirs stays
+            signal.set_wakeup_fd(old)
         for fd in _wakeup_fds:
             try:
                 os.close(fd)

@@ -260,8 +260,9 @@ class AnalysisSink(Sink):
         return "\n".join(lines) + "\n"
 
     def write_summary(self) -> None:
-        """Writes the end-of-run summary (at the end of the run: `ending.at_end`)."""
+        """Writes the end-of-run summary, the analysis's last words (at the end of the run: `ending.at_end`)."""
         if self.subscription is not None and self.level >= 1:
+            self.stop()  # on SIGTERM the training thread may run on meanwhile: nothing of it after the summary
             with self._lock:
                 text = self.summary_text()
             try:
