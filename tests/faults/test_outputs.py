@@ -67,6 +67,23 @@ def test_a_full_disk_turns_each_output_off_with_one_line(tmp_path):
     assert report.returncode == 0 and "no end record" in report.stdout, report.stdout
 
 
+def test_a_disk_full_from_the_first_write(tmp_path):
+    # The event log's header, written at import, is cut short by the limit (a short write, then EFBIG), and the
+    # metrics file already fills its share: one line each, and no cut header left behind.
+    log, metrics = tmp_path / "run.jsonl", tmp_path / "m.txt"
+    earlier = b"[MetricsData; step=0]\nCounter: MarkStep\n  Value: 1\n"  # a previous run's record, kept as is
+    metrics.write_bytes(earlier)
+    env = runs.environment(XLADEV_EVENT_LOG=str(log), XLA_METRICS_FILE=str(metrics))
+    done = runs.run([runs.write_script(tmp_path), "3"], env, preexec_fn=runs.file_size_limit(len(earlier)))
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]
+    runs.assert_no_traceback(done.stderr)
+    lines = runs.xladev_lines(done.stderr)
+    assert len(lines) == 2, done.stderr[-3000:]
+    _failure_line(lines, "XLADEV_EVENT_LOG", str(log), "[Errno 27] File too large")
+    _failure_line(lines, "XLA_METRICS_FILE", str(metrics), "[Errno 27] File too large")
+    assert log.read_bytes() == b"" and metrics.read_bytes() == earlier
+
+
 def test_an_output_that_cannot_be_opened_at_start_is_one_line_and_the_run_goes_on(tmp_path):
     not_a_folder = tmp_path / "plain-file"
     not_a_folder.write_text("")
