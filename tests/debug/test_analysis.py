@@ -313,12 +313,8 @@ def test_env_vars_end_to_end(tmp_path):
     assert "Analysis" not in other_rank.stderr
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({"PT_XLA_DEBUG_LEVEL": "abc"}, "PT_XLA_DEBUG_LEVEL='abc' is not valid"),
-    ({"PT_XLA_DEBUG_LEVEL": "1", "PT_XLA_DEBUG_FILE": "/proc/nonexistent/dir/x.txt"},
-     "PT_XLA_DEBUG_FILE='/proc/nonexistent/dir/x.txt' cannot be opened for appending"),
-])
-def test_bad_debug_settings_are_clear_errors(tmp_path, env, expected):
-    result = _run(tmp_path, **env)
+def test_a_bad_debug_level_is_a_clear_error(tmp_path):
+    # (A PT_XLA_DEBUG_FILE that cannot be written is no error: one line, and the run goes on; tests/faults.)
+    result = _run(tmp_path, PT_XLA_DEBUG_LEVEL="abc")
     assert result.returncode != 0
-    assert expected in result.stderr
+    assert "PT_XLA_DEBUG_LEVEL='abc' is not valid" in result.stderr

@@ -5,6 +5,7 @@ imports a sink. With no subscriber an `emit` costs one attribute check, and Pyth
 captured only while some subscriber asked for them.
 """
 
+from xladev.events import _ending as ending
 from xladev.events._bus import Bus, PropagatingError, Subscription, bus
 from xladev.events._types import (
     Cause,
@@ -33,7 +34,7 @@ from xladev.events._types import (
 )
 
 __all__ = [
-    "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
+    "ending", "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
     "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
     "ProfileWritten", "RankLost", "CollectivesExecuted",

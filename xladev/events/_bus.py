@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Callable
 
+from xladev.events._ending import say
 from xladev.events._types import Event, GraphExecuted
 
 Handler = Callable[[Event], None]
@@ -52,6 +53,7 @@ class Bus:
         # (the event log's header, the PT_XLA_DEBUG summary), so the report can tell runs apart.
         self.started_unix = time.time()
         self._subs: tuple[Subscription, ...] = ()
+        self._failed: set[Subscription] = set()  # handlers whose failure was told (once each)
         self.active = False
         self.wants_frames = False
         self.executions_may_lag = True
@@ -68,7 +70,7 @@ class Bus:
 
         Args:
           handler: called with each event, in the thread that emitted it. It must not raise;
-            an exception is reported on stderr once and the handler is kept.
+            an exception is reported on stderr (its first one only) and the handler is kept.
           kinds: event classes to receive; all when None.
           wants_frames: ask the runtime to capture Python frames for barriers and transfers.
           late_executions_ok: the handler accepts a step's `GraphExecuted` later than the barrier
@@ -121,8 +123,19 @@ class Bus:
                 except PropagatingError:
                     raise
                 except Exception as exc:  # a sink bug must never break the training step
-                    import sys
-                    print(f"xladev: event handler {sub.handler!r} failed: {exc!r}", file=sys.stderr)
+                    self._handler_failed(sub, exc)
+
+    def _handler_failed(self, sub: Subscription, exc: Exception) -> None:
+        """Tells a handler's first failure on stderr, once: a failure per event would be one line per step."""
+        with self._lock:
+            if sub in self._failed:
+                return
+            self._failed.add(sub)
+        handler = sub.handler
+        owner = getattr(handler, "__self__", None)
+        name = f"{type(owner).__name__}.{handler.__name__}" if owner is not None else getattr(
+            handler, "__qualname__", repr(handler))
+        say(f"event handler {name} failed: {exc!r} (told once; the handler keeps receiving events)")
 
 
 bus = Bus()

@@ -231,6 +231,9 @@ class EventLogReplay:
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
         self.end_t = record.t
+        if record.signal:  # the run did not end on its own: say how (SIGTERM, e.g. torchrun ending a job)
+            self.source.warn(self.line, f"the log ended ({record.describe()}) after {record.steps} steps",
+                             always=True)
 
     # ------------------------------------------------------------ snapshots
     def _numbers(self) -> tuple[dict, dict, dict]:

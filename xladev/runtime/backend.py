@@ -21,7 +21,21 @@ def jax_module():
 
     jax.config.update("jax_enable_x64", True)
     _set_cpu_device_count(jax)
+    _quiet_fork_warning()
     return jax
+
+
+def _quiet_fork_warning() -> None:
+    """Keeps jax from warning at every `os.fork()` (each DataLoader worker) that a deadlock is likely.
+
+    jax registers that warning when its backends start. Under xladev a child that never touches the device
+    (a worker loading CPU data) is fine, and one that does fails at once with a clear error (fork_guard)
+    instead of hanging: the warning would only be noise, once per worker. A process whose jax backends
+    started before xladev's keeps jax's warning (that jax use is the script's own).
+    """
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    if bridge is not None and not getattr(bridge, "_backends", None) and hasattr(bridge, "_at_fork_handler_installed"):
+        bridge._at_fork_handler_installed = True
 
 
 def _set_cpu_device_count(jax) -> None:

@@ -2,9 +2,13 @@
 
 As PyTorch/XLA's async closure handler does, the first exception a closure raises is kept and re-raised
 on the training thread at the next barrier or `wait_device_ops()`; a pool thread has no one to tell.
+One raised after the last of those (a closure of the last step, in a script that ends without waiting) is
+the process's failure at exit (`wait_at_exit`, runtime/exiting.py).
 """
 
 from __future__ import annotations
+
+import os
 
 _pool = None
 # The first exception raised by a closure since the last check; later ones are dropped meanwhile.
@@ -38,6 +42,28 @@ def raise_error() -> None:
 def discard_error() -> None:
     """Forgets the failure of a closure not yet re-raised (`Executor.reset`)."""
     _errors.clear()
+
+
+def wait_at_exit() -> BaseException | None:
+    """Waits for the closures still queued or running (the interpreter is exiting).
+
+    Returns:
+      The first failure not re-raised yet, or None.
+    """
+    pool = _pool
+    if pool is not None:
+        pool.shutdown(wait=True)
+    return _errors.pop() if _errors else None
+
+
+def _forget_in_child() -> None:
+    # A forked child has no closure thread, and its parent's closures and failures are its parent's.
+    global _pool
+    _pool = None
+    _errors.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def wait() -> None:

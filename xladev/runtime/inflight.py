@@ -7,15 +7,13 @@ dispatch time.
 
 Events stay on the thread that records: a finished execution is announced (`GraphExecuted`) at the
 next point that needs it settled: the next graph run, a value read, a metrics query,
-`wait_device_ops()`, or the end of the process. `XLADEV_SYNC_EXECUTION=1` waits in the barrier instead.
+`wait_device_ops()`, or the end of the process (runtime/exiting.py). `XLADEV_SYNC_EXECUTION=1` waits in the barrier instead.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import queue
-import sys
 import threading
 import time
 
@@ -104,7 +102,6 @@ class InFlight:
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="xladev-execution-watcher", daemon=True)
             self._thread.start()
-            _settle_before_exit(self)
             os.register_at_fork(after_in_child=self._forget_in_child)
         self._unannounced.append(item)
         self._queue.put(item)
@@ -152,22 +149,3 @@ class InFlight:
                 item.announce(item.ready_ns - item.start_ns, item.error)
         finally:
             self._settling = False
-
-
-def _settle_before_exit(in_flight: InFlight) -> None:
-    """Announces the last step's execution before the sinks write their end-of-run output.
-
-    Threading's exit callbacks run before `atexit`'s, so this runs before every sink's atexit handler,
-    however late that sink was started.
-    """
-
-    def settle_quietly() -> None:
-        try:
-            in_flight.settle()
-        except Exception as exc:  # the process is ending: report, do not raise into interpreter shutdown
-            sys.stderr.write(f"xladev: {exc}\n")
-
-    try:
-        threading._register_atexit(settle_quietly)
-    except (AttributeError, RuntimeError):  # no such hook, or shutdown already began
-        atexit.register(settle_quietly)

@@ -444,10 +444,27 @@ class RankLost(_Timed):
 
 @dataclasses.dataclass(slots=True)
 class End(Record):
+    """The last line of a log whose run ended (a killed run has none).
+
+    `reason` is `exit` (the process exited), `stop` (`event_log.stop()`), or `terminated` (SIGTERM ended the
+    process: xladev wrote this line, then the process died by the signal). `signal` names the signal the
+    process received (`SIGTERM`), also when a handler of the script's then let it exit; it is left out when
+    none came. Both added in version 1 without a version change: older readers show the reason as text and
+    skip the field.
+    """
+
     TYPE: ClassVar[str] = "end"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("signal",)
     t: int = 0
     reason: str = "exit"
     steps: int = 0
+    signal: str | None = None
+
+    def describe(self) -> str:
+        """How the run ended, in words: `exit`, `stop`, `terminated by SIGTERM`, `exit after SIGTERM`."""
+        if self.reason == "terminated":
+            return f"terminated by {self.signal}" if self.signal else "terminated"
+        return f"{self.reason} after {self.signal}" if self.signal else self.reason
 
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (

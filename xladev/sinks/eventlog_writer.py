@@ -13,7 +13,6 @@ Each rank writes its own file: `path.<rank>` when WORLD_SIZE > 1.
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import os
 import socket
@@ -21,10 +20,11 @@ import sys
 import threading
 import time
 
-from xladev._flags import ConfigError, config
-from xladev.events import bus
+from xladev._flags import config
+from xladev.events import bus, ending
 from xladev.schema import records as rec
 from xladev.sinks._lifecycle import Sink
+from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_and_world
 from xladev.sinks.event_records import RecordBuilder
 
@@ -42,17 +42,24 @@ def log_path(path: str) -> str:
 class EventLog(Sink):
     """A bus subscriber that appends the JSONL event log of this process to one file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, strict: bool = True) -> None:
+        """Opens the log (emptied) and writes its header.
+
+        Args:
+          path: XLADEV_EVENT_LOG's value; `path.<rank>` is written when WORLD_SIZE > 1.
+          strict: raise when the file cannot be opened (`event_log.start` from code); else say so once on
+            stderr and leave the log off (`OutputFile`), as for XLADEV_EVENT_LOG at start-up.
+
+        Raises:
+          ConfigError: (strict only) the file cannot be opened.
+        """
         self.path = log_path(path)
-        try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"XLADEV_EVENT_LOG={path!r} cannot be opened for writing: {exc.strerror}") from None
+        self.file = OutputFile("XLADEV_EVENT_LOG", path, self.path, truncate=True, strict=strict)
         self._lock = threading.Lock()
         self._buffer: list[str] = []
         self._buffered = 0
         self._oldest_ns = 0
-        self._closed = False
+        self._closed = self.file.off
         self.clock0 = time.perf_counter_ns()
         self._records = RecordBuilder(self.clock0)
         self.wants_frames = True
@@ -70,32 +77,40 @@ class EventLog(Sink):
             device=runtime.get("device", "unknown (no runtime started)"), start_unix=now,
             start_iso=datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
             clock_start_ns=self.clock0)
-        os.write(self._fd, (rec.dumps(header) + "\n").encode())
+        if not self.file.write((rec.dumps(header) + "\n").encode()):
+            self._closed = True
+
+    @property
+    def off(self) -> bool:
+        """True once the file could not be opened or written: the log is closed."""
+        return self.file.off
 
     def start(self) -> "EventLog":
-        if self.subscription is None:
+        if self.subscription is None and not self._closed:
             Sink.start(self)
-            atexit.register(self.close)
+            ending.at_end(self.close)
         return self
 
-    def close(self, reason: str = "exit") -> None:
-        """Stops listening, writes the `end` record and flushes; idempotent."""
+    def close(self, reason: str | None = None) -> None:
+        """Stops listening, writes the `end` record and flushes; idempotent.
+
+        Args:
+          reason: the end record's reason; None at the end of the run: `exit`, or `terminated` when SIGTERM
+            ends the process (with the signal's name in its `signal` field, see `ending.end_reason`).
+        """
         self.stop()
+        ending.forget(self.close)
+        signal_name = None
+        if reason is None:
+            reason, signal_name = ending.end_reason()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._append(rec.End(time.perf_counter_ns() - self.clock0, reason, self._records.steps),
+            self._append(rec.End(time.perf_counter_ns() - self.clock0, reason, self._records.steps, signal_name),
                          time.perf_counter_ns())
             self._flush_locked()
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-        try:
-            atexit.unregister(self.close)
-        except Exception:  # pragma: no cover
-            pass
+            self.file.close()
 
     # ---- writing ------------------------------------------------------------------------------
     def _append(self, record: rec.Record, now_ns: int) -> None:
@@ -111,13 +126,7 @@ class EventLog(Sink):
         data = ("\n".join(self._buffer) + "\n").encode()
         self._buffer.clear()
         self._buffered = 0
-        view = memoryview(data)
-        try:
-            while view:  # whole lines, in as few writes as the kernel allows
-                written = os.write(self._fd, view)
-                view = view[written:]
-        except OSError as exc:
-            print(f"xladev: event log {self.path}: write failed ({exc.strerror}); logging stopped", file=sys.stderr)
+        if not self.file.write(data):  # whole lines; a line cut by the failure is taken back off
             self._closed = True
             self.stop()
 
@@ -143,17 +152,22 @@ _active: EventLog | None = None
 _active_lock = threading.Lock()
 
 
-def start(path: str) -> EventLog:
+def start(path: str, strict: bool = True) -> EventLog | None:
     """Starts writing the event log to `path` (`path.<rank>` when WORLD_SIZE > 1); stops a running one.
 
+    Args:
+      path: the log's path.
+      strict: raise when the file cannot be opened; else say so on stderr once and return None.
+
     Raises:
-      ConfigError: the file cannot be opened for writing.
+      ConfigError: (strict only) the file cannot be opened for writing.
     """
     global _active
     with _active_lock:
         if _active is not None:
             _active.close("stop")
-        _active = EventLog(path).start()
+        log = EventLog(path, strict=strict)
+        _active = log.start() if not log.off else None
         return _active
 
 
@@ -175,5 +189,5 @@ def active() -> EventLog | None:
 def start_from_flags() -> EventLog | None:
     """Starts the log when XLADEV_EVENT_LOG names a path (called once at import)."""
     if config.event_log and _active is None:
-        return start(config.event_log)
+        return start(config.event_log, strict=False)  # a file that cannot be written: one line, the run goes on
     return _active

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-import os
 import sys
 import threading
 import time
@@ -21,6 +20,7 @@ from xladev.events import StepMarked
 from xladev.schema.counters import updates
 from xladev.schema.units import COUNT, format_kind
 from xladev.sinks._lifecycle import Sink
+from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path
 from xladev.sinks.event_records import RecordBuilder
 
@@ -146,26 +146,28 @@ def report_text(counters: dict, metrics: dict, metric_names=None, counter_names=
 
 
 class MetricsFileWriter:
-    """Appends `[MetricsData; step=N]` + the report on every step, one atomic write per record."""
+    """Appends `[MetricsData; step=N]` + the report on every step, one atomic write per record.
+
+    A file that cannot be opened or written turns this output off with one line on stderr (`OutputFile`).
+    """
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._fd = None
+        self.file: OutputFile | None = None
         if target.upper() not in ("STDOUT", "STDERR"):
-            path = per_rank_path(target)
-            try:
-                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            except OSError as exc:
-                from xladev._flags import ConfigError
+            self.file = OutputFile("XLA_METRICS_FILE", target, per_rank_path(target))
+            self.path = self.file.path
 
-                raise ConfigError(f"XLA_METRICS_FILE={target!r} cannot be opened for writing: {exc.strerror}") from None
-            self.path = path
+    @property
+    def off(self) -> bool:
+        """True once the file could not be opened or written."""
+        return self.file is not None and self.file.off
 
     def write(self, step: int, report: str) -> None:
         record = f"[MetricsData; step={step}]\n{report}"
-        if self._fd is not None:
+        if self.file is not None:
             # O_APPEND and a single write: a killed process leaves whole records behind.
-            os.write(self._fd, record.encode())
+            self.file.write(record.encode())
         else:
             stream = sys.stdout if self.target.upper() == "STDOUT" else sys.stderr
             stream.write(record)
@@ -196,7 +198,7 @@ class MetricsSink(Sink):
         records = self._records.records(event)
         if records:
             self.registry.count(records)
-        if self.file is not None and type(event) is StepMarked:
+        if self.file is not None and type(event) is StepMarked and not self.file.off:
             counters, metrics = self.registry.copy()
             self.file.write(event.step, report_text(counters, metrics))
 

@@ -22,13 +22,11 @@ Each record is appended with a single write, so a killed process leaves whole re
 
 from __future__ import annotations
 
-import os
-import threading
-
-from xladev._flags import ConfigError, config
+from xladev._flags import config
 from xladev.events import GraphExecuted
 from xladev.schema.sites import shown_frames
 from xladev.sinks._lifecycle import Sink
+from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import ordinal_path
 
 
@@ -38,15 +36,18 @@ class DumpSink(Sink):
     kinds = (GraphExecuted,)
     wants_frames = True
 
-    def __init__(self, path: str, fmt: str) -> None:
+    def __init__(self, path: str, fmt: str, value: str | None = None) -> None:
+        """Opens the dump file; one that cannot be opened leaves the output off (`OutputFile`).
+
+        Args:
+          path: the file written.
+          fmt: the graph's format (`XLA_SAVE_TENSORS_FMT`).
+          value: XLA_SAVE_TENSORS_FILE as the user gave it, when `path` is its rank's file.
+        """
         self.path = path
         self.fmt = fmt
         self._lowered_text: dict[str, str] = {}
-        self._lock = threading.Lock()
-        try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise ConfigError(f"XLA_SAVE_TENSORS_FILE={path!r} cannot be opened for appending: {exc.strerror}") from None
+        self.file = OutputFile("XLA_SAVE_TENSORS_FILE", path if value is None else value, path)
 
     def _graph_text(self, event: GraphExecuted) -> str:
         graph = event.graph
@@ -61,15 +62,18 @@ class DumpSink(Sink):
             self._lowered_text[event.graph_hash] = cached
         return cached if cached.endswith("\n") else cached + "\n"
 
+    def start(self) -> "DumpSink":
+        return self if self.file.off else Sink.start(self)
+
     def on_event(self, event: GraphExecuted) -> None:
-        if event.graph is None:
+        if event.graph is None or self.file.off:
             return
         frames = "".join(f"  {f.name} ({f.file}:{f.line})\n" for f in shown_frames(event.frames))
         roots = ", ".join(event.graph.root_hashes())
         record = (f"[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n{frames}\nRoot Hashes: ({roots})\n\n"
                   f"## BEGIN_GRAPH\n{self._graph_text(event)}\nGraph Hash: {event.graph_hash}\n\n## END_GRAPH\n\n")
-        with self._lock:
-            os.write(self._fd, record.encode())
+        if not self.file.write(record.encode()):
+            self.stop()  # the failure was told once; no more graphs to format for a file that is off
 
 
 _sink: DumpSink | None = None
@@ -79,6 +83,6 @@ def start_from_flags() -> DumpSink | None:
     global _sink
     if config.save_tensors_file and _sink is None:
         # PATH.<ordinal>, as PyTorch/XLA writes it (PATH.0 for one process); `xladev diff --file PATH` finds it.
-        _sink = DumpSink(ordinal_path(config.save_tensors_file), config.save_tensors_fmt)
+        _sink = DumpSink(ordinal_path(config.save_tensors_file), config.save_tensors_fmt, config.save_tensors_file)
         _sink.start()
     return _sink

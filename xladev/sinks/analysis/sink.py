@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import socket
 import sys
 import threading
 
 from xladev import fallback_reasons, rules, wall_time
-from xladev._flags import ConfigError, config
+from xladev._flags import config
 from xladev.events import (
     CompileFailed, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted,
-    GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind,
+    GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
 from xladev.schema.records import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
+from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_label
 from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
 from xladev.sinks.analysis.run_stats import RunStats
@@ -33,22 +33,31 @@ def debug_level() -> int:
 
 
 class DebugOutput:
-    """Where analysis text goes: appended to PT_XLA_DEBUG_FILE, or stderr."""
+    """Where analysis text goes: appended to PT_XLA_DEBUG_FILE, or stderr.
 
-    def __init__(self, path: str) -> None:
+    A file that cannot be opened or written turns the output off with one line on stderr (`OutputFile`).
+    """
+
+    def __init__(self, path: str, value: str | None = None) -> None:
+        """Args:
+          path: the file to append to; "" for stderr.
+          value: PT_XLA_DEBUG_FILE as the user gave it, when `path` is its rank's file.
+        """
         self._lock = threading.Lock()
-        self._file = None
-        if path:
-            try:
-                self._file = open(path, "a", encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"PT_XLA_DEBUG_FILE={path!r} cannot be opened for appending: {exc.strerror}") from None
+        self._file = OutputFile("PT_XLA_DEBUG_FILE", value or path, path) if path else None
+
+    @property
+    def off(self) -> bool:
+        """True once the file could not be opened or written."""
+        return self._file is not None and self._file.off
 
     def write(self, text: str) -> None:
+        if self._file is not None:
+            self._file.write(text.encode("utf-8"))  # one block at once: a failure cuts no block in two
+            return
         with self._lock:
-            stream = self._file or sys.stderr
-            stream.write(text)
-            stream.flush()
+            sys.stderr.write(text)
+            sys.stderr.flush()
 
 
 class AnalysisSink(Sink):
@@ -60,6 +69,7 @@ class AnalysisSink(Sink):
     def __init__(self, level: int, output: DebugOutput) -> None:
         self.level = level
         self.out = output
+        self._lock = threading.RLock()
         self.history = RunStats()
         self.transfers = 0
         self.fallback_counts: dict[str, int] = {}
@@ -72,11 +82,19 @@ class AnalysisSink(Sink):
 
     def start(self) -> "AnalysisSink":
         if not self.running:
-            atexit.register(self.write_summary)
+            ending.at_end(self.write_summary)
         return Sink.start(self)
 
     # ---- events ---------------------------------------------------------------------------------
     def on_event(self, event) -> None:
+        if self.out.off:  # its file could not be written (said once): nothing more to analyse for it
+            self.stop()
+            return
+        # The summary may be written on another thread (SIGTERM's) while events still arrive.
+        with self._lock:
+            self._on_event(event)
+
+    def _on_event(self, event) -> None:
         kind = type(event)
         cause = getattr(event, "cause", None)
         if cause is not None and cause.kind is CauseKind.EAGER_DEBUG and kind in (GraphCompiled, GraphExecuted):
@@ -242,9 +260,13 @@ class AnalysisSink(Sink):
         return "\n".join(lines) + "\n"
 
     def write_summary(self) -> None:
+        """Writes the end-of-run summary, the analysis's last words (at the end of the run: `ending.at_end`)."""
         if self.subscription is not None and self.level >= 1:
+            self.stop()  # on SIGTERM the training thread may run on meanwhile: nothing of it after the summary
+            with self._lock:
+                text = self.summary_text()
             try:
-                self.out.write(self.summary_text())
+                self.out.write(text)
             except ValueError:  # stream closed at interpreter exit
                 pass
 
@@ -274,6 +296,9 @@ def start_from_flags() -> AnalysisSink | None:
     level = debug_level()
     if level <= 0 or _sink is not None:
         return _sink
-    _sink = AnalysisSink(level, DebugOutput(per_rank_path(config.debug_file) if config.debug_file else ""))
+    output = DebugOutput(per_rank_path(config.debug_file) if config.debug_file else "", config.debug_file)
+    if output.off:  # the file cannot be written: said once, and there is nowhere to write the analysis
+        return None
+    _sink = AnalysisSink(level, output)
     _sink.start()
     return _sink
