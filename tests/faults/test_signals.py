@@ -228,3 +228,27 @@ def test_sigkill_while_compiling_leaves_every_complete_record_readable(tmp_path)
     assert steps == 3
     report = runs.xladev_command("report", str(metrics))
     assert report.returncode == 0 and "(XLA_METRICS_FILE, 3 step records)" in report.stdout, report.stdout
+
+
+def test_freeing_a_device_tensor_runs_no_python_frame(dev):
+    # Why the script's sys.exit above is never lost: a signal handler runs between Python bytecodes, and one that
+    # raises inside a finalizer is printed as "Exception ignored" and dropped, so the run went on after SIGTERM
+    # (about once in a few runs, when the signal landed in XlaTensor.__del__). Freeing must run no Python frame.
+    import sys
+
+    import torch
+
+    frames = []
+    doomed = torch.ones(3, device=dev) + 1
+
+    def tracer(frame, event, arg):
+        if event == "call":
+            frames.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+        return None
+
+    sys.settrace(tracer)
+    try:
+        del doomed
+    finally:
+        sys.settrace(None)
+    assert frames == []

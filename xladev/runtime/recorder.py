@@ -6,6 +6,8 @@ Counting is a dict increment; events are built from these totals at each barrier
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import threading
 import time
@@ -33,7 +35,10 @@ class Recorder:
         self.tracing_samples: list[int] = []
         # Device tensors created (every XlaTensor: op outputs, views, uploads), PyTorch/XLA's CreateXlaTensor.
         self.tensors_created = 0
-        self.tensors_destroyed = 0  # and freed, PyTorch/XLA's DestroyXlaTensor
+        # And freed, PyTorch/XLA's DestroyXlaTensor: counted by `count_freed`, C code only (see `tensors_destroyed`).
+        self._freed = itertools.count()
+        self._freed_base = 0
+        self.count_freed = functools.partial(next, self._freed)
         self.scope_stack = threading.local()
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
@@ -120,6 +125,20 @@ class Recorder:
         warning): for a metrics query in the middle of a step, which must see the ops recorded so far."""
         with self.lock:
             return self._take_counts()
+
+    @property
+    def tensors_destroyed(self) -> int:
+        """Device tensors freed since the counts were last taken.
+
+        A tensor's finalizer is `count_freed`, a C-level `next()` of an `itertools.count`, not a Python `__del__`:
+        a Python finalizer runs bytecode, so a signal handler can run inside it, and an exception the handler raises
+        there (a script's SIGTERM handler calling `sys.exit`) is printed as "ignored" and lost, leaving the run going.
+        """
+        return int(repr(self._freed)[len("count("):-1]) - self._freed_base
+
+    @tensors_destroyed.setter
+    def tensors_destroyed(self, value: int) -> None:
+        self._freed_base = int(repr(self._freed)[len("count("):-1]) - value
 
     def _take_counts(self) -> tuple[dict[str, int], int, list[int], int, int]:
         counts, self.counts = self.counts, {}
