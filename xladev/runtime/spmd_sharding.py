@@ -24,65 +24,8 @@ from xladev.runtime import backend, ir
 from xladev.runtime.execution import lock as _execution_lock
 from xladev.runtime.ir import SLOT, DataNode, Meta, Node, OpDef
 from xladev.runtime.recorder import recorder
+from xladev.runtime.spmd_mesh import HybridMesh, Mesh, jax_mesh_of  # noqa: F401 (this module's API)
 from xladev.runtime.tensor import XlaTensor
-
-
-class Mesh:
-    """A logical mesh of this process's devices (PyTorch/XLA's `xs.Mesh`).
-
-    Args:
-      device_ids: every device's index (`xla:N`'s N on the CPU), in mesh order.
-      mesh_shape: the mesh's shape; its product is the number of devices.
-      axis_names: a name per mesh axis (default `dim0`, `dim1`...).
-
-    Raises:
-      ValueError: the ids are not every device once, the shape does not hold them, or the names do not fit.
-    """
-
-    def __init__(self, device_ids: Sequence[int] | np.ndarray, mesh_shape: tuple[int, ...],
-                 axis_names: tuple[str, ...] | None = None) -> None:
-        ids = [int(i) for i in np.asarray(device_ids).flatten()]
-        count = len(backend.jax_devices())
-        if sorted(ids) != list(range(count)):
-            raise ValueError(f"Mesh: device_ids {ids} must be every device of this process once (0..{count - 1}): "
-                             "an SPMD program runs on all of them")
-        if int(np.prod(mesh_shape)) != len(ids):
-            raise ValueError(f"Mesh: mesh_shape {tuple(mesh_shape)} does not hold {len(ids)} devices")
-        names = tuple(axis_names) if axis_names is not None else tuple(f"dim{i}" for i in range(len(mesh_shape)))
-        if len(names) != len(mesh_shape) or len(set(names)) != len(names):
-            raise ValueError(f"Mesh: axis_names {names} must name each of the {len(mesh_shape)} axes once")
-        self.device_ids = tuple(ids)
-        self.mesh_shape = tuple(int(n) for n in mesh_shape)
-        self.axis_names = names
-
-    def size(self) -> int:
-        return len(self.device_ids)
-
-    def shape(self) -> dict[str, int]:
-        """Axis name -> size."""
-        return dict(zip(self.axis_names, self.mesh_shape))
-
-    def get_logical_mesh(self) -> np.ndarray:
-        """The device ids laid out in the mesh's shape."""
-        return np.array(self.device_ids).reshape(self.mesh_shape)
-
-    def key(self) -> tuple:
-        return (self.device_ids, self.mesh_shape, self.axis_names)
-
-    def jax_mesh(self):
-        """The jax `Mesh` of these devices."""
-        return _jax_mesh(self.key())
-
-    def __repr__(self) -> str:
-        return f"Mesh(devices={list(self.device_ids)}, shape={self.shape()})"
-
-
-def _jax_mesh(key: tuple):
-    import jax
-
-    ids, shape, names = key
-    devices = backend.jax_devices()
-    return jax.sharding.Mesh(np.array([devices[i] for i in ids]).reshape(shape), names)
 
 
 def use_spmd() -> None:
@@ -122,13 +65,16 @@ def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
         raise ValueError(f"mark_sharding: partition_spec {tuple(partition_spec)} has {len(partition_spec)} entries "
                          f"for a tensor of {ndim} dimension(s)")
 
+    axis_names = mesh.jax_axis_names()
+
     def axis(a):
-        if isinstance(a, int) and not isinstance(a, bool):
-            if not 0 <= a < len(mesh.axis_names):
-                raise ValueError(f"mark_sharding: mesh axis {a} does not exist (the mesh has {len(mesh.axis_names)})")
-            return mesh.axis_names[a]
-        if a not in mesh.axis_names:
-            raise ValueError(f"mark_sharding: the mesh has no axis {a!r} (it has {', '.join(mesh.axis_names)})")
+        if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+            if not 0 <= a < len(axis_names):
+                raise ValueError(f"mark_sharding: mesh axis {a} does not exist (the mesh has {len(axis_names)})")
+            return axis_names[a]
+        if mesh.axis_names is None or a not in mesh.axis_names:
+            raise ValueError(f"mark_sharding: the mesh has no axis {a!r} "
+                             f"(it has {', '.join(mesh.axis_names) if mesh.axis_names else 'numbered axes only'})")
         return a
 
     entries = []
@@ -148,7 +94,7 @@ def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
 def _lower_custom_sharding(ctx, x, mesh_key, spec):
     import jax
 
-    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(_jax_mesh(mesh_key),
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(jax_mesh_of(mesh_key),
                                                                          jax.sharding.PartitionSpec(*spec)))
 
 
@@ -166,54 +112,87 @@ class ShardingNode(Node):
         self.sharding = sharding
 
 
-def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> torch.Tensor:
+def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence):
     """Splits `t` over `mesh` as `partition_spec` says (PyTorch/XLA's `xs.mark_sharding`).
 
     Args:
-      t: a device tensor (not a view).
+      t: a device tensor (not a view), or an `XLAShardedTensor` (its global tensor is marked).
       mesh: the device mesh.
       partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
         along, or None to keep it whole.
 
     Returns:
-      `t`, now sharded.
+      An `XLAShardedTensor` wrapping `t` (PyTorch/XLA's return); `t` itself is sharded in place, so code that
+      goes on using `t` sees the sharding too.
 
     Raises:
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
-    _require_spmd("mark_sharding")
-    if not isinstance(t, XlaTensor):
-        raise TypeError(f"mark_sharding takes an xla tensor, got one on {t.device}")
-    if t._chain is not None:
-        raise ValueError("mark_sharding of a view: mark the tensor it views (its base) instead")
     import jax
 
+    from xladev.runtime.sharded_tensor import unwrap, wrap
+
+    t = unwrap(t)
+    _require_spmd("mark_sharding")
+    _check_base(t, "mark_sharding")
     spec = _partition_spec(mesh, partition_spec, t.dim())
     sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
-    text = sharding_text(sharding, t.dim())
+    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()))
+    return wrap(t, mesh.mesh_shape, tuple(partition_spec))
+
+
+def _check_base(t, name: str) -> None:
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"{name} takes an xla tensor, got one on {t.device}")
+    if t._chain is not None:
+        raise ValueError(f"{name} of a view: give it the tensor it views (its base) instead")
+
+
+def _place(t: XlaTensor, sharding, text: str, template) -> None:
+    """Gives `t` the jax `sharding`, known as `text` ('' for none of its own): device data moves now (as
+    PyTorch/XLA reshards it), a value being recorded gets a sharding constraint in its graph."""
+    import jax
+
     with _execution_lock:
         node = t._st.value
         if type(node) is DataNode:
-            # Device data moves now, as PyTorch/XLA reshards it.
-            t._st.set(DataNode(jax.device_put(node.array, sharding), node.meta))
+            data = DataNode(jax.device_put(node.array, sharding), node.meta)
+            # A replicated mark is a sharding of its own ({replicated}), which the buffer alone does not tell.
+            data.sharding = text or None
+            t._st.set(data)
         else:
-            meta = Meta(tuple(t.shape), t.dtype)
-            template = ((SLOT, mesh.key(), tuple(spec)), ())
             recorder.count(CUSTOM_SHARDING.name)
-            t._assign(ShardingNode(node, template, meta, text))
-    return t
+            t._assign(ShardingNode(node, template, Meta(tuple(t.shape), t.dtype), text))
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
-    """Replicates `t` on every device again (PyTorch/XLA's `xs.clear_sharding`)."""
+    """Drops `t`'s sharding: it is replicated on every device again, with no sharding of its own
+    (PyTorch/XLA's `xs.clear_sharding`).
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor`.
+
+    Returns:
+      The plain tensor (an `XLAShardedTensor`'s global tensor).
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
+    """
+    from xladev.runtime.sharded_tensor import unwrap
+
+    t = unwrap(t)
     _require_spmd("clear_sharding")
-    mark_sharding(t, Mesh(range(len(backend.jax_devices())), (len(backend.jax_devices()),)), (None,) * t.dim())
+    _check_base(t, "clear_sharding")
+    replicated = backend.spmd_replicated
+    _place(t, replicated, "", ((SLOT, (tuple(range(len(backend.jax_devices()))), (len(backend.jax_devices()),),
+                                       replicated.mesh.axis_names), ()), ()))
     return t
 
 
 def get_sharding_spec(t: torch.Tensor) -> str:
     """`t`'s sharding as HLO sharding text (`{devices=[2,1]0,1}`), '' when it has none (PyTorch/XLA's
     `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark."""
+    t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
     if not isinstance(t, XlaTensor):
         return ""
     node = t._node()
@@ -235,8 +214,11 @@ def sharding_text(sharding, ndim: int) -> str:
     if hlo.is_replicated():
         return "{replicated}"
     index = {d.id: i for i, d in enumerate(backend.jax_devices())}
+    # The HLO sharding numbers devices by their place in the sharding's device assignment (the mesh's
+    # order), not by device id: a mesh of reordered devices must print its own order.
+    assignment = sharding._device_assignment
     dims = ",".join(str(d) for d in hlo.tile_assignment_dimensions())
-    devices = ",".join(str(index.get(d, d)) for d in hlo.tile_assignment_devices())
+    devices = ",".join(str(index[assignment[d].id]) for d in hlo.tile_assignment_devices())
     last = " last_tile_dim_replicate" if hlo.replicate_on_last_tile_dim() else ""
     return f"{{devices=[{dims}]{devices}{last}}}"
 
