@@ -119,7 +119,8 @@ class HybridMesh(Mesh):
                  axis_names: tuple[str, ...] | None = None) -> None:
         if dcn_mesh_shape is None:
             dcn_mesh_shape = (1,) * len(ici_mesh_shape)
-        assert len(ici_mesh_shape) == len(dcn_mesh_shape)
+        assert len(ici_mesh_shape) == len(dcn_mesh_shape), \
+            f"ici_mesh_shape {tuple(ici_mesh_shape)} and dcn_mesh_shape {tuple(dcn_mesh_shape)} differ in length"
         if int(np.prod(dcn_mesh_shape)) > 1:
             raise ValueError("Invalid dcn_mesh_shape for single slice mesh")
         count = len(backend.jax_devices())
