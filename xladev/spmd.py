@@ -16,12 +16,14 @@ import xladev
 xladev._load_runtime()
 
 from xladev.debug.sharding_view import visualize_sharding, visualize_tensor_sharding  # noqa: E402
-from xladev.runtime.sharded_tensor import ShardingType, XLAShard, XLAShardedTensor, sharding_type  # noqa: E402
+from xladev.runtime.sharded_tensor import (  # noqa: E402
+    ShardingType, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding, sharding_type,
+)
 from xladev.runtime.spmd_autograd import (  # noqa: E402
     XLAPatchedLinear, mark_sharding_with_gradients, xla_patched_nn_linear_forward,
 )
 from xladev.runtime.spmd_sharding import (  # noqa: E402
-    HybridMesh, Mesh, clear_sharding, get_sharding_spec, is_spmd, mark_sharding, use_spmd,
+    HybridMesh, Mesh, get_sharding_spec, is_spmd, use_spmd,
 )
 
 __all__ = ["HybridMesh", "Mesh", "ShardingType", "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",

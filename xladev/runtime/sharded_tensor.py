@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Union
+from typing import Sequence, Union
 
 import numpy as np
 import torch
@@ -21,7 +21,8 @@ from torch.utils._pytree import tree_map
 from xladev.runtime import backend
 from xladev.runtime.execution import lock as _execution_lock
 from xladev.runtime.ir import DataNode
-from xladev.runtime.spmd_sharding import get_sharding_spec, parse_sharding_text
+from xladev.runtime.spmd_mesh import Mesh
+from xladev.runtime.spmd_sharding import get_sharding_spec, parse_sharding_text, shard_tensor, unshard_tensor
 from xladev.runtime.tensor import XlaTensor
 from xladev.runtime.transfers import arrays_of, current_cause, reading
 
@@ -186,6 +187,44 @@ class XLAShardedTensor(torch.Tensor):
         # Ops run on the wrapped tensors; their tensor results come back wrapped, as PyTorch/XLA's do.
         out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
         return tree_map(lambda e: XLAShardedTensor(e) if isinstance(e, torch.Tensor) else e, out)
+
+
+def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAShardedTensor:
+    """Splits `t` over `mesh` as `partition_spec` says (PyTorch/XLA's `xs.mark_sharding`).
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor` (its global tensor is marked).
+      mesh: the device mesh.
+      partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
+        along, or None to keep it whole.
+
+    Returns:
+      An `XLAShardedTensor` wrapping `t` (PyTorch/XLA's return); `t` itself is sharded in place, so code that
+      goes on using `t` sees the sharding too.
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+    """
+    shard_tensor(unwrap(t), mesh, partition_spec)
+    return wrap(t, mesh.mesh_shape, tuple(partition_spec))
+
+
+def clear_sharding(t: torch.Tensor) -> torch.Tensor:
+    """Drops `t`'s sharding: it is replicated on every device again, with no sharding of its own
+    (PyTorch/XLA's `xs.clear_sharding`).
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor`.
+
+    Returns:
+      The plain tensor (an `XLAShardedTensor`'s global tensor).
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
+    """
+    t = unwrap(t)
+    unshard_tensor(t)
+    return t
 
 
 def unwrap(t):

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 
 from xladev.runtime.spmd_mesh import Mesh
-from xladev.runtime.spmd_sharding import mark_sharding
+from xladev.runtime.sharded_tensor import mark_sharding
 
 
 class MarkShardingFunction(torch.autograd.Function):

@@ -112,33 +112,26 @@ class ShardingNode(Node):
         self.sharding = sharding
 
 
-def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence):
-    """Splits `t` over `mesh` as `partition_spec` says (PyTorch/XLA's `xs.mark_sharding`).
+def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
+    """Splits device tensor `t` over `mesh` in place as `partition_spec` says: what `xs.mark_sharding` does
+    (`sharded_tensor.mark_sharding`, which also wraps the result).
 
     Args:
-      t: a device tensor (not a view), or an `XLAShardedTensor` (its global tensor is marked).
+      t: a device tensor (not a view).
       mesh: the device mesh.
       partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
         along, or None to keep it whole.
-
-    Returns:
-      An `XLAShardedTensor` wrapping `t` (PyTorch/XLA's return); `t` itself is sharded in place, so code that
-      goes on using `t` sees the sharding too.
 
     Raises:
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     import jax
 
-    from xladev.runtime.sharded_tensor import unwrap, wrap
-
-    t = unwrap(t)
     _require_spmd("mark_sharding")
     _check_base(t, "mark_sharding")
     spec = _partition_spec(mesh, partition_spec, t.dim())
     sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
     _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()))
-    return wrap(t, mesh.mesh_shape, tuple(partition_spec))
 
 
 def _check_base(t, name: str) -> None:
@@ -165,28 +158,18 @@ def _place(t: XlaTensor, sharding, text: str, template) -> None:
             t._assign(ShardingNode(node, template, Meta(tuple(t.shape), t.dtype), text))
 
 
-def clear_sharding(t: torch.Tensor) -> torch.Tensor:
-    """Drops `t`'s sharding: it is replicated on every device again, with no sharding of its own
-    (PyTorch/XLA's `xs.clear_sharding`).
-
-    Args:
-      t: a device tensor (not a view), or an `XLAShardedTensor`.
-
-    Returns:
-      The plain tensor (an `XLAShardedTensor`'s global tensor).
+def unshard_tensor(t: XlaTensor) -> None:
+    """Drops device tensor `t`'s sharding in place: it is replicated on every device again, with no sharding
+    of its own (what `xs.clear_sharding` does).
 
     Raises:
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
     """
-    from xladev.runtime.sharded_tensor import unwrap
-
-    t = unwrap(t)
     _require_spmd("clear_sharding")
     _check_base(t, "clear_sharding")
     replicated = backend.spmd_replicated
-    _place(t, replicated, "", ((SLOT, (tuple(range(len(backend.jax_devices()))), (len(backend.jax_devices()),),
-                                       replicated.mesh.axis_names), ()), ()))
-    return t
+    count = len(backend.jax_devices())
+    _place(t, replicated, "", ((SLOT, (tuple(range(count)), (count,), replicated.mesh.axis_names), ()), ()))
 
 
 def get_sharding_spec(t: torch.Tensor) -> str:
