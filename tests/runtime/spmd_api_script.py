@@ -165,4 +165,10 @@ out["patched"] = {"got": dout.detach().cpu().tolist(), "want": cout.detach().tol
 
 # Manual sharding is refused with advice, as an attribute xladev lacks.
 out["manual"] = error(lambda: xs.enable_manual_sharding)
+# The last graph (XLA_SAVE_TENSORS_FMT=hlo): its record ends with its output's sharding.
+torch_xla.sync()
+dx = xs.mark_sharding(torch.randn(8, 32).to("xla"), xs.Mesh(ids, (1, n)), (0, 1)).global_tensor
+dres = dx + torch.randn(8, 32).to("xla")
+torch_xla.sync()
+out["dump_spec"] = torch_xla._XLAC._get_xla_sharding_spec(dres)
 print("RESULT " + json.dumps(out))

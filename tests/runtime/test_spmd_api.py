@@ -18,14 +18,21 @@ import pytest
 import torch
 
 from tests.models.tolerances import U
+from xladev.dumps.dump_file import read_records
 
 SCRIPT = Path(__file__).with_name("spmd_api_script.py")
 REPO = SCRIPT.parents[2]
 
 
 @pytest.fixture(scope="module")
-def seen() -> dict:
-    env = dict(os.environ, CPU_NUM_DEVICES="4", PYTHONPATH=str(REPO))
+def dump(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("spmd_api") / "graphs.txt"
+
+
+@pytest.fixture(scope="module")
+def seen(dump) -> dict:
+    env = dict(os.environ, CPU_NUM_DEVICES="4", PYTHONPATH=str(REPO), XLA_SAVE_TENSORS_FILE=str(dump),
+               XLA_SAVE_TENSORS_FMT="hlo")
     env.pop("XLA_FLAGS", None)
     env.pop("XLA_USE_SPMD", None)
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
@@ -153,3 +160,16 @@ def test_manual_sharding_is_refused_with_advice(seen):
     assert kind == "UnsupportedAttributeError"
     assert text.startswith("torch_xla.distributed.spmd.enable_manual_sharding is not supported by xladev: manual "
                            "sharding")
+
+
+def test_the_hlo_dump_ends_an_spmd_record_with_its_output_shardings(seen, dump):
+    text = Path(str(dump) + ".0").read_text()
+    last = text[text.rindex("[ScheduleSyncTensorsGraph]"):]
+    # As PyTorch/XLA writes it: after ## END_GRAPH, one line per output, `shape sharding`.
+    assert last.endswith("## END_GRAPH\n\n\n#OUTPUT_SHARDING_BEGIN\n\nf32[8,32] {devices=[1,4]0,1,2,3}\n\n"
+                         "#OUTPUT_SHARDING_END\n\n")
+    assert seen["dump_spec"] == "{devices=[1,4]0,1,2,3}"
+    assert text.count("#OUTPUT_SHARDING_BEGIN") == text.count("## END_GRAPH") > 10
+    warnings: list[str] = []
+    records = read_records(str(dump), warnings)
+    assert warnings == [] and len(records) == text.count("## END_GRAPH")
