@@ -45,6 +45,7 @@ out["wrapper"] = {"type": type(xst).__name__, "is_global": xst.global_tensor is 
                   "type_int": torch_xla._XLAC._get_xla_sharding_type(xt), "shape": list(xst.shape),
                   "mesh_shape": list(xst.mesh_shape), "partition_spec": list(xst.partition_spec),
                   "repr": repr(xst)[:16]}
+out["wrapper"]["debug_info"] = torch_xla._XLAC._get_xla_tensor_debug_info(xst.global_tensor)
 xs.clear_sharding(xt)
 out["wrapper"]["cleared"] = [torch_xla._XLAC._get_xla_sharding_spec(xt), torch_xla._XLAC._get_xla_sharding_type(xt)]
 out["wrapper"]["type_replicated"] = xs.mark_sharding(xt, mesh22, (None, None)).sharding_type.name

@@ -52,6 +52,9 @@ def test_mark_sharding_returns_the_wrapper_of_the_tensor(seen):
     assert (w["shape"], w["mesh_shape"], w["partition_spec"]) == ([8, 4], [2, 2], [0, 1])
     assert (w["type_tiled"], w["type_int"]) == ("TILED", 3)
     assert w["cleared"] == ["", None]
+    # PyTorch/XLA's block for data split over the devices.
+    assert ("IR: None\nXLAShardedData: \n  Data Device: SPMD:0\n  Data Shape: f32[8,4]\n"
+            "  OpSharding: {devices=[2,2]0,1,2,3}\n  NumShards: 4\n") in w["debug_info"]
     assert (w["type_replicated"], w["spec_replicated"]) == ("REPLICATED", "{replicated}")
     assert w["type_partial"] == "PARTIAL"
     assert seen["env"] == "1"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.ir import DataNode, Graph
 from xladev.runtime.irtext import graph_to_dot, graph_to_text, plain_shape, root_hashes
+from xladev.runtime.sharding_text import sharding_text
 from xladev.runtime.spmd_sharding import get_sharding_spec
 from xladev.runtime.storage import pending_storages
 from xladev.runtime.tensor import XlaTensor
@@ -54,7 +55,12 @@ def tensor_debug_info(t) -> str:
     node = t._node()
     lines = ["XLATensor {", f"TensorID: {t._st.sid}", f"AliasID: {t._st.sid}", f"Device: {t.device}",
              f"XLA Shape: {plain_shape(node.meta)}", f"ShardingSpec: {get_sharding_spec(t) or 'None'}"]
-    if isinstance(node, DataNode) and node.array is not None:
+    if isinstance(node, DataNode) and node.array is not None and len(node.array.sharding.device_set) > 1:
+        # SPMD data over several devices: PyTorch/XLA's sharded data block, on its virtual SPMD device.
+        lines += ["IR: None", "XLAShardedData: ", "  Data Device: SPMD:0", f"  Data Shape: {plain_shape(node.meta)}",
+                  f"  OpSharding: {sharding_text(node.array.sharding, len(node.meta.shape))}",
+                  f"  NumShards: {len(node.array.addressable_shards)}"]
+    elif isinstance(node, DataNode) and node.array is not None:
         lines += ["IR: None", "XLAData: ", f"  Data Device: {t.device}", f"  Data Shape: {plain_shape(node.meta)}",
                   f"  Data Handle: {id(node.array)}"]
     else:
