@@ -166,6 +166,59 @@ out["patched"] = {"got": dout.detach().cpu().tolist(), "want": cout.detach().tol
 
 # Manual sharding is refused with advice, as an attribute xladev lacks.
 out["manual"] = error(lambda: xs.enable_manual_sharding)
+# FSDPv2: parameters split over "fsdp" along their largest dimension, the output along the batch; trains as
+# the CPU model does.
+from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2  # noqa: E402
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+torch.manual_seed(4)
+cpu_net = Net()
+net = Net().to("xla")
+net.load_state_dict(cpu_net.state_dict())
+fsdp_mesh = xs.Mesh(ids, (n, 1), ("fsdp", "tensor"))
+net.fc1 = FSDPv2(net.fc1, mesh=fsdp_mesh)
+net.fc2 = FSDPv2(net.fc2, mesh=fsdp_mesh)
+net = FSDPv2(net, mesh=fsdp_mesh)
+fsdp = {"specs": {name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in net.named_parameters()},
+        "no_fsdp": error(lambda: FSDPv2(Net(), mesh=mesh22)),
+        "twice": error(lambda: FSDPv2(net, mesh=fsdp_mesh)),
+        "module_list": error(lambda: FSDPv2(nn.ModuleList([nn.Linear(2, 2)]), mesh=fsdp_mesh)),
+        "policy": error(lambda: FSDPv2(Net(), mesh=fsdp_mesh, auto_wrap_policy=lambda *a: True))}
+opt, cpu_opt = torch.optim.SGD(net.parameters(), lr=0.1), torch.optim.SGD(cpu_net.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(5)
+losses, grad_scale = [], 0.0
+for step in range(3):
+    bx, by = torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)
+    cpu_opt.zero_grad()
+    cpu_loss = ((cpu_net(bx) - by) ** 2).mean()
+    cpu_loss.backward()
+    grad_scale = max(grad_scale, max(float(p.grad.abs().max()) for p in cpu_net.parameters()))
+    cpu_opt.step()
+    opt.zero_grad()
+    bxx = bx.to("xla")
+    xs.mark_sharding(bxx, fsdp_mesh, ("fsdp", None))
+    pred = net(bxx)
+    fsdp.setdefault("output_spec", torch_xla._XLAC._get_xla_sharding_spec(pred))
+    loss = ((pred - by.to("xla")) ** 2).mean()
+    loss.backward()
+    opt.step()
+    torch_xla.sync()
+    losses.append((float(cpu_loss), loss.item()))
+fsdp.update(losses=losses, grad_scale=grad_scale,
+            params={k: v.detach().cpu().tolist() for k, v in cpu_net.state_dict().items()},
+            got={k.replace("_orig_module.", ""): v.detach().cpu().tolist() for k, v in net.state_dict().items()},
+            specs_after={name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in net.named_parameters()})
+out["fsdp"] = fsdp
+
 # The last graph (XLA_SAVE_TENSORS_FMT=hlo): its record ends with its output's sharding.
 torch_xla.sync()
 dx = xs.mark_sharding(torch.randn(8, 32).to("xla"), xs.Mesh(ids, (1, n)), (0, 1)).global_tensor

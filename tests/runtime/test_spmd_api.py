@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.models.tolerances import U
+from tests.parity_bounds import GRAD_REL, PARAM_REL, loss_rtol
 from xladev.dumps.dump_file import read_records
 
 SCRIPT = Path(__file__).with_name("spmd_api_script.py")
@@ -176,3 +177,23 @@ def test_the_hlo_dump_ends_an_spmd_record_with_its_output_shardings(seen, dump):
     warnings: list[str] = []
     records = read_records(str(dump), warnings)
     assert warnings == [] and len(records) == text.count("## END_GRAPH")
+
+
+def test_fsdp_v2_splits_parameters_and_output_and_trains_as_the_cpu(seen):
+    f = seen["fsdp"]
+    want = {"_orig_module.fc1._orig_module.weight": "{devices=[4,1]0,1,2,3}",  # (32, 16): along its 32 rows
+            "_orig_module.fc1._orig_module.bias": "{devices=[4]0,1,2,3}",
+            "_orig_module.fc2._orig_module.weight": "{devices=[1,4]0,1,2,3}",  # (1, 32): along its 32 columns
+            "_orig_module.fc2._orig_module.bias": ""}  # (1,): 4 devices do not divide it, so it stays whole
+    assert f["specs"] == want and f["specs_after"] == want
+    assert f["output_spec"] == "{devices=[4,1]0,1,2,3}"
+    assert f["no_fsdp"] == ["ValueError", "The mesh must have an axis named 'fsdp'."]
+    assert f["twice"][0] == "RuntimeError" and "already wrapped" in f["twice"][1]
+    assert f["module_list"][0] == "RuntimeError" and "ModuleList has none" in f["module_list"][1]
+    assert f["policy"][0] == "ValueError" and "auto_wrap_policy is not supported" in f["policy"][1]
+    for cpu_loss, xla_loss in f["losses"]:
+        assert xla_loss == pytest.approx(cpu_loss, rel=loss_rtol())
+    steps, lr = 3, 0.1
+    for name, value in f["params"].items():
+        torch.testing.assert_close(torch.tensor(f["got"][name]), torch.tensor(value), rtol=steps * PARAM_REL,
+                                   atol=2 * steps * lr * GRAD_REL * f["grad_scale"], msg=name)

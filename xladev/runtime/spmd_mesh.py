@@ -132,6 +132,20 @@ class HybridMesh(Mesh):
         super().__init__(np.arange(count), mesh_shape, axis_names)
 
 
+_global_mesh: Mesh | None = None
+
+
+def set_global_mesh(mesh: Mesh) -> None:
+    """Keeps `mesh` as the process's mesh (PyTorch/XLA's `xs.set_global_mesh`)."""
+    global _global_mesh
+    _global_mesh = mesh
+
+
+def get_global_mesh() -> Mesh | None:
+    """The mesh given to `set_global_mesh`, or None."""
+    return _global_mesh
+
+
 def jax_mesh_of(key: tuple):
     """The jax `Mesh` for a `Mesh.key()`."""
     import jax

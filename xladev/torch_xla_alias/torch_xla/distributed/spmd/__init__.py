@@ -11,11 +11,10 @@ from xladev.spmd import (  # noqa: F401
     mark_sharding_with_gradients, xla_patched_nn_linear_forward,
 )
 from xladev.runtime.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
+from xladev.runtime.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401
 from xladev.runtime.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
 
 from torch_xla import _xladev
-
-_global_mesh: Mesh | None = None
 
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:
@@ -24,17 +23,6 @@ def get_1d_mesh(axis_name: str | None = None) -> Mesh:
 
     count = xladev.device_count()
     return Mesh(range(count), (count,), (axis_name,) if axis_name else None)
-
-
-def set_global_mesh(mesh: Mesh) -> None:
-    """Keeps `mesh` as the process's mesh (`get_global_mesh`)."""
-    global _global_mesh
-    _global_mesh = mesh
-
-
-def get_global_mesh() -> Mesh | None:
-    """The mesh given to `set_global_mesh`, or None."""
-    return _global_mesh
 
 
 def is_spmd() -> bool:
