@@ -3,7 +3,7 @@
     import xladev.spmd as xs
     xs.use_spmd()
     mesh = xs.Mesh(range(4), (2, 2), ("data", "model"))
-    xs.mark_sharding(x, mesh, ("data", None))
+    xst = xs.mark_sharding(x, mesh, ("data", None))   # x is sharded; xst wraps it (XLAShardedTensor)
     xs.visualize_tensor_sharding(x)
 
 See `xladev.runtime.spmd_sharding` for what a mark does, and docs/distributed.md.
@@ -16,9 +16,17 @@ import xladev
 xladev._load_runtime()
 
 from xladev.debug.sharding_view import visualize_sharding, visualize_tensor_sharding  # noqa: E402
+from xladev.runtime.sharded_tensor import (  # noqa: E402
+    ShardingType, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding, sharding_type,
+)
+from xladev.runtime.spmd_autograd import (  # noqa: E402
+    XLAPatchedLinear, mark_sharding_with_gradients, xla_patched_nn_linear_forward,
+)
 from xladev.runtime.spmd_sharding import (  # noqa: E402
-    Mesh, clear_sharding, get_sharding_spec, is_spmd, mark_sharding, use_spmd,
+    HybridMesh, Mesh, get_sharding_spec, is_spmd, use_spmd,
 )
 
-__all__ = ["Mesh", "clear_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "use_spmd",
-           "visualize_sharding", "visualize_tensor_sharding"]
+__all__ = ["HybridMesh", "Mesh", "ShardingType", "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",
+           "clear_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients",
+           "sharding_type", "use_spmd", "visualize_sharding", "visualize_tensor_sharding",
+           "xla_patched_nn_linear_forward"]

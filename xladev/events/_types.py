@@ -97,6 +97,9 @@ class GraphInfo(Protocol):
     def collectives(self) -> list[tuple[str, int, str | None]]:
         """(op, bytes from this rank, the user's line) of each collective of the graph, in order."""
 
+    def output_shardings(self) -> list[str] | None:
+        """Per output of an SPMD run, its shape and sharding (`f32[8,4] {devices=[2,1]0,1}`); None outside SPMD."""
+
 
 @dataclasses.dataclass(slots=True)
 class Event:

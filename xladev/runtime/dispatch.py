@@ -194,6 +194,11 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     """
     if fork_guard.blocked:
         fork_guard.check(func)
+    for kind in types:
+        if kind.__dict__.get("wraps_xla_tensors"):
+            # A wrapper of device tensors among the operands (XLAShardedTensor): torch then asks its
+            # __torch_dispatch__, which unwraps them and calls the op again.
+            return NotImplemented
     if kwargs is None:
         kwargs = {}
     start = time.perf_counter_ns()

@@ -233,6 +233,9 @@ class Execution:
         if entry.replicated:
             outputs = [out.addressable_data(0) for out in outputs]  # this process's values
         entry.runs += 1
+        # SPMD: how each output came out split, for the dumps (PyTorch/XLA's OUTPUT_SHARDING block).
+        out_shardings = (tuple(o.sharding for o in outputs)
+                         if bus.active and backend.spmd_replicated is not None and not entry.replicated else None)
 
         def announce(execute_ns: int, error: BaseException | None) -> None:
             if error is not None:
@@ -240,7 +243,8 @@ class Execution:
             if bus.active:
                 bus.emit(GraphExecuted(
                     time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
-                    entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph), name, *timings,
+                    entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph, out_shardings), name,
+                    *timings,
                 ))
                 if entry.replicated:
                     count, nbytes, sites = entry.collective_stats

@@ -9,7 +9,10 @@ from __future__ import annotations
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph
-from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, node_attributes, root_hashes, shape_text
+from xladev.runtime.irtext import (
+    dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
+)
+from xladev.runtime.sharding_text import sharding_text
 
 _DIALECTS = ("hlo", "stablehlo")
 
@@ -17,11 +20,14 @@ _DIALECTS = ("hlo", "stablehlo")
 class RuntimeGraphInfo:
     """A read-only view of one runtime graph (implements `xladev.events.GraphInfo`)."""
 
-    __slots__ = ("_graph", "hash")
+    __slots__ = ("_graph", "hash", "_out_shardings")
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, out_shardings: tuple | None = None) -> None:
+        """`out_shardings`: the jax sharding of each output of an SPMD run (not the buffers: an event may
+        outlive them), None otherwise."""
         self._graph = graph
         self.hash = graph.hash
+        self._out_shardings = out_shardings
 
     def summary(self) -> GraphSummary:
         nodes = []
@@ -59,6 +65,12 @@ class RuntimeGraphInfo:
 
     def collectives(self) -> list[tuple[str, int, str | None]]:
         return collectives_of(self._graph)
+
+    def output_shardings(self) -> list[str] | None:
+        if self._out_shardings is None:
+            return None
+        return [f"{plain_shape(root.meta)} {sharding_text(sharding, len(root.meta.shape))}"
+                for root, sharding in zip(self._graph.roots, self._out_shardings)]
 
     def __repr__(self) -> str:
         return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"

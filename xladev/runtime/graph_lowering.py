@@ -159,8 +159,9 @@ def program(graph: Graph, device=None) -> tuple:
         fn.__name__ = fn.__qualname__ = name  # profiles show jit(xladev_<hash>) for these graphs too
     elif backend.spmd_replicated is not None and graph.device_index == 0:
         # SPMD: each input as it is split over the devices; XLA's partitioner (GSPMD) splits the program.
-        return fn, [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=spmd_sharding(n))
-                    for n in graph.inputs], False
+        whole = _spmd_replicated(graph)
+        return fn, [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype),
+                                         sharding=spmd_sharding(n, whole)) for n in graph.inputs], False
     elif device is not None:
         sharding = jax.sharding.SingleDeviceSharding(device)
     avals = [jax.ShapeDtypeStruct(n.meta.shape, backend.to_jnp_dtype(n.meta.dtype), sharding=sharding)
@@ -168,10 +169,29 @@ def program(graph: Graph, device=None) -> tuple:
     return fn, avals, replicated
 
 
-def spmd_sharding(node):
-    """An input's sharding in SPMD mode: its buffer's, when split; replicated on every device otherwise."""
+def spmd_sharding(node, replicated=None):
+    """An input's sharding in SPMD mode: its buffer's, when split; `replicated` (default: on every device over
+    SPMD mode's one-axis mesh) otherwise."""
     if getattr(node, "sharding", None) is not None:
         return node.array.sharding
+    return replicated if replicated is not None else backend.spmd_replicated
+
+
+def _spmd_replicated(graph: Graph):
+    """The replicated sharding for a graph's unmarked inputs: on the mesh of its first mark (a split input's,
+    else a sharding constraint's). jax names the outputs' shardings on the mesh of the inputs; on SPMD mode's
+    one-axis mesh a tiling of a 2x2 mesh's (`{devices=[2,1,2]... last_tile_dim_replicate}`) cannot be named,
+    and the compile failed."""
+    import jax
+
+    for n in graph.inputs:
+        if getattr(n, "sharding", None) is not None and hasattr(n.array.sharding, "mesh"):
+            return jax.sharding.NamedSharding(n.array.sharding.mesh, jax.sharding.PartitionSpec())
+    for n in graph.nodes:
+        if n.op.name == "xla::custom_sharding":
+            from xladev.runtime.spmd_mesh import jax_mesh_of
+
+            return jax.sharding.NamedSharding(jax_mesh_of(n.template[0][1]), jax.sharding.PartitionSpec())
     return backend.spmd_replicated
 
 

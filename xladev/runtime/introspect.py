@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.ir import DataNode, Graph
-from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, root_hashes
+from xladev.runtime.irtext import graph_to_dot, graph_to_text, plain_shape, root_hashes
+from xladev.runtime.sharding_text import sharding_text
 from xladev.runtime.spmd_sharding import get_sharding_spec
 from xladev.runtime.storage import pending_storages
 from xladev.runtime.tensor import XlaTensor
@@ -36,11 +37,6 @@ def text(graph: Graph) -> str:
     return graph_to_text(graph)
 
 
-def _plain_shape(meta) -> str:
-    # PyTorch/XLA prints a tensor's shape without its layout here (`f32[16]`), unlike in the IR text.
-    return f"{dtype_short(meta.dtype)}[{','.join(str(d) for d in meta.shape)}]"
-
-
 def tensor_debug_info(t) -> str:
     """What a device tensor holds now, in the layout of PyTorch/XLA's `_get_xla_tensor_debug_info`.
 
@@ -58,11 +54,16 @@ def tensor_debug_info(t) -> str:
         return "Not a XLATensor\n"
     node = t._node()
     lines = ["XLATensor {", f"TensorID: {t._st.sid}", f"AliasID: {t._st.sid}", f"Device: {t.device}",
-             f"XLA Shape: {_plain_shape(node.meta)}", f"ShardingSpec: {get_sharding_spec(t) or 'None'}"]
-    if isinstance(node, DataNode) and node.array is not None:
-        lines += ["IR: None", "XLAData: ", f"  Data Device: {t.device}", f"  Data Shape: {_plain_shape(node.meta)}",
+             f"XLA Shape: {plain_shape(node.meta)}", f"ShardingSpec: {get_sharding_spec(t) or 'None'}"]
+    if isinstance(node, DataNode) and node.array is not None and len(node.array.sharding.device_set) > 1:
+        # SPMD data over several devices: PyTorch/XLA's sharded data block, on its virtual SPMD device.
+        lines += ["IR: None", "XLAShardedData: ", "  Data Device: SPMD:0", f"  Data Shape: {plain_shape(node.meta)}",
+                  f"  OpSharding: {sharding_text(node.array.sharding, len(node.meta.shape))}",
+                  f"  NumShards: {len(node.array.addressable_shards)}"]
+    elif isinstance(node, DataNode) and node.array is not None:
+        lines += ["IR: None", "XLAData: ", f"  Data Device: {t.device}", f"  Data Shape: {plain_shape(node.meta)}",
                   f"  Data Handle: {id(node.array)}"]
     else:
-        lines += [f"IR: {node.op.name}, xla_shape={_plain_shape(node.meta)}", "XLAData: None"]
+        lines += [f"IR: {node.op.name}, xla_shape={plain_shape(node.meta)}", "XLAData: None"]
     lines += ["Tensor on host: None", "}"]
     return "\n".join(lines) + "\n"

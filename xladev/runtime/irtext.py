@@ -37,6 +37,12 @@ def dtype_short(dtype: torch.dtype) -> str:
     return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
 
 
+def plain_shape(meta) -> str:
+    """`f32[2,3]`: a shape without its layout, as PyTorch/XLA prints a tensor's (debug info, dumps' output
+    shardings), unlike the IR text's."""
+    return f"{dtype_short(meta.dtype)}[{','.join(str(d) for d in meta.shape)}]"
+
+
 def shape_text(meta) -> str:
     """`f32[2,3]{1,0}`: dtype, dims and the row-major layout, as XLA prints shapes."""
     if meta is None:

@@ -14,7 +14,6 @@ print as HLO sharding text (`{devices=[2,1]0,1}`) in the IR, the HLO dumps and t
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import numpy as np
@@ -24,65 +23,9 @@ from xladev.runtime import backend, ir
 from xladev.runtime.execution import lock as _execution_lock
 from xladev.runtime.ir import SLOT, DataNode, Meta, Node, OpDef
 from xladev.runtime.recorder import recorder
+from xladev.runtime.sharding_text import parse_sharding_text, sharding_text  # noqa: F401 (this module's API)
+from xladev.runtime.spmd_mesh import HybridMesh, Mesh, jax_mesh_of  # noqa: F401 (this module's API)
 from xladev.runtime.tensor import XlaTensor
-
-
-class Mesh:
-    """A logical mesh of this process's devices (PyTorch/XLA's `xs.Mesh`).
-
-    Args:
-      device_ids: every device's index (`xla:N`'s N on the CPU), in mesh order.
-      mesh_shape: the mesh's shape; its product is the number of devices.
-      axis_names: a name per mesh axis (default `dim0`, `dim1`...).
-
-    Raises:
-      ValueError: the ids are not every device once, the shape does not hold them, or the names do not fit.
-    """
-
-    def __init__(self, device_ids: Sequence[int] | np.ndarray, mesh_shape: tuple[int, ...],
-                 axis_names: tuple[str, ...] | None = None) -> None:
-        ids = [int(i) for i in np.asarray(device_ids).flatten()]
-        count = len(backend.jax_devices())
-        if sorted(ids) != list(range(count)):
-            raise ValueError(f"Mesh: device_ids {ids} must be every device of this process once (0..{count - 1}): "
-                             "an SPMD program runs on all of them")
-        if int(np.prod(mesh_shape)) != len(ids):
-            raise ValueError(f"Mesh: mesh_shape {tuple(mesh_shape)} does not hold {len(ids)} devices")
-        names = tuple(axis_names) if axis_names is not None else tuple(f"dim{i}" for i in range(len(mesh_shape)))
-        if len(names) != len(mesh_shape) or len(set(names)) != len(names):
-            raise ValueError(f"Mesh: axis_names {names} must name each of the {len(mesh_shape)} axes once")
-        self.device_ids = tuple(ids)
-        self.mesh_shape = tuple(int(n) for n in mesh_shape)
-        self.axis_names = names
-
-    def size(self) -> int:
-        return len(self.device_ids)
-
-    def shape(self) -> dict[str, int]:
-        """Axis name -> size."""
-        return dict(zip(self.axis_names, self.mesh_shape))
-
-    def get_logical_mesh(self) -> np.ndarray:
-        """The device ids laid out in the mesh's shape."""
-        return np.array(self.device_ids).reshape(self.mesh_shape)
-
-    def key(self) -> tuple:
-        return (self.device_ids, self.mesh_shape, self.axis_names)
-
-    def jax_mesh(self):
-        """The jax `Mesh` of these devices."""
-        return _jax_mesh(self.key())
-
-    def __repr__(self) -> str:
-        return f"Mesh(devices={list(self.device_ids)}, shape={self.shape()})"
-
-
-def _jax_mesh(key: tuple):
-    import jax
-
-    ids, shape, names = key
-    devices = backend.jax_devices()
-    return jax.sharding.Mesh(np.array([devices[i] for i in ids]).reshape(shape), names)
 
 
 def use_spmd() -> None:
@@ -122,13 +65,16 @@ def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
         raise ValueError(f"mark_sharding: partition_spec {tuple(partition_spec)} has {len(partition_spec)} entries "
                          f"for a tensor of {ndim} dimension(s)")
 
+    axis_names = mesh.jax_axis_names()
+
     def axis(a):
-        if isinstance(a, int) and not isinstance(a, bool):
-            if not 0 <= a < len(mesh.axis_names):
-                raise ValueError(f"mark_sharding: mesh axis {a} does not exist (the mesh has {len(mesh.axis_names)})")
-            return mesh.axis_names[a]
-        if a not in mesh.axis_names:
-            raise ValueError(f"mark_sharding: the mesh has no axis {a!r} (it has {', '.join(mesh.axis_names)})")
+        if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+            if not 0 <= a < len(axis_names):
+                raise ValueError(f"mark_sharding: mesh axis {a} does not exist (the mesh has {len(axis_names)})")
+            return axis_names[a]
+        if mesh.axis_names is None or a not in mesh.axis_names:
+            raise ValueError(f"mark_sharding: the mesh has no axis {a!r} "
+                             f"(it has {', '.join(mesh.axis_names) if mesh.axis_names else 'numbered axes only'})")
         return a
 
     entries = []
@@ -148,7 +94,7 @@ def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
 def _lower_custom_sharding(ctx, x, mesh_key, spec):
     import jax
 
-    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(_jax_mesh(mesh_key),
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(jax_mesh_of(mesh_key),
                                                                          jax.sharding.PartitionSpec(*spec)))
 
 
@@ -166,8 +112,9 @@ class ShardingNode(Node):
         self.sharding = sharding
 
 
-def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> torch.Tensor:
-    """Splits `t` over `mesh` as `partition_spec` says (PyTorch/XLA's `xs.mark_sharding`).
+def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
+    """Splits device tensor `t` over `mesh` in place as `partition_spec` says: what `xs.mark_sharding` does
+    (`sharded_tensor.mark_sharding`, which also wraps the result).
 
     Args:
       t: a device tensor (not a view).
@@ -175,45 +122,60 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> torc
       partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
         along, or None to keep it whole.
 
-    Returns:
-      `t`, now sharded.
-
     Raises:
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
-    _require_spmd("mark_sharding")
-    if not isinstance(t, XlaTensor):
-        raise TypeError(f"mark_sharding takes an xla tensor, got one on {t.device}")
-    if t._chain is not None:
-        raise ValueError("mark_sharding of a view: mark the tensor it views (its base) instead")
     import jax
 
+    _require_spmd("mark_sharding")
+    _check_base(t, "mark_sharding")
     spec = _partition_spec(mesh, partition_spec, t.dim())
     sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
-    text = sharding_text(sharding, t.dim())
+    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()))
+
+
+def _check_base(t, name: str) -> None:
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"{name} takes an xla tensor, got one on {t.device}")
+    if t._chain is not None:
+        raise ValueError(f"{name} of a view: give it the tensor it views (its base) instead")
+
+
+def _place(t: XlaTensor, sharding, text: str, template) -> None:
+    """Gives `t` the jax `sharding`, known as `text` ('' for none of its own): device data moves now (as
+    PyTorch/XLA reshards it), a value being recorded gets a sharding constraint in its graph."""
+    import jax
+
     with _execution_lock:
         node = t._st.value
         if type(node) is DataNode:
-            # Device data moves now, as PyTorch/XLA reshards it.
-            t._st.set(DataNode(jax.device_put(node.array, sharding), node.meta))
+            data = DataNode(jax.device_put(node.array, sharding), node.meta)
+            # A replicated mark is a sharding of its own ({replicated}), which the buffer alone does not tell.
+            data.sharding = text or None
+            t._st.set(data)
         else:
-            meta = Meta(tuple(t.shape), t.dtype)
-            template = ((SLOT, mesh.key(), tuple(spec)), ())
             recorder.count(CUSTOM_SHARDING.name)
-            t._assign(ShardingNode(node, template, meta, text))
-    return t
+            t._assign(ShardingNode(node, template, Meta(tuple(t.shape), t.dtype), text))
 
 
-def clear_sharding(t: torch.Tensor) -> torch.Tensor:
-    """Replicates `t` on every device again (PyTorch/XLA's `xs.clear_sharding`)."""
+def unshard_tensor(t: XlaTensor) -> None:
+    """Drops device tensor `t`'s sharding in place: it is replicated on every device again, with no sharding
+    of its own (what `xs.clear_sharding` does).
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
+    """
     _require_spmd("clear_sharding")
-    mark_sharding(t, Mesh(range(len(backend.jax_devices())), (len(backend.jax_devices()),)), (None,) * t.dim())
-    return t
+    _check_base(t, "clear_sharding")
+    replicated = backend.spmd_replicated
+    count = len(backend.jax_devices())
+    _place(t, replicated, "", ((SLOT, (tuple(range(count)), (count,), replicated.mesh.axis_names), ()), ()))
 
 
 def get_sharding_spec(t: torch.Tensor) -> str:
     """`t`'s sharding as HLO sharding text (`{devices=[2,1]0,1}`), '' when it has none (PyTorch/XLA's
     `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark."""
+    t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
     if not isinstance(t, XlaTensor):
         return ""
     node = t._node()
@@ -226,34 +188,3 @@ def _sharding_text_of(array) -> str | None:
     if sharding is None or sharding.is_fully_replicated:
         return None
     return sharding_text(sharding, len(array.shape))
-
-
-def sharding_text(sharding, ndim: int) -> str:
-    """PyTorch/XLA's text of a sharding: `{devices=[2,1]0,1}`, `{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}`,
-    `{replicated}`; device numbers are `xla:N`'s N."""
-    hlo = sharding._to_xla_hlo_sharding(ndim)
-    if hlo.is_replicated():
-        return "{replicated}"
-    index = {d.id: i for i, d in enumerate(backend.jax_devices())}
-    dims = ",".join(str(d) for d in hlo.tile_assignment_dimensions())
-    devices = ",".join(str(index.get(d, d)) for d in hlo.tile_assignment_devices())
-    last = " last_tile_dim_replicate" if hlo.replicate_on_last_tile_dim() else ""
-    return f"{{devices=[{dims}]{devices}{last}}}"
-
-
-_TEXT = re.compile(r"^\{devices=\[([\d,]+)\]([\d,]+)( last_tile_dim_replicate)?\}$")
-
-
-def parse_sharding_text(text: str) -> tuple[list[int], list[int], bool] | None:
-    """(tile dimensions, devices, last dimension replicates) of a sharding text; None for `{replicated}`.
-
-    Raises:
-      ValueError: not a sharding text this module writes.
-    """
-    text = text.strip()
-    if text == "{replicated}":
-        return None
-    match = _TEXT.match(text)
-    if match is None:
-        raise ValueError(f"not a sharding text ({{devices=[...]...}} or {{replicated}}): {text!r}")
-    return [int(d) for d in match.group(1).split(",")], [int(d) for d in match.group(2).split(",")], bool(match.group(3))

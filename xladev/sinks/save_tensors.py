@@ -17,7 +17,14 @@
     ## END_GRAPH
 
 Each record is appended with a single write, so a killed process leaves whole records.
-`XLA_SAVE_TENSORS_FMT` picks the graph's format: text (IR), dot, hlo or stablehlo.
+`XLA_SAVE_TENSORS_FMT` picks the graph's format: text (IR), dot, hlo or stablehlo. With `hlo`, an SPMD
+run's record ends as PyTorch/XLA's does, with each output's shape and sharding:
+
+    #OUTPUT_SHARDING_BEGIN
+
+    f32[8,32] {devices=[1,4]0,1,2,3}
+
+    #OUTPUT_SHARDING_END
 """
 
 from __future__ import annotations
@@ -72,6 +79,10 @@ class DumpSink(Sink):
         roots = ", ".join(event.graph.root_hashes())
         record = (f"[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n{frames}\nRoot Hashes: ({roots})\n\n"
                   f"## BEGIN_GRAPH\n{self._graph_text(event)}\nGraph Hash: {event.graph_hash}\n\n## END_GRAPH\n\n")
+        shardings = event.graph.output_shardings() if self.fmt == "hlo" else None
+        if shardings is not None:
+            lines = "".join(line + "\n" for line in shardings)
+            record += f"\n#OUTPUT_SHARDING_BEGIN\n\n{lines}\n#OUTPUT_SHARDING_END\n\n"
         if not self.file.write(record.encode()):
             self.stop()  # the failure was told once; no more graphs to format for a file that is off
 

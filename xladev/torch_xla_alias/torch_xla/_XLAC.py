@@ -50,6 +50,14 @@ def _get_xla_sharding_spec(tensor: torch.Tensor) -> str:
     return get_sharding_spec(tensor)
 
 
+def _get_xla_sharding_type(tensor: torch.Tensor) -> int | None:
+    """The tensor's `ShardingType` number, None when it has no sharding of its own."""
+    from xladev.runtime.sharded_tensor import sharding_type
+
+    kind = sharding_type(tensor)
+    return None if kind is None else int(kind)
+
+
 def _xla_get_default_device() -> str:
     """The default device's name, `xla:0`."""
     return str(xladev.device())

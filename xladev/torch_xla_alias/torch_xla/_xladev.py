@@ -22,9 +22,11 @@ _DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torc
                 "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
                 "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
 _SPMD = "use torch_xla.distributed.spmd (xs.Mesh, xs.mark_sharding; docs/distributed.md)"
+_MANUAL = ("manual sharding (collectives written per device inside an SPMD graph) is not available; mark "
+           "shardings with xs.mark_sharding and let XLA's partitioner add the collectives")
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xladev provides the debug getters "
         "(_get_xla_tensors_text, _get_xla_tensors_hlo, _get_xla_tensor_debug_info, _get_graph_hash, "
-        "_get_xla_sharding_spec) and the runtime's plain answers (_xla_get_default_device, _xla_real_devices, "
+        "_get_xla_sharding_spec, _get_xla_sharding_type) and the runtime's plain answers (_xla_get_default_device, _xla_real_devices, "
         "_xla_get_rng_seed, _xla_memory_info, _xla_get_num_cached_compilation_graph, _get_executed_fallback_ops, "
         "_set_allow_execution, _xla_sync_multi, _xla_set_mat_mul_precision, _xla_tensors_from_aten, "
         "_get_xla_tensor_dimension_size); use the public API for the rest: torch_xla.sync(), "
@@ -47,6 +49,8 @@ UNSUPPORTED: dict[str, str] = {
                                    "available; xb.call_jax runs a jax function in the graph"),
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
+    "torch_xla.distributed.spmd.enable_manual_sharding": _MANUAL,
+    "torch_xla.distributed.spmd.disable_manual_sharding": _MANUAL,
     "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,
     "torch_xla.distributed.zero_redundancy_optimizer": "ZeRO (sharded optimizer state) is not available; " + _DISTRIBUTED,
     "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "

@@ -58,6 +58,7 @@ def use_spmd(auto: bool = False) -> None:
     import xladev.spmd
 
     xladev.spmd.use_spmd()
+    os.environ["XLA_USE_SPMD"] = "1"  # as PyTorch/XLA sets it: scripts (and its tests) read and clear it
 
 
 def is_spmd() -> bool:

@@ -38,4 +38,4 @@ def eager_mode_context(enable: bool) -> Iterator[bool]:
         eager_mode(saved)
 
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("custom_kernel",))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("custom_kernel", "spmd_fully_sharded_data_parallel"))

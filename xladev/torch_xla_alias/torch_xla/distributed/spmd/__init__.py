@@ -1,36 +1,28 @@
 """`torch_xla.distributed.spmd` (`xs`) on xladev: `xladev.spmd` under PyTorch/XLA's names.
 
-`mark_sharding` returns the tensor it sharded (PyTorch/XLA wraps it in an `XLAShardedTensor`; the tensor itself
-is what training code goes on using).
+`mark_sharding` shards the tensor in place and returns it wrapped in an `XLAShardedTensor`, as PyTorch/XLA does.
 """
 
 from __future__ import annotations
 
 import xladev.spmd as _spmd
-from xladev.spmd import Mesh, clear_sharding, mark_sharding  # noqa: F401
+from xladev.spmd import (  # noqa: F401
+    HybridMesh, Mesh, ShardingType, XLAPatchedLinear, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding,
+    mark_sharding_with_gradients, xla_patched_nn_linear_forward,
+)
+from xladev.runtime.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
+from xladev.runtime.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401
+from xladev.runtime.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
 
 from torch_xla import _xladev
 
-_global_mesh: Mesh | None = None
-
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:
-    """A mesh of every device along one axis."""
+    """A mesh of every device along one axis (named `axis_name`, or numbered when None)."""
     import xladev
 
     count = xladev.device_count()
     return Mesh(range(count), (count,), (axis_name,) if axis_name else None)
-
-
-def set_global_mesh(mesh: Mesh) -> None:
-    """Keeps `mesh` as the process's mesh (`get_global_mesh`)."""
-    global _global_mesh
-    _global_mesh = mesh
-
-
-def get_global_mesh() -> Mesh | None:
-    """The mesh given to `set_global_mesh`, or None."""
-    return _global_mesh
 
 
 def is_spmd() -> bool:
@@ -38,4 +30,4 @@ def is_spmd() -> bool:
     return _spmd.is_spmd()
 
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("debugging",))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("debugging", "xla_sharding"))
