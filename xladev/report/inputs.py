@@ -20,6 +20,7 @@ from typing import BinaryIO, Protocol
 from xladev.report.model import SourceResult, UnreadableInputError
 from xladev.report.text_reader import TextReader
 from xladev.report.series import DEFAULT_MAX_ROWS
+from xladev.schema.opener import looks_binary, open_log
 
 HEAD_BYTES = 64 * 1024
 _RANK_SUFFIX_RE = re.compile(r"^(.*)\.(\d+)$")
@@ -124,80 +125,11 @@ def _open_binary(path: str) -> BinaryIO:
     if os.path.isdir(path):
         raise UnreadableInputError(f"{path}: is a directory, not a metrics file or log")
     try:
-        raw = open(path, "rb")
+        return open_log(path)
     except FileNotFoundError:
         raise UnreadableInputError(f"{path}: no such file") from None
     except OSError as error:
         raise UnreadableInputError(f"{path}: cannot open ({error.strerror or error})") from None
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        return _SalvagingGzip(raw)  # type: ignore[return-value]
-    return raw
-
-
-class _SalvagingGzip:
-    """Decompresses a gzip file as far as it is whole: a truncated or corrupt file gives every byte
-    before the damage, then ends, and `error` says what was wrong (gzip.GzipFile raises instead and
-    loses the last buffer of complete records)."""
-
-    CHUNK = 1 << 16
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buffer = b""
-        self._done = False
-        self._member_started = False
-        self.compressed_read = 0
-        self.error: str | None = None
-
-    def _fill(self, wanted: int) -> None:
-        while len(self._buffer) < wanted and not self._done:
-            data = self._inflate.unused_data or self._raw.read(self.CHUNK)
-            if self._inflate.unused_data:  # a file of several gzip members (`cat a.gz b.gz`)
-                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            if not data:
-                self._done = True
-                if self._member_started and not self._inflate.eof:
-                    self.error = (f"the compressed data ends early (truncated after {self.compressed_read} "
-                                  "bytes); the complete records before it were read")
-                return
-            before = self._inflate.copy()
-            try:
-                self._buffer += self._inflate.decompress(data)
-            except zlib.error as exc:
-                self._salvage(before, data, exc)
-                return
-            self.compressed_read += len(data)
-            self._member_started = not self._inflate.eof
-
-    def _salvage(self, inflate, data: bytes, exc: zlib.error) -> None:
-        """Decompresses the damaged chunk again in small steps, keeping what comes before the damage."""
-        step = 64
-        for start in range(0, len(data), step):
-            try:
-                self._buffer += inflate.decompress(data[start:start + step])
-            except zlib.error:
-                break
-            self.compressed_read += len(data[start:start + step])
-        self._done = True
-        self.error = (f"the compressed data is corrupt ({exc}) after about {self.compressed_read} bytes; "
-                      "the complete records before it were read")
-
-    def peek(self, size: int = 1) -> bytes:
-        self._fill(max(size, 1))
-        return self._buffer
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            self._fill(float("inf"))  # type: ignore[arg-type]
-            size = len(self._buffer)
-        else:
-            self._fill(size)
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
-
-    def close(self) -> None:
-        self._raw.close()
 
 
 class _Utf16AsUtf8:
@@ -214,12 +146,7 @@ def _check_text(path: str, head: bytes) -> str | None:
     """Returns ``utf-16`` for UTF-16 text, None for byte-oriented text; raises for binary data."""
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return "utf-16"
-    sample = head[:8192]
-    if b"\x00" in sample:
-        raise UnreadableInputError(f"{path}: binary data, not a metrics file or log")
-    text = sample.decode("utf-8", "replace")
-    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
-    if text and bad > 0.05 * len(text):
+    if looks_binary(head):
         raise UnreadableInputError(f"{path}: binary data, not a metrics file or log")
     return None
 
