@@ -66,6 +66,38 @@ async def _replay(path: str, size=(100, 30)):
         return app.shown, _notice(app)
 
 
+RESERIALISED = {
+    "json.dumps": lambda data: json.dumps(data),
+    "sorted keys": lambda data: json.dumps(data, sort_keys=True),
+    "type last, wide separators": lambda data: json.dumps(dict(sorted(data.items(), key=lambda kv: kv[0] == "type")),
+                                                          separators=(" , ", " : ")),
+    "ascii escapes": lambda data: json.dumps(data).replace('"end"', '"\\u0065nd"'),
+}
+
+
+@pytest.mark.parametrize("how", list(RESERIALISED))
+@async_test
+async def test_a_finished_log_rewritten_by_another_json_writer_is_finished(tmp_path, how):
+    lines = [RESERIALISED[how](json.loads(line)) for line in _finished_log()]
+    assert not lines[-1].startswith('{"type":"end",')  # not as xladev's writer writes it
+    path = tmp_path / "run.events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    snap, notice = await _replay(str(path))
+    assert snap.records == len(lines) and snap.steps == 12
+    assert snap.state == m.FINISHED, (snap.state, notice)
+    assert "killed or crashed" not in notice and not any("killed or crashed" in line for line in snap.log)
+
+
+@async_test
+async def test_a_log_without_its_end_record_is_still_killed_or_crashed(tmp_path):
+    lines = [json.dumps(json.loads(line)) for line in _finished_log()[:-1]]
+    path = tmp_path / "run.events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    snap, notice = await _replay(str(path))
+    assert snap.records == len(lines)
+    assert snap.state == m.DISCONNECTED and "killed or crashed" in notice
+
+
 @async_test
 async def test_a_gzip_log_replays_as_the_plain_one(tmp_path):
     plain_log = tmp_path / "run.events.jsonl"

@@ -464,13 +464,26 @@ def dumps(record: Record) -> str:
     return _encode(record.to_record())
 
 
-# The writer's compact encoding puts `type` first, so a follower can spot the last record unparsed.
-_END_PREFIX = _encode({"type": End.TYPE})[:-1].encode() + b","
-
-
 def is_end_line(raw: bytes) -> bool:
-    """True for the `end` record as the writer writes it (a cheap test for followers of a growing log)."""
-    return raw.startswith(_END_PREFIX)
+    """True for the log's `end` record, however it was serialised (spacing, key order, escapes).
+
+    The line is parsed: a log rewritten by another JSON writer (`json.dumps` of each record, `jq`)
+    still ends. Only a line that can hold the type's name is parsed, so that a follower of a
+    growing log parses almost no other line twice: ``"end"`` appears as is unless a JSON escape
+    (``\\u0065``) spells it.
+
+    Args:
+      raw: one line of the log.
+
+    Returns:
+      True for a well-formed `end` record.
+    """
+    if End.TYPE.encode() not in raw and b"\\u" not in raw:
+        return False
+    try:
+        return isinstance(parse_line(raw), End)
+    except RecordError:
+        return False
 
 
 def from_record(data: dict) -> Record | None:
