@@ -6,14 +6,12 @@ from __future__ import annotations
 import gzip
 import json
 import socket
-import subprocess
-import sys
 import zlib
 
 import pytest
 from textual.widgets import Static
 
-from tests.tui.helpers import async_test, fixture_lines, plain, wait_for
+from tests.tui.helpers import async_test, dead_pid, fixture_lines, plain, wait_for
 from tests.tui.logs import long_run
 from xladev.cli.main import main
 from xladev.schema.records import read_header
@@ -36,18 +34,12 @@ class CountingTail(FileTailSource):
         return items
 
 
-def _dead_pid() -> int:
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
-
-
 def _finished_log() -> list[str]:
     """The fixture log, written here by a writer that is gone: a log without its end record would be
     'killed or crashed'."""
     lines = fixture_lines()
     header = json.loads(lines[0])
-    header.update(pid=_dead_pid(), host=socket.gethostname())
+    header.update(pid=dead_pid(), host=socket.gethostname())
     return [json.dumps(header, separators=(",", ":"))] + lines[1:]
 
 
