@@ -7,7 +7,8 @@
   report's own reader and rules (`xladev.report`); no Textual import.
 - `tui.sources`: where records come from: a growing file, a child process, a fixture;
   `tui.job_output`: the child's output kept next to its log.
-- `tui.app`: the Textual app; `tui.widgets`: its screen regions.
+- `tui.app`: the Textual app; `tui.widgets`: its screen regions; `tui.layout_fix`: a fix for
+  Textual's layout (a widget's new content always gets its new size, even on a loaded machine).
 
 This package never imports xladev's runtime (nor torch or jax): it reads files and pipes only.
 """

@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Label, Static, TabbedContent, TabPane
 
+from xladev_tui.layout_fix import count_every_layout_request
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, RunModel, RunView, WAITING
 from xladev_tui.sources import Source
 from xladev_tui.widgets import (
@@ -121,6 +122,7 @@ class XladevTUI(App):
 
     def __init__(self, source: Source, clock: Callable[[], float] = time.monotonic,
                  refresh_interval: float = 0.1, **kwargs) -> None:
+        count_every_layout_request()  # else a loaded machine can leave a panel at its old height
         super().__init__(**kwargs)
         self.source = source
         self.model = RunModel(source.label, clock=clock)

@@ -25,6 +25,7 @@ import time
 from typing import Callable, Iterable, Protocol
 
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
+from xladev.schema.opener import SalvagingGzip, is_gzip, looks_binary
 from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
 from xladev_tui.job_output import OutputReader, OutputWriter, output_path
 
@@ -63,11 +64,14 @@ def pid_alive(pid: int) -> bool:
 
 
 class FileTailSource:
-    """Follows an event log as it grows (`tail -f`), or replays a finished one.
+    """Follows an event log as it grows (`tail -f`), or replays a finished one; a gzip-compressed log
+    (``run.events.jsonl.gz``) is replayed to its end, as `xladev report` reads it.
 
     States: `waiting` while the file is missing or empty; `running` once the header is read;
     `finished` at the log's `end` record (reported by the model); `disconnected` when the writer
-    (the header's pid, on this host) is gone without an `end` record, or the file shrank or vanished.
+    (the header's pid, on this host) is gone without an `end` record, or the file shrank or vanished,
+    or a compressed log ends without an `end` record; `error` when the file is no event log, or a
+    compressed log is damaged (after every complete record before the damage).
 
     Args:
       path: the log file.
@@ -90,6 +94,7 @@ class FileTailSource:
         self.idle_before_check = idle_before_check
         self.poll_interval = poll_interval
         self._fh = None
+        self._compressed = False
         self._pending = b""
         self._offset = 0
         self._header: Header | None = None
@@ -152,10 +157,18 @@ class FileTailSource:
             return items
         self._read_output(items)  # the output first, as a ChildProcessSource hands it out
         data = self._fh.read(READ_CHUNK)
+        if self._offset == 0 and is_gzip(data):
+            # Compressed: decompressed from its start, as far as it is whole (the opener `xladev report` uses).
+            self._fh.seek(0)
+            self._fh = SalvagingGzip(self._fh)
+            self._compressed = True
+            data = self._fh.read(READ_CHUNK)
         if data:
             self._offset += len(data)
             self._last_data = self.clock()
             self._take(data, items)
+        elif self._compressed:
+            self._compressed_end(items)
         else:
             self._check_idle(items)
         return items
@@ -167,6 +180,8 @@ class FileTailSource:
     def _take(self, data: bytes, items: list) -> None:
         lines = (self._pending + data).split(b"\n")
         self._pending = lines.pop()
+        if self._header is None and not any(line.strip() for line in lines) and looks_binary(self._pending):
+            lines, self._pending = [self._pending], b""  # binary data: no newline will make it a header
         for raw in lines:
             if self._header is None:
                 if not raw.strip():
@@ -174,19 +189,35 @@ class FileTailSource:
                 try:
                     self._header = check_first_line(self.path, raw)
                 except NotAnEventLog as exc:
-                    self._fail(str(exc))
-                    self._status(items, ERROR, str(exc))
-                    self._error = None
+                    self._not_a_log(items, str(exc))
                     return
                 self._status(items, RUNNING)
             elif not self._ended and is_end_line(raw):
                 self._ended = True
             items.append((LINE, raw.decode("utf-8", "replace")))
         if self._header is None and len(self._pending) > READ_CHUNK:
-            message = f"{self.path} is not an xladev event log: no header line in its first MiB"
-            self._fail(message)
-            self._status(items, ERROR, message)
-            self._error = None
+            self._not_a_log(items, f"{self.path} is not an xladev event log: no header line in its first MiB")
+
+    def _not_a_log(self, items: list, message: str) -> None:
+        self._fail(message)
+        self._status(items, ERROR, message)
+        self._error = None
+
+    def _compressed_end(self, items: list) -> None:
+        """The end of a compressed log: it does not grow, so how it ended is known now."""
+        damage = self._fh.error
+        if self._header is None and not damage:
+            self._not_a_log(items, f"{self.path} is not an xladev event log: its compressed data holds no "
+                                   "complete line")
+            return
+        self._read_output(items, everything=True)
+        self.flush_partial(items)
+        if damage:
+            self._status(items, ERROR, f"{self.path} is damaged: {damage}")
+        elif not self._ended:
+            self._status(items, DISCONNECTED, "the compressed log has no end record: the run was killed or "
+                                              "crashed, or the log was compressed before the run ended")
+        self._done = True
 
     def _check_idle(self, items: list) -> None:
         try:

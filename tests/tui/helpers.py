@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import subprocess
+import sys
 import time
 
 from rich.console import Console
@@ -15,6 +17,13 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "
 def fixture_lines() -> list[str]:
     with open(FIXTURE) as fh:
         return fh.read().splitlines()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (a log's writer that is gone)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
 
 
 async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.02) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.tui.helpers import FIXTURE, fixture_lines
+from tests.tui.helpers import FIXTURE, dead_pid, fixture_lines
 from xladev.schema.records import NotAnEventLog, read_header
 from xladev.schema.sites import short_site
 from xladev.schema.units import TIME
@@ -21,12 +21,6 @@ from xladev_tui.sources import ChildProcessSource, FileTailSource, FixtureSource
 @pytest.fixture(scope="module")
 def snap():
     return model_from_lines(fixture_lines(), "fixture").snapshot()
-
-
-def _dead_pid() -> int:
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
 
 
 def test_steps_and_step_times(snap):
@@ -110,7 +104,7 @@ def test_exited_state_from_a_child_source():
 def test_file_tail_follows_growth_and_reports_disconnect_with_truncated_last_line(tmp_path):
     lines = fixture_lines()
     header = json.loads(lines[0])
-    header["pid"] = _dead_pid()
+    header["pid"] = dead_pid()
     header["host"] = None
     path = tmp_path / "run.events.jsonl"
     path.write_text("")

@@ -20,6 +20,7 @@ from typing import BinaryIO, Protocol
 from xladev.report.model import BINARY_DATA, SourceResult, UnreadableInputError
 from xladev.report.text_reader import TextReader
 from xladev.report.series import DEFAULT_MAX_ROWS
+from xladev.schema.opener import looks_binary, open_log
 
 HEAD_BYTES = 64 * 1024
 _RANK_SUFFIX_RE = re.compile(r"^(.*)\.(\d+)$")
@@ -127,82 +128,12 @@ def _open_binary(path: str) -> BinaryIO:
     if os.path.isdir(path):
         raise UnreadableInputError(f"{path}: is a directory, not a metrics file or log")
     try:
-        raw = open(path, "rb")
+        return open_log(path)
     except FileNotFoundError:
         raise UnreadableInputError(f"{path}: no such file") from None
     except OSError as error:
         raise UnreadableInputError(f"{path}: cannot open ({error.strerror or error})") from None
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        return _SalvagingGzip(raw)  # type: ignore[return-value]
-    return raw
 
-
-class _SalvagingGzip:
-    """Decompresses a gzip file as far as it is whole: a truncated or corrupt file gives every byte
-    before the damage, then ends, and `error` says what was wrong (gzip.GzipFile raises instead and
-    loses the last buffer of complete records)."""
-
-    CHUNK = 1 << 16
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buffer = b""
-        self._done = False
-        self._member_started = False
-        self.compressed_read = 0
-        self.error: str | None = None
-        self.corrupt = False  # the data is wrong, not just cut short: text before the error may be garbled
-
-    def _fill(self, wanted: int) -> None:
-        while len(self._buffer) < wanted and not self._done:
-            data = self._inflate.unused_data or self._raw.read(self.CHUNK)
-            if self._inflate.unused_data:  # a file of several gzip members (`cat a.gz b.gz`)
-                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            if not data:
-                self._done = True
-                if self._member_started and not self._inflate.eof:
-                    self.error = f"the gzip data ends early (cut off after {self.compressed_read:,} bytes)"
-                return
-            before = self._inflate.copy()
-            try:
-                self._buffer += self._inflate.decompress(data)
-            except zlib.error as exc:
-                self._salvage(before, data, exc)
-                return
-            self.compressed_read += len(data)
-            self._member_started = not self._inflate.eof
-
-    def _salvage(self, inflate, data: bytes, exc: zlib.error) -> None:
-        """Decompresses the damaged chunk again in small steps, keeping what comes before the damage."""
-        step = 64
-        for start in range(0, len(data), step):
-            try:
-                self._buffer += inflate.decompress(data[start:start + step])
-            except zlib.error:
-                break
-            self.compressed_read += len(data[start:start + step])
-        self._done = True
-        self.corrupt = True
-        reason = str(exc).split(": ", 1)[-1]  # zlib's "Error -3 while decompressing data: <reason>"
-        where = f"after about {self.compressed_read:,} bytes" if self.compressed_read else "at its start"
-        self.error = f"the gzip data is corrupt {where} ({reason})"
-
-    def peek(self, size: int = 1) -> bytes:
-        self._fill(max(size, 1))
-        return self._buffer
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            self._fill(float("inf"))  # type: ignore[arg-type]
-            size = len(self._buffer)
-        else:
-            self._fill(size)
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
-
-    def close(self) -> None:
-        self._raw.close()
 
 
 class _UpToLine:
@@ -235,7 +166,7 @@ class _Utf16AsUtf8:
 
     @property
     def error(self) -> str | None:
-        """The damage of the compressed file underneath, if any (see `_SalvagingGzip`)."""
+        """The damage of the compressed file underneath, if any (see `xladev.schema.opener.SalvagingGzip`)."""
         return getattr(self._text.buffer, "error", None)
 
 
@@ -244,15 +175,8 @@ def _is_utf16(head: bytes) -> bool:
 
 
 def _is_binary(head: bytes) -> bool:
-    """True when the first bytes are not text (NUL bytes, or more than 5 % control or invalid characters)."""
-    if _is_utf16(head):
-        return False
-    sample = head[:8192]
-    if b"\x00" in sample:
-        return True
-    text = sample.decode("utf-8", "replace")
-    bad = text.count("\ufffd") + sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r\f\v\x1b")
-    return bool(text) and bad > 0.05 * len(text)
+    """True when the first bytes are not text (UTF-16 text has NULs but is text)."""
+    return not _is_utf16(head) and looks_binary(head)
 
 
 def read_source(path: str, name: str | None = None, max_rows: int = DEFAULT_MAX_ROWS) -> SourceResult:

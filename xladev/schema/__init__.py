@@ -8,8 +8,10 @@ Standard library only: reading a log never imports torch, jax or the runtime.
 - `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
 - `xladev.schema.sites`: trigger sites (which frame is the user's) and how they are shortened.
 - `xladev.schema.ranks`: the rank of this process in a job, and the per-rank names of output files.
+- `xladev.schema.opener`: opening a log to read it, plain or gzip-compressed (also when damaged), and
+  telling text from binary data.
 """
 
-from xladev.schema import counters, ranks, records, sites, units
+from xladev.schema import counters, opener, ranks, records, sites, units
 
-__all__ = ["counters", "ranks", "records", "sites", "units"]
+__all__ = ["counters", "opener", "ranks", "records", "sites", "units"]

@@ -21,6 +21,8 @@ import types
 import typing
 from typing import Any, ClassVar
 
+from xladev.schema.opener import looks_binary, open_log
+
 SCHEMA_NAME = "xladev.events"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
@@ -479,13 +481,26 @@ def dumps(record: Record) -> str:
     return _encode(record.to_record())
 
 
-# The writer's compact encoding puts `type` first, so a follower can spot the last record unparsed.
-_END_PREFIX = _encode({"type": End.TYPE})[:-1].encode() + b","
-
-
 def is_end_line(raw: bytes) -> bool:
-    """True for the `end` record as the writer writes it (a cheap test for followers of a growing log)."""
-    return raw.startswith(_END_PREFIX)
+    """True for the log's `end` record, however it was serialised (spacing, key order, escapes).
+
+    The line is parsed: a log rewritten by another JSON writer (`json.dumps` of each record, `jq`)
+    still ends. Only a line that can hold the type's name is parsed, so that a follower of a
+    growing log parses almost no other line twice: ``"end"`` appears as is unless a JSON escape
+    (``\\u0065``) spells it.
+
+    Args:
+      raw: one line of the log.
+
+    Returns:
+      True for a well-formed `end` record.
+    """
+    if End.TYPE.encode() not in raw and b"\\u" not in raw:
+        return False
+    try:
+        return isinstance(parse_line(raw), End)
+    except RecordError:
+        return False
 
 
 def from_record(data: dict) -> Record | None:
@@ -550,6 +565,9 @@ def check_first_line(path: str, line: bytes) -> Header:
     header = header_of(text)
     if header is not None:
         return header
+    if looks_binary(line):  # its bytes would only garble the message
+        raise NotAnEventLog(f"{path} is not an xladev event log: it holds binary data (neither text nor "
+                            "gzip-compressed text)")
     shown = text[:60] + ("…" if len(text) > 60 else "")
     try:
         data = json.loads(text)
@@ -592,14 +610,18 @@ def run_label(host: str | None, pid: int | None, started_unix: float | None) -> 
 
 
 def read_header(path: str, limit: int = 1 << 20) -> Header | None:
-    """The header of an existing file; None while its first line is incomplete (or the file is empty).
+    """The header of an existing file, plain or gzip-compressed; None while its first line is
+    incomplete (or the file is empty, or a compressed file is damaged before its first line ends).
 
     Raises:
       NotAnEventLog: the file has a first line (or more than `limit` bytes without one) and it is no header.
       OSError: the file cannot be read.
     """
-    with open(path, "rb") as fh:
+    fh = open_log(path)
+    try:
         head = fh.read(limit)
+    finally:
+        fh.close()
     newline = head.find(b"\n")
     if newline < 0:
         if len(head) >= limit or (head and not head.lstrip().startswith(b"{")):
