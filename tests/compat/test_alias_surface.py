@@ -71,6 +71,7 @@ SIGNATURES = {
     "xm.get_local_ordinal": "defval",
     "xm.xrt_world_size": "defval",
     "xm.set_rng_state": "seed device",
+    "xm.optimization_barrier_": "tensors",
     "xr.initialize_cache": "path readonly",
     "xp.start_server": "port only_on_master",
     "xp.trace": ("service_addr logdir duration_ms num_tracing_attempts host_tracer_level device_tracer_level delay_ms "

@@ -97,6 +97,9 @@ class GraphInfo(Protocol):
     def collectives(self) -> list[tuple[str, int, str | None]]:
         """(op, bytes from this rank, the user's line) of each collective of the graph, in order."""
 
+    def recomputed_ops(self) -> int:
+        """How many of the graph's ops recompute a checkpointed region's forward in the backward."""
+
 
 @dataclasses.dataclass(slots=True)
 class Event:

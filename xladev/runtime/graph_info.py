@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
 from xladev.runtime.graph_lowering import lowered
-from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph
+from xladev.runtime.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
 from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, node_attributes, root_hashes, shape_text
+from xladev.runtime.recorder import RECOMPUTE_SCOPE
 
 _DIALECTS = ("hlo", "stablehlo")
 
@@ -59,6 +60,10 @@ class RuntimeGraphInfo:
 
     def collectives(self) -> list[tuple[str, int, str | None]]:
         return collectives_of(self._graph)
+
+    def recomputed_ops(self) -> int:
+        return sum(1 for node in self._graph.nodes
+                   if node.scope and RECOMPUTE_SCOPE in node.scope.split("/") and node.op is not GETITEM_OP)
 
     def __repr__(self) -> str:
         return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"

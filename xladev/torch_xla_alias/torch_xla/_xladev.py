@@ -34,8 +34,8 @@ UNSUPPORTED: dict[str, str] = {
                                "is: torch_xla.experimental.eager_mode)"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
     "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils's getenv_as, check_env_flag and "
-                        "SampleGenerator; read environment variables with os.environ and build data with "
-                        "torch.utils.data"),
+                        "SampleGenerator, and utils.checkpoint's checkpoint; read environment variables with "
+                        "os.environ and build data with torch.utils.data"),
     "torch_xla.core.xla_builder": "building XLA computations by hand is not available",
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
@@ -63,7 +63,6 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.core.xla_model.get_memory_info": "device memory statistics are not available",
     "torch_xla.core.xla_model.xla_device_kind": "use xm.xla_device_hw(device) (CPU or CUDA)",
     "torch_xla.core.xla_model.unlazy": "use torch_xla.sync(), which materialises every pending tensor",
-    "torch_xla.core.xla_model.optimization_barrier_": "optimization barriers are not exposed",
     "torch_xla.core.xla_model.get_stablehlo_bytecode": "use xm.get_stablehlo(tensors) (text)",
     "torch_xla.core.xla_model.send_cpu_data_to_device": "use tensor.to(torch_xla.device())",
     "torch_xla.core.xla_model.parse_xla_device": "use torch.device(name).index",

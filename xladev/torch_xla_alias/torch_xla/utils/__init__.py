@@ -1,5 +1,6 @@
-"""`torch_xla.utils` on xladev: `utils` (`xu`), the small helpers PyTorch/XLA's examples and tests use."""
+"""`torch_xla.utils` on xladev: `utils` (`xu`), the small helpers PyTorch/XLA's examples and tests use, and
+`checkpoint` (gradient checkpointing)."""
 
 from torch_xla import _xladev
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("utils",))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("utils", "checkpoint"))
