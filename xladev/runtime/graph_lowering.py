@@ -184,11 +184,14 @@ _KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
 
 def compiler_options(graph: Graph) -> dict:
     """XLA options for compiling `graph` (`Lowered.compile(compiler_options=...)`): on the CPU backend, a
-    graph holding an `xla::optimization_barrier` keeps its barriers to the end."""
+    graph holding an `xla::optimization_barrier` (in a scan's body too) keeps its barriers to the end."""
+    from xladev.runtime.irtext import bodies_of
+
     if backend.jax_devices()[0].platform != "cpu":
         return {}
-    if any(node.op.name == "xla::optimization_barrier" for node in graph.nodes):
-        return dict(_KEEP_BARRIERS)
+    for g in [graph] + [body.graph for body in bodies_of(graph)]:
+        if any(node.op.name == "xla::optimization_barrier" for node in g.nodes):
+            return dict(_KEEP_BARRIERS)
     return {}
 
 

@@ -30,8 +30,9 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
     "torch_xla.amp": ("autocast, GradScaler and the syncfree optimizers are not available; train in float32 "
                       "or cast the model with .to(torch.bfloat16)"),
-    "torch_xla.experimental": ("scan, Pallas kernels and the other experimental APIs are not available (eager mode "
-                               "is: torch_xla.experimental.eager_mode)"),
+    "torch_xla.experimental": ("Pallas kernels and the other experimental APIs are not available (eager mode, "
+                               "scan and scan_layers are: torch_xla.experimental.eager_mode, "
+                               "torch_xla.experimental.scan, torch_xla.experimental.scan_layers)"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
     "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils's getenv_as, check_env_flag and "
                         "SampleGenerator, and utils.checkpoint's checkpoint; read environment variables with "

@@ -1,7 +1,8 @@
-"""`torch_xla.experimental` on xladev: eager mode only, as xladev's eager debug mode (`XLA_USE_EAGER_DEBUG_MODE`).
+"""`torch_xla.experimental` on xladev: eager mode, as xladev's eager debug mode (`XLA_USE_EAGER_DEBUG_MODE`), and
+the `scan` and `scan_layers` submodules.
 
 In eager mode each op runs as its own small graph as soon as it is recorded; `torch_xla.compile` regions
-still trace one graph. The other experimental APIs (scan, Pallas kernels, custom kernels...) are not provided.
+still trace one graph. The other experimental APIs (Pallas kernels, custom kernels...) are not provided.
 """
 
 from __future__ import annotations
@@ -36,4 +37,4 @@ def eager_mode_context(enable: bool) -> Iterator[bool]:
         eager_mode(saved)
 
 
-__getattr__ = _xladev.module_getattr(__name__)
+__getattr__ = _xladev.module_getattr(__name__, submodules=("scan", "scan_layers"))
