@@ -14,7 +14,7 @@ from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
 from xladev.events import GraphCompiled, GraphExecuted
 from xladev.runtime.execution import ExecutionNotAllowedError
-from xladev.runtime.scan import SCAN_COMPUTATION_CACHE, scan, scan_layers
+from xladev.runtime.scan import ONE_LAYER_CACHE, SCAN_COMPUTATION_CACHE, scan, scan_layers
 
 
 def _loop(fn, init, xs):
@@ -195,9 +195,8 @@ def test_training_steps_compile_once_and_pure_functions_are_traced_once(dev, eve
         xladev.mark_step()
     # A trace is kept per pure function; every step after the first two runs a cached graph.
     assert len(events.of(GraphCompiled)) <= 2 and len(events.of(GraphExecuted)) == 4
-    [plans] = [p for fn, p in SCAN_COMPUTATION_CACHE.items() if "one_layer" in fn.__qualname__
-               and getattr(fn, "__closure__", None) and fn.__closure__[0].cell_contents() is layers[0]]
-    assert len(plans) == 1
+    one_layer = ONE_LAYER_CACHE[(id(None), id(layers[0]))]  # the function scanned for these layers
+    assert len(SCAN_COMPUTATION_CACHE[one_layer]) == 1
 
 
 def test_a_function_reading_a_tensor_from_outside_is_traced_every_call(dev):
@@ -259,3 +258,19 @@ def test_a_tensor_kept_from_inside_fn_is_refused_when_used(dev):
     xladev.mark_step()  # the kept tensor is not part of any step
     with pytest.raises(RuntimeError, match="a graph reads a placeholder of a traced function"):
         kept[0].cpu()
+
+
+def test_the_debug_tools_see_the_body_in_its_graph(dev, events):
+    init, xs = torch.zeros(3, device=dev), torch.ones(4, 3, device=dev)
+    xladev.mark_step()
+    events.clear()
+    carry, ys = scan(lambda c, x: (torch.cos(c) + x, c * 2), init, xs)
+    xladev.mark_step()
+    [compiled] = events.of(GraphCompiled)
+    assert compiled.compile_ns > 0 and compiled.memory["temp"] >= 0
+    ir = compiled.graph.ir_text()  # what IR dumps, the event log and the TUI show
+    graph, body = ir.split("\nbody_")
+    assert "xla::scan(" in graph and f"body=body_{body[:16]}" in graph
+    assert "aten::cos(" in body and "aten::mul(" in body and body.count("xla::parameter()") >= 2
+    hlo = compiled.graph.hlo_text()
+    assert "while(" in hlo and hlo.count("cosine(") == 1  # XLA's loop, its body once

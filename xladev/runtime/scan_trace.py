@@ -43,9 +43,10 @@ class ScanPlan:
         None leaf).
       uses_rng: `fn` draws random numbers (the RNG key is the last carry).
       forward: the forward body; forward_captures: what it reads from outside, in parameter order.
-      saved: per forward residual output (after carries and ys), nothing; `residuals` says where each of the
-        backward's residual parameters comes from: ("out", k) the forward's k-th residual output, ("xs", j) the
-        j-th `xs` leaf.
+      residual_outputs: how many outputs the forward body has after its carries and ys: the values it saves
+        for the backward, stacked over the iterations.
+      residuals: where each of the backward body's residual parameters comes from: ("out", k) the forward's k-th
+        residual output, ("xs", j) the j-th `xs` leaf itself.
       closures: tensors from outside that require grad (their gradients come back through the backward scan).
       backward: the backward body (None when nothing needs a gradient); backward_captures as forward's.
       grad_carries: positions of the carries that have gradients (floating point ones).
@@ -62,7 +63,7 @@ class ScanPlan:
     y_spec: TreeSpec
     y_metas: list[Meta | None]
     uses_rng: bool
-    forward: Body
+    forward: Body | None
     forward_captures: list[Node]
     residual_outputs: int = 0
     residuals: list[tuple[str, int]] = dataclasses.field(default_factory=list)
