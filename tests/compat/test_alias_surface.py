@@ -49,6 +49,7 @@ SIGNATURES = {
     "xm.get_local_ordinal": "defval",
     "xm.xrt_world_size": "defval",
     "xm.set_rng_state": "seed device",
+    "xm.optimization_barrier_": "tensors",
     "xr.initialize_cache": "path readonly",
     "xp.start_server": "port only_on_master",
     "xp.trace": ("service_addr logdir duration_ms num_tracing_attempts host_tracer_level device_tracer_level delay_ms "
@@ -251,8 +252,8 @@ def test_eager_mode_is_xladevs_eager_debug_mode(tx):
             y = torch.sin(x) + 1
         assert tx.met.metric_data("ExecuteTime")[0] == 1
     assert not xe.is_eager_mode() and y.cpu().tolist() == pytest.approx([float(torch.sin(torch.tensor(3.0))) + 1] * 4)
-    with pytest.raises(AttributeError, match=r"^torch_xla\.experimental\.scan is not supported by xladev: "):
-        xe.scan
+    with pytest.raises(AttributeError, match=r"^torch_xla\.experimental\.custom_kernel is not supported by xladev: "):
+        xe.custom_kernel
 
 
 def test_utils_helpers_of_the_examples(tx, monkeypatch):

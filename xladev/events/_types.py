@@ -100,6 +100,9 @@ class GraphInfo(Protocol):
     def output_shardings(self) -> list[str] | None:
         """Per output of an SPMD run, its shape and sharding (`f32[8,4] {devices=[2,1]0,1}`); None outside SPMD."""
 
+    def recomputed_ops(self) -> int:
+        """How many of the graph's ops recompute a checkpointed region's forward in the backward."""
+
 
 @dataclasses.dataclass(slots=True)
 class Event:

@@ -19,7 +19,7 @@ from xladev._flags import config
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph_info import RuntimeGraphInfo, collectives_of
-from xladev.runtime.graph_lowering import program, replica_sharding
+from xladev.runtime.graph_lowering import compiler_options, program, replica_sharding
 from xladev.runtime.ir import Graph
 from xladev.runtime.irtext import graph_to_text, node_attributes
 from xladev.runtime.recompilation import SiteHistory, publish as publish_recompilation
@@ -163,7 +163,7 @@ class CompileCache:
                 with warnings.catch_warnings():
                     # Each donor has an output of its shape and dtype; jax warns when XLA pairs them differently.
                     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-                    compiled = lowered.compile()
+                    compiled = lowered.compile(compiler_options=compiler_options(graph) or None)
             except Exception as exc:  # lowering bug or XLA rejection: say which graph, keep its HLO
                 path = save_failed(graph, lowered, exc)
                 if bus.active:

@@ -7,12 +7,14 @@ to the event bus and to `os.fork`, once.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from xladev.events import bus
 from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime import autocast, backend, fork_guard, rng, sparse_gradients
+from xladev.runtime import autocast, backend, checkpoint, fork_guard, rng, sparse_gradients
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
@@ -25,8 +27,34 @@ _registered = False
 _lib = None
 
 
+class _CurrentDevice(threading.local):
+    index = 0
+
+
+_current = _CurrentDevice()
+
+
+class _DeviceContext:
+    """`with torch.xla.device(i):` makes `xla:i` the device `torch.xla`'s RNG state functions default to."""
+
+    def __init__(self, index) -> None:
+        self.index = _device_index(index) if index is not None else _current.index
+
+    def __enter__(self) -> None:
+        self.saved, _current.index = _current.index, self.index
+
+    def __exit__(self, *exc) -> None:
+        _current.index = self.saved
+
+
 class _BackendModule:
     """What `torch.xla` answers: device count, availability, RNG seeding."""
+
+    # torch.utils.checkpoint saves and replays a device's RNG state only when its module says it is initialised
+    # (a region checkpointed through a reference to torch's function taken before xladev routed it: without
+    # this its recomputation would draw new dropout masks).
+    _initialized = True
+    device = _DeviceContext
 
     @staticmethod
     def is_available() -> bool:
@@ -42,7 +70,7 @@ class _BackendModule:
 
     @staticmethod
     def current_device() -> int:
-        return 0
+        return _current.index
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -57,12 +85,12 @@ class _BackendModule:
     manual_seed_all = manual_seed
 
     @staticmethod
-    def get_rng_state(device="xla") -> torch.Tensor:
-        return rng.get_rng_state(_device_index(device))
+    def get_rng_state(device=None) -> torch.Tensor:
+        return rng.get_rng_state(_current.index if device is None else _device_index(device))
 
     @staticmethod
-    def set_rng_state(new_state: torch.Tensor, device="xla") -> None:
-        rng.set_rng_state(new_state, _device_index(device))
+    def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+        rng.set_rng_state(new_state, _current.index if device is None else _device_index(device))
 
     @staticmethod
     def get_amp_supported_dtype():
@@ -107,6 +135,7 @@ def register() -> None:
     autocast.register()
     sparse_gradients.register(_lib)
     fork_guard.install(backend.initialised)
+    checkpoint.install()
     _registered = True
 
 

@@ -86,7 +86,15 @@ class Execution:
 
     # ---- inputs ------------------------------------------------------------------------------
     def scalar_array(self, node: ScalarNode, device_index: int):
-        """The device array of a Python scalar graph input: uploaded once per value, dtype and device."""
+        """The device array of a Python scalar graph input: uploaded once per value, dtype and device.
+
+        Raises:
+          RuntimeError: the input is a traced function's placeholder (a tensor of a scan's body escaped it).
+        """
+        if type(node) is not ScalarNode:
+            raise RuntimeError("a graph reads a placeholder of a traced function (the body of a scan): a tensor "
+                               "computed inside fn was kept and used outside it, or read while fn was traced. Return "
+                               "it from fn (in the carry or y) instead")
         key = (type(node.value), node.value, node.meta.dtype, device_index)
         array = self.scalars.get(key)
         if array is None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
 from xladev.runtime.graph_lowering import lowered
-from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph
+from xladev.runtime.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
 from xladev.runtime.irtext import (
     dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
 )
+from xladev.runtime.recorder import RECOMPUTE_SCOPE
 from xladev.runtime.sharding_text import sharding_text
 
 _DIALECTS = ("hlo", "stablehlo")
@@ -71,6 +72,10 @@ class RuntimeGraphInfo:
             return None
         return [f"{plain_shape(root.meta)} {sharding_text(sharding, len(root.meta.shape))}"
                 for root, sharding in zip(self._graph.roots, self._out_shardings)]
+
+    def recomputed_ops(self) -> int:
+        return sum(1 for node in self._graph.nodes
+                   if node.scope and RECOMPUTE_SCOPE in node.scope.split("/") and node.op is not GETITEM_OP)
 
     def __repr__(self) -> str:
         return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"

@@ -195,6 +195,26 @@ def _spmd_replicated(graph: Graph):
     return backend.spmd_replicated
 
 
+# XLA's CPU pipeline removes optimization barriers after its first CSE pass (the `cse_barrier_expander` pass);
+# a later CSE then merges a gradient checkpoint's recomputation with the forward it repeats, and the memory the
+# checkpoint was to save is spent after all (jax.checkpoint loses its saving on the CPU the same way). A graph
+# holding a barrier of the user's or a checkpoint's keeps it to the end, as XLA's GPU and TPU pipelines do.
+_KEEP_BARRIERS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+
+def compiler_options(graph: Graph) -> dict:
+    """XLA options for compiling `graph` (`Lowered.compile(compiler_options=...)`): on the CPU backend, a
+    graph holding an `xla::optimization_barrier` (in a scan's body too) keeps its barriers to the end."""
+    from xladev.runtime.irtext import bodies_of
+
+    if backend.jax_devices()[0].platform != "cpu":
+        return {}
+    for g in [graph] + [body.graph for body in bodies_of(graph)]:
+        if any(node.op.name == "xla::optimization_barrier" for node in g.nodes):
+            return dict(_KEEP_BARRIERS)
+    return {}
+
+
 def lowered(graph: Graph):
     """jax's Lowered object of a graph (lowering only; nothing is compiled or run)."""
     import jax

@@ -164,10 +164,38 @@ def _attr_text(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def bodies_of(graph: Graph) -> list:
+    """The sub-graphs (`subgraph.Body`) the graph's nodes run, nested ones included, each once, in order met.
+
+    A node holds a body in its template (a scan's `body=`): any template value with a `graph` that is a Graph.
+    """
+    found: dict[str, object] = {}
+    todo = [graph]
+    while todo:
+        for node in todo.pop(0).nodes:
+            template = node.template
+            if template is None or not template[1]:
+                continue
+            for _, value in template[1]:
+                inner = getattr(value, "graph", None)
+                if isinstance(inner, Graph) and value.name not in found:
+                    found[value.name] = value
+                    todo.append(inner)
+    return list(found.values())
+
+
 def graph_to_text(graph: Graph) -> str:
-    """The IR text of a graph; roots are marked `ROOT=i` in root order."""
+    """The IR text of a graph; roots are marked `ROOT=i` in root order. Each body a node runs (a scan's)
+    follows, once, as `body_<hash> { ... }`, its parameters numbered by `index=`."""
+    text = _ir_block(graph, "IR")
+    for body in bodies_of(graph):
+        text += "\n" + _ir_block(body.graph, body.name)
+    return text
+
+
+def _ir_block(graph: Graph, title: str) -> str:
     numbers: dict[int, str] = {}
-    lines = ["IR {"]
+    lines = [f"{title} {{"]
     roots: dict[int, list[int]] = {}
     for i, root in enumerate(graph.roots):
         roots.setdefault(id(root), []).append(i)
@@ -201,13 +229,18 @@ def graph_to_text(graph: Graph) -> str:
         numbers[id(node)] = ref
         shape = shape_text(node.meta)
         extra = "".join(f", {name}={_attr_text(value)}" for name, value in node_attributes(node, numbers=False))
+        name = node.op.name
+        param = getattr(node, "param_index", None)
+        if param is not None:  # a body's parameter (subgraph.ParamNode)
+            name = "xla::parameter"
+            extra += f", index={param}"
         sharding = getattr(node, "sharding", None)
         if sharding:  # as PyTorch/XLA prints a sharded tensor's IR
             extra += f", sharding={sharding}"
         extra += context
         if id(node) in roots:
             extra += ", ROOT=" + ",".join(map(str, roots[id(node)]))
-        lines.append(f"  {ref} = {shape} {node.op.name}({operands}), xla_shape={shape}{extra}")
+        lines.append(f"  {ref} = {shape} {name}({operands}), xla_shape={shape}{extra}")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -21,6 +21,10 @@ from xladev.runtime import stack, steps
 from xladev.runtime.stack import user_frame, user_location
 
 
+# The IR scope of the ops a gradient checkpoint's recomputation records (checkpoint.py); the debug analysis counts them.
+RECOMPUTE_SCOPE = "checkpoint_recompute"
+
+
 class GraphGrowthWarning(UserWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
 

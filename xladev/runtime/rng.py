@@ -7,6 +7,9 @@ reproducible. The numbers differ from the CPU generator's, as they do on any acc
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import numpy as np
 import torch
 
@@ -24,13 +27,13 @@ from xladev.runtime.transfers import arrays_of
 aten = torch.ops.aten
 DEFAULT_SEED = 101
 _states: dict[int, Storage] = {}
-_KEY_META = Meta((2,), torch.uint32)
+KEY_META = Meta((2,), torch.uint32)
 
 
 def _seed_node(seed: int, device_index: int):
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
     key = np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], dtype=np.uint32)
-    return DataNode(device_put.put(key, device_index), _KEY_META)  # the seed's upload is a transfer too
+    return DataNode(device_put.put(key, device_index), KEY_META)  # the seed's upload is a transfer too
 
 
 def manual_seed(seed: int, device_index: int | None = None) -> None:
@@ -47,7 +50,7 @@ def manual_seed(seed: int, device_index: int | None = None) -> None:
 
 def get_rng_state(device_index: int = 0) -> torch.Tensor:
     """The device generator's state as a CPU uint8 tensor (its threefry key): `torch.xla.get_rng_state()`."""
-    key = XlaTensor(_state(device_index), _KEY_META)
+    key = XlaTensor(_state(device_index), KEY_META)
     array = np.asarray(arrays_of([key], Cause(CauseKind.VALUE_ACCESS, "get_rng_state()"))[0], dtype=np.uint32)
     return torch.from_numpy(array.copy().view(np.uint8))
 
@@ -57,7 +60,7 @@ def set_rng_state(state: torch.Tensor, device_index: int = 0) -> None:
     key = np.frombuffer(state.detach().cpu().contiguous().numpy().tobytes(), dtype=np.uint32)
     if key.shape != (2,):
         raise ValueError(f"an xla RNG state is 8 bytes (a threefry key), got {state.numel()} elements")
-    _state(device_index).set(DataNode(device_put.put(key.copy(), device_index), _KEY_META))
+    _state(device_index).set(DataNode(device_put.put(key.copy(), device_index), KEY_META))
 
 
 def seed_of(device_index: int = 0) -> int:
@@ -88,9 +91,30 @@ def key_node(device_index: int):
     return _state(device_index).value
 
 
+@contextlib.contextmanager
+def keyed(device_index: int, node) -> Iterator[Storage]:
+    """Makes `node` the device's RNG key inside the block (random ops draw from it and advance it); the key
+    the device had before is put back after. Yields the key's storage.
+
+    Gradient checkpointing replays the forward's key this way, and a scan traces its body with a placeholder key.
+    """
+    state = _state(device_index)
+    saved = (state.value, state.donor)
+    state.set(node)
+    try:
+        yield state
+    finally:
+        state.put_back(*saved)
+
+
+def key_nodes() -> dict:
+    """Every device generator's current key, as its IR node (nothing is read from the device)."""
+    return {index: state.value for index, state in _states.items()}
+
+
 def key_tensor(device_index: int) -> XlaTensor:
     """A device tensor over a device's RNG key (to compute a pending key together with other tensors)."""
-    return XlaTensor(_state(device_index), _KEY_META)
+    return XlaTensor(_state(device_index), KEY_META)
 
 
 def materialized_key(device_index: int, cause: Cause):
@@ -100,7 +124,7 @@ def materialized_key(device_index: int, cause: Cause):
 
 def set_key(array, device_index: int) -> None:
     """Makes `array` (a key a compiled program returned) the device's RNG key."""
-    _state(device_index).set(DataNode(array, _KEY_META))
+    _state(device_index).set(DataNode(array, KEY_META))
 
 
 def _state(device_index: int) -> Storage:
@@ -219,7 +243,7 @@ def random_node(kind: str, shape: tuple, dtype: torch.dtype, params, device_inde
     """
     state = _state(device_index)
     template = ((SLOT, kind, tuple(shape), params) + (SLOT,) * len(extra), ())
-    node = Node(RANDOM_OP, (state.value,) + tuple(extra), template, (Meta(tuple(shape), dtype), _KEY_META),
+    node = Node(RANDOM_OP, (state.value,) + tuple(extra), template, (Meta(tuple(shape), dtype), KEY_META),
                 *recorder.debug_info())
     state.set(getitem(node, 1))
     recorder.count("xla::rng")

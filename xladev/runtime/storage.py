@@ -88,6 +88,18 @@ class Storage:
             return True
 
 
+    def put_back(self, value: Node, donor) -> None:
+        """Gives the storage an earlier value and donor back (a traced function's writes undone)."""
+        with _write_lock:
+            self.value = value
+            self.version += 1
+            self.donor = donor
+            if type(value) is DataNode:
+                pending.pop(self.sid, None)
+            else:
+                pending[self.sid] = weakref.ref(self)
+
+
 def write_data(writes: list) -> None:
     """Sets each storage's value to device data, under one lock: a compiled program's writes into its arguments
     (an optimizer's parameters and state: a hundred or more per call), as `Storage.set` would one by one.

@@ -164,7 +164,7 @@ class AnalysisSink(Sink):
             # The graphs TorchDynamo compiles after a failed guard say which guard, as a recompile says what changed.
             extra.insert(0, ("Dynamo Recompilation Cause", [
                 f"{guard.function} compiled again (compile {guard.compiles}): guard failed: {guard.guard}"]))
-        extra = self.process + extra + _collective_section(event.graph)
+        extra = self.process + extra + _collective_section(event.graph) + _recompute_section(event.graph)
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
                                       event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra,
                                       event.graph_name))
@@ -284,6 +284,16 @@ def _collective_section(graph) -> list[tuple[str, list[str]]]:
         lines.append(f"... and {len(found) - 8} more")
     lines.append("the graph runs on every rank at once: each waits for the others to reach it")
     return [("Collectives: ", lines)]
+
+
+def _recompute_section(graph) -> list[tuple[str, list[str]]]:
+    """The block's `Gradient Checkpointing:` section for a graph that recomputes checkpointed regions (none for others)."""
+    recomputed = getattr(graph, "recomputed_ops", None)
+    count = recomputed() if recomputed is not None else 0
+    if not count:
+        return []
+    return [("Gradient Checkpointing: ", [f"{count} ops recompute checkpointed forward regions in the backward "
+                                          f"(IR scope checkpoint_recompute)"])]
 
 
 _sink: AnalysisSink | None = None

@@ -35,16 +35,15 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
-    "torch_xla.experimental": ("scan and the other experimental APIs are not available (eager mode is: "
-                               "torch_xla.experimental.eager_mode; so are custom_kernel's make_kernel_from_pallas "
-                               "and flash_attention)"),
+    "torch_xla.experimental": ("the other experimental APIs are not available (eager mode, scan, scan_layers, "
+                               "custom_kernel's make_kernel_from_pallas and flash_attention, and FSDPv2 are)"),
     "torch_xla.experimental.custom_kernel": ("PyTorch/XLA's TPU-only kernels (paged and ragged paged attention, "
                                              "gmm, quantized matmul) and its TPU custom call (trace_pallas) are "
                                              "not available; make_kernel_from_pallas runs any Pallas kernel, "
                                              "flash_attention runs attention"),
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
     "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils (PyTorch/XLA's helpers), "
-                        "serialization (save/load)"),
+                        "serialization (save/load) and checkpoint (gradient checkpointing)"),
     "torch_xla.core.xla_builder": ("building XLA computations by hand (xb.Op, create_computation...) is not "
                                    "available; xb.call_jax runs a jax function in the graph"),
     "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
@@ -70,7 +69,6 @@ UNSUPPORTED: dict[str, str] = {
                                                          "use torch_xla.runtime.world_size()"),
     "torch_xla.core.xla_model.xla_device_kind": "use xm.xla_device_hw(device) (CPU or CUDA)",
     "torch_xla.core.xla_model.unlazy": "use torch_xla.sync(), which materialises every pending tensor",
-    "torch_xla.core.xla_model.optimization_barrier_": "optimization barriers are not exposed",
     "torch_xla.core.xla_model.get_stablehlo_bytecode": "use xm.get_stablehlo(tensors) (text)",
     "torch_xla.core.xla_model.parse_xla_device": "use torch.device(name).index",
     "torch_xla.debug.metrics_compare_utils.compare_metrics": ("compare two runs' metrics with `xladev report A B`, "

@@ -433,4 +433,16 @@ def _to_cpu(data: Any, seen: dict | None = None) -> Any:
     return data
 
 
+def optimization_barrier_(tensors: list[torch.Tensor]) -> None:
+    """Passes `tensors` through one optimization barrier, in place: XLA neither moves computations across it nor
+    merges what reads the tensors afterwards with what read them before (xladev's `xla::optimization_barrier`).
+
+    Args:
+      tensors: xla tensors on one device.
+    """
+    from xladev.runtime.opt_barrier import optimization_barrier_ as barrier  # here: this file's imports are shared
+
+    barrier(tensors)
+
+
 __getattr__ = _xladev.module_getattr(__name__)

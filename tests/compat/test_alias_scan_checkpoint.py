@@ -1,0 +1,55 @@
+"""The alias's gradient checkpointing, scan and optimization barrier: PyTorch/XLA's names, signatures and errors
+over xladev's runtime (the behaviour itself is tested in tests/runtime)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from tests.compat.test_alias_surface import tx  # noqa: F401  (the alias on sys.path for this module)
+from xladev.debug import get_tensors_text
+from xladev.runtime import scan as runtime_scan
+
+
+def test_checkpoint_is_pytorch_xlas(tx):  # noqa: F811
+    from torch_xla.utils import checkpoint as cp
+
+    assert list(inspect.signature(cp.checkpoint).parameters) == ["function", "args", "use_reentrant", "kwargs"]
+    layer = torch.nn.Linear(3, 3).to("xla")
+    x = torch.randn(2, 3, device="xla", requires_grad=True)
+    cp.checkpoint(layer, x, preserve_rng_state=False).sum().backward()
+    assert "xla::optimization_barrier" in get_tensors_text([x.grad])
+    with pytest.raises(ValueError, match="^XLA currently does not support use_reentrant==False$"):
+        cp.checkpoint(layer, x, use_reentrant=False)
+    with pytest.raises(ValueError, match="^Unexpected keyword arguments: scale,shift$"):
+        cp.checkpoint(layer, x, scale=1, shift=2)
+
+
+def test_scan_and_scan_layers_are_xladevs(tx):  # noqa: F811
+    import torch_xla.experimental as xe
+    from functorch.compile import default_partition
+    from torch_xla.experimental.scan import _SCAN_COMPUTATION_CACHE, scan, tree_flatten_none, value_and_grad_partitioned
+    from torch_xla.experimental.scan_layers import _ONE_LAYER_CACHE, scan_layers
+
+    assert xe.scan.scan is scan and _SCAN_COMPUTATION_CACHE is runtime_scan.SCAN_COMPUTATION_CACHE
+    assert _ONE_LAYER_CACHE is runtime_scan.ONE_LAYER_CACHE
+    assert list(inspect.signature(scan).parameters) == ["fn", "init", "xs", "partition_fn", "is_fn_pure"]
+    assert list(inspect.signature(scan_layers).parameters) == ["layers", "input_data", "partition_fn",
+                                                               "is_layer_pure"]
+    carry, ys = scan(lambda c, x: (c + x, c), torch.zeros(2, device="xla"), torch.ones(3, 2, device="xla"),
+                     partition_fn=default_partition)
+    assert carry.tolist() == [3.0, 3.0] and ys.tolist() == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
+    layers = [torch.nn.Linear(2, 2).to("xla") for _ in range(2)]
+    assert scan_layers(layers, carry).shape == (2,)
+    flat, unflatten = tree_flatten_none(((1, None), None, 2))
+    assert flat == [1, 2] and unflatten([3, 4]) == ((3, None), None, 4)
+    with pytest.raises(NotImplementedError, match="value_and_grad_partitioned is not supported by xladev"):
+        value_and_grad_partitioned(lambda c, x: (c, x), carry, ys)
+
+
+def test_other_experimental_names_are_still_refused(tx):  # noqa: F811
+    with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.custom_kernel is not supported by xladev: "
+                                                  "Pallas kernels"):
+        import torch_xla.experimental.custom_kernel  # noqa: F401
