@@ -364,7 +364,7 @@ class RunModel:
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
         if self.state in (WAITING, RUNNING):
-            self.set_state(FINISHED, f"the log ended ({record.reason}) after {self.steps} steps")
+            self.set_state(FINISHED, f"the log ended ({record.describe()}) after {self.steps} steps")
 
     # ---- output -----------------------------------------------------------------------------
     def snapshot(self) -> RunView:

@@ -10,6 +10,8 @@ import sys
 import pytest
 
 from tests.tui.helpers import FIXTURE, dead_pid, fixture_lines
+from tests.tui.logs import LogBuilder, graph_hash
+from xladev.schema import records as rec
 from xladev.schema.records import NotAnEventLog, read_header
 from xladev.schema.sites import short_site
 from xladev.schema.units import TIME
@@ -177,3 +179,12 @@ def test_tui_package_never_imports_the_runtime():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_run_ended_by_sigterm_says_so():
+    log = LogBuilder()
+    log.step(0, graph_hash(0), 10)
+    log.add(rec.End(reason="terminated", steps=1, signal="SIGTERM"))
+    model = model_from_lines(log.lines(), "fixture")
+    assert model.snapshot().state == m.FINISHED
+    assert model.state_detail == "the log ended (terminated by SIGTERM) after 1 steps"
