@@ -40,6 +40,7 @@ def _blocks(seed: int, count: int = 3, width: int = 8) -> torch.nn.ModuleList:
 
 
 def _grads(model, x) -> dict:
+    xladev.mark_step()  # one graph computes every gradient; the reads then copy data
     out = {name: p.grad.cpu() for name, p in model.named_parameters()}
     out["input"] = x.grad.cpu()
     return out

@@ -20,8 +20,9 @@ from xladev_tui.app import XladevTUI  # noqa: E402
 from xladev_tui.sources import FixtureSource  # noqa: E402
 
 SIZES = [(80, 24), (160, 50)]
-# Screenshots alike in a row before one is compared: a snapshot is exact, and under a full suite's load on two
-# cores a layout pass once came later than three alike screenshots 100 ms apart (test_long_names, 80x24).
+# Screenshots alike in a row before one is compared: a snapshot is exact, and the records and their diagnosis
+# reach the screen from the reader thread. (The 80x24 long-names snapshot that once differed after five alike
+# screenshots was a stale layout, not a late one: tui/layout_fix.py, tests/tui/test_layout.py.)
 _ALIKE = 5
 READABLE_SIZES = [(80, 24), (120, 40)]
 
