@@ -55,6 +55,7 @@ def test_rng_state_round_trips_advances_and_forks(tx):
         torch.rand(2, device=device)
     assert xm.get_rng_state() != before
     assert tx.torch_xla._XLAC._xla_get_rng_seed("") == xm.get_rng_state()
+    assert tx.torch_xla.xm is xm  # PyTorch/XLA's tests reach it as torch_xla.xm
 
 
 def test_memory_info_follows_the_live_device_buffers(tx):

@@ -252,8 +252,9 @@ def test_eager_mode_is_xladevs_eager_debug_mode(tx):
             y = torch.sin(x) + 1
         assert tx.met.metric_data("ExecuteTime")[0] == 1
     assert not xe.is_eager_mode() and y.cpu().tolist() == pytest.approx([float(torch.sin(torch.tensor(3.0))) + 1] * 4)
-    with pytest.raises(AttributeError, match=r"^torch_xla\.experimental\.custom_kernel is not supported by xladev: "):
-        xe.custom_kernel
+    with pytest.raises(AttributeError, match=r"^torch_xla\.experimental\.stablehlo_custom_call is not supported by "
+                                             r"xladev: "):
+        xe.stablehlo_custom_call
 
 
 def test_utils_helpers_of_the_examples(tx, monkeypatch):

@@ -132,3 +132,5 @@ __getattr__ = _xladev.module_getattr(__name__, submodules=("_XLAC", "_dynamo", "
 
 from torch_xla import runtime  # noqa: E402  (as PyTorch/XLA: `torch_xla.runtime` right after `import torch_xla`)
 from torch_xla.core import xla_model  # noqa: E402,F401  (binds torch_xla.core.xla_model)
+# PyTorch/XLA's package namespace carries `xm` too (its tests call `torch_xla.xm.fork_rng()`).
+xm = xla_model
