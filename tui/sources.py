@@ -213,7 +213,7 @@ class FileTailSource:
         self._read_output(items, everything=True)
         self.flush_partial(items)
         if damage:
-            self._status(items, ERROR, f"{self.path} is damaged: {damage}")
+            self._status(items, ERROR, f"{self.path} is damaged: {damage}; the complete records before it were read")
         elif not self._ended:
             self._status(items, DISCONNECTED, "the compressed log has no end record: the run was killed or "
                                               "crashed, or the log was compressed before the run ended")

@@ -8,12 +8,11 @@ import inspect
 import pytest
 import torch
 
-from tests.compat.test_alias_surface import tx  # noqa: F401  (the alias on sys.path for this module)
 from xladev.debug import get_tensors_text
 from xladev.runtime import scan as runtime_scan
 
 
-def test_checkpoint_is_pytorch_xlas(tx):  # noqa: F811
+def test_checkpoint_is_pytorch_xlas(tx):
     from torch_xla.utils import checkpoint as cp
 
     assert list(inspect.signature(cp.checkpoint).parameters) == ["function", "args", "use_reentrant", "kwargs"]
@@ -27,7 +26,7 @@ def test_checkpoint_is_pytorch_xlas(tx):  # noqa: F811
         cp.checkpoint(layer, x, scale=1, shift=2)
 
 
-def test_scan_and_scan_layers_are_xladevs(tx):  # noqa: F811
+def test_scan_and_scan_layers_are_xladevs(tx):
     import torch_xla.experimental as xe
     from functorch.compile import default_partition
     from torch_xla.experimental.scan import _SCAN_COMPUTATION_CACHE, scan, tree_flatten_none, value_and_grad_partitioned
@@ -49,7 +48,7 @@ def test_scan_and_scan_layers_are_xladevs(tx):  # noqa: F811
         value_and_grad_partitioned(lambda c, x: (c, x), carry, ys)
 
 
-def test_other_experimental_names_are_still_refused(tx):  # noqa: F811
-    with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.custom_kernel is not supported by xladev: "
-                                                  "Pallas kernels"):
-        import torch_xla.experimental.custom_kernel  # noqa: F401
+def test_other_experimental_names_are_still_refused(tx):
+    with pytest.raises(ModuleNotFoundError, match="torch_xla.experimental.stablehlo_custom_call is not supported by "
+                                                  "xladev: the other experimental APIs"):
+        import torch_xla.experimental.stablehlo_custom_call  # noqa: F401
