@@ -268,7 +268,7 @@ def record_into(op: _Op, func, args, kwargs) -> bool:
         dst._assign(node)
         # PyTorch/XLA makes (and drops) a tensor for the functional op's result: counted as it counts them.
         recorder.tensors_created += 1
-        recorder.tensors_destroyed += 1
+        recorder.count_freed()  # the C-level counter the finalizer uses: no property round trip on this hot path
     else:  # a result to broadcast or convert, or not one tensor: write_into's checks and errors
         write_into(dst, wrap(Storage(node, index), meta) if type(meta) is Meta else _outputs(op.func, node, meta, index),
                    func)
