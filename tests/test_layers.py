@@ -16,8 +16,8 @@ HEAVY = ("torch", "jax", "jaxlib")
 
 # Each layer: the xladev modules it may import (besides its own), and whether torch/jax may be imported.
 # Shared leaves hold tables and pure functions every layer may use.
-LEAVES = ("xladev.schema", "xladev._flags", "xladev.rules", "xladev.fallback_reasons", "xladev.graphdiff",
-          "xladev.wall_time")
+LEAVES = ("xladev.schema", "xladev._flags", "xladev.errors", "xladev.rules", "xladev.fallback_reasons",
+          "xladev.graphdiff", "xladev.wall_time")
 LAYERS = {
     "leaf": (LEAVES, False),
     "events": (LEAVES, False),

@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 # Public names served by the runtime, and the module that defines each (read by `__getattr__`).
 _RUNTIME_NAMES = {
     "ConfigError": "xladev._flags", "config": "xladev._flags",
+    "XladevError": "xladev.errors", "XladevWarning": "xladev.errors",
     "device": "xladev.runtime.device", "device_count": "xladev.runtime.device", "devices": "xladev.runtime.device",
     "XlaCompileError": "xladev.runtime.compilation", "GraphGrowthWarning": "xladev.runtime.recorder",
     "DeviceLoader": "xladev.runtime.training", "add_step_closure": "xladev.runtime.training",
@@ -45,11 +46,15 @@ _RUNTIME_NAMES = {
     "REDUCE_MIN": "xladev.runtime.collectives", "REDUCE_MAX": "xladev.runtime.collectives",
 }
 
+# Names whose modules are light (no torch, no jax): looking them up does not start the runtime.
+_CHEAP_MODULES = ("xladev._flags", "xladev.errors")
+
 __all__ = sorted([*_RUNTIME_NAMES, "debug"])
 
 if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads these on first use
     from xladev import debug
     from xladev._flags import ConfigError, config
+    from xladev.errors import XladevError, XladevWarning
     from xladev.runtime.device import device, device_count, devices
     from xladev.runtime.compilation import XlaCompileError, initialize_cache
     from xladev.runtime.compiled_region import GraphLimitError, compile
@@ -95,7 +100,7 @@ def __getattr__(name: str):
 
             return importlib.import_module("xladev.debug")
         raise AttributeError(f"module 'xladev' has no attribute {name!r}")
-    if module != "xladev._flags":
+    if module not in _CHEAP_MODULES:
         _load_runtime()
     import importlib
 

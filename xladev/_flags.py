@@ -14,11 +14,13 @@ import os
 import threading
 from typing import Any, Callable, Iterator
 
+from xladev.errors import XladevError
+
 _TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
 _FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}
 
 
-class ConfigError(ValueError):
+class ConfigError(XladevError, ValueError):
     """A setting (usually an environment variable) has a value xladev cannot use."""
 
 

@@ -12,6 +12,8 @@ import argparse
 import os
 import sys
 
+from xladev.errors import UsageError
+
 FORMATS = ("text", "markdown", "json", "html")
 
 EPILOG = """\
@@ -115,7 +117,7 @@ def _build(args):
     from xladev.report.model import NoCompleteRecordError, UnreadableInputError
 
     if args.compare and len(args.inputs) != 2:
-        raise _UsageError("--compare needs exactly two inputs (A and B)")
+        raise UsageError("--compare needs exactly two inputs (A and B)")
     sources_by_input = [[read_source(path) for path in expand_rank_paths(argument)] for argument in args.inputs]
     if _is_comparison(args, sources_by_input):
         try:
@@ -134,10 +136,6 @@ def _rendered_from(args, report):
     from xladev.report import document, jsonout
 
     return jsonout.report_json(report) if args.format == "json" else document.report_document(report)
-
-
-class _UsageError(Exception):
-    """A wrong combination of arguments."""
 
 
 def _fails(report, level: str | None) -> bool:
@@ -175,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     except UnreadableInputError as error:
         print(f"xladev report: error: {error}", file=sys.stderr)
         return 2
-    except _UsageError as error:
+    except UsageError as error:
         print(f"xladev report: error: {error}", file=sys.stderr)
         return 2
     try:

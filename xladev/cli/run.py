@@ -23,14 +23,12 @@ import sys
 import types
 from pathlib import Path
 
+from xladev.errors import UsageError
+
 SHADOW_OPTION = "--shadow-torch-xla"
 
 # The alias lives beside the package but outside its import tree: only this command puts it on sys.path.
 ALIAS_DIR = str(Path(__file__).resolve().parent.parent / "torch_xla_alias")
-
-
-class _UsageError(Exception):
-    """A mistake on the command line: one line on stderr, exit status 2."""
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,9 +74,9 @@ def run(args: argparse.Namespace, prog: str = "xladev run") -> int:
         _script_path_view(script)
         found = _installed_torch_xla()
         if found is not None and not args.shadow_torch_xla:
-            raise _UsageError(f"a real torch_xla is installed at {found}; xladev will not shadow it silently. "
+            raise UsageError(f"a real torch_xla is installed at {found}; xladev will not shadow it silently. "
                               f"Run with {SHADOW_OPTION} to use xladev's torch_xla alias in this run instead.")
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     _add_alias(found)
@@ -112,16 +110,16 @@ def _check_script(path: str | None) -> str:
     """The script's absolute path.
 
     Raises:
-      _UsageError: no script given, or it is not a readable file.
+      UsageError: no script given, or it is not a readable file.
     """
     if not path:
-        raise _UsageError("give the training script to run: SCRIPT [ARGS...]")
+        raise UsageError("give the training script to run: SCRIPT [ARGS...]")
     if not os.path.exists(path):
-        raise _UsageError(f"no such script: {path}")
+        raise UsageError(f"no such script: {path}")
     if os.path.isdir(path):
-        raise _UsageError(f"{path} is a directory; give the training script (a .py file)")
+        raise UsageError(f"{path} is a directory; give the training script (a .py file)")
     if not os.access(path, os.R_OK):
-        raise _UsageError(f"cannot read {path}")
+        raise UsageError(f"cannot read {path}")
     return os.path.abspath(path)
 
 

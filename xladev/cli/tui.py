@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from xladev.errors import UsageError
+
 EPILOG = """\
 keys: 1-4 switch views (overview, counters, graphs, log) from any view, / filter counters, s sort
 them, p pause the display, Enter on a graph opens its IR, Enter on a finding or an alert opens its
@@ -49,7 +51,7 @@ def make_source(args: argparse.Namespace):
     """The source for the parsed arguments.
 
     Raises:
-      SystemExit(2) via _UsageError: nothing to show, or a file that is not an event log.
+      SystemExit(2) via UsageError: nothing to show, or a file that is not an event log.
     """
     from xladev.schema.records import NotAnEventLog, read_header
     from xladev_tui.sources import ChildProcessSource, FileTailSource
@@ -59,31 +61,27 @@ def make_source(args: argparse.Namespace):
     if dashed:
         target = target[1:]
     if not target:
-        raise _UsageError("give an event log to follow, or -- and the command to run")
+        raise UsageError("give an event log to follow, or -- and the command to run")
     if dashed or len(target) > 1:
         return ChildProcessSource(target, log_path=args.log)
     path = target[0]
     if os.path.isdir(path):
-        raise _UsageError(f"{path} is a directory, not an event log")
+        raise UsageError(f"{path} is a directory, not an event log")
     if os.path.exists(path):
         try:
             read_header(path)
         except NotAnEventLog as exc:
-            raise _UsageError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         except OSError as exc:
-            raise _UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     return FileTailSource(path)
-
-
-class _UsageError(Exception):
-    pass
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``xladev tui``."""
     try:
         source = make_source(args)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"xladev tui: error: {exc}", file=sys.stderr)
         return 2
     from xladev_tui.app import XladevTUI

@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 
+from xladev.errors import XladevError
 from xladev.schema.records import tensorboard_command  # noqa: F401  (re-exported: one definition, the report's too)
 
 PROFILE_SUBDIR = os.path.join("plugins", "profile")
@@ -28,7 +29,7 @@ NO_EVENTS_HELP = (
 )
 
 
-class ProfilerError(RuntimeError):
+class ProfilerError(XladevError, RuntimeError):
     """A profile could not be started, captured, written or read. The message says what to check."""
 
 

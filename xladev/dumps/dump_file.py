@@ -7,11 +7,13 @@ import os
 import re
 from typing import Iterator
 
+from xladev.errors import XladevError
+
 _FRAME = re.compile(r"^\s*(?P<name>\S.*?) \((?P<file>.*):(?P<line>\d+)\)\s*$")
 _STEP_FUNCTIONS = {"mark_step", "sync", "step"}
 
 
-class DumpError(Exception):
+class DumpError(XladevError):
     """The dump cannot be used (unreadable, empty, or the asked-for graph is not in it)."""
 
 

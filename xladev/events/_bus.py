@@ -7,13 +7,14 @@ import threading
 import time
 from typing import Callable
 
+from xladev.errors import XladevError
 from xladev.events._ending import say
 from xladev.events._types import Event, GraphExecuted
 
 Handler = Callable[[Event], None]
 
 
-class PropagatingError(Exception):
+class PropagatingError(XladevError):
     """A handler error meant for the user (e.g. `assert_no_recompiles`): the bus re-raises it."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from xladev.errors import XladevError
+
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.debuglog import DebugLog
     from xladev.report.series import StepSeries
@@ -19,7 +21,7 @@ BINARY_DATA = "binary data, not a metrics file or log"
 EMPTY_FILE = "empty file"
 
 
-class UnreadableInputError(Exception):
+class UnreadableInputError(XladevError):
     """Raised when an input cannot be read at all (missing, a directory, binary data).
 
     The message is one line and names the file; the CLI prints it and exits with status 2.

@@ -16,6 +16,7 @@ import time
 import warnings
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph_info import RuntimeGraphInfo, collectives_of
@@ -26,7 +27,7 @@ from xladev.runtime.recompilation import SiteHistory, publish as publish_recompi
 from xladev.schema.ranks import per_rank_path
 
 
-class XlaCompileError(RuntimeError):
+class XlaCompileError(XladevError, RuntimeError):
     """XLA (or the lowering to it) rejected a graph. The message names the graph hash and the saved HLO."""
 
 

@@ -20,6 +20,7 @@ import weakref
 from typing import Any, Callable
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind
 from xladev.graphdiff import GraphSummary, closest, differences
 from xladev.runtime import execution as _execution, graph_names, stack
@@ -29,7 +30,7 @@ from xladev.runtime.training import mark_step
 from xladev.schema.sites import short_site, site_of
 
 
-class GraphLimitError(RuntimeError):
+class GraphLimitError(XladevError, RuntimeError):
     """A compiled region would run more different graphs than its `max_different_graphs` allows.
 
     The message starts with PyTorch/XLA's sentence for it, then names the new graph and what differs from

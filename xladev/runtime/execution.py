@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.events import (
     Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
 )
@@ -59,14 +60,14 @@ def admitting(check: Callable[[Graph], None] | None):
         _admission = saved
 
 
-class ExecutionNotAllowedError(RuntimeError):
+class ExecutionNotAllowedError(XladevError, RuntimeError):
     """A graph was about to run while executions are disallowed (`xladev.debug.allow_execution(False)`).
 
     The message names the cause of the execution and the user's line that asked for it.
     """
 
 
-class XlaExecutionError(RuntimeError):
+class XlaExecutionError(XladevError, RuntimeError):
     """A compiled graph failed while running. The message names the graph hash and the saved HLO."""
 
 

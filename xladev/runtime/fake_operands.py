@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
+from xladev.errors import XladevError
 
-class FakeOperands(Exception):
+
+class FakeOperands(XladevError):
     """An op's operands mix device tensors with a fake mode's tensors (raised while its arguments are read)."""
 
     def __init__(self, fake: torch.Tensor) -> None:

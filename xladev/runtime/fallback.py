@@ -19,6 +19,7 @@ import time
 import torch
 from torch._decomp import decomposition_table
 
+from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind, FallbackOp, bus
 from xladev.runtime import annotate, stack, steps
 from xladev.runtime.decompositions import composite_implicit, with_composites
@@ -32,7 +33,7 @@ _local = threading.local()
 _NO_CPU_KERNEL = re.compile(r"Could not run '([^']+)' with arguments from the 'CPU' backend")
 
 
-class UnsupportedOpError(NotImplementedError):
+class UnsupportedOpError(XladevError, NotImplementedError):
     """An op has no xladev lowering, no CPU kernel and no PyTorch decomposition.
 
     Attributes:

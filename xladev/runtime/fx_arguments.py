@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind
 from xladev.runtime.ir import DataNode
 from xladev.runtime.storage import write_data
@@ -59,7 +60,7 @@ def has_symbolic_shape(value) -> bool:
     return isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape)
 
 
-class AliasedInputsError(RuntimeError):
+class AliasedInputsError(XladevError, RuntimeError):
     """A compiled graph writes an input whose data another of its inputs shares: the graph, captured as if the
     inputs were independent, would read the other's old value."""
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.runtime import backend
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph, Meta, rebuild
 from xladev.runtime.lowering.registry import LoweringContext
 
 
-class LoweringError(RuntimeError):
+class LoweringError(XladevError, RuntimeError):
     """A lowering produced a value whose shape contradicts PyTorch's meta kernel (an xladev bug)."""
 
 

@@ -35,6 +35,7 @@ import time
 import numpy as np
 import torch
 
+from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind
 from xladev.runtime import annotate, backend, steps
 from xladev.runtime.execution import execution, lock as _execution_lock
@@ -50,7 +51,7 @@ OP_NAME = "xla::call_jax"
 CACHE_SIZE = 512
 
 
-class CallJaxError(RuntimeError):
+class CallJaxError(XladevError, RuntimeError):
     """jax could not trace or differentiate a function given to `call_jax`; the message names it and why."""
 
 

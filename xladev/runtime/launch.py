@@ -24,13 +24,14 @@ import traceback
 from typing import Any, Callable
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.runtime.world import free_port
 
 # How long the other processes get to stop by themselves once one failed, before they are terminated.
 _GRACE_S = 20.0
 
 
-class LaunchError(RuntimeError):
+class LaunchError(XladevError, RuntimeError):
     """A process of `xladev.launch` failed. The message names the rank, and its error or exit status.
 
     Attributes:

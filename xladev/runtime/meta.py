@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from xladev.errors import XladevError
 from xladev.runtime.ir import SLOT, Meta, ScalarType
 
 _cache: dict = {}
@@ -20,7 +21,7 @@ _unsupported: set = set()
 SHAPE_RULES: dict = {}
 
 
-class MetaUnsupported(Exception):
+class MetaUnsupported(XladevError):
     """This op cannot be recorded lazily (no meta kernel, or a data-dependent output shape)."""
 
 

@@ -16,6 +16,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
+from xladev.errors import XladevWarning
 from xladev.events import GraphGrowing, bus
 from xladev.runtime import stack, steps
 from xladev.runtime.stack import user_frame, user_location
@@ -25,7 +26,7 @@ from xladev.runtime.stack import user_frame, user_location
 RECOMPUTE_SCOPE = "checkpoint_recompute"
 
 
-class GraphGrowthWarning(UserWarning):
+class GraphGrowthWarning(XladevWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
 
 

@@ -27,6 +27,7 @@ import threading
 import time
 
 from xladev._flags import ConfigError, config
+from xladev.errors import XladevError
 from xladev.events import RankLost, bus
 from xladev.runtime import ir, steps
 
@@ -45,7 +46,7 @@ _STOP_GRACE_S = 10.0
 _WATCH_INTERVAL_S = 0.5
 
 
-class DistributedError(RuntimeError):
+class DistributedError(XladevError, RuntimeError):
     """The job's processes could not be joined, or a collective cannot run (a rank is gone, a bad group)."""
 
 

@@ -21,6 +21,7 @@ import types
 import typing
 from typing import Any, ClassVar
 
+from xladev.errors import XladevError
 from xladev.schema.opener import looks_binary, open_log
 
 SCHEMA_NAME = "xladev.events"
@@ -28,11 +29,11 @@ SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 
 
-class RecordError(ValueError):
+class RecordError(XladevError, ValueError):
     """A line that is not a valid record: names the record type and the field that is wrong."""
 
 
-class NotAnEventLog(ValueError):
+class NotAnEventLog(XladevError, ValueError):
     """The file is not an xladev event log (its first line is not an `xladev.events` header)."""
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 import re
 
+from xladev.errors import XladevError
+
 __all__ = [
     "UnitParseError",
     "format_time_ns",
@@ -68,7 +70,7 @@ _BYTES_RE = re.compile(r"([-+]?" + _NUMBER + r"|[-+]?nan|[-+]?inf)\s*(B|KB|MB|GB
 _PLAIN_RE = re.compile(r"[-+]?" + _NUMBER)
 
 
-class UnitParseError(ValueError):
+class UnitParseError(XladevError, ValueError):
     """Raised when a value text does not follow the grammar of its kind."""
 
 

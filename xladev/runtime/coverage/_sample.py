@@ -11,16 +11,17 @@ import torch
 from torch.utils import _pytree as pytree
 
 import xladev
+from xladev.errors import XladevError
 from xladev.events import FallbackOp, OpsRecorded, bus
 from xladev.runtime.coverage._plan import CheckResult
 
 
 # ---- running one sample ------------------------------------------------------------------------------
-class _Incomparable(Exception):
+class _Incomparable(XladevError):
     """The CPU itself rejects the sample (or it has nothing to differentiate): not counted."""
 
 
-class _Random(Exception):
+class _Random(XladevError):
     """Two CPU runs of the same sample differ: the op is random and cannot be compared."""
 
 

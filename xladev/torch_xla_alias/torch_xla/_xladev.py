@@ -18,6 +18,8 @@ import importlib
 import sys
 from typing import Callable, Iterable
 
+from xladev.errors import XladevError
+
 _DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torch_xla.launch, torchrun with the "
                 "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
                 "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
@@ -99,15 +101,15 @@ def message(fullname: str) -> str:
     return f"{fullname} is not available: {_GENERIC}"
 
 
-class UnsupportedAttributeError(AttributeError):
+class UnsupportedAttributeError(XladevError, AttributeError):
     """`module.name` for a torch_xla name the alias does not provide (so `hasattr` is False)."""
 
 
-class UnsupportedImportError(ImportError):
+class UnsupportedImportError(XladevError, ImportError):
     """`from torch_xla... import name` for a name the alias does not provide."""
 
 
-class UnsupportedModuleError(ModuleNotFoundError):
+class UnsupportedModuleError(XladevError, ModuleNotFoundError):
     """`import torch_xla.x` for a module the alias does not provide."""
 
 
