@@ -156,6 +156,25 @@ def test_xlac_debug_getters_and_runtime_answers(tx):
     assert torch_xla._XLAC._get_graph_hash([x + 1]) == torch_xla._XLAC._get_graph_hash([x + 1])
 
 
+def test_xlac_element_type_buffer_pointer_and_revisions(tx):
+    torch_xla = tx.torch_xla
+    device = torch_xla.device()
+    half = torch.ones(2, dtype=torch.float16).to(device) * 3
+    assert torch_xla._XLAC._get_xla_tensor_shape_type(half) == "f16"
+    assert torch_xla._XLAC._get_xla_tensor_shape_type(torch.arange(3, device=device)) == "s64"
+    with pytest.raises(TypeError, match="expected an xla tensor"):
+        torch_xla._XLAC._get_xla_tensor_shape_type(torch.ones(1))
+    # A pending value is computed first; the address is its buffer's: the same while the value is kept,
+    # another one for another value.
+    pointer = torch_xla._XLAC._unsafe_buffer_pointer(half)
+    assert pointer > 0 and "XLAData: None" not in torch_xla._XLAC._get_xla_tensor_debug_info(half)
+    other = torch.zeros(4, device=device)
+    assert torch_xla._XLAC._unsafe_buffer_pointer(half) == pointer != torch_xla._XLAC._unsafe_buffer_pointer(other)
+    assert half.cpu().tolist() == [3.0, 3.0]
+    revs = torch_xla._XLAC._get_git_revs()
+    assert revs["xla"].startswith("xladev ") and revs["torch"] == torch.version.git_version
+
+
 def test_send_cpu_data_to_device_and_the_arena(tx):
     xm, device = tx.xm, tx.torch_xla.device()
     leaf = torch.ones(2, 2, requires_grad=True)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.ir import DataNode, Graph
-from xladev.runtime.irtext import graph_to_dot, graph_to_text, plain_shape, root_hashes
+from xladev.runtime.irtext import dtype_short, graph_to_dot, graph_to_text, plain_shape, root_hashes
 from xladev.runtime.sharding_text import sharding_text
 from xladev.runtime.spmd_sharding import get_sharding_spec
 from xladev.runtime.storage import pending_storages
 from xladev.runtime.tensor import XlaTensor
 
-__all__ = ["graph_of", "graph_to_dot", "lowered", "pending_graph", "root_hashes", "tensor_debug_info", "text"]
+__all__ = ["buffer_pointer", "element_type", "graph_of", "graph_to_dot", "lowered", "pending_graph", "root_hashes",
+           "tensor_debug_info", "text"]
 
 
 def graph_of(tensors) -> Graph:
@@ -67,3 +68,38 @@ def tensor_debug_info(t) -> str:
         lines += [f"IR: {node.op.name}, xla_shape={plain_shape(node.meta)}", "XLAData: None"]
     lines += ["Tensor on host: None", "}"]
     return "\n".join(lines) + "\n"
+
+
+def element_type(t) -> str:
+    """XLA's name of a device tensor's element type (`f32`, `bf16`, `s64`...), as its IR and HLO print it.
+
+    Raises:
+      TypeError: not a device tensor.
+    """
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"expected an xla tensor, got a tensor on {getattr(t, 'device', '?')}")
+    return dtype_short(t._node().meta.dtype)
+
+
+def buffer_pointer(t) -> int:
+    """The address of the device buffer holding a tensor's value. A pending value is computed first (a barrier
+    runs), since only a computed value has a buffer.
+
+    Raises:
+      TypeError: not a device tensor.
+      ValueError: the value is sharded over several devices (one buffer per device, no single address).
+    """
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"expected an xla tensor, got a tensor on {getattr(t, 'device', '?')}")
+    node = t._node()
+    if not (isinstance(node, DataNode) and node.array is not None):
+        from xladev.runtime.training import sync
+
+        sync(wait=True)
+        node = t._node()
+    array = node.array
+    if len(array.sharding.device_set) > 1:
+        raise ValueError(f"the tensor is sharded over {len(array.sharding.device_set)} devices: each shard has its "
+                         "own buffer (read them with XLAShardedTensor.local_shards)")
+    array.block_until_ready()
+    return array.unsafe_buffer_pointer()

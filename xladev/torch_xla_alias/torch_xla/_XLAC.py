@@ -38,6 +38,28 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
     return xladev.debug.get_tensor_debug_info(tensor)
 
 
+def _get_xla_tensor_shape_type(tensor: torch.Tensor) -> str:
+    """The tensor's XLA element type name (`f32`, `f16`, `bf16`, `s64`...)."""
+    from xladev.runtime.introspect import element_type
+
+    return element_type(tensor)
+
+
+def _unsafe_buffer_pointer(tensor: torch.Tensor) -> int:
+    """The address of the tensor's device buffer (a pending value is computed first)."""
+    from xladev.runtime.introspect import buffer_pointer
+
+    return buffer_pointer(tensor)
+
+
+def _get_git_revs() -> dict[str, str]:
+    """The versions this runtime is built from: `xla` names xladev and the jaxlib it compiles with, `torch` is
+    torch's git revision (PyTorch/XLA gives the git revisions of its own and torch's checkouts)."""
+    import jaxlib
+
+    return {"xla": f"xladev {xladev.__version__}, jaxlib {jaxlib.__version__}", "torch": torch.version.git_version}
+
+
 def _get_graph_hash(tensors: list[torch.Tensor]) -> str:
     """The hash of the graph computing `tensors`: `xladev.debug.get_graph_hash`."""
     return xladev.debug.get_graph_hash(tensors)

@@ -28,10 +28,12 @@ _MANUAL = ("manual sharding (collectives written per device inside an SPMD graph
            "shardings with xs.mark_sharding and let XLA's partitioner add the collectives")
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xladev provides the debug getters "
         "(_get_xla_tensors_text, _get_xla_tensors_hlo, _get_xla_tensor_debug_info, _get_graph_hash, "
-        "_get_xla_sharding_spec, _get_xla_sharding_type) and the runtime's plain answers (_xla_get_default_device, _xla_real_devices, "
+        "_get_xla_sharding_spec, _get_xla_sharding_type) and the runtime's plain answers (_xla_get_default_device, "
+        "_xla_real_devices, "
         "_xla_get_rng_seed, _xla_memory_info, _xla_get_num_cached_compilation_graph, _get_executed_fallback_ops, "
         "_set_allow_execution, _xla_sync_multi, _xla_set_mat_mul_precision, _xla_tensors_from_aten, "
-        "_get_xla_tensor_dimension_size); use the public API for the rest: torch_xla.sync(), "
+        "_get_xla_tensor_dimension_size, _get_xla_tensor_shape_type, _unsafe_buffer_pointer, _get_git_revs); use the "
+        "public API for the rest: torch_xla.sync(), "
         "torch_xla.debug.metrics, xladev.debug")
 
 # Full dotted name -> advice. An entry for a module also covers every name below it.
