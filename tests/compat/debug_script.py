@@ -143,7 +143,8 @@ def unsupported_import():
     try:
         from torch_xla.core.xla_model import send  # noqa: F401
     except ImportError as exc:
-        return {"error": type(exc).__mro__[1].__name__, "message": str(exc)}
+        builtin = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")  # the base a user catches
+        return {"error": builtin.__name__, "message": str(exc)}
     return {"error": None}
 
 
