@@ -10,7 +10,7 @@ from xladev.runtime.dispatch import handle_regular
 from xladev.runtime.fallback import run_on_cpu
 from xladev.runtime.ir import Meta
 from xladev.runtime.lowering.registry import LOWERINGS
-from xladev.runtime.meta import MetaUnsupported
+from xladev.runtime.meta import MetaUnsupported, scalar_type_name
 from xladev.runtime.recording import convert, record, write_into
 from xladev.runtime.special_handlers import special
 from xladev.runtime.storage import Storage
@@ -164,6 +164,8 @@ def _index_with_cpu_indices(func, args, kwargs):
 
     indices = [to_device(i) if i is not None else None for i in args[1]]
     rest = tuple(to_device(a) for a in args[2:])
+    if rest:
+        _check_source_dtype(func, self, rest[0])
     if func is not aten.index.Tensor and func is not aten._unsafe_index.Tensor and _needs_mask_count(self, indices, rest):
         # Writing a vector through a boolean mask needs the mask's count: a data-dependent shape.
         return run_on_cpu(func, (self, indices) + rest, kwargs)
@@ -187,6 +189,34 @@ def _needs_mask_count(self, indices, rest) -> bool:
 
 for _op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
     special(_op)(_index_with_cpu_indices)
+
+
+# Eager refuses a source of another dtype in these ops. PyTorch's meta kernels (index_put, index_add) and its
+# decomposition of index_copy (into index_put) accept one, and the lowering would then cast it silently.
+_INDEX_PUT_DTYPES = ("Index put requires the source and destination dtypes match, got {self} for the destination "
+                     "and {source} for the source.")
+_INDEX_COPY_DTYPES = ("index_copy_(): self and source expected to have the same dtype, but got (self) {self} and "
+                      "(source) {source}")
+_INDEX_ADD_DTYPES = "index_add_(): self ({self}) and source ({source}) must have the same scalar type"
+_SOURCE_DTYPE_MESSAGES = {
+    aten.index_put.default: _INDEX_PUT_DTYPES, aten.index_put_.default: _INDEX_PUT_DTYPES,
+    aten.index_copy.default: _INDEX_COPY_DTYPES, aten.index_copy_.default: _INDEX_COPY_DTYPES,
+    aten.index_add.default: _INDEX_ADD_DTYPES, aten.index_add_.default: _INDEX_ADD_DTYPES,
+}
+
+
+def _check_source_dtype(func, self, source) -> None:
+    message = _SOURCE_DTYPE_MESSAGES.get(func)
+    if message is not None and isinstance(source, torch.Tensor) and source.dtype != self.dtype:
+        raise RuntimeError(message.format(self=scalar_type_name(self.dtype), source=scalar_type_name(source.dtype)))
+
+
+@special(aten.index_copy.default, aten.index_copy_.default, aten.index_add.default, aten.index_add_.default)
+def _index_copy_or_add(func, args, kwargs):
+    """index_copy/index_add(self, dim, index, source): eager's dtype check, then the op as usual."""
+    source = kwargs["source"] if "source" in kwargs else args[3]
+    _check_source_dtype(func, args[0], source)
+    return handle_regular(func, args, kwargs)
 
 
 def factory_kernel(func):

@@ -25,6 +25,12 @@ class MetaUnsupported(XladevError):
     """This op cannot be recorded lazily (no meta kernel, or a data-dependent output shape)."""
 
 
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """PyTorch's C++ name of a dtype (`Float`, `Long`, `BFloat16`, `ComplexFloat`), as its error messages write it."""
+    # A CPU tensor's legacy type string carries that name for every dtype (`torch.ComplexFloatTensor`).
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+
+
 def _to_meta(value):
     if isinstance(value, torch.Tensor):  # device tensors (XlaTensor) and CPU ones alike
         return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")

@@ -21,7 +21,7 @@ import torch
 from xladev.runtime import arguments
 from xladev.runtime.ir import SLOT, Meta, Node, getitem
 from xladev.runtime.lowering.registry import LOWERINGS
-from xladev.runtime.meta import MetaUnsupported, infer_meta, view_meta
+from xladev.runtime.meta import MetaUnsupported, infer_meta, scalar_type_name, view_meta
 from xladev.runtime.op_traits import op_traits
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
@@ -392,14 +392,10 @@ def write_into(dst: XlaTensor, result, func_for_errors=None) -> None:
             )
     if result.dtype != dst.dtype:
         if not torch.can_cast(result.dtype, dst.dtype):
-            raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type {_type_name(dst.dtype)}")
+            raise RuntimeError(f"result type {scalar_type_name(result.dtype)} can't be cast to the desired output type "
+                               f"{scalar_type_name(dst.dtype)}")
         result = convert(result, dst.dtype)
     dst._assign(result._node())
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
-            torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
 
 
 def _broadcastable_to(src: tuple, dst: tuple) -> bool:
