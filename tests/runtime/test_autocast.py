@@ -232,3 +232,23 @@ def test_torch_compile_traces_the_same_casts():
     assert [t.dtype for t in compiled] == [t.dtype for t in lazy] == [BF16, F32]
     for have, want in zip(compiled, lazy):
         assert torch.equal(have.cpu(), want.cpu())  # the same ops in the same dtypes: the same bits
+
+
+def test_the_einsum_patched_linear_runs_in_the_autocast_dtype_both_ways():
+    # PyTorch/XLA's XLAPatchedLinear casts its inputs under autocast (custom_fwd) and runs its backward under
+    # the forward's autocast state (custom_bwd): every einsum of the layer, forward and backward, is bf16.
+    from xladev.runtime.spmd_autograd import xla_patched_nn_linear_forward
+
+    linear = torch.nn.Linear(10, 15).to(xladev.device())
+    x = _r(5, 10).requires_grad_()
+    with torch.autocast("xla"):
+        out = xla_patched_nn_linear_forward(linear, x)
+        assert out.dtype == BF16
+        loss = (out.float() ** 2).mean()
+    loss.backward()
+    assert linear.weight.grad.dtype == x.grad.dtype == F32  # cast back to the parameters' dtype
+    hlo = xladev.debug.get_tensors_hlo([linear.weight.grad, x.grad])
+    dots = [line for line in hlo.splitlines() if " dot(" in line]
+    assert len(dots) == 3 and all(" = bf16[" in line for line in dots), dots  # forward, grad_input, grad_weight
+    # Outside autocast nothing is cast.
+    assert xla_patched_nn_linear_forward(linear, _r(5, 10)).dtype == F32

@@ -21,6 +21,7 @@ class MarkShardingFunction(torch.autograd.Function):
         return mark_sharding(t.clone(), mesh, partition_spec).global_tensor
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="xla")
     def backward(ctx, grad: torch.Tensor):
         return mark_sharding(grad.clone(), ctx.mesh, ctx.partition_spec).global_tensor, None, None
 
@@ -52,13 +53,17 @@ class XLAPatchedLinear(torch.autograd.Function):
     leading dimensions into one, which loses a sharding marked on them; einsum keeps every dimension, so
     XLA's partitioner can follow the marks through the layer."""
 
+    # Under autocast, the layer runs in the autocast dtype both ways (PyTorch/XLA's decorators): the inputs are
+    # cast on the way in, so the output, its gradient and the backward's einsums are all in that dtype.
     @staticmethod
+    @torch.amp.custom_fwd(device_type="xla", cast_inputs=torch.get_autocast_dtype("xla"))
     def forward(ctx, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
         ctx.save_for_backward(input, weight, bias)
         out = torch.einsum("...n,mn->...m", input, weight)
         return out + bias if bias is not None else out
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="xla")
     def backward(ctx, grad: torch.Tensor):
         input, weight, bias = ctx.saved_tensors
         grad_input = torch.einsum("...m,mn->...n", grad, weight) if ctx.needs_input_grad[0] else None
