@@ -21,7 +21,6 @@ class MarkShardingFunction(torch.autograd.Function):
         return mark_sharding(t.clone(), mesh, partition_spec).global_tensor
 
     @staticmethod
-    @torch.amp.custom_bwd(device_type="xla")
     def backward(ctx, grad: torch.Tensor):
         return mark_sharding(grad.clone(), ctx.mesh, ctx.partition_spec).global_tensor, None, None
 
