@@ -3,7 +3,7 @@
 Real compiles and runs, no mocks. Inputs are well-conditioned (diagonally dominant or SPD), so a
 result is compared with eager CPU within bounds from float32 rounding: backward-stable factorisations
 and solves are accurate to c · n · u · κ relative to the data (u = 2^-24 float32's unit roundoff,
-n the order, κ the condition number; see xladev/runtime/coverage/_invariants.py for the derivation).
+n the order, κ the condition number; see xladev/coverage/_invariants.py for the derivation).
 With n = 4 and κ ≤ 10 here, BOUND = 8 · n · u · κ · 2 (both sides round) is about 2e-5 relative.
 Residuals (A x - b, L L^H - A) are held to the backward error alone, c · n · u · ||A|| ||x||.
 """

@@ -26,7 +26,7 @@ import os
 import pytest
 
 from xladev import fallback_reasons
-from xladev.runtime import coverage
+from xladev import coverage
 
 FULL = os.environ.get("XLADEV_OPINFO_FULL") == "1"
 WORKERS = int(os.environ.get("XLADEV_OPINFO_WORKERS") or max(1, min(2, os.cpu_count() or 1)))
@@ -152,7 +152,7 @@ def test_expectation_lists_name_real_ops():
     default = set(coverage.default_op_names())
     for table in (XFAIL_FORWARD, XFAIL_BACKWARD, FALLBACK_FORWARD, SLOW_DEFAULT):
         assert set(table) <= default, sorted(set(table) - default)
-    from xladev.runtime.coverage._random_check import RANDOM_CHECKS
+    from xladev.coverage._random_check import RANDOM_CHECKS
 
     assert set(RANDOM_CHECKS) <= known, sorted(set(RANDOM_CHECKS) - known)
     for table in (XFAIL_FULL, coverage.SKIP, coverage.FLOAT_ONLY, coverage.CPU_ARGS, coverage.TOLERANCE_OVERRIDES):

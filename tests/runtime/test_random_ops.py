@@ -1,7 +1,7 @@
 """Random ops on the device RNG: distributions (support, moments, reproducibility), no CPU fallback.
 
 Draws cannot equal the CPU's (another generator), so they are checked by distribution with the
-coverage sweep's own checks (xladev/runtime/coverage/_random_check.py: every statistic bounded at 6
+coverage sweep's own checks (xladev/coverage/_random_check.py: every statistic bounded at 6
 standard errors, so a correct sampler fails with probability < 2e-9 per statistic). What is
 deterministic given the draw (fractional max pooling given its samples, rrelu's output and gradient
 given its noise, the gamma sampler's gradient) is compared with eager CPU exactly or at float32 rounding.
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 import xladev
 from xladev.events import FallbackOp, bus
-from xladev.runtime.coverage._random_check import _distribution
-from xladev.runtime.coverage._random_specs import RANDOM_CHECKS, cdf_at, mean_within, require
-from xladev.runtime.coverage._sample import _Watch
+from xladev.coverage._random_check import _distribution
+from xladev.coverage._random_specs import RANDOM_CHECKS, cdf_at, mean_within, require
+from xladev.coverage._sample import _Watch
 
 DEV = "xla"
 

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from rich.console import Console
 
-    from xladev.runtime import coverage
+    from xladev import coverage
 
     err = Console(stderr=True)
     try:

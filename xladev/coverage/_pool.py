@@ -9,9 +9,9 @@ import threading
 import time
 from typing import Iterable
 
-from xladev.runtime.coverage._check import check_op
-from xladev.runtime.coverage._plan import CheckResult, OpResult, Summary, op_db
-from xladev.runtime.coverage._sample import short_error
+from xladev.coverage._check import check_op
+from xladev.coverage._plan import CheckResult, OpResult, Summary, op_db
+from xladev.coverage._sample import short_error
 
 
 # ---- isolation: each op runs in a worker process --------------------------------------------------
@@ -32,7 +32,7 @@ class Worker:
 
         self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xladev.runtime.coverage", "--worker", json.dumps(self.options)],
+            [sys.executable, "-m", "xladev.coverage", "--worker", json.dumps(self.options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
         self._lines = queue.Queue()
         threading.Thread(target=_pump, args=(self.proc.stdout, self._lines), daemon=True).start()

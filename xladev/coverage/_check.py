@@ -9,12 +9,12 @@ import torch
 from torch.utils import _pytree as pytree
 
 from xladev.runtime import meta
-from xladev.runtime.coverage._invariants import OUTPUT_CHECKS
-from xladev.runtime.coverage._plan import (
+from xladev.coverage._invariants import OUTPUT_CHECKS
+from xladev.coverage._plan import (
     CPU_ARGS, FLOAT_ONLY, NO_SAMPLES, SKIP, TOLERANCE_OVERRIDES, TOLERANCES, CheckResult, OpResult,
 )
-from xladev.runtime.coverage._random_check import RANDOM_CHECKS, check_random
-from xladev.runtime.coverage._sample import (
+from xladev.coverage._random_check import RANDOM_CHECKS, check_random
+from xladev.coverage._sample import (
     _call, _dtype_name, _fresh_cpu, _Incomparable, _Random, _read_back, _same, _samples, _tensors, _to_xla, _Watch,
     settle, short_error,
 )

@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 import xladev
 from xladev.errors import XladevError
 from xladev.events import FallbackOp, OpsRecorded, bus
-from xladev.runtime.coverage._plan import CheckResult
+from xladev.coverage._plan import CheckResult
 
 
 # ---- running one sample ------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ lowered op by its overload packet, `aten::add`), so the sweep knows which distin
 actually exercised through jax.
 """
 
-from xladev.runtime.coverage._check import check_op
-from xladev.runtime.coverage._plan import (
+from xladev.coverage._check import check_op
+from xladev.coverage._plan import (
     CPU_ARGS, DEFAULT_FAMILIES, FLOAT_ONLY, NO_SAMPLES, SKIP, TOLERANCE_OVERRIDES, TOLERANCES, CheckResult, OpResult,
     Summary, default_op_names, op_db, select_ops,
 )
-from xladev.runtime.coverage._pool import Pool, Worker, sweep
+from xladev.coverage._pool import Pool, Worker, sweep
 
 __all__ = [
     "CPU_ARGS", "DEFAULT_FAMILIES", "FLOAT_ONLY", "NO_SAMPLES", "SKIP", "TOLERANCE_OVERRIDES", "TOLERANCES",

@@ -19,9 +19,9 @@ import time
 import torch
 from torch.utils import _pytree as pytree
 
-from xladev.runtime.coverage._plan import TOLERANCES, CheckResult, OpResult
-from xladev.runtime.coverage._random_specs import RANDOM_CHECKS, RandomCheck, require
-from xladev.runtime.coverage._sample import _call, _samples, _to_xla, _Watch, settle, short_error
+from xladev.coverage._plan import TOLERANCES, CheckResult, OpResult
+from xladev.coverage._random_specs import RANDOM_CHECKS, RandomCheck, require
+from xladev.coverage._sample import _call, _samples, _to_xla, _Watch, settle, short_error
 
 
 # ---- running the checks -----------------------------------------------------------------------------------
