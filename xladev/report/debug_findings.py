@@ -10,6 +10,7 @@ from xladev.report.debuglog import is_program_cause, is_step_cause
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
+from xladev.schema.sites import short_site
 
 
 def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
@@ -123,8 +124,65 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     return findings
 
 
-def growth_findings(sources: list[SourceResult]) -> list[Finding]:
-    """The runtime's "graph growing without a barrier" warnings, from a debug log or an event log."""
+def growth_findings(sources: list[SourceResult], facts: RunFacts | None = None) -> list[Finding]:
+    """The missing barrier: the runtime's "graph growing without a barrier" warnings (a debug log or an event
+    log), and a run that never marked a step while its graphs ran at value reads (any input, PyTorch/XLA's too).
+
+    Args:
+      sources: the run's inputs.
+      facts: the run's numbers (its step count), None when unknown.
+
+    Returns:
+      At most one finding per warned site; the one of a run that never marked a step says so and is priced
+      by the run's whole tracing and compile time.
+    """
+    findings = _runtime_growth_findings(sources)
+    read = _never_marked(sources, facts)
+    if read is not None:
+        site, cause, inputs, line = read
+        finding = rules.never_marked_finding(findings[0] if findings else None, graphs=facts.compiles,
+                                             executions=facts.executions, read_site=site, cause=cause, inputs=inputs)
+        if line:
+            finding.sources.append(line)
+        if not findings:
+            findings.append(finding)
+    return findings
+
+
+def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple | None:
+    """``(read site, its cause, graph inputs, file:line)`` when the run never marked a step and its graphs ran
+    where values were read; None when it marked one, ran a torch.compile program, or ran nothing.
+
+    A metrics report alone tells it by its counters (no MarkStep, executions and a device→host read); a debug
+    log by its causes, which also name the read's line.
+    """
+    if facts is None or facts.steps > 0 or not (facts.compiles or facts.executions):
+        return None
+    first = None
+    for source in sources:
+        if source.final is not None and any(name.startswith("Dynamo") for name in source.final.counters):
+            return None  # torch.compile runs its programs without marking steps
+        if not source.has_debug:
+            continue
+        causes = [event.cause for event in source.debug.compile_events]
+        causes += [cause for (_, cause, _) in source.debug.executions]
+        if any(is_step_cause(cause) or is_program_cause(cause) for cause in causes):
+            return None
+        for event in source.debug.compile_events:
+            if first is None and event.cause:
+                first = (short_site(event.site) if event.site else None, event.cause, event.inputs,
+                         f"{source.name}:{event.line}")
+        for (site, cause, _), (count, line, inputs, _) in source.debug.executions.items():
+            if first is None and count:
+                first = (short_site(site) if site else None, cause, inputs, f"{source.name}:{line}")
+    if first is not None:
+        return first
+    if facts.executions and (facts.item_calls or facts.transfers):
+        return None, "", None, ""
+    return None
+
+
+def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
     findings = []
     for source in sources:
         if not source.has_debug:
@@ -133,6 +191,10 @@ def growth_findings(sources: list[SourceResult]) -> list[Finding]:
         numbers = rules.parse_graph_growing(seen[1]) if seen else None
         if numbers is None:
             continue
+        # The loop's line is the first warning's (the one the user saw): later ones fall on whichever op of the
+        # loop crossed the doubled threshold; the ops are the latest count.
+        first = rules.parse_graph_growing(source.debug.profiler_first.get(rules.GRAPH_GROWING, "")) or numbers
+        numbers["site"] = short_site(first["site"])
         finding = rules.graph_growing_finding(warnings=seen[2], **numbers)
         finding.sources.append(where(source, seen[0]))
         findings.append(finding)

@@ -141,6 +141,7 @@ class DebugLog:
       profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
         frequent``, ``Op(s) not lowered`` and so on.
       profiler_numbers: message kind -> parsed numbers of its latest line.
+      profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
       failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
@@ -167,6 +168,7 @@ class DebugLog:
         self.step_syncs = 0
         self.profiler: dict[str, tuple[int, str, int]] = {}
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
+        self.profiler_first: dict[str, str] = {}
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
@@ -400,6 +402,7 @@ class DebugLog:
             return
         seen = self.profiler.get(kind, (0, "", 0))[2]
         self.profiler[kind] = (lineno, message, seen + 1)
+        self.profiler_first.setdefault(kind, message)
         if numbers:
             self.profiler_numbers[kind] = numbers
 

@@ -16,11 +16,11 @@ from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metric
 from xladev.rules import Finding
 from xladev.schema import units
 
-_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "recompilation", "rank-recompiles",
-               "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
-               "compile-time", "no-complete-record", "damaged-input", "unreadable-input", "not-enough-evidence",
-               "healthy"]
+_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "graph-growing",
+               "recompilation", "rank-recompiles", "straggler", "host-transfers", "cpu-fallback", "early-sync",
+               "rank-divergence", "slow-compile", "slow-execute", "huge-graph", "graph-growth", "graph-breaks",
+               "dynamo-recompiles", "device-data-cache-miss", "compile-time", "no-complete-record", "damaged-input",
+               "unreadable-input", "not-enough-evidence", "healthy"]
 
 
 def _metrics_findings(facts: RunFacts) -> list[Finding]:
@@ -130,7 +130,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
-    findings.extend(growth_findings(sources))
+    findings.extend(growth_findings(sources, facts))
     findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)

@@ -42,7 +42,7 @@ from xladev.rules.compile_rules import (  # noqa: F401
 from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
     fallback_findings, graph_growing_finding, graph_growing_message, graph_growth_finding, healthy_finding,
-    host_transfer_finding, huge_graph_finding, parse_graph_growing, pending_ops_threshold,
+    host_transfer_finding, huge_graph_finding, never_marked_finding, parse_graph_growing, pending_ops_threshold,
     persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
     undetermined_finding,
 )
