@@ -115,14 +115,16 @@ def test_max_frames_and_rule_lines(analysis, monkeypatch):
 
     def deep(n):
         if n == 0:
-            torch.ones(next(_sizes), device="xla").sum().item()
+            torch.ones(next(_sizes), device="xla").sum().item()  # deep-read
             return
         deep(n - 1)
 
     deep(3)
     block = _blocks(analysis.text(), "Compilation Analysis: ")[-1]
     frames = block[block.index("Python Frame Triggered Execution: ") + 1:-1]
-    assert len(frames) == 2 and frames[-1] == "  " + "." * 10
+    # One frame, the dots of the cut, and the user's line past the cut: the one frame the block is for.
+    assert len(frames) == 3 and frames[1] == "  " + "." * 10, frames
+    assert frames[2].startswith("> deep (") and frames[2].endswith(f"{__file__}:{line_of(__file__, 'deep-read')})")
 
 
 def test_batch_size_change_names_input_dim_and_line(analysis):
