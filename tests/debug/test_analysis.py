@@ -165,10 +165,12 @@ def test_changed_baked_constant_is_named(analysis):
     xladev.mark_step()
     for step in range(3):
         eps = 1e-5 * (step + 1)               # a Python float baked into the graph
-        y = F.layer_norm(h, (width,), eps=eps).sum()
+        y = F.layer_norm(h, (width,), eps=eps).sum()  # layer-norm-eps
         xladev.mark_step()
     text = analysis.text()
-    assert "constant eps baked into aten::native_layer_norm changed: 1e-05 -> 2e-05" in text
+    # Named at the line that passed it, without XLA_IR_DEBUG.
+    at = f"test_changed_baked_constant_is_named@test_analysis.py:{line_of(HERE, 'layer-norm-eps')}"
+    assert f"constant eps baked into aten::native_layer_norm at {at} changed: 1e-05 -> 2e-05" in text
 
 
 def test_changing_learning_rate_is_an_input_not_a_recompile():

@@ -25,6 +25,10 @@ from xladev.runtime.stack import user_frame, user_location
 RECOMPUTE_SCOPE = "checkpoint_recompute"
 
 
+# Templates located at most (a run with ever new constants stops locating them, rather than growing for ever).
+FIRST_SEEN_LIMIT = 100_000
+
+
 class GraphGrowthWarning(UserWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
 
@@ -43,6 +47,10 @@ class Recorder:
         self._freed = itertools.count()
         self._freed_base = 0
         self.count_freed = functools.partial(next, self._freed)
+        # Where each (op, template) was first recorded (`stack.op_location`'s text): a template holds the op's
+        # constants, so a recompilation for a changed one (a slice bound) names the line that passed it, without
+        # XLA_IR_DEBUG. Filled when a new signature is derived, never per recorded op.
+        self.first_seen_at: dict[tuple[str, object], str] = {}
         self.scope_stack = threading.local()
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
@@ -105,6 +113,14 @@ class Recorder:
             self.graph_warned = True
             self.warned_sites.add(key)
             stack.warn_at_user(message, GraphGrowthWarning)
+
+    def locate(self, op_name: str, template) -> None:
+        """Remembers where (op, template) is first recorded; called only when a new signature is derived."""
+        key = (op_name, template)
+        if key not in self.first_seen_at and len(self.first_seen_at) < FIRST_SEEN_LIMIT:
+            location = stack.op_location()
+            if location is not None:
+                self.first_seen_at[key] = location
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns

@@ -13,6 +13,7 @@ import warnings
 
 import torch
 
+from xladev import graphdiff
 from xladev.events import Frame
 
 _XLADEV_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +83,15 @@ def user_location() -> str | None:
     if frame is None:
         return None
     return f"{frame.f_code.co_name}@{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def op_location() -> str | None:
+    """`fn@file.py:LINE` of the user's line recording an op, with `` (backward)`` when autograd's backward pass
+    records it (its line is then the `backward()` call's): which op's constant changed, in a recompilation."""
+    location = user_location()
+    if location is not None and torch._C._current_graph_task_id() != -1:
+        location += graphdiff.BACKWARD_SUFFIX
+    return location
 
 
 def user_frame():
