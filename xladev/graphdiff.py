@@ -193,8 +193,8 @@ def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
         lines.append(f"ops: {len(old.nodes)} -> {len(new.nodes)}")
     else:
         changed = 0
-        pairs = [(a, b) for a, b in zip(old.nodes, new.nodes)
-                 if a.constants != b.constants and not (shape_changed and _only_sizes_changed(a.constants, b.constants))]
+        pairs = [(a, b) for a, b in zip(old.nodes, new.nodes) if a.constants != b.constants
+                 and not (shape_changed and _only_sizes_changed(a.constants, b.constants))]
         # Root cause first: a constant the user's own line passed (a slice bound), then those of the backward
         # pass (sizes that follow from it), then those recorded nowhere known.
         for a, b in sorted(pairs, key=lambda pair: _cause_rank(pair[1])):

@@ -57,9 +57,9 @@ def test_the_debug_block_names_the_op_line_and_puts_it_before_the_backward_sizes
     slice_at = f"aten::slice at <module>@{sliced.line('slice-line')}"
     assert all(slice_at in line for line in changes if "aten::slice" in line), changes
     # Where both changed in one graph, the slice (the user's line) comes before the backward's expand sizes.
-    blocks = sliced.debug.read_text().split("Recompilation Cause")[1:]
-    both = [b for b in blocks if "aten::slice" in b.split("Graph Info")[0] and "aten::expand" in b.split("Graph Info")[0]]
-    assert both and all(b.index("aten::slice") < b.index("aten::expand") for b in both)
+    causes = [block.split("Graph Info")[0] for block in sliced.debug.read_text().split("Recompilation Cause")[1:]]
+    both = [cause for cause in causes if "aten::slice" in cause and "aten::expand" in cause]
+    assert both and all(cause.index("aten::slice") < cause.index("aten::expand") for cause in both)
 
 
 @pytest.mark.parametrize("op,fits", [("aten::slice", "fixed length"), ("aten::view", "fixed length"),

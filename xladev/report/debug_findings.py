@@ -59,8 +59,15 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                     latest[event.where] = changes
         for site, changes in list(latest.items())[:3]:
             recompile.evidence.append(f"what changed at {site} (last recompile): " + "; ".join(changes[:2]))
+    transfers = by_rule.get("host-transfers")
+    spots = transfer_hot_spots(sources)
+    if transfers is not None:  # the user's lines of the reads, whatever input holds them, beside a metrics report too
+        for kind, site, count, line in spots[:3]:
+            per_step = f", {count / steps:.2f} per step" if steps else ""
+            transfers.evidence.append(f"{kind} at {short_site(site)}: {count} transfers{per_step}")
+            transfers.sources.append(line)
     reads, first_lines = _value_read_sites(logs)
-    target = by_rule.get("host-transfers") or by_rule.get("cpu-fallback")
+    target = transfers or by_rule.get("cpu-fallback")
     for key, count in reads.most_common(3):
         site, cause, _ = key
         if target is not None:
@@ -76,7 +83,29 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
              if entry["frames"]]
     if fallback is not None and sites:
         fallback.evidence.append("CPU fallback calls by site (all ops): " + ", ".join(sites[:5]))
+    # What the input already names needs no pointer to PT_XLA_DEBUG_LEVEL=2.
+    changes_known = any(line.startswith("what changed at ") for f in findings for line in f.evidence)
+    for finding in findings + extra:
+        rules.without_hints(finding, lines_known=bool(spots or reads), changes_known=changes_known)
     return extra
+
+
+def transfer_hot_spots(sources: list[SourceResult]) -> list[tuple[str, str, int, str]]:
+    """The user's device→host reads, most frequent first: ``(kind, site, count, file:line)`` from xladev's
+    PT_XLA_DEBUG summary and an event log's transfer records (the same reads counted once, by the input that
+    saw more of them)."""
+    spots: dict[tuple[str, str], tuple[int, str]] = {}
+    for source in sources:
+        found = [(kind, site, count, line) for (kind, site), (count, line) in source.hot_spots.items()]
+        summary = source.debug.run_summary if source.debug is not None else None
+        found += [(spot["kind"], spot["site"], spot["count"], spot["line"])
+                  for spot in (summary or {}).get("hot_spots", ())]
+        for kind, site, count, line in found:
+            key = (kind, short_site(site))
+            if count > spots.get(key, (0, ""))[0]:
+                spots[key] = (count, where(source, line))
+    return sorted(((kind, site, count, line) for (kind, site), (count, line) in spots.items()),
+                  key=lambda spot: -spot[2])
 
 
 def _count(count: int, word: str) -> str:
@@ -98,12 +127,7 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
                  if source.has_debug and source.debug.run_summary is not None]
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
                                             fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
-    if transfers is not None:
-        for source, summary in summaries:  # the user's lines, from the summary's hot spots
-            for spot in summary["hot_spots"][:3]:
-                transfers.evidence.append(f"{spot['kind']} at {spot['site']}: {spot['count']} transfers, "
-                                          f"{spot['per_step']:.2f} per step")
-                transfers.sources.append(f"{source.name}:{spot['line']}")
+    if transfers is not None:  # the user's lines of the reads: `debug_evidence`, for every input
         findings.append(transfers)
     counted = rules.fallback_findings(facts.fallbacks, facts.steps)
     for finding in counted:

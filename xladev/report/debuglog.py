@@ -250,6 +250,10 @@ class DebugLog:
         if body.startswith(_SUMMARY_RUN):
             self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
             return
+        api = rules.parse_api_line(body)
+        if api is not None:
+            self.run_summary["api"] = api
+            return
         if not body.startswith("  "):
             self._summary_section = body.rstrip(":")
             return

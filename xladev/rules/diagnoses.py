@@ -15,6 +15,11 @@ from xladev.rules.finding_model import (
     TRANSFER_FREQUENCY_RATIO, WARNING, _per_step, _plural, fallback_remedy,
 )
 from xladev.rules.auto_metrics import fallback_ops
+from xladev.rules.recompile_rules import CHANGE_HINT
+
+
+# Where a fix points to the tool that names the line: dropped when the input already names it (`without_hints`).
+LINE_HINT = " (PT_XLA_DEBUG_LEVEL=2 names the line)"
 
 
 def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fallback_calls: int = 0,
@@ -54,13 +59,23 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
         fix = "Remove the CPU fallbacks (the aten:: findings); each one copies tensors to the host and back."
     else:
         title = f"Device→host transfers {_every(per_step)}"
-        fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step "
-               "(PT_XLA_DEBUG_LEVEL=2 names the line) and move it out, or do it every N steps.")
+        fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step"
+               f"{LINE_HINT} and move it out, or do it every N steps.")
     return Finding("host-transfers", WARNING, title,
                    "Each read of a device value waits for the device and cuts the lazy graph in two, "
                    "so the step runs as two executions instead of one.", fix, evidence=evidence,
                    numbers={"transfers": transfers, "steps": steps, "transfers_per_step": round(per_step, 4),
                             "item_calls": item_calls, "fallback_calls": fallback_calls})
+
+
+def without_hints(finding: Finding, *, lines_known: bool, changes_known: bool) -> Finding:
+    """The finding's fix without pointing to PT_XLA_DEBUG_LEVEL=2 for what the input already holds: the lines of
+    the reads (an event log, a level-2 log, xladev's summary) or what changed at each recompile (xladev's causes)."""
+    if lines_known:
+        finding.fix = finding.fix.replace(LINE_HINT, "")
+    if changes_known:
+        finding.fix = finding.fix.replace(CHANGE_HINT, "")
+    return finding
 
 
 def _every(per_step: float) -> str:

@@ -225,6 +225,9 @@ def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[
     if stable_graph_size:
         return ("Pad or bucket the changing shape: pad each batch to a fixed size (or a few bucket sizes) "
                 "and use drop_last=True so the last batch is not smaller.")
-    return ("Find what changes between steps with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input "
-            "or constant), then make it static: pad shapes, pass changing Python scalars as tensors, "
-            "and avoid Python control flow on tensor values.")
+    return (f"Find what changes between steps{CHANGE_HINT}, then make it static: pad shapes, pass changing Python "
+            "scalars as tensors, and avoid Python control flow on tensor values.")
+
+
+# Where the fix points to the tool that says what changed: dropped when the input already says it.
+CHANGE_HINT = " with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input or constant)"
