@@ -82,6 +82,22 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> str:
     return str(path)
 
 
+def compiled_model_script(features: int, outputs: int, batch: int, loop: str) -> str:
+    """A script training a `torch.compile(backend="xladev")` Linear model with SGD: its set-up, then `loop`
+    (which sees `device`, `model`, `compiled`, `optimizer` and a batch `x`)."""
+    return textwrap.dedent(f"""
+        import torch
+        import xladev
+
+        torch.manual_seed(0)
+        device = xladev.device()
+        model = torch.nn.Linear({features}, {outputs}).to(device)
+        compiled = torch.compile(model, backend="xladev")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn({batch}, {features}).to(device)
+    """) + textwrap.dedent(loop)
+
+
 @dataclasses.dataclass
 class ScriptRun:
     """What a script run under xladev left behind (paths), and what it printed."""

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.report.helpers import fixture_path, run_script
+from tests.report.helpers import compiled_model_script, fixture_path, run_script
 from xladev import rules
 from xladev.report import load
 from xladev.report.diagnose import run_stack
@@ -101,16 +101,7 @@ def test_every_input_combination_names_the_read_line(runs, inputs):
         assert f".item() at {run.line('item-line')}" in evidence, evidence
 
 
-COMPILED = """
-    import torch
-    import xladev
-
-    torch.manual_seed(0)
-    device = xladev.device()
-    model = torch.nn.Linear(8, 2).to(device)
-    compiled = torch.compile(model, backend="xladev")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(4, 8).to(device)
+COMPILED = compiled_model_script(8, 2, 4, """
     for step in range(6):
         optimizer.zero_grad()
         loss = compiled(x).pow(2).mean()
@@ -118,7 +109,7 @@ COMPILED = """
         optimizer.step()
         xladev.mark_step()
         history = loss.detach().cpu()  # read-line
-"""
+""")
 
 
 def test_a_torch_compile_report_does_not_send_to_pt_xla_debug_for_a_line_it_holds(tmp_path):

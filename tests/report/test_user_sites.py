@@ -10,21 +10,12 @@ import json
 
 import pytest
 
-from tests.report.helpers import run_script
+from tests.report.helpers import compiled_model_script, run_script
 from xladev.events import Frame
 from xladev.report import load
 from xladev.schema import sites
 
-BACKWARD = """
-    import torch
-    import xladev
-
-    torch.manual_seed(0)
-    device = xladev.device()
-    model = torch.nn.Linear(4, 3).to(device)
-    compiled = torch.compile(model, backend="xladev")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(5, 4).to(device)
+BACKWARD = compiled_model_script(4, 3, 5, """
     for step in range(2):
         optimizer.zero_grad()
         out = compiled(x)  # compiled-forward
@@ -34,7 +25,7 @@ BACKWARD = """
         optimizer.step()
         xladev.mark_step()  # step-end
     print(loss.item())
-"""
+""")
 
 
 @pytest.fixture(scope="module")
