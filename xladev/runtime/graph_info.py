@@ -35,6 +35,13 @@ class RuntimeGraphInfo:
         inputs = []
         donated = frozenset(self._graph.donated)
         first_seen = recorder.first_seen_at
+
+        def located(node):
+            try:
+                return first_seen.get((node.op.name, node.template))
+            except TypeError:  # an unhashable template was never located
+                return None
+
         for node in self._graph.nodes:
             if node.op is DATA_OP or node.op is SCALAR_OP:
                 inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
@@ -42,7 +49,7 @@ class RuntimeGraphInfo:
                                            len(inputs) in donated))
                 continue
             nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta),
-                                     node.location or first_seen.get((node.op.name, node.template))))
+                                     node.location or located(node)))
         return GraphSummary(self.hash, tuple(nodes), tuple(inputs), self._graph.user_outputs)
 
     def ir_text(self) -> str:

@@ -117,7 +117,11 @@ class Recorder:
     def locate(self, op_name: str, template) -> None:
         """Remembers where (op, template) is first recorded; called only when a new signature is derived."""
         key = (op_name, template)
-        if key not in self.first_seen_at and len(self.first_seen_at) < FIRST_SEEN_LIMIT:
+        try:
+            known = key in self.first_seen_at
+        except TypeError:  # a template that cannot be hashed: not located (a diagnostic never fails an op)
+            return
+        if not known and len(self.first_seen_at) < FIRST_SEEN_LIMIT:
             location = stack.op_location()
             if location is not None:
                 self.first_seen_at[key] = location
