@@ -8,6 +8,7 @@ input whose shape changed explains the downstream shape changes, so those are no
 from __future__ import annotations
 
 import dataclasses
+import re
 
 MAX_LINES = 6
 
@@ -98,6 +99,28 @@ def _where(node: NodeSummary) -> str:
     return f" at {node.location}" if node.location else ""
 
 
+# How a node recorded in the backward pass is located (`xladev.runtime.stack.op_location`): the backward() line.
+BACKWARD_SUFFIX = " (backward)"
+
+
+def _cause_rank(node: NodeSummary) -> int:
+    if not node.location:
+        return 2
+    return 1 if node.location.endswith(BACKWARD_SUFFIX) else 0
+
+
+_CONSTANT_CHANGE_RE = re.compile(r"^constants? (?:(\S+) )?(?:baked into |of )(\S+?)(?: at (.+?))? changed: ")
+
+
+def changed_constant(line: str) -> tuple[str, str | None] | None:
+    """``(op, location)`` of one `differences` line saying a baked constant changed (location None when not
+    recorded, ``fn@file.py:LINE`` or with `` (backward)``); None for another line."""
+    match = _CONSTANT_CHANGE_RE.match(line)
+    if match is None:
+        return None
+    return match.group(2), match.group(3)
+
+
 def _inputs_added_removed(old: GraphSummary, new: GraphSummary) -> list[str]:
     from collections import Counter
 
@@ -170,16 +193,19 @@ def differences(old: GraphSummary, new: GraphSummary) -> list[str]:
         lines.append(f"ops: {len(old.nodes)} -> {len(new.nodes)}")
     else:
         changed = 0
-        for a, b in zip(old.nodes, new.nodes):
-            if a.constants != b.constants and not (shape_changed and _only_sizes_changed(a.constants, b.constants)):
-                changed += 1
-                if changed <= 3:
-                    for (name, before), (_, after) in zip(a.constants, b.constants):
-                        if before != after:
-                            label = f"constant {name}" if name else "constant"
-                            lines.append(f"{label} baked into {b.op}{_where(b)} changed: {before!r} -> {after!r}")
-                    if len(a.constants) != len(b.constants):
-                        lines.append(f"constants of {b.op}{_where(b)} changed: {a.constants} -> {b.constants}")
+        pairs = [(a, b) for a, b in zip(old.nodes, new.nodes) if a.constants != b.constants
+                 and not (shape_changed and _only_sizes_changed(a.constants, b.constants))]
+        # Root cause first: a constant the user's own line passed (a slice bound), then those of the backward
+        # pass (sizes that follow from it), then those recorded nowhere known.
+        for a, b in sorted(pairs, key=lambda pair: _cause_rank(pair[1])):
+            changed += 1
+            if changed <= 3:
+                for (name, before), (_, after) in zip(a.constants, b.constants):
+                    if before != after:
+                        label = f"constant {name}" if name else "constant"
+                        lines.append(f"{label} baked into {b.op}{_where(b)} changed: {before!r} -> {after!r}")
+                if len(a.constants) != len(b.constants):
+                    lines.append(f"constants of {b.op}{_where(b)} changed: {a.constants} -> {b.constants}")
         if changed > 3:
             lines.append(f"... and {changed - 3} more changed constant(s)")
         if not changed and not shape_changed:

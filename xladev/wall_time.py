@@ -288,10 +288,30 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     return cost, f"{how} → ~{after} compiles, " + _saves(saved)
 
 
+def _growth_price(finding, facts: CostFacts) -> tuple[float | None, str]:
+    """A graph grown without a barrier costs its tracing and compile time: the whole run's when it never marked a
+    step, else the steps it grew in (measured per step in an event log; unknown from other inputs)."""
+    whole_run = finding.numbers.get("whole_run") or (facts.breakdown.steps == 0 and not facts.breakdown.step_times)
+    if whole_run:
+        spent = {part: facts.part(part) or 0.0 for part in ("tracing", "compile")}
+    else:
+        step = finding.numbers.get("step")
+        grown = [s for s in facts.breakdown.step_times if s.step == step]
+        spent = {part: sum(s.parts.get(part, 0.0) for s in grown) for part in ("tracing", "compile")}
+    cost = sum(spent.values())
+    if not cost:
+        return None, ""
+    return cost, (f"{LABELS['compile']} {compact_time_ns(spent['compile'])} + tracing "
+                  f"{compact_time_ns(spent['tracing'])} for one ever-larger graph; a barrier per iteration compiles "
+                  "one step's graph once and runs it from the cache: saves most of it")
+
+
 def _prices(finding, facts: CostFacts) -> tuple[float | None, str]:
     rule = finding.rule
     if rule == "recompilation":
         return _recompilation_price(finding, facts)
+    if rule == "graph-growing":
+        return _growth_price(finding, facts)
     if rule == "host-transfers":
         cost = facts.part("from_device")
         return cost, ("reading values once per epoch (or in a step closure) " + _saves(cost)) if cost else ""
@@ -373,7 +393,8 @@ def with_cache_advice(findings: list, facts: CostFacts) -> list:
     """When compile time dominates, the compile findings advise the persistent compilation cache.
 
     The advice joins the recompilation or slow-compile finding; a run with neither gets the
-    ``compile-time`` finding of its own.
+    ``compile-time`` finding of its own. A run whose graph grew without a barrier gets neither: its
+    compile time is that finding's cost, and a barrier, not a cache, is the fix.
 
     Args:
       findings: the run's findings.
@@ -384,6 +405,8 @@ def with_cache_advice(findings: list, facts: CostFacts) -> list:
     """
     if not compile_dominates(facts.breakdown, facts.persistent_cache_hits):
         return findings
+    if any(finding.rule == "graph-growing" for finding in findings):
+        return findings  # the compile is that graph's: no barrier, not a missing cache
     share = facts.breakdown.share("compile") or 0.0
     advised = False
     for finding in findings:

@@ -115,14 +115,16 @@ def test_max_frames_and_rule_lines(analysis, monkeypatch):
 
     def deep(n):
         if n == 0:
-            torch.ones(next(_sizes), device="xla").sum().item()
+            torch.ones(next(_sizes), device="xla").sum().item()  # deep-read
             return
         deep(n - 1)
 
     deep(3)
     block = _blocks(analysis.text(), "Compilation Analysis: ")[-1]
     frames = block[block.index("Python Frame Triggered Execution: ") + 1:-1]
-    assert len(frames) == 2 and frames[-1] == "  " + "." * 10
+    # One frame, the dots of the cut, and the user's line past the cut: the one frame the block is for.
+    assert len(frames) == 3 and frames[1] == "  " + "." * 10, frames
+    assert frames[2].startswith("> deep (") and frames[2].endswith(f"{__file__}:{line_of(__file__, 'deep-read')})")
 
 
 def test_batch_size_change_names_input_dim_and_line(analysis):
@@ -163,10 +165,12 @@ def test_changed_baked_constant_is_named(analysis):
     xladev.mark_step()
     for step in range(3):
         eps = 1e-5 * (step + 1)               # a Python float baked into the graph
-        y = F.layer_norm(h, (width,), eps=eps).sum()
+        y = F.layer_norm(h, (width,), eps=eps).sum()  # layer-norm-eps
         xladev.mark_step()
     text = analysis.text()
-    assert "constant eps baked into aten::native_layer_norm changed: 1e-05 -> 2e-05" in text
+    # Named at the line that passed it, without XLA_IR_DEBUG.
+    at = f"test_changed_baked_constant_is_named@test_analysis.py:{line_of(HERE, 'layer-norm-eps')}"
+    assert f"constant eps baked into aten::native_layer_norm at {at} changed: 1e-05 -> 2e-05" in text
 
 
 def test_changing_learning_rate_is_an_input_not_a_recompile():

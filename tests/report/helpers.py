@@ -1,14 +1,22 @@
-"""Shared helpers for the report tests: the real PyTorch/XLA fixtures, and hand-made report text."""
+"""Shared helpers for the report tests: the real PyTorch/XLA fixtures, hand-made report text, and small scripts
+run for real under xladev with every output on."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.source_lines import line_of
 from xladev.schema import units
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "torch_xla"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "torch_xla"
 SCENARIOS = ("healthy", "dynamic_shape", "fallback", "item_every_step")
 
 
@@ -72,3 +80,64 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> str:
     else:
         path.write_text(text, encoding="utf-8")
     return str(path)
+
+
+def compiled_model_script(features: int, outputs: int, batch: int, loop: str) -> str:
+    """A script training a `torch.compile(backend="xladev")` Linear model with SGD: its set-up, then `loop`
+    (which sees `device`, `model`, `compiled`, `optimizer` and a batch `x`)."""
+    return textwrap.dedent(f"""
+        import torch
+        import xladev
+
+        torch.manual_seed(0)
+        device = xladev.device()
+        model = torch.nn.Linear({features}, {outputs}).to(device)
+        compiled = torch.compile(model, backend="xladev")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn({batch}, {features}).to(device)
+    """) + textwrap.dedent(loop)
+
+
+@dataclasses.dataclass
+class ScriptRun:
+    """What a script run under xladev left behind (paths), and what it printed."""
+
+    script: Path
+    events: Path
+    debug: Path
+    metrics: Path
+    stdout: Path
+    stderr: str
+
+    def line(self, marker: str) -> str:
+        """``script.py:N`` of the script's line holding `marker`."""
+        return f"{self.script.name}:{line_of(str(self.script), marker)}"
+
+
+def run_script(folder: Path, name: str, source: str, *, alias: bool = False, timeout: int = 300) -> ScriptRun:
+    """Runs a small script for real with every output on: XLADEV_EVENT_LOG, PT_XLA_DEBUG_LEVEL=2 into a file,
+    XLA_METRICS_FILE; stdout kept in a file (a report it prints is an input too).
+
+    Args:
+      folder: where the script and its outputs go.
+      name: the script's file name.
+      source: its text (dedented here).
+      alias: run it as a PyTorch/XLA script, under ``python -m xladev.run`` (torch_xla is xladev's alias).
+      timeout: seconds before the run is failed.
+
+    Returns:
+      The outputs' paths.
+    """
+    script = folder / name
+    script.write_text(textwrap.dedent(source))
+    stem = script.stem
+    run = ScriptRun(script, folder / f"{stem}.events.jsonl", folder / f"{stem}.debug.txt",
+                    folder / f"{stem}.metrics.txt", folder / f"{stem}.stdout.txt", "")
+    env = {**os.environ, "XLADEV_EVENT_LOG": str(run.events), "PT_XLA_DEBUG_LEVEL": "2",
+           "PT_XLA_DEBUG_FILE": str(run.debug), "XLA_METRICS_FILE": str(run.metrics)}
+    command = [sys.executable, "-m", "xladev.run", str(script)] if alias else [sys.executable, str(script)]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run.stdout.write_text(result.stdout)
+    run.stderr = result.stderr
+    return run

@@ -34,16 +34,30 @@ def fresh_history(monkeypatch):
 
     xladev.mark_step()
     monkeypatch.setattr(recorder, "largest_ops", 0)
+    monkeypatch.setattr(recorder, "warned_sites", set())  # each test's sites warn afresh
 
 
-def test_warns_at_the_users_line_and_again_at_twice_the_ops(fresh_history):
+@pytest.fixture
+def growth_events():
+    """The GraphGrowing events' op counts, as the event log and PT_XLA_DEBUG receive them."""
+    from xladev.events import GraphGrowing, bus
+
+    seen: list[int] = []
+    subscription = bus.subscribe(lambda event: seen.append(event.ops), GraphGrowing)
+    yield seen
+    bus.unsubscribe(subscription)
+
+
+def test_warns_once_at_the_users_line_and_the_events_follow_the_growth(fresh_history, growth_events):
     with xladev.config.override(graph_growth_warning=1000), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         x = _grow(4500)
         xladev.mark_step()
     growth = [w for w in caught if issubclass(w.category, GraphGrowthWarning)]
-    assert [int(str(w.message).split(" ops")[0].split(": ")[1].replace(",", "")) for w in growth] == [1000, 2000, 4000]
-    assert all(w.filename == __file__ and w.lineno == line_of(__file__, "growth-site") for w in growth)
+    # One Python warning for the line; the events (event log, PT_XLA_DEBUG) at each doubling.
+    assert [int(str(w.message).split(" ops")[0].split(": ")[1].replace(",", "")) for w in growth] == [1000]
+    assert growth_events == [1000, 2000, 4000]
+    assert growth[0].filename == __file__ and growth[0].lineno == line_of(__file__, "growth-site")
     assert "mark_step()" in str(growth[0].message) and "test_graph_growth.py:" in str(growth[0].message)
     torch.testing.assert_close(x.cpu(), torch.full((4,), 4500 * 1.5))
 
@@ -158,3 +172,23 @@ def test_an_optimizer_stepping_twice_in_one_graph_warns_whatever_the_graph_size(
             cpu(torch.ones(1, 2)).sum().backward()
             cpu_opt.step()
     assert not [w for w in caught if issubclass(w.category, GraphGrowthWarning)]
+
+
+def test_a_long_loop_without_a_barrier_warns_once_not_once_per_step(fresh_history, growth_events):
+    """The issue's 1000-step loop printed 999 warnings, one per optimizer step: one line, one warning, and
+    events only at each doubling of the graph (a handful, however long the loop)."""
+    model = torch.nn.Linear(4, 2).to(xladev.device())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.ones(3, 4, device=xladev.device())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(40):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()  # loop-step
+        xladev.mark_step()
+    growth = [w for w in caught if issubclass(w.category, GraphGrowthWarning)]
+    assert len(growth) == 1 and growth[0].lineno == line_of(__file__, "loop-step"), [str(w.message) for w in growth]
+    # The second step warned; then every doubling of the pending ops: 40 steps of ~20 ops give 5 or so.
+    assert 1 <= len(growth_events) <= 8, growth_events
+    assert all(later >= 2 * earlier for earlier, later in zip(growth_events, growth_events[1:])), growth_events

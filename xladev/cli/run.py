@@ -80,6 +80,7 @@ def run(args: argparse.Namespace, prog: str = "xladev run") -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     _add_alias(found)
+    _say_api()
     if found is not None:
         print(f"{prog}: shadowing the torch_xla installed at {found} with xladev's alias ({SHADOW_OPTION})",
               file=sys.stderr, flush=True)
@@ -164,6 +165,16 @@ def _add_alias(shadowed: str | None) -> None:
     entries = inherited.split(os.pathsep) if inherited else []
     if ALIAS_DIR not in entries:
         os.environ["PYTHONPATH"] = os.pathsep.join([ALIAS_DIR, *entries])
+
+
+def _say_api() -> None:
+    """Marks the run as using PyTorch/XLA's names before anything starts xladev's runtime (the script's `import torch`
+    may, before its `import torch_xla`): the event log's header and the PT_XLA_DEBUG summary say so, and a report's
+    advice uses torch_xla's names. Processes the script starts say it when they import the alias."""
+    from xladev.events import bus
+    from xladev.rules import TORCH_XLA_API
+
+    bus.api = TORCH_XLA_API
 
 
 def _alias_wins() -> bool:

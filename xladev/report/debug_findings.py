@@ -10,6 +10,7 @@ from xladev.report.debuglog import is_program_cause, is_step_cause
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
+from xladev.schema.sites import short_site
 
 
 def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
@@ -58,8 +59,15 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                     latest[event.where] = changes
         for site, changes in list(latest.items())[:3]:
             recompile.evidence.append(f"what changed at {site} (last recompile): " + "; ".join(changes[:2]))
+    transfers = by_rule.get("host-transfers")
+    spots = transfer_hot_spots(sources)
+    if transfers is not None:  # the user's lines of the reads, whatever input holds them, beside a metrics report too
+        for kind, site, count, line in spots[:3]:
+            per_step = f", {count / steps:.2f} per step" if steps else ""
+            transfers.evidence.append(f"{kind} at {short_site(site)}: {count} transfers{per_step}")
+            transfers.sources.append(line)
     reads, first_lines = _value_read_sites(logs)
-    target = by_rule.get("host-transfers") or by_rule.get("cpu-fallback")
+    target = transfers or by_rule.get("cpu-fallback")
     for key, count in reads.most_common(3):
         site, cause, _ = key
         if target is not None:
@@ -75,7 +83,29 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
              if entry["frames"]]
     if fallback is not None and sites:
         fallback.evidence.append("CPU fallback calls by site (all ops): " + ", ".join(sites[:5]))
+    # What the input already names needs no pointer to PT_XLA_DEBUG_LEVEL=2.
+    changes_known = any(line.startswith("what changed at ") for f in findings for line in f.evidence)
+    for finding in findings + extra:
+        rules.without_hints(finding, lines_known=bool(spots or reads), changes_known=changes_known)
     return extra
+
+
+def transfer_hot_spots(sources: list[SourceResult]) -> list[tuple[str, str, int, str]]:
+    """The user's device→host reads, most frequent first: ``(kind, site, count, file:line)`` from xladev's
+    PT_XLA_DEBUG summary and an event log's transfer records (the same reads counted once, by the input that
+    saw more of them)."""
+    spots: dict[tuple[str, str], tuple[int, str]] = {}
+    for source in sources:
+        found = [(kind, site, count, line) for (kind, site), (count, line) in source.hot_spots.items()]
+        summary = source.debug.run_summary if source.debug is not None else None
+        found += [(spot["kind"], spot["site"], spot["count"], spot["line"])
+                  for spot in (summary or {}).get("hot_spots", ())]
+        for kind, site, count, line in found:
+            key = (kind, short_site(site))
+            if count > spots.get(key, (0, ""))[0]:
+                spots[key] = (count, where(source, line))
+    return sorted(((kind, site, count, line) for (kind, site), (count, line) in spots.items()),
+                  key=lambda spot: -spot[2])
 
 
 def _count(count: int, word: str) -> str:
@@ -97,12 +127,7 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
                  if source.has_debug and source.debug.run_summary is not None]
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
                                             fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
-    if transfers is not None:
-        for source, summary in summaries:  # the user's lines, from the summary's hot spots
-            for spot in summary["hot_spots"][:3]:
-                transfers.evidence.append(f"{spot['kind']} at {spot['site']}: {spot['count']} transfers, "
-                                          f"{spot['per_step']:.2f} per step")
-                transfers.sources.append(f"{source.name}:{spot['line']}")
+    if transfers is not None:  # the user's lines of the reads: `debug_evidence`, for every input
         findings.append(transfers)
     counted = rules.fallback_findings(facts.fallbacks, facts.steps)
     for finding in counted:
@@ -123,8 +148,65 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     return findings
 
 
-def growth_findings(sources: list[SourceResult]) -> list[Finding]:
-    """The runtime's "graph growing without a barrier" warnings, from a debug log or an event log."""
+def growth_findings(sources: list[SourceResult], facts: RunFacts | None = None) -> list[Finding]:
+    """The missing barrier: the runtime's "graph growing without a barrier" warnings (a debug log or an event
+    log), and a run that never marked a step while its graphs ran at value reads (any input, PyTorch/XLA's too).
+
+    Args:
+      sources: the run's inputs.
+      facts: the run's numbers (its step count), None when unknown.
+
+    Returns:
+      At most one finding per warned site; the one of a run that never marked a step says so and is priced
+      by the run's whole tracing and compile time.
+    """
+    findings = _runtime_growth_findings(sources)
+    read = _never_marked(sources, facts)
+    if read is not None:
+        site, cause, inputs, line = read
+        finding = rules.never_marked_finding(findings[0] if findings else None, graphs=facts.compiles,
+                                             executions=facts.executions, read_site=site, cause=cause, inputs=inputs)
+        if line:
+            finding.sources.append(line)
+        if not findings:
+            findings.append(finding)
+    return findings
+
+
+def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple | None:
+    """``(read site, its cause, graph inputs, file:line)`` when the run never marked a step and its graphs ran
+    where values were read; None when it marked one, ran a torch.compile program, or ran nothing.
+
+    A metrics report alone tells it by its counters (no MarkStep, executions and a device→host read); a debug
+    log by its causes, which also name the read's line.
+    """
+    if facts is None or facts.steps > 0 or not (facts.compiles or facts.executions):
+        return None
+    first = None
+    for source in sources:
+        if source.final is not None and any(name.startswith("Dynamo") for name in source.final.counters):
+            return None  # torch.compile runs its programs without marking steps
+        if not source.has_debug:
+            continue
+        causes = [event.cause for event in source.debug.compile_events]
+        causes += [cause for (_, cause, _) in source.debug.executions]
+        if any(is_step_cause(cause) or is_program_cause(cause) for cause in causes):
+            return None
+        for event in source.debug.compile_events:
+            if first is None and event.cause:
+                first = (short_site(event.site) if event.site else None, event.cause, event.inputs,
+                         f"{source.name}:{event.line}")
+        for (site, cause, _), (count, line, inputs, _) in source.debug.executions.items():
+            if first is None and count:
+                first = (short_site(site) if site else None, cause, inputs, f"{source.name}:{line}")
+    if first is not None:
+        return first
+    if facts.executions and (facts.item_calls or facts.transfers):
+        return None, "", None, ""
+    return None
+
+
+def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
     findings = []
     for source in sources:
         if not source.has_debug:
@@ -133,6 +215,10 @@ def growth_findings(sources: list[SourceResult]) -> list[Finding]:
         numbers = rules.parse_graph_growing(seen[1]) if seen else None
         if numbers is None:
             continue
+        # The loop's line is the first warning's (the one the user saw): later ones fall on whichever op of the
+        # loop crossed the doubled threshold; the ops are the latest count.
+        first = rules.parse_graph_growing(source.debug.profiler_first.get(rules.GRAPH_GROWING, "")) or numbers
+        numbers["site"] = short_site(first["site"])
         finding = rules.graph_growing_finding(warnings=seen[2], **numbers)
         finding.sources.append(where(source, seen[0]))
         findings.append(finding)

@@ -39,7 +39,9 @@ _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
                            r"([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
-_LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib)[/\\]")
+# Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
+_LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
+                              r"|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
 _STEP_CAUSE_RE = re.compile(r"\b(?:mark_step|torch_xla\.sync|sync|StepTrace|parallel loader)\b|^\s*torch_xla\.compile\s*$",
                             re.IGNORECASE)
 _VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
@@ -73,6 +75,7 @@ class GraphEvent:
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
       steps_before: step syncs seen in the log before this event (its 0-based step).
       name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
+      user_frame: the index in `frames` of the frame xladev marked as the user's (``> ``), else None.
     """
 
     kind: str
@@ -90,6 +93,7 @@ class GraphEvent:
     sizes: dict[str, float] = dataclasses.field(default_factory=dict)
     steps_before: int = 0
     name: str = ""
+    user_frame: int | None = None
 
     @property
     def where(self) -> str:
@@ -106,15 +110,13 @@ def user_site(frames: list[str]) -> tuple[str, str]:
       frames: frames as printed, ``fn (file:line)``, innermost first.
 
     Returns:
-      ``(file:line, function)``; the innermost frame when all are library frames; empty strings
-      when no frame parses.
+      ``(file:line, function)``; empty strings when no frame parses or all are library frames (the user's
+      was cut off): a frame of torch or xladev is never given as the user's line.
     """
     parsed = [match for match in map(_FRAME_RE.match, frames) if match]
     for match in parsed:
         if not _LIBRARY_PATH_RE.search(match.group(2)):
             return f"{match.group(2)}:{match.group(3)}", match.group(1)
-    if parsed:
-        return f"{parsed[0].group(2)}:{parsed[0].group(3)}", parsed[0].group(1)
     return "", ""
 
 
@@ -141,6 +143,7 @@ class DebugLog:
       profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
         frequent``, ``Op(s) not lowered`` and so on.
       profiler_numbers: message kind -> parsed numbers of its latest line.
+      profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
       failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
@@ -167,6 +170,7 @@ class DebugLog:
         self.step_syncs = 0
         self.profiler: dict[str, tuple[int, str, int]] = {}
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
+        self.profiler_first: dict[str, str] = {}
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
@@ -245,6 +249,10 @@ class DebugLog:
             return
         if body.startswith(_SUMMARY_RUN):
             self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
+            return
+        api = rules.parse_api_line(body)
+        if api is not None:
+            self.run_summary["api"] = api
             return
         if not body.startswith("  "):
             self._summary_section = body.rstrip(":")
@@ -334,9 +342,11 @@ class DebugLog:
         elif section == "frames" and stripped:
             if set(stripped) == {"."}:
                 event.frames_cut = True
+            elif stripped.startswith("> "):  # xladev marks the first user frame: the site, whatever its path
+                event.frames.append(stripped[2:])
+                event.user_frame = len(event.frames) - 1
             else:
-                # xladev marks the first user frame with "> ".
-                event.frames.append(stripped[2:] if stripped.startswith("> ") else stripped)
+                event.frames.append(stripped)
 
     def _feed_graph_info(self, lineno: int, event: GraphEvent, stripped: str) -> None:
         key, _, value = stripped.partition(":")
@@ -354,7 +364,8 @@ class DebugLog:
             self._warn(lineno, f"unreadable {key.lower()} {value!r}")
 
     def _emit(self, event: GraphEvent) -> None:
-        event.site, event.function = user_site(event.frames)
+        marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
+        event.site, event.function = user_site(marked or event.frames)
         event.steps_before = self.step_syncs
         if event.kind == "compile":
             self.compiles += 1
@@ -400,6 +411,7 @@ class DebugLog:
             return
         seen = self.profiler.get(kind, (0, "", 0))[2]
         self.profiler[kind] = (lineno, message, seen + 1)
+        self.profiler_first.setdefault(kind, message)
         if numbers:
             self.profiler_numbers[kind] = numbers
 

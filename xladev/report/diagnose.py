@@ -16,11 +16,11 @@ from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metric
 from xladev.rules import Finding
 from xladev.schema import units
 
-_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "recompilation", "rank-recompiles",
-               "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
-               "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
-               "compile-time", "no-complete-record", "damaged-input", "unreadable-input", "not-enough-evidence",
-               "healthy"]
+_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "graph-growing",
+               "recompilation", "rank-recompiles", "straggler", "host-transfers", "cpu-fallback", "early-sync",
+               "rank-divergence", "slow-compile", "slow-execute", "huge-graph", "graph-growth", "graph-breaks",
+               "dynamo-recompiles", "device-data-cache-miss", "compile-time", "no-complete-record", "damaged-input",
+               "unreadable-input", "not-enough-evidence", "healthy"]
 
 
 def _metrics_findings(facts: RunFacts) -> list[Finding]:
@@ -130,7 +130,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
-    findings.extend(growth_findings(sources))
+    findings.extend(growth_findings(sources, facts))
     findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)
@@ -196,23 +196,36 @@ def _rank_findings(per_rank: dict) -> list[Finding]:
     return findings
 
 
-# Counters only xladev's runtime keeps: a metrics report holding one was written by xladev.
-_XLADEV_COUNTERS = frozenset({"ValueAccessSync", "FallbackSync", "ExecuteFailed", "CompileFailed"})
+# Counters only xladev's runtime keeps (PyTorch/XLA counts executions as ExecuteComputation): a metrics report
+# holding one was written by xladev.
+_XLADEV_COUNTERS = frozenset({"ExecuteGraph", "ValueAccessSync", "FallbackSync", "ExecuteFailed", "CompileFailed"})
 
 
 def run_stack(sources: list[SourceResult]) -> str:
-    """``xladev`` when any input shows xladev wrote it (an event log, its end-of-run summary, its counters,
-    its recompilation causes), else ``torch_xla``: whose API names the advice should use."""
+    """Whose API names the advice should use: the script's.
+
+    ``torch_xla`` for PyTorch/XLA's own outputs and for a script run through xladev's torch_xla alias (`xladev run`:
+    an event log's header or xladev's summary says so, and its metrics count `rules.ALIAS_COUNTER` as
+    PyTorch/XLA's do); ``xladev`` for the other outputs xladev wrote (an event log, its end-of-run summary, its
+    counters, its recompilation causes).
+    """
+    xladev_wrote = False
     for source in sources:
-        if source.input_kind == "event-log":
-            return "xladev"
-        if source.final is not None and _XLADEV_COUNTERS & set(source.final.counters):
-            return "xladev"
+        summary = source.debug.run_summary if source.debug is not None else None
+        said = source.api or (summary or {}).get("api")
+        if said:
+            return said
+        counters = source.final.counters if source.final is not None else {}
+        if _XLADEV_COUNTERS & set(counters):
+            if rules.ALIAS_COUNTER in counters:
+                return rules.TORCH_XLA_API
+            xladev_wrote = True
         debug = source.debug
-        if debug is not None and (debug.run_summary is not None or debug.failures
-                                  or any(event.recompilation for event in debug.compile_events)):
-            return "xladev"
-    return "torch_xla"
+        if source.input_kind == "event-log" or (debug is not None and (
+                debug.run_summary is not None or debug.failures
+                or any(event.recompilation for event in debug.compile_events))):
+            xladev_wrote = True
+    return rules.XLADEV_API if xladev_wrote else rules.TORCH_XLA_API
 
 
 def diagnose(report) -> list[Finding]:

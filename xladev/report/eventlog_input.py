@@ -66,6 +66,10 @@ class _Metric:
                            percentiles=percentiles, line=self.line)
 
 
+# Distinct (kind, site) reads kept per log: the findings quote the few most frequent.
+_MAX_HOT_SPOTS = 1000
+
+
 class EventLogReplay:
     """Replays event-log records into a `SourceResult` (metrics snapshots, series and debug log)."""
 
@@ -126,12 +130,20 @@ class EventLogReplay:
         self._spent("from_device" if record.dir == "from_device" else "to_device", record.ns)
         if record.dir == "from_device" and (record.kind or "").startswith("aten::"):
             self.fallback_transfer_ns += record.ns  # operands of a CPU fallback op
+        elif record.dir == "from_device" and record.site:  # a read of the user's: its line, for the findings
+            spots = self.source.hot_spots
+            key = (record.kind or "read", record.site)
+            if key in spots:
+                spots[key][0] += record.count or 1
+            elif len(spots) < _MAX_HOT_SPOTS:
+                spots[key] = [record.count or 1, self.line]
 
     def _on_header(self, record: rec.Header) -> None:
         if self.header is None:
             self.header = record
             self.source.run_id = rec.run_identity(record.host, record.pid, record.start_unix)
             self.source.run_label = rec.run_label(record.host, record.pid, record.start_unix)
+            self.source.api = record.api
             if self.source.rank is None and (record.world_size or 1) > 1:
                 self.source.rank = record.rank
         else:

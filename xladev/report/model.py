@@ -197,6 +197,11 @@ class SourceResult:
     # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
     run_id: str | None = None
     run_label: str = ""
+    # The API the run's script used (`xladev.rules.api_names`), when the input says: an event log's header.
+    api: str | None = None
+    # Device→host reads by (kind, user site) -> [count, first line], from an event log's transfer records (xladev's
+    # PT_XLA_DEBUG summary lists its own as `debug.run_summary["hot_spots"]`).
+    hot_spots: dict[tuple[str, str], list[int]] = dataclasses.field(default_factory=dict)
     # Profiles of the run written while it logged (an event log's `profile` records), oldest first.
     profiles: list = dataclasses.field(default_factory=list)
     # An event log's per-step graphs, waits and lost ranks, for the diagnoses across ranks.

@@ -144,6 +144,8 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
     counts: Counter = Counter()
     examples: dict = {}
     signatures: dict = {}
+    ops: dict = {}
+    triggers: dict = {}
     for source in sources:
         if not source.has_debug:
             continue
@@ -153,9 +155,14 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
             changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
             kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
             if kind != graphdiff.STRUCTURE:
-                key = (event.where, kind)
+                # A changed constant is the line of the op it was passed to, when the runtime located it (the
+                # slice bound's line), not the read or barrier that compiled the graph.
+                op, line = _changed_op(changes) if kind == graphdiff.CONSTANT else ("", None)
+                key = (line or event.where, kind)
                 counts[key] += 1
                 examples.setdefault(key, changes[0])
+                ops.setdefault(key, op if line else "")
+                triggers.setdefault(key, set()).add(short_site(event.site) if event.site else "?")
     if not counts:  # xladev's causes, when present, say exactly what changed: only without them
         for (site, inputs, outputs), hashes in signatures.items():
             key = (site, "input shape or constant")
@@ -166,4 +173,17 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
     if not counts:
         return None
     (site, kind), count = counts.most_common(1)[0]
-    return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)])
+    op = ops.get((site, kind), "")
+    return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)],
+                                    op=op, triggers=tuple(sorted(triggers.get((site, kind), ())))
+                                    if op else ())
+
+
+def _changed_op(changes: list[str]) -> tuple[str, str | None]:
+    """The op whose constant changed and ``file.py:LINE`` where the user's code passed it: the first change the
+    runtime located outside the backward pass (whose sizes follow the forward's); ``("", None)`` when none."""
+    for change in changes:
+        found = graphdiff.changed_constant(change)
+        if found is not None and found[1] and not found[1].endswith(graphdiff.BACKWARD_SUFFIX):
+            return found[0], found[1].partition("@")[2] or found[1]
+    return "", None

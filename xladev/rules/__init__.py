@@ -42,9 +42,9 @@ from xladev.rules.compile_rules import (  # noqa: F401
 from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
     fallback_findings, graph_growing_finding, graph_growing_message, graph_growth_finding, healthy_finding,
-    host_transfer_finding, huge_graph_finding, parse_graph_growing, pending_ops_threshold,
+    host_transfer_finding, huge_graph_finding, never_marked_finding, parse_graph_growing, pending_ops_threshold,
     persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
-    undetermined_finding,
+    undetermined_finding, without_hints,
 )
 from xladev.rules.input_rules import (  # noqa: F401
     NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,
@@ -54,7 +54,7 @@ from xladev.rules.rank_rules import (  # noqa: F401
     straggler_finding,
 )
 from xladev.rules.api_names import (  # noqa: F401
-    in_names_of,
+    ALIAS_COUNTER, TORCH_XLA_API, XLADEV_API, api_line, in_names_of, parse_api_line,
 )
 from xladev.rules.preferences import (  # noqa: F401
     LOWER_IS_BETTER, metric_preference,

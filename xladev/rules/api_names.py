@@ -5,6 +5,30 @@ from __future__ import annotations
 from xladev.rules.finding_model import Finding
 
 
+# ---------------------------------------------------------------- which API a run used
+
+XLADEV_API = "xladev"
+TORCH_XLA_API = "torch_xla"
+# xladev's PT_XLA_DEBUG end-of-run summary says which, on a line of its own.
+API_PREFIX = "API: "
+# PyTorch/XLA counts its import (registering the xla device) under this counter; xladev's torch_xla alias does
+# the same, so a metrics report of a script run through the alias says so.
+ALIAS_COUNTER = "RegisterXLAFunctions"
+
+
+def api_line(api: str) -> str:
+    """The summary's line: ``API: xladev``, or ``API: torch_xla (xladev's alias, xladev run)``."""
+    return API_PREFIX + (f"{TORCH_XLA_API} (xladev's alias, xladev run)" if api == TORCH_XLA_API else XLADEV_API)
+
+
+def parse_api_line(text: str) -> str | None:
+    """The API of an `api_line` text, None for another line."""
+    if not text.startswith(API_PREFIX):
+        return None
+    words = text[len(API_PREFIX):].split()
+    return words[0] if words and words[0] in (XLADEV_API, TORCH_XLA_API) else None
+
+
 # ---------------------------------------------------------------- advice in the run's own names
 
 # The fixes above are written with both stacks' names where they differ. A run's own stack decides
@@ -15,7 +39,7 @@ _NAMES_FOR = {
                 "xladev.initialize_cache(dir) or XLADEV_COMPILATION_CACHE=dir"),
                ("torch_xla.sync() (xm.mark_step())", "xladev.mark_step()"),
                ("torch_xla.sync()", "xladev.mark_step()"),
-               ("xm.add_step_closure(", "xladev.add_step_closure("),
+               ("xm.add_step_closure", "xladev.add_step_closure"),
                ("a DeviceLoader (MpDeviceLoader)", "an xladev.DeviceLoader"),
                ("the parallel loader", "xladev.DeviceLoader"),
                ("a parallel loader", "an xladev.DeviceLoader")),

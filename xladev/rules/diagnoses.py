@@ -15,6 +15,11 @@ from xladev.rules.finding_model import (
     TRANSFER_FREQUENCY_RATIO, WARNING, _per_step, _plural, fallback_remedy,
 )
 from xladev.rules.auto_metrics import fallback_ops
+from xladev.rules.recompile_rules import CHANGE_HINT
+
+
+# Where a fix points to the tool that names the line: dropped when the input already names it (`without_hints`).
+LINE_HINT = " (PT_XLA_DEBUG_LEVEL=2 names the line)"
 
 
 def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fallback_calls: int = 0,
@@ -54,13 +59,23 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
         fix = "Remove the CPU fallbacks (the aten:: findings); each one copies tensors to the host and back."
     else:
         title = f"Device→host transfers {_every(per_step)}"
-        fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step "
-               "(PT_XLA_DEBUG_LEVEL=2 names the line) and move it out, or do it every N steps.")
+        fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step"
+               f"{LINE_HINT} and move it out, or do it every N steps.")
     return Finding("host-transfers", WARNING, title,
                    "Each read of a device value waits for the device and cuts the lazy graph in two, "
                    "so the step runs as two executions instead of one.", fix, evidence=evidence,
                    numbers={"transfers": transfers, "steps": steps, "transfers_per_step": round(per_step, 4),
                             "item_calls": item_calls, "fallback_calls": fallback_calls})
+
+
+def without_hints(finding: Finding, *, lines_known: bool, changes_known: bool) -> Finding:
+    """The finding's fix without pointing to PT_XLA_DEBUG_LEVEL=2 for what the input already holds: the lines of
+    the reads (an event log, a level-2 log, xladev's summary) or what changed at each recompile (xladev's causes)."""
+    if lines_known:
+        finding.fix = finding.fix.replace(LINE_HINT, "")
+    if changes_known:
+        finding.fix = finding.fix.replace(CHANGE_HINT, "")
+    return finding
 
 
 def _every(per_step: float) -> str:
@@ -173,7 +188,7 @@ def parse_graph_growing(message: str) -> dict | None:
 
 def graph_growing_finding(*, ops: int, step: int, site: str, warnings: int) -> Finding:
     """The report's finding for a run whose pending graph grew past the threshold without a barrier."""
-    return Finding("graph-growing", WARNING, f"{GRAPH_GROWING}: {ops:,} ops pending at {site}",
+    return Finding("graph-growing", WARNING, f"{GRAPH_GROWING} in the loop at {site}: {ops:,} ops pending",
                    "Ops were recorded for a long stretch with no mark_step(), so one graph kept growing: "
                    "tracing, compiling and holding it costs more with every op, and nothing ran meanwhile.",
                    "Call xladev.mark_step() (torch_xla.sync()) once per iteration of the loop at this line, "
@@ -181,6 +196,45 @@ def graph_growing_finding(*, ops: int, step: int, site: str, warnings: int) -> F
                    evidence=[f"{ops:,} ops recorded since step {step} began, the latest at {site}",
                              f"the runtime warned {_plural(warnings, 'time')}"],
                    numbers={"ops": ops, "step": step, "warnings": warnings}, subject=site)
+
+
+def never_marked_finding(growing: Finding | None, *, graphs: int, executions: int, read_site: str | None,
+                         cause: str, inputs: int | None = None) -> Finding:
+    """A run that never marked a step: its graphs ran only where a value was read, so each held every op
+    recorded before it (in a training loop, every step so far).
+
+    Args:
+      growing: the runtime's `graph_growing_finding` for the run, if it warned: extended with this evidence
+        (it names the loop's line); else a new finding is made.
+      graphs: graphs compiled in the run.
+      executions: graphs run (0 when the input does not say).
+      read_site: ``file.py:LINE`` of the value read that ran the first graph, None when the input does not say.
+      cause: the printed cause of those executions (``.item()``, PyTorch/XLA's "most likely user code ...").
+      inputs: the graph's number of inputs, when printed (a loop's graph takes every step's batch).
+
+    Returns:
+      The finding, marked ``whole_run`` in its numbers: its price is the run's whole tracing and compile time.
+    """
+    at = f" at {read_site}" if read_site else ""
+    ran = _plural(executions, "execution") if executions else "every execution"
+    evidence = [f"no step barrier in the run (mark_step(), torch_xla.sync(), a DeviceLoader): "
+                f"{_plural(graphs, 'graph')} compiled and {ran} ran only when a value was read{at}"
+                + (f" ({cause})" if cause else "")]
+    if inputs:
+        evidence.append(f"that graph takes {inputs} inputs")
+    if growing is None:
+        growing = Finding("graph-growing", WARNING,
+                          f"{GRAPH_GROWING}: no step was ever marked, the run ran as {_plural(graphs, 'graph')}{at}",
+                          "Nothing marked a step, so every op the run recorded waited in one graph until a value was "
+                          "read: in a training loop that graph holds every step so far, and tracing, compiling and "
+                          "holding it grows with each one while nothing runs.",
+                          "Call xladev.mark_step() (torch_xla.sync()) at the end of every iteration of the training "
+                          "loop, or iterate a DeviceLoader (MpDeviceLoader), which marks each step; read values "
+                          "after it.", subject=read_site or "")
+        evidence.append("the loop's line: not in this input (the graph ran at the read)")
+    growing.evidence.extend(evidence)
+    growing.numbers.update(whole_run=1, graphs=graphs, executions=executions)
+    return growing
 
 
 def device_data_cache_miss_finding(*, misses: int, steps: int, misses_after_warmup: int | None = None,
@@ -204,14 +258,17 @@ def device_data_cache_miss_finding(*, misses: int, steps: int, misses_after_warm
 
 
 def early_sync_finding(*, site: str, executions: int, steps: int, cause: str) -> Finding | None:
-    """Executions forced by user code reading a tensor value, per Python site (debug logs)."""
-    if executions <= 0 or (steps > 0 and executions / steps <= TRANSFER_FREQUENCY_RATIO):
+    """Executions forced by user code reading a tensor value, per Python site (debug logs).
+
+    None without a step count: "every step" cannot be said of a run that never marked one, and a read in
+    such a run is where its only graph ran (`never_marked_finding`), not a habit of its steps.
+    """
+    if executions <= 0 or steps <= 0 or executions / steps <= TRANSFER_FREQUENCY_RATIO:
         return None
     return Finding("early-sync", WARNING, f"{site} forces an execution {_every(_per_step(executions, steps))}",
                    "Reading a tensor's value (print, .item(), bool(), a CPU fallback) runs the pending graph early.",
                    "Move the read out of the step, do it every N steps, or keep the value as a tensor.",
-                   evidence=[f"{executions} executions caused by: {cause}",
-                             f"{steps} step syncs in the same log" if steps else "step count unknown"],
+                   evidence=[f"{executions} executions caused by: {cause}", f"{steps} step syncs in the same log"],
                    numbers={"executions": executions, "steps": steps}, subject=site)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from xladev.schema import units
 from xladev.rules.finding_model import (
-    COMPILE_FREQUENCY_RATIO, ERROR, Finding, INFO, WARMUP_STEPS, WARNING, _per_step, _plural,
+    COMPILE_FREQUENCY_RATIO, ERROR, Finding, INFO, WARMUP_STEPS, WARNING, _per_step, _plural, op_base_name,
 )
 from xladev.rules.auto_metrics import compile_too_frequent_message
 
@@ -46,12 +46,13 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
                                      data_dependent_ops=data_dependent_ops)
     if repeated is None or repeated.count < REPEATED_RECOMPILES.get(repeated.kind, 3) or data_dependent_ops:
         return finding
-    fix = _repeated_fix(repeated.kind)
+    fix = _repeated_fix(repeated.kind, repeated.op)
     if finding is None:
         each = "each " if repeated.count > 1 else ""
+        of = f" of {repeated.op}" if repeated.op else ""
         finding = Finding(
             "recompilation", WARNING,
-            f"{_plural(repeated.count, 'recompile')} at {repeated.site}, {each}for a changed {repeated.kind}",
+            f"{_plural(repeated.count, 'recompile')} at {repeated.site}, {each}for a changed {repeated.kind}{of}",
             "The same code traced a new graph each time only because an input shape or a constant baked into "
             "the graph changed. Every new value is a full XLA compile; a longer run or new data keeps compiling.",
             fix, numbers={"compiles": compiles, "steps": steps})
@@ -64,6 +65,10 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
                                 "and nothing else")
     if repeated.example:
         finding.evidence.append(f"e.g. {repeated.example}")
+    if repeated.triggers:
+        finding.evidence.append(f"the graphs compiled at {', '.join(repeated.triggers)} (where they ran); the "
+                                f"constant that changed was passed to {repeated.op} at {repeated.site}")
+    finding.subject = finding.subject or repeated.site
     finding.numbers.update(repeated_recompiles=repeated.count)
     return finding
 
@@ -83,17 +88,36 @@ class RepeatedRecompiles:
       count: recompilations there whose only change was of `kind`.
       kind: ``input shape`` or ``constant`` (`xladev.graphdiff`'s kinds).
       example: one change line, e.g. ``input 5 ...: shape f32[9,16] -> f32[10,16]``.
+      op: for a changed constant located by the runtime, the op it was passed to (``aten::slice``); `site` is
+        then that op's line, and `triggers` the sites of the reads or barriers that compiled the graphs.
+      triggers: see `op`.
     """
 
     site: str
     count: int
     kind: str
     example: str = ""
+    op: str = ""
+    triggers: tuple[str, ...] = ()
 
 
-def _repeated_fix(kind: str) -> str:
+# Ops whose constants are sizes, bounds or lengths: they set the graph's shapes, so no device tensor can carry
+# them; a changing one is fixed by a fixed length (padding, masking) instead.
+SHAPE_SETTING_OPS = frozenset({
+    "slice", "narrow", "view", "_unsafe_view", "reshape", "expand", "repeat", "tile", "split", "split_with_sizes",
+    "chunk", "unfold", "constant_pad_nd", "pad", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
+    "replication_pad2d", "as_strided", "resize_", "zeros", "ones", "full", "empty", "empty_strided", "arange",
+    "new_zeros", "new_ones", "new_full", "new_empty", "rand", "randn", "randint", "linspace", "upsample_nearest2d",
+    "upsample_bilinear2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"})
+
+
+def _repeated_fix(kind: str, op: str = "") -> str:
     if kind == "input shape or constant":
         return _recompile_fix(None, ())
+    if kind == "constant" and op_base_name(op) in SHAPE_SETTING_OPS:
+        return (f"Pad or bucket the changing length: the value passed to {op} is a size or bound, which sets the "
+                "graph's shapes, so it cannot be a device tensor. Use a fixed length (slice or view a constant "
+                "length and mask the positions past the real one) or pad to a few bucket lengths.")
     if kind == "constant":
         return ("Keep changing numbers out of the graph: pass them as device tensors (torch.tensor(value, "
                 "device=device)) instead of Python numbers; 0 and 1 are always baked in as constants.")
@@ -201,6 +225,9 @@ def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[
     if stable_graph_size:
         return ("Pad or bucket the changing shape: pad each batch to a fixed size (or a few bucket sizes) "
                 "and use drop_last=True so the last batch is not smaller.")
-    return ("Find what changes between steps with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input "
-            "or constant), then make it static: pad shapes, pass changing Python scalars as tensors, "
-            "and avoid Python control flow on tensor values.")
+    return (f"Find what changes between steps{CHANGE_HINT}, then make it static: pad shapes, pass changing Python "
+            "scalars as tensors, and avoid Python control flow on tensor values.")
+
+
+# Where the fix points to the tool that says what changed: dropped when the input already says it.
+CHANGE_HINT = " with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input or constant)"

@@ -12,7 +12,7 @@ from xladev.runtime.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
 from xladev.runtime.irtext import (
     dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
 )
-from xladev.runtime.recorder import RECOMPUTE_SCOPE
+from xladev.runtime.recorder import RECOMPUTE_SCOPE, recorder
 from xladev.runtime.sharding_text import sharding_text
 
 _DIALECTS = ("hlo", "stablehlo")
@@ -34,13 +34,22 @@ class RuntimeGraphInfo:
         nodes = []
         inputs = []
         donated = frozenset(self._graph.donated)
+        first_seen = recorder.first_seen_at
+
+        def located(node):
+            try:
+                return first_seen.get((node.op.name, node.template))
+            except TypeError:  # an unhashable template was never located
+                return None
+
         for node in self._graph.nodes:
             if node.op is DATA_OP or node.op is SCALAR_OP:
                 inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
                                            dtype_short(node.meta.dtype), getattr(node, "created_at", None),
                                            len(inputs) in donated))
                 continue
-            nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta), node.location))
+            nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta),
+                                     node.location or located(node)))
         return GraphSummary(self.hash, tuple(nodes), tuple(inputs), self._graph.user_outputs)
 
     def ir_text(self) -> str:

@@ -26,6 +26,10 @@ from xladev.runtime.stack import user_frame, user_location
 RECOMPUTE_SCOPE = "checkpoint_recompute"
 
 
+# Templates located at most (a run with ever new constants stops locating them, rather than growing for ever).
+FIRST_SEEN_LIMIT = 100_000
+
+
 class GraphGrowthWarning(XladevWarning):
     """Many ops were recorded with no barrier: the pending graph keeps growing (XLADEV_GRAPH_GROWTH_WARNING)."""
 
@@ -44,6 +48,10 @@ class Recorder:
         self._freed = itertools.count()
         self._freed_base = 0
         self.count_freed = functools.partial(next, self._freed)
+        # Where each (op, template) was first recorded (`stack.op_location`'s text): a template holds the op's
+        # constants, so a recompilation for a changed one (a slice bound) names the line that passed it, without
+        # XLA_IR_DEBUG. Filled when a new signature is derived, never per recorded op.
+        self.first_seen_at: dict[tuple[str, object], str] = {}
         self.scope_stack = threading.local()
         self.scopes_used = False  # set for good by the first push_scope
         self.ir_debug = config.ir_debug
@@ -54,8 +62,15 @@ class Recorder:
         self.growth_floor = config.graph_growth_warning
         self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=0)
         # Optimizers that stepped since the last graph ran: one stepping twice means two training steps
-        # in one graph, a missing barrier whatever the graph's size.
+        # in one graph, a missing barrier whatever the graph's size. Said once per pending graph: after
+        # that, the graph's growth is warned about at twice its size (`warn_at`), never once per step.
         self.stepped_optimizers: set[int] = set()
+        self.optimizer_warned = False
+        # A loop without a barrier is one mistake: one Python warning (GraphGrowthWarning) for the pending graph,
+        # and none again at a line that warned before, however many steps it runs or lines its body has. The
+        # events (event log, PT_XLA_DEBUG) still follow the growth.
+        self.graph_warned = False
+        self.warned_sites: set[tuple[str, int] | None] = set()
         config.on_update(self._on_flag)
 
     def _on_flag(self, name, value) -> None:
@@ -77,13 +92,14 @@ class Recorder:
     def optimizer_stepped(self, optimizer) -> None:
         """An optimizer with device parameters stepped: warn when it steps again before any graph ran."""
         key = id(optimizer)
-        if key in self.stepped_optimizers:
-            self.stepped_optimizers.clear()  # once per pending graph: warned again only after it grows again
+        if key in self.stepped_optimizers and not self.optimizer_warned:
+            self.optimizer_warned = True
             self._graph_growing()
         self.stepped_optimizers.add(key)
 
     def _graph_growing(self) -> None:
-        """The pending graph passed the threshold: warn at the user's line, then again at twice as many ops."""
+        """The pending graph passed the threshold: an event now and at twice as many ops again, and a Python
+        warning at the user's line the first time this graph, and that line, grows too much."""
         ops = self.pending_ops
         self.warn_at = 2 * ops
         frame = user_frame()
@@ -93,7 +109,23 @@ class Recorder:
         if bus.active:
             bus.emit(GraphGrowing(time.perf_counter_ns(), step, ops, site,
                                   stack.capture_frames() if bus.wants_frames else None))
-        stack.warn_at_user(message, GraphGrowthWarning)
+        key = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+        if not self.graph_warned and key not in self.warned_sites:
+            self.graph_warned = True
+            self.warned_sites.add(key)
+            stack.warn_at_user(message, GraphGrowthWarning)
+
+    def locate(self, op_name: str, template) -> None:
+        """Remembers where (op, template) is first recorded; called only when a new signature is derived."""
+        key = (op_name, template)
+        try:
+            known = key in self.first_seen_at
+        except TypeError:  # a template that cannot be hashed: not located (a diagnostic never fails an op)
+            return
+        if not known and len(self.first_seen_at) < FIRST_SEEN_LIMIT:
+            location = stack.op_location()
+            if location is not None:
+                self.first_seen_at[key] = location
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns
@@ -122,6 +154,7 @@ class Recorder:
             self.largest_ops = max(self.largest_ops, self.pending_ops)
             self.pending_ops = 0
             self.stepped_optimizers.clear()
+            self.optimizer_warned = self.graph_warned = False
             self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             return self._take_counts()
 

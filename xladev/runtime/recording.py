@@ -186,6 +186,10 @@ def _new_signature(op: _Op, args, kwargs, key, device) -> _Signature:
     meta = infer_meta(func, flat_key, args, kwargs)
     plan = arguments.plan_scalars(func, operands, args, kwargs, traits, meta) if numbers else ()
     sig = _Signature(template, meta, plan)
+    # A new signature is a new constant (a slice bound, a size) or shape: where it was first recorded is the line a
+    # recompilation for it names. Derived here only, off the path of cached signatures.
+    if op.opdef is not None:
+        recorder.locate(op.opdef.name, template)
     sigs = op.sigs
     if len(sigs) >= _SIGNATURES_PER_OP:
         sigs.clear()
@@ -219,6 +223,7 @@ def record_general(func, args, kwargs, device_index=None, opdef=None, extra_meta
         meta = tuple(meta) + tuple(extra_meta)
     if opdef is None:
         opdef = LOWERINGS[func]
+    recorder.locate(opdef.name, template)
     node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
     index = device_ref[0] or 0
     recorder.count(opdef.name)
@@ -303,6 +308,7 @@ def record_view(func, args, kwargs):
     opdef = LOWERINGS.get(func)
     if opdef is None:
         raise MetaUnsupported(f"view op {func} has no lowering")
+    recorder.locate(opdef.name, template)
     chain = base._chain or ()
     recorder.count(opdef.name)
     if isinstance(metas, list):
@@ -363,6 +369,7 @@ def _new_view_signature(op: _Op, base: XlaTensor, args, key):
     opdef = op.opdef
     if opdef is None:
         raise MetaUnsupported(f"view op {func} has no lowering")
+    recorder.locate(opdef.name, template)  # as `_new_signature`: a view's constants are its template's
     if isinstance(metas, list):
         views = [(m[0], m[1], m[2], (ViewStep(opdef, template, metas_tuple(metas), i),)) for i, m in enumerate(metas)]
     else:

@@ -173,6 +173,7 @@ class Header(Record):
     start_iso: str | None = ""
     clock: str | None = "perf_counter_ns"
     clock_start_ns: int | None = 0
+    api: str | None = None  # "xladev", or "torch_xla" through xladev's alias (xladev run); null in older logs
 
 
 @dataclasses.dataclass(slots=True)

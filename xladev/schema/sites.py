@@ -41,12 +41,15 @@ def first_user_index(frames) -> int | None:
 
 
 def user_frame(frames):
-    """The first user frame, else the outermost frame, else None."""
+    """The first user frame; else the outermost frame when it is code run from a string (``python -c``, exec,
+    a notebook cell: ``<string>``...); else None, never a frame of xladev, torch or a library."""
     frames = list(frames or ())
     index = first_user_index(frames)
     if index is not None:
         return frames[index]
-    return frames[-1] if frames else None
+    if frames and frames[-1].file.startswith("<") and not frames[-1].file.startswith("<frozen"):
+        return frames[-1]
+    return None
 
 
 def shown_frames(frames) -> list:

@@ -75,15 +75,22 @@ def exact_cause(cause: Cause) -> str:
 
 
 def frame_lines(frames, max_frames: int) -> list[str]:
-    """Frame lines, innermost first; the first user frame is marked with `>`."""
+    """Frame lines, innermost first; the first user frame is marked with `>`.
+
+    Past `max_frames` the list is cut (PyTorch/XLA's dots); a user frame beyond the cut is still printed after
+    the dots, so the user's line survives a deep stack (torch.compile's wrappers, autograd's) as the one fact
+    the block is for.
+    """
     shown = shown_frames(frames)
     user = first_user_index(shown)
-    lines = []
-    for i, frame in enumerate(shown[:max_frames]):
-        marker = "> " if i == user else "  "
-        lines.append(f"{marker}{frame.name} ({frame.file}:{frame.line})")
-    if len(shown) > max_frames:
+    cut = len(shown) > max_frames
+    keep = shown[:max(1, max_frames - 1)] if cut and user is not None and user >= max_frames else shown[:max_frames]
+    lines = [f"{'> ' if i == user else '  '}{frame.name} ({frame.file}:{frame.line})" for i, frame in enumerate(keep)]
+    if cut:
         lines.append("  " + DOTS)
+        if user is not None and user >= len(keep):
+            frame = shown[user]
+            lines.append(f"> {frame.name} ({frame.file}:{frame.line})")
     return lines
 
 

@@ -223,7 +223,8 @@ class AnalysisSink(Sink):
         p = "xladev summary: "
         lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
                  f"{p}{wall_time.summary_line(h.time_breakdown())}",
-                 f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}"]
+                 f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}",
+                 f"{p}{rules.api_line(bus.api)}"]
         if self.process:
             lines.append(f"{p}Process: {self.process[0][1][0]}")
         sites = h.compiles_per_site()

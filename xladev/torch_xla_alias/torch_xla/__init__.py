@@ -15,7 +15,17 @@ from typing import Any, Callable
 import torch
 
 import xladev
-from xladev import device as _xladev_device  # starts xladev's runtime: `device='xla'` works after `import torch_xla`
+from xladev.events import bus as _bus
+
+# This script uses PyTorch/XLA's names, and a report's advice should too: said before the runtime starts (if it has
+# not: `xladev run` says it first), so its outputs carry it (the event log's header, the PT_XLA_DEBUG summary).
+_bus.api = "torch_xla"
+from xladev import device as _xladev_device  # noqa: E402  starts xladev's runtime: `device='xla'` works after it
+from xladev.rules import ALIAS_COUNTER as _ALIAS_COUNTER  # noqa: E402
+from xladev.sinks.metrics_registry import registry as _registry  # noqa: E402
+
+# As PyTorch/XLA counts its import (registering the xla device): its metrics report shows this run used its names.
+_registry.increment(_ALIAS_COUNTER)
 
 from xladev.debug import _profiler_scopes
 from torch_xla import _xladev
