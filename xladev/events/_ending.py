@@ -210,6 +210,21 @@ def _on_sigterm(signum, frame) -> None:
     _begin_termination(signum)
 
 
+def is_handler(handler) -> bool:
+    """Whether `handler` (what `signal.getsignal` returned) is xladev's own SIGTERM handler."""
+    return handler is _on_sigterm
+
+
+def terminate(signum: int = signal.SIGTERM) -> None:
+    """Ends the process by `signum` as xladev's handler does when the signal comes: the end-of-run output
+    first (the event log's `end` record says `terminated`), then death by the signal. For a handler that held
+    a SIGTERM back (to checkpoint on preemption) and now lets it act. Returns at once; the process dies within
+    `SIGTERM_BUDGET_S`."""
+    global received
+    received = signal.Signals(signum).name
+    _begin_termination(signum)
+
+
 def _act_as_previous(signum, frame) -> None:
     if callable(_previous):
         _previous(signum, frame)
