@@ -4,6 +4,7 @@
     checkpoint_job.py verify BASE         what a new manager finds in BASE, as one JSON line
     checkpoint_job.py preempt BASE        saves each step; after SIGTERM, checkpoints the agreed step and ends
     checkpoint_job.py preempt2 BASE OUT   the same in two processes (xladev.launch), with save_async
+    checkpoint_job.py idle BASE           detection on, no checkpoint: a forked child, then SIGTERM(s) or the grace
 
 The state is exact: a sharded `w` (and `b`) holding `W0 + step` at each step, so a restored value says which
 step it is. Everything runs through the torch_xla alias, as a PyTorch/XLA script would.
@@ -11,6 +12,7 @@ step it is. Everything runs through the torch_xla alias, as a PyTorch/XLA script
 
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -94,6 +96,24 @@ def preempt(base: str) -> None:
     print("the loop ended without a preemption", flush=True)
 
 
+def idle(base: str) -> None:
+    """Detection on, then no checkpoint ever: only the second SIGTERM or the grace ends the process. First, a
+    forked child (as a DataLoader worker) must still die by SIGTERM at once."""
+    CheckpointManager(base, save_interval=1000)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    started = time.monotonic()
+    os.kill(child, signal.SIGTERM)
+    _, status = os.waitpid(child, 0)
+    print(f"child ended by signal {os.WTERMSIG(status) if os.WIFSIGNALED(status) else None} "
+          f"within 10 s: {time.monotonic() - started < 10}", file=sys.stderr, flush=True)
+    print("ready", file=sys.stderr, flush=True)
+    time.sleep(600)
+    print("the idle process was not ended", file=sys.stderr, flush=True)
+
+
 def _preempt2_rank(index: int, base: str, out: str) -> None:
     import torch.distributed as dist
     import torch_xla.core.xla_model as xm
@@ -125,4 +145,4 @@ def preempt2(base: str, out: str) -> None:
 
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
-    {"killmid": killmid, "verify": verify, "preempt": preempt, "preempt2": preempt2}[mode](*rest)
+    {"killmid": killmid, "verify": verify, "preempt": preempt, "preempt2": preempt2, "idle": idle}[mode](*rest)

@@ -13,6 +13,7 @@ The checkpointed values are exact (`W0 + step`), so a restored value names the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,13 +35,24 @@ W0 = torch.arange(32, dtype=torch.float32).reshape(8, 4)
 ENV = {"CPU_NUM_DEVICES": "2", "XLADEV_DIST_TIMEOUT": "60"}
 
 
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+@contextlib.contextmanager
+def _running(args: list[str], env: dict[str, str]):
+    """A job started in its own session, whose processes are all killed on the way out if still there."""
     full = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO), **env)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "XLA_FLAGS",
                  "TORCHELASTIC_RUN_ID", "XLADEV_COORDINATOR_ADDRESS"):
         full.pop(name, None)
-    return subprocess.Popen([sys.executable, *args], env=full, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *args], env=full, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.returncode is None:
+            proc.communicate()
 
 
 def _wait_for(what, timeout: float, proc: subprocess.Popen):
@@ -74,18 +86,13 @@ def _saved(path: Path, tmp_path: Path) -> dict:
 
 def test_a_job_killed_mid_save_loses_no_earlier_checkpoint_and_never_loads_the_half_written_one(tmp_path):
     base, flag = tmp_path / "base", tmp_path / "stalled"
-    proc = _start([str(SCRIPT), "killmid", str(base), str(flag)], ENV)
-    try:
+    with _running([str(SCRIPT), "killmid", str(base), str(flag)], ENV) as proc:
         pid = int(_wait_for(lambda: flag.exists() and flag.read_text(), 180, proc))
         staging = base / ".tmp-3"
         # Caught mid-save: step 3's files begun in its temporary directory, its metadata not written.
         assert staging.is_dir() and any(staging.iterdir()) and not (staging / ".metadata").exists()
         os.kill(pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert sorted(p.name for p in base.iterdir()) == [".tmp-3", "1", "2"]
 
@@ -102,18 +109,13 @@ def test_a_job_killed_mid_save_loses_no_earlier_checkpoint_and_never_loads_the_h
 
 def test_sigterm_checkpoints_the_next_step_then_ends_the_process_by_sigterm(tmp_path):
     base, log = tmp_path / "base", tmp_path / "run.events.jsonl"
-    proc = _start([str(SCRIPT), "preempt", str(base)], {**ENV, "XLADEV_EVENT_LOG": str(log)})
     lines = []
-    try:
+    with _running([str(SCRIPT), "preempt", str(base)], {**ENV, "XLADEV_EVENT_LOG": str(log)}) as proc:
         for line in proc.stdout:
             lines.append(line.strip())
             if line.startswith("step 3 "):
                 proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
     assert proc.returncode == -signal.SIGTERM, err[-3000:]
     reached = [int(re.match(r"step (\d+) reached=True", line).group(1)) for line in lines if "reached=True" in line]
     assert len(reached) == 1 and lines[-1] == f"step {reached[0]} reached=True"  # nothing ran after its save
@@ -130,16 +132,11 @@ def test_sigterm_checkpoints_the_next_step_then_ends_the_process_by_sigterm(tmp_
 def test_two_processes_agree_on_the_preemption_step_and_a_job_of_another_size_is_refused(tmp_path):
     base, out = tmp_path / "base", tmp_path / "out"
     out.mkdir()
-    proc = _start(["-m", "xladev.cli.main", "run", str(SCRIPT), "preempt2", str(base), str(out)], ENV)
-    try:
+    with _running(["-m", "xladev.cli.main", "run", str(SCRIPT), "preempt2", str(base), str(out)], ENV) as proc:
         rank1 = out / "rank1.log"
         text = _wait_for(lambda: rank1.exists() and "step 3 " in rank1.read_text() and rank1.read_text(), 240, proc)
         os.kill(int(re.search(r"pid (\d+)", text).group(1)), signal.SIGTERM)  # one rank only
         _, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
     logs = [(out / f"rank{r}.log").read_text() for r in (0, 1)]
     steps = [re.findall(r"step (\d+) reached=True", log) for log in logs]
     assert steps[0] == steps[1] and len(steps[0]) == 1, logs  # one step, the same on both
@@ -156,3 +153,33 @@ def test_two_processes_agree_on_the_preemption_step_and_a_job_of_another_size_is
     assert kind == "CheckpointError"
     assert message.startswith(f"restore({step}) from {base}/{step}: the checkpoint was written by a job of 2 "
                               "processes and is loaded by a job of 1 process")
+
+
+def _line(stream, text: str) -> str:
+    for line in stream:
+        if text in line:
+            return line
+    pytest.fail(f"the process ended without saying {text!r}")
+
+
+@pytest.mark.parametrize("ending", ["grace", "second_sigterm"])
+def test_a_held_sigterm_never_hangs_the_process(tmp_path, ending):
+    """Without the checkpoint, XLADEV_PREEMPTION_GRACE or a second SIGTERM ends the process; a forked child
+    (a DataLoader worker) is not held at all."""
+    grace = "2" if ending == "grace" else "600"
+    with _running([str(SCRIPT), "idle", str(tmp_path / "base")], {**ENV, "XLADEV_PREEMPTION_GRACE": grace}) as proc:
+        assert _line(proc.stderr, "child ended").strip() == "child ended by signal 15 within 10 s: True"
+        _line(proc.stderr, "ready")
+        proc.send_signal(signal.SIGTERM)
+        _line(proc.stderr, "a preemption notice")
+        sent = time.monotonic()
+        if ending == "second_sigterm":
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    assert time.monotonic() - sent < 30
+    if ending == "grace":
+        assert "no checkpoint on preemption within 2 s of SIGTERM (XLADEV_PREEMPTION_GRACE): ending the process " \
+               "without it" in err
+    else:
+        assert "a second SIGTERM: ending the process now, without the checkpoint on preemption" in err

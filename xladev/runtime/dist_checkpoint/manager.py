@@ -180,6 +180,11 @@ class CheckpointManager:
             self._barrier()  # every process returns once the checkpoint is committed
             if not first:
                 done = next((c for c in commit.scan(self._base)[0] if c.step == step), None)
+                if done is None:
+                    raise CheckpointError(
+                        f"process {self._rank()} does not see the checkpoint of step {step} that process 0 "
+                        f"committed in {self._base}: the directory must be shared by every process of the job "
+                        "(one host, or a shared mount)")
             self._tracked_chkpts = collections.deque(c for c in self._tracked_chkpts if c.step != step)
             self._tracked_chkpts.append(done)
             if self.max_to_keep:

@@ -18,6 +18,7 @@ the sync step is the first step it checks after the signal.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -44,6 +45,8 @@ class _Watch:
         self.reset()
         self.active = False
         self.previous = None
+        self.pid = None  # the process that installed the handler (a forked child inherits it)
+        self.action_before_fork = None
 
     def reset(self) -> None:
         self.heard = False            # SIGTERM came to this process
@@ -61,6 +64,7 @@ class _Watch:
 
 _watch = _Watch()
 _stop_at_exit = False
+_fork_hook = False
 
 
 def activate() -> None:
@@ -85,8 +89,14 @@ def activate() -> None:
     backend.jax_devices()  # a process of a job joins it now, so the notice can reach the others
     _watch.reset()
     _watch.previous = previous
+    _watch.pid = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
     _watch.active = True
+    global _fork_hook
+    if not _fork_hook:
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                            after_in_child=_forget_in_child)
+        _fork_hook = True
     if _distributed():
         _watch.watcher = threading.Thread(target=_watch_job, args=(_watch.stop,), name="xladev-preemption",
                                           daemon=True)
@@ -176,8 +186,38 @@ def _distributed() -> bool:
     return world.joined() and world.placement().world_size > 1
 
 
+def _before_fork() -> None:
+    # A forked child (a DataLoader worker, which its loader ends with SIGTERM) is not preempted with its
+    # parent. Until its after-fork hook has put the previous handler back, a SIGTERM to it would reach this
+    # module's handler, and one that arrives just before that swap would be dropped by Python: so over the
+    # fork SIGTERM has its default action (in the parent too, for that moment), as ending.py does for its own.
+    if _watch.active and os.getpid() == _watch.pid:
+        _watch.action_before_fork = ending.setsig(signal.SIGTERM, None)
+
+
+def _after_fork_in_parent() -> None:
+    if _watch.action_before_fork is not None:
+        ending.setsig(signal.SIGTERM, _watch.action_before_fork)
+        _watch.action_before_fork = None
+
+
+def _forget_in_child() -> None:
+    # In the child: SIGTERM acts as it did before detection started.
+    _watch.action_before_fork = None
+    if _watch.active and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        try:
+            signal.signal(signal.SIGTERM, _watch.previous)
+        except (ValueError, TypeError):
+            pass
+    _watch.active = False
+
+
 def _on_sigterm(signum, frame) -> None:
     # Runs on the main thread between two bytecodes, possibly inside reached_sync_point: no lock here.
+    if os.getpid() != _watch.pid:  # a child forked before its after-fork hook ran: as before detection
+        _forget_in_child()
+        os.kill(os.getpid(), signum)
+        return
     if _watch.heard:
         ending.say("a second SIGTERM: ending the process now, without the checkpoint on preemption")
         _end()
