@@ -4,7 +4,6 @@ check's findings printed in one JSON line. CPU references are eager PyTorch tens
 copy values, so the test compares them exactly."""
 
 import json
-import os
 import sys
 import tempfile
 import warnings

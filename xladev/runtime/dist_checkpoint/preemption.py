@@ -18,6 +18,7 @@ the sync step is the first step it checks after the signal.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
@@ -25,7 +26,7 @@ import threading
 from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import ending
-from xladev.runtime import world
+from xladev.runtime import backend, world
 
 _NOTICE = "xladev/preemption/notice"
 _STEP = "xladev/preemption/step/"
@@ -74,6 +75,7 @@ def activate() -> None:
       PreemptionError: not on the main thread (where signal handlers are set), or SIGTERM has a handler
         installed from C, which cannot be chained to.
     """
+    global _fork_hook, _stop_at_exit
     if _watch.active:
         return
     if threading.current_thread() is not threading.main_thread():
@@ -84,15 +86,12 @@ def activate() -> None:
     if previous is None:
         raise PreemptionError("SIGTERM has a handler installed from C, which preemption detection cannot chain to; "
                               "pass chkpt_on_preemption=False")
-    from xladev.runtime import backend
-
     backend.jax_devices()  # a process of a job joins it now, so the notice can reach the others
     _watch.reset()
     _watch.previous = previous
     _watch.pid = os.getpid()
     signal.signal(signal.SIGTERM, _on_sigterm)
     _watch.active = True
-    global _fork_hook
     if not _fork_hook:
         os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                             after_in_child=_forget_in_child)
@@ -101,10 +100,7 @@ def activate() -> None:
         _watch.watcher = threading.Thread(target=_watch_job, args=(_watch.stop,), name="xladev-preemption",
                                           daemon=True)
         _watch.watcher.start()
-        global _stop_at_exit
         if not _stop_at_exit:
-            import atexit
-
             atexit.register(_stop_watcher)  # after the job's own handler, so it runs first: the client is still up
             _stop_at_exit = True
 
