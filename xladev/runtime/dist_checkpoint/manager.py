@@ -57,7 +57,7 @@ class CheckpointManager:
           max_pending_async: asynchronous checkpoints that may be in flight before `save_async` waits.
           num_of_threads: threads writing each process's files.
           process_group: the group that checkpoints together; default: a new gloo group of every process
-            when torch.distributed is initialized with several, none for a lone process.
+            when torch.distributed is initialized, none otherwise (a lone process).
           chkpt_on_preemption: take a checkpoint at the step agreed after a SIGTERM, then end the process.
 
         Raises:
@@ -273,7 +273,7 @@ def _group(process_group):
     if process_group is not None:
         return process_group
     if dist.is_available() and dist.is_initialized():
-        return dist.new_group(backend="gloo") if dist.get_world_size() > 1 else None
+        return dist.new_group(backend="gloo")
     size = world.placement().world_size
     if size > 1:
         raise CheckpointError(f"CheckpointManager in a job of {size} processes needs torch.distributed, to "
