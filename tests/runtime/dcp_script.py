@@ -174,6 +174,10 @@ found["after_async"] = mgr2.all_steps()
 into = blank((1, 4), (None, 0))
 mgr2.restore(40, into)
 found["restored"] = equal(into["layer"]["weight"], W + 40) and equal(into["layer"]["bias"], B) and into["epoch"] == 7
+# An asynchronous save that fails (a value pickle cannot write) is reported by join, and not committed.
+found["async_failure_started"] = mgr2.save_async(50, {**sharded((2, 2), (0, 1)), "note": lambda: None})
+found["async_failure"] = error(mgr2.join)
+found["after_async_failure"] = mgr2.all_steps()
 found["restore_missing"] = error(lambda: mgr2.restore(20, blank()))
 found["restore_misfit"] = error(lambda: mgr2.restore(40, {"layer": {"weight": torch.zeros(4, 4).to("xla")}}))
 found["no_preemption"] = error(lambda: mgr2.reached_preemption(41))

@@ -100,6 +100,17 @@ def test_manager_async_saves_are_committed_by_join_and_restore_onto_another_shar
     assert m["restored"] is True
 
 
+def test_a_failed_async_save_is_reported_and_not_committed(seen, run):
+    m = seen["manager"]
+    assert m["async_failure_started"] is True
+    kind, message = m["async_failure"]
+    assert kind == "CheckpointError" and message.startswith("an asynchronous checkpoint failed: ")
+    assert "pickle" in message and "lambda" in message  # what failed, from the process that failed
+    assert m["after_async_failure"] == [31, 40]
+    # Told when it happened too, in case the script never joins.
+    assert "xladev: CheckpointManager: the asynchronous checkpoint of step 50 failed and was not committed: " in run[1]
+
+
 def test_manager_errors_name_what_is_wrong(seen, run):
     m = seen["manager"]
     kind, message = m["restore_missing"]
