@@ -109,9 +109,17 @@ class CheckpointManager:
     def save(self, step: int, state_dict: dict, force: bool = False) -> bool:
         """Takes a checkpoint of `state_dict` now if `should_save(step)` (or `force`).
 
+        Args:
+          step: the training step (the same on every process).
+          state_dict: what to save (nested dicts and lists of tensors, sharded or not, and Python values).
+          force: take it whatever `should_save` says.
+
         Returns:
           True when a checkpoint was taken. At the step agreed after this process's SIGTERM the process ends
           once it is written, and this does not return.
+
+        Raises:
+          CheckpointError: the processes do not share the directory, or a value cannot be saved.
         """
         if not (self.should_save(step) or force):
             return False
@@ -124,6 +132,11 @@ class CheckpointManager:
     def save_async(self, step: int, state_dict: dict, force: bool = False) -> bool:
         """Copies `state_dict` to the CPU now and writes it on a background thread if `should_save(step)`
         (or `force`). Waits first while `max_pending_async` checkpoints are in flight.
+
+        Args:
+          step: the training step (the same on every process).
+          state_dict: what to save; its device values are copied before this returns, so training may go on.
+          force: take it whatever `should_save` says.
 
         Returns:
           True when a checkpoint was started. At the step agreed after this process's SIGTERM it is written
@@ -204,6 +217,10 @@ class CheckpointManager:
     def restore(self, step: int, state_dict: dict) -> None:
         """Loads the checkpoint of `step` into `state_dict` in place (its tensors keep their devices and
         shardings; Python objects are replaced). Call `model.load_state_dict` after, as with PyTorch/XLA.
+
+        Args:
+          step: one of `all_steps()`.
+          state_dict: the values to load into, on the device with the shardings wanted.
 
         Raises:
           CheckpointError: no committed checkpoint of `step`, or it does not fit `state_dict` (a value missing
