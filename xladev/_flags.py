@@ -260,6 +260,9 @@ _DEFINITIONS = [
          "on MASTER_ADDR and hands it out through the store at MASTER_ADDR:MASTER_PORT"),
     Flag("dist_timeout", "XLADEV_DIST_TIMEOUT", _parse_positive_float, 300.0,
          "seconds the processes of a job wait for each other to join, and for a rank that stopped answering"),
+    Flag("preemption_grace", "XLADEV_PREEMPTION_GRACE", _parse_positive_float, 60.0,
+         "seconds a SIGTERM is held back for a CheckpointManager's checkpoint on preemption before it ends the "
+         "process anyway"),
     Flag("debug", "PT_XLA_DEBUG", _parse_bool, False, "turn on every debug output (as level 2)"),
     Flag("debug_level", "PT_XLA_DEBUG_LEVEL", _parse_int, 0,
          "0 off, 1 compile analysis, 2 adds execution analysis", choices=(0, 1, 2)),

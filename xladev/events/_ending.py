@@ -210,6 +210,21 @@ def _on_sigterm(signum, frame) -> None:
     _begin_termination(signum)
 
 
+def is_handler(handler) -> bool:
+    """Whether `handler` (what `signal.getsignal` returned) is xladev's own SIGTERM handler."""
+    return handler is _on_sigterm
+
+
+def terminate(signum: int = signal.SIGTERM) -> None:
+    """Ends the process by `signum` as xladev's handler does when the signal comes: the end-of-run output
+    first (the event log's `end` record says `terminated`), then death by the signal. For a handler that held
+    a SIGTERM back (to checkpoint on preemption) and now lets it act. Returns at once; the process dies within
+    `SIGTERM_BUDGET_S`."""
+    global received
+    received = signal.Signals(signum).name
+    _begin_termination(signum)
+
+
 def _act_as_previous(signum, frame) -> None:
     if callable(_previous):
         _previous(signum, frame)
@@ -251,7 +266,7 @@ def _die_by(signum: int) -> None:
     try:
         signal.signal(signum, signal.SIG_DFL)
     except ValueError:  # not the main thread
-        _setsig(signum, None)
+        setsig(signum, None)
     os.kill(os.getpid(), signum)
     time.sleep(5)  # the signal is on its way; should it be blocked in this thread's mask, end anyway
     os._exit(128 + signum)
@@ -301,7 +316,7 @@ def _wakeup_loop(read_fd: int) -> None:
             _begin_termination(signal.SIGTERM)
 
 
-def _setsig(signum: int, handler: int | None) -> int | None:
+def setsig(signum: int, handler: int | None) -> int | None:
     """Sets a signal's OS-level action from any thread (`signal.signal` works on the main thread only), through
     Python's own C function; None is SIG_DFL. Python's table of handlers is left as it is.
 
@@ -310,9 +325,9 @@ def _setsig(signum: int, handler: int | None) -> int | None:
     """
     import ctypes
 
-    setsig = ctypes.pythonapi.PyOS_setsig
-    setsig.argtypes, setsig.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
-    return setsig(signum, handler)
+    c_setsig = ctypes.pythonapi.PyOS_setsig
+    c_setsig.argtypes, c_setsig.restype = [ctypes.c_int, ctypes.c_void_p], ctypes.c_void_p
+    return c_setsig(signum, handler)
 
 
 _action_before_fork: int | None = None
@@ -326,13 +341,13 @@ def _before_fork() -> None:
     # DeviceLoader forks on the loader's thread), where only the C function can do this.
     global _action_before_fork
     if _wakeup_fds is not None and not callable(_previous) and os.getpid() == _installed_pid:
-        _action_before_fork = _setsig(signal.SIGTERM, None)
+        _action_before_fork = setsig(signal.SIGTERM, None)
 
 
 def _after_fork_in_parent() -> None:
     global _action_before_fork
     if _action_before_fork is not None:
-        _setsig(signal.SIGTERM, _action_before_fork)
+        setsig(signal.SIGTERM, _action_before_fork)
         _action_before_fork = None
 
 

@@ -7,6 +7,7 @@ to the event bus and to `os.fork`, once.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -47,8 +48,42 @@ class _DeviceContext:
         _current.index = self.saved
 
 
+class _Stream:
+    """The one stream of an xla device, for code written against CUDA's streams.
+
+    torch.distributed.checkpoint's file writer copies device tensors to the CPU under
+    `device_module.stream(device_module.current_stream())` and then synchronizes the stream. xladev runs a
+    device's graphs in order and a copy to the CPU waits for the graph it reads, so one stream per device
+    says all there is: waiting on another stream is a no-op, and `synchronize` waits for the graphs running.
+    """
+
+    device_type = "xla"
+
+    def __init__(self, index: int) -> None:
+        self.device_index = index
+        self.device = torch.device("xla", index)
+
+    @staticmethod
+    def synchronize() -> None:
+        execution.settle()
+
+    @staticmethod
+    def wait_stream(stream) -> None:
+        pass  # one stream per device: work on it is already in order
+
+    @staticmethod
+    def query() -> bool:
+        return not execution.in_flight
+
+    def __repr__(self) -> str:
+        return f"<xla stream of {self.device}>"
+
+
+_streams: dict[int, _Stream] = {}
+
+
 class _BackendModule:
-    """What `torch.xla` answers: device count, availability, RNG seeding."""
+    """What `torch.xla` answers: device count, availability, RNG seeding, its (one) stream per device."""
 
     # torch.utils.checkpoint saves and replays a device's RNG state only when its module says it is initialised
     # (a region checkpointed through a reference to torch's function taken before xladev routed it: without
@@ -95,6 +130,21 @@ class _BackendModule:
     @staticmethod
     def get_amp_supported_dtype():
         return [torch.float16, torch.bfloat16]
+
+    @staticmethod
+    def current_stream(device=None) -> _Stream:
+        index = _current.index if device is None else _device_index(device)
+        return _streams.setdefault(index, _Stream(index))
+
+    default_stream = current_stream
+
+    @staticmethod
+    def stream(stream) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext(stream)
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        execution.settle()
 
 
 def _device_index(device) -> int:

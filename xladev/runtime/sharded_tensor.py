@@ -128,20 +128,9 @@ class XLAShardedTensor(torch.Tensor):
     def local_shards(self) -> list[XLAShard]:
         """Each device's piece, copied to the CPU, in device order (syncs a pending value first)."""
         array = _array_of(self.global_tensor, "local_shards")
-        replicated = array.sharding.is_fully_replicated
-        order = _device_order()
-        shards = sorted(array.addressable_shards, key=lambda s: order[s.device.id])
-        out = []
-        for s in shards:
-            data = backend.numpy_to_torch(np.asarray(s.data), self.global_tensor.dtype)
-            if replicated:
-                indices, replica = Ellipsis, order[s.device.id]
-            else:
-                indices = [slice(i.start or 0, dim if i.stop is None else i.stop, 1)
-                           for i, dim in zip(s.index, array.shape)]
-                replica = s.replica_id
-            out.append(XLAShard(data, indices, f"xla:{order[s.device.id]}", replica))
-        return out
+        return [XLAShard(backend.numpy_to_torch(np.asarray(s.data), self.global_tensor.dtype), indices,
+                         f"xla:{number}", replica)
+                for s, (number, replica, indices) in zip(*_places(array))]
 
     def load_local_shards_(self, shards: list[XLAShard]) -> None:
         """Writes these pieces (one per device, as `local_shards` gives them) into the tensor's buffers.
@@ -250,6 +239,45 @@ def wrap(t: torch.Tensor, mesh_shape=None, partition_spec=None) -> XLAShardedTen
     if partition_spec is not None:
         t.partition_spec = partition_spec
     return t
+
+
+def wrap_if_sharded(x):
+    """`x` wrapped in an `XLAShardedTensor` when it is an xla tensor with a sharding of its own (PyTorch/XLA's
+    `xs.wrap_if_sharded`); anything else as it is."""
+    if (isinstance(x, torch.Tensor) and not isinstance(x, XLAShardedTensor) and x.device.type == "xla"
+            and sharding_type(x) is not None):
+        return XLAShardedTensor(x)
+    return x
+
+
+def shard_places(t: torch.Tensor) -> list[tuple[int, int, Union[type(Ellipsis), list]]]:
+    """Where each device's piece of `t` lies, in device order, without copying data (syncs a pending value).
+
+    Args:
+      t: a device tensor (not a view) or an `XLAShardedTensor`.
+
+    Returns:
+      One (device number N of `xla:N`, replica id, indices) per device, as `local_shards` gives them: indices
+      are a slice per dimension, or Ellipsis when the tensor is replicated (PyTorch/XLA's
+      `_get_local_shard_replica_and_indices`).
+    """
+    return _places(_array_of(unwrap(t), "shard_places"))[1]
+
+
+def _places(array) -> tuple[list, list]:
+    """The array's shards in device order, and for each (device number, replica id, indices)."""
+    replicated = array.sharding.is_fully_replicated
+    order = _device_order()
+    shards = sorted(array.addressable_shards, key=lambda s: order[s.device.id])
+    places = []
+    for s in shards:
+        number = order[s.device.id]
+        if replicated:
+            places.append((number, number, Ellipsis))
+        else:
+            places.append((number, s.replica_id, [slice(i.start or 0, dim if i.stop is None else i.stop, 1)
+                                                   for i, dim in zip(s.index, array.shape)]))
+    return shards, places
 
 
 def _device_order() -> dict:

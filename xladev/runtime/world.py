@@ -117,6 +117,7 @@ class _Job:
         self.leaving = threading.Event()
         self.watchdog: _Watchdog | None = None
         self.reported = False  # a DistributedError about a gone rank was raised to the user's code
+        self.at_exit_barrier = False  # leaving, and waiting there for the others
         # Asked to join (`dist.init_process_group("xla")`); torchrun and xladev.launch join without asking.
         self.wanted = False
 
@@ -238,6 +239,7 @@ class _Job:
         try:
             client.key_value_set(_left_key(where.rank), "1")
             if not self.lost:
+                self.at_exit_barrier = True
                 client.wait_at_barrier("xladev/exit", int(config.dist_timeout * 1000))
         except Exception:  # a rank is gone or late: nothing more to wait for
             pass
@@ -283,12 +285,14 @@ class _Job:
 
     def _stop_if_stuck(self, rank: int) -> None:
         time.sleep(_STOP_GRACE_S)
-        if self.reported or self.leaving.is_set():
+        # A rank that went while this one waits at the exit barrier never arrives there (one preempted after
+        # its checkpoint, while this one ends normally): that wait would last XLADEV_DIST_TIMEOUT.
+        if self.reported or (self.leaving.is_set() and not self.at_exit_barrier):
             return  # the error reached the user's code (or the process is already ending)
         where = placement()
         sys.stderr.write(f"xladev: rank {where.rank}: stopping: rank {rank} is gone ({self.lost[rank]}) and this rank "
                          f"has been waiting {_STOP_GRACE_S:g} s where no error can reach it (inside a collective, "
-                         "or joining the job)\n")
+                         "at the exit barrier, or joining the job)\n")
         sys.stderr.flush()
         self.leaving.set()
         _end_now()

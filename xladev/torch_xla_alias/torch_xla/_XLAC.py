@@ -170,4 +170,64 @@ def _xla_sync_multi(tensors: list[torch.Tensor], devices: list | None = None, wa
     xladev.sync(wait=wait)
 
 
+def _get_local_shard_replica_and_indices(tensors: list[torch.Tensor]) -> list[list[tuple]]:
+    """Per tensor, each device's (replica id, indices) of its piece, in device order; indices are a slice per
+    dimension, or Ellipsis when replicated. No data is copied."""
+    from xladev.runtime.sharded_tensor import shard_places
+
+    return [[(replica, indices) for _, replica, indices in shard_places(t)] for t in tensors]
+
+
+def _get_local_shards(tensors: list[torch.Tensor]) -> list[list[tuple[torch.Tensor, str]]]:
+    """Per tensor, each device's piece copied to the CPU with its device name (`xla:N`), in device order."""
+    from xladev.runtime.sharded_tensor import XLAShardedTensor, unwrap
+
+    return [[(s.data, s.shard_device) for s in XLAShardedTensor(unwrap(t)).local_shards] for t in tensors]
+
+
+def _xla_get_cpu_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """CPU copies of device tensors, what is pending computed in one graph."""
+    from xladev.runtime.transfers import download
+
+    return download(list(tensors), "_xla_get_cpu_tensors")
+
+
+def _ensure_xla_coordinator_initialized(global_rank: int, world_size: int, master_addr: str = "",
+                                        port: str | None = None) -> None:
+    """Checks that this process is rank `global_rank` of `world_size`: xladev starts the job's coordinator
+    (jax's) itself when the job starts; a lone process needs none.
+
+    Raises:
+      ValueError: the rank or world size differ from the job's.
+    """
+    from xladev.runtime import world
+
+    placement = world.placement()
+    if (global_rank, world_size) != (placement.rank, placement.world_size):
+        raise ValueError(f"_ensure_xla_coordinator_initialized: this process is rank {placement.rank} of "
+                         f"{placement.world_size} (RANK, WORLD_SIZE), not rank {global_rank} of {world_size}")
+    xladev.device()  # a process of a job joins it, and its coordinator, on first use of the device
+
+
+def _activate_preemption_sync_manager() -> None:
+    """Starts preemption detection: a SIGTERM is held back, and `_sync_point_reached` turns true at one step."""
+    from xladev.runtime.dist_checkpoint import preemption
+
+    preemption.activate()
+
+
+def _deactivate_preemption_sync_manager() -> None:
+    """Stops preemption detection; SIGTERM's previous handler is back."""
+    from xladev.runtime.dist_checkpoint import preemption
+
+    preemption.deactivate()
+
+
+def _sync_point_reached(step: int) -> bool:
+    """Whether `step` is the step every process checkpoints at after a preemption notice (SIGTERM)."""
+    from xladev.runtime.dist_checkpoint import preemption
+
+    return preemption.reached_sync_point(step)
+
+
 __getattr__ = _xladev.module_getattr(__name__)

@@ -32,7 +32,10 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
         "_xla_real_devices, "
         "_xla_get_rng_seed, _xla_memory_info, _xla_get_num_cached_compilation_graph, _get_executed_fallback_ops, "
         "_set_allow_execution, _xla_sync_multi, _xla_set_mat_mul_precision, _xla_tensors_from_aten, "
-        "_get_xla_tensor_dimension_size, _get_xla_tensor_shape_type, _unsafe_buffer_pointer, _get_git_revs); use the "
+        "_get_xla_tensor_dimension_size, _get_xla_tensor_shape_type, _unsafe_buffer_pointer, _get_git_revs), what "
+        "distributed checkpoints call (_get_local_shard_replica_and_indices, "
+        "_get_local_shards, _xla_get_cpu_tensors, _ensure_xla_coordinator_initialized, "
+        "_activate_preemption_sync_manager, _deactivate_preemption_sync_manager, _sync_point_reached); use the "
         "public API for the rest: torch_xla.sync(), "
         "torch_xla.debug.metrics, xladev.debug")
 
@@ -40,7 +43,8 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
     "torch_xla.experimental": ("the other experimental APIs are not available (eager mode, scan, scan_layers, "
-                               "custom_kernel's make_kernel_from_pallas and flash_attention, and FSDPv2 are)"),
+                               "custom_kernel's make_kernel_from_pallas and flash_attention, FSDPv2 and "
+                               "distributed_checkpoint are)"),
     "torch_xla.experimental.custom_kernel": ("PyTorch/XLA's TPU-only kernels (paged and ragged paged attention, "
                                              "gmm, quantized matmul) and its TPU custom call (trace_pallas) are "
                                              "not available; make_kernel_from_pallas runs any Pallas kernel, "

@@ -1,5 +1,6 @@
 """`torch_xla.experimental` on xladev: eager mode (xladev's eager debug mode, `XLA_USE_EAGER_DEBUG_MODE`),
-`scan` and `scan_layers`, `custom_kernel` and FSDPv2 (`spmd_fully_sharded_data_parallel`).
+`scan` and `scan_layers`, `custom_kernel`, FSDPv2 (`spmd_fully_sharded_data_parallel`) and
+`distributed_checkpoint`.
 
 In eager mode each op runs as its own small graph as soon as it is recorded; `torch_xla.compile` regions
 still trace one graph. The submodules are their own modules; the other experimental APIs are not provided.
@@ -37,5 +38,5 @@ def eager_mode_context(enable: bool) -> Iterator[bool]:
         eager_mode(saved)
 
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("custom_kernel", "scan", "scan_layers",
-                                                         "spmd_fully_sharded_data_parallel"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("custom_kernel", "distributed_checkpoint", "scan",
+                                                         "scan_layers", "spmd_fully_sharded_data_parallel"))

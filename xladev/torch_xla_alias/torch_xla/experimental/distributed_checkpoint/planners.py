@@ -1,0 +1,9 @@
+"""`torch_xla.experimental.distributed_checkpoint.planners` on xladev."""
+
+from __future__ import annotations
+
+from xladev.runtime.dist_checkpoint.planners import SPMDLoadPlanner, SPMDSavePlanner  # noqa: F401
+
+from torch_xla import _xladev
+
+__getattr__ = _xladev.module_getattr(__name__)
