@@ -82,8 +82,10 @@ def _groups(groups, name: str) -> tuple:
     if flat != list(range(world)) or len({len(g) for g in groups}) != 1:
         raise ValueError(f"{name}: groups={[list(g) for g in groups]} must split the {world} replicas "
                          f"(0..{world - 1}) into groups of one size, each replica in exactly one group")
-    if len(groups) == 1:
-        return ()  # one group of every replica: the native collective
+    if groups == (tuple(range(world)),):
+        return ()  # one group of every replica, in rank order: the native collective
+    # Kept for one group in another order too: a gather concatenates, and a scatter hands out slices, in
+    # the order of the replicas in the group (XLA's replica-group semantics).
     return groups
 
 
@@ -138,28 +140,44 @@ def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_la
     Raises:
       ValueError: an unknown reduce type or bad groups. TypeError: not xla tensors, or and/or on floats.
     """
-    name = "all_reduce"
-    _check_reduce_type(reduce_type, name)
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.all_reduce(reduce_type, inputs, scale, groups, pin_layout)
     single = isinstance(inputs, torch.Tensor)
     tensors = [inputs] if single else list(inputs)
+    results = reduced(reduce_type, tensors, scale, groups)
+    if results is None:
+        return inputs.clone() if single else inputs  # PyTorch/XLA: nothing is reduced with one replica
+    if single:
+        return results[0]
+    with _execution_lock:
+        for t, result in zip(tensors, results):
+            t._assign(result._st.value)
+    return inputs
+
+
+def reduced(reduce_type: str, tensors: list, scale: float = 1.0, groups=None) -> list[XlaTensor] | None:
+    """New tensors holding `tensors` reduced across the replicas, in one collective; None with one replica
+    (nothing is reduced). `all_reduce`'s core, checks included.
+
+    Raises:
+      ValueError: an unknown reduce type or bad groups. TypeError: not xla tensors, or and/or on floats.
+    """
+    name = "all_reduce"
+    _check_reduce_type(reduce_type, name)
     _device_tensors(tensors, name)
     if world_size() == 1:
-        return inputs.clone() if single else inputs  # PyTorch/XLA: nothing is reduced with one replica
+        return None
     if reduce_type in (REDUCE_AND, REDUCE_OR) and any(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors):
         raise TypeError(f"{name}: reduce_type '{reduce_type}' needs integer or bool tensors")
     groups = _groups(groups, name)
     if not tensors:
-        return inputs
+        return []
     site = _site()
     with _execution_lock:
         metas = tuple(Meta(tuple(t.shape), t.dtype) for t in tensors)
         node = _record(ops.ALL_REDUCE, [t._node() for t in tensors],
                        ((SLOT,) * len(tensors), reduce_type, float(scale), groups, world_size()), metas, site)
-        if single:
-            return XlaTensor(Storage(getitem(node, 0), 0), metas[0])
-        for i, t in enumerate(tensors):
-            t._assign(getitem(node, i))
-    return inputs
+        return [XlaTensor(Storage(getitem(node, i), 0), meta) for i, meta in enumerate(metas)]
 
 
 def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: torch.Tensor | None = None,
@@ -167,16 +185,20 @@ def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: torch.Ten
     """Concatenates every replica's `value` along `dim`, in replica order (PyTorch/XLA's `xm.all_gather`).
 
     Args:
-      value: this replica's tensor.
+      value: this replica's tensor, or a list of tensors gathered in one collective (collective_lists.py).
       dim: the dimension to concatenate along.
-      groups: replica groups; each replica gathers its own group's values.
-      output: a tensor to write the result into (returned).
+      groups: replica groups; each replica gathers its own group's values, in the group's order.
+      output: a tensor to write the result into (returned); a list of them for a list.
       pin_layout: accepted for PyTorch/XLA's signature.
 
     Returns:
-      The gathered tensor (`output` when given).
+      The gathered tensor (`output` when given); a list for a list.
     """
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.all_gather(value, dim, groups, output, pin_layout)
     name = "all_gather"
+    if not isinstance(value, torch.Tensor):
+        return collective_lists.all_gather(value, dim, groups, output)
     _device_tensors([value], name)
     dim = _checked_dim(value, dim, name)
     if world_size() == 1:
@@ -199,18 +221,26 @@ def reduce_scatter(reduce_type: str, input: torch.Tensor, scale: float, scatter_
 
     Args:
       reduce_type: as `all_reduce`.
-      input: this replica's tensor; `scatter_dim`'s size must divide by `shard_count`.
+      input: this replica's tensor; `scatter_dim`'s size must divide by `shard_count`. Or a list of tensors,
+        reduced in one collective (collective_lists.py).
       scale: multiplies the result.
       scatter_dim: the dimension split between the replicas.
       shard_count: the replicas of a group (the world size without groups).
-      groups: replica groups; None for all replicas.
-      output: a tensor to write the result into (returned).
+      groups: replica groups; None for all replicas. A replica's slice is its position in its group.
+      output: a tensor to write the result into (returned); a list of them for a list.
       pin_layout: accepted for PyTorch/XLA's signature.
+
+    Returns:
+      This replica's slice (`output` when given); a list for a list.
 
     Raises:
       ValueError: shard_count is not the group size, or does not divide the dimension.
     """
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups, output, pin_layout)
     name = "reduce_scatter"
+    if not isinstance(input, torch.Tensor):
+        return collective_lists.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups, output)
     _check_reduce_type(reduce_type, name)
     _device_tensors([input], name)
     dim = _checked_dim(input, scatter_dim, name, "scatter_dim")
@@ -342,21 +372,29 @@ def barrier(tag: str | None = None) -> None:
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: Sequence[int] | None = None) -> list[bytes]:
-    """Waits for every replica to reach `tag` and returns each replica's `payload`, by rank
-    (PyTorch/XLA's `xm.rendezvous`: the bytes travel through XLA all-gathers).
+    """Waits for every replica (or every replica of `replicas`) to reach `tag` and returns each one's `payload`
+    (PyTorch/XLA's `xm.rendezvous`).
+
+    Between every replica the bytes travel through XLA all-gathers, as in PyTorch/XLA; among a subgroup
+    (only its members call it) through jax's coordination service (subgroup_rendezvous.py).
 
     Args:
-      tag: the rendezvous's name (in the analysis's cause).
+      tag: the rendezvous's name (in the analysis's cause; a subgroup's members meet under it).
       payload: bytes to share.
-      replicas: every replica, or None/[]: only a global rendezvous exists.
+      replicas: the replicas taking part, this one among them; None or [] for every replica.
+
+    Returns:
+      The payloads, by rank; with `replicas`, the payload of `replicas[i]` at position i.
 
     Raises:
-      ValueError: a subset of the replicas. TypeError: payload is not bytes.
+      ValueError: `replicas` names a replica outside the job, twice, or not this one. TypeError: payload is
+        not bytes. DistributedError: a member is gone, or did not arrive within XLADEV_DIST_TIMEOUT.
     """
-    if replicas and len(replicas) != world_size():
-        raise ValueError("rendezvous: only a global rendezvous is supported (replicas=None)")
     if not isinstance(payload, (bytes, bytearray)):
         raise TypeError(f"rendezvous: payload must be bytes, not {type(payload).__name__}")
+    members = subgroup_rendezvous.members(replicas, world_size(), global_ordinal())
+    if members is not None and len(members) < world_size():
+        return subgroup_rendezvous.exchange(tag, bytes(payload), members)
     if world_size() == 1:
         return [bytes(payload)]
     device = torch.device("xla", 0)
@@ -365,12 +403,14 @@ def rendezvous(tag: str, payload: bytes = b"", replicas: Sequence[int] | None = 
         sizes = download([all_gather(size)])[0].tolist()
         longest = max(sizes)
         if longest == 0:
-            return [b"" for _ in sizes]
-        data = torch.zeros(longest, dtype=torch.uint8)
-        if payload:
-            data[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
-        gathered = download([all_gather(data.to(device))])[0]
-    return [bytes(gathered[i * longest:i * longest + n].tolist()) for i, n in enumerate(sizes)]
+            found = [b"" for _ in sizes]
+        else:
+            data = torch.zeros(longest, dtype=torch.uint8)
+            if payload:
+                data[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+            gathered = download([all_gather(data.to(device))])[0]
+            found = [bytes(gathered[i * longest:i * longest + n].tolist()) for i, n in enumerate(sizes)]
+    return found if members is None else [found[r] for r in members]
 
 
 def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list], Any]) -> Any:
@@ -412,3 +452,11 @@ def reduce_gradients(optimizer: torch.optim.Optimizer, groups=None, pin_layout: 
     gradients = fetch_gradients(optimizer)
     if gradients:
         all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)
+
+
+# Below the definitions: these modules import this one.
+from xladev.runtime import collective_lists, subgroup_rendezvous  # noqa: E402
+
+# TorchDynamo's view of the collectives (traced_collectives.py), set when xladev's TorchDynamo support is
+# installed: inside `torch.compile`, `all_reduce`, `all_gather` and `reduce_scatter` become ops of its graph.
+traced = None
