@@ -350,7 +350,8 @@ def _into(output: torch.Tensor | None, result: torch.Tensor, name: str) -> torch
     if output is None:
         return result
     if tuple(output.shape) != tuple(result.shape):
-        raise ValueError(f"{name}: output has shape {list(output.shape)}, the result {list(result.shape)}")
+        raise ValueError(f"{name}: output has shape {list(output.shape)}, the result {list(result.shape)}: give an "
+                         "output of the result's shape (xla tensors are not resized in place)")
     with torch.no_grad():
         output.copy_(result)
     return output
