@@ -140,10 +140,18 @@ def send_recv(rank: int, dev, data) -> dict:
     else:
         dist.recv(got, 0)
         dist.send(sent, 0)
+    # The same through isend/irecv (completed works): 1 -> 0 first this time.
+    back = torch.zeros(4, 3, device=dev)
+    if rank == 1:
+        dist.isend(sent, 0).wait()
+        dist.irecv(back, 0).wait()
+    else:
+        dist.irecv(back, 1).wait()
+        dist.isend(sent, 1).wait()
     # A receive into a buffer of another shape than what is sent: the ranks' programs differ, and both say so.
     small = torch.zeros(2, device=dev)
     mismatch = _error(lambda: dist.send(sent, 1) if rank == 0 else dist.recv(small, 0))
-    return {"received": got.cpu(), "mismatch": mismatch}
+    return {"received": got.cpu(), "received_async": back.cpu(), "mismatch": mismatch}
 
 
 def _mp_fn(index, out):

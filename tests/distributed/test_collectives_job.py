@@ -142,6 +142,7 @@ def test_send_and_recv_as_pairs(job, data):
         got = seen[rank]["send_recv"]
         other = 1 - rank
         close(got["received"], data[other]["x"] * (other + 1))
+        close(got["received_async"], data[other]["x"] * (other + 1))
         assert got["mismatch"].startswith(f"CollectiveMismatchError: rank {rank}: the ranks are about to run different "
                                           "graphs holding collectives"), got["mismatch"]
         assert "xla::collective_permute" in got["mismatch"]
