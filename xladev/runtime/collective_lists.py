@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from xladev.runtime import collectives as c
+from xladev.runtime import collective_args as a
+from xladev.runtime.execution import lock
 from xladev.runtime.ir import SLOT, Meta, getitem
 from xladev.runtime.lowering import collective_ops as ops
 from xladev.runtime.storage import Storage
@@ -60,7 +61,7 @@ def _write(results: list[torch.Tensor], outputs: list[torch.Tensor] | None, outp
     if outputs is None:
         return results
     for out, result in zip(outputs, results):
-        c._into(out, result, name)
+        a.into(out, result, name)
     return output
 
 
@@ -81,17 +82,17 @@ def reduce_scatter(reduce_type: str, inputs: Sequence[torch.Tensor], scale: floa
       TypeError: not a list of xla tensors. ValueError: as `xladev.reduce_scatter`, naming the tensor.
     """
     name = "reduce_scatter"
-    c._check_reduce_type(reduce_type, name)
+    a.check_reduce_type(reduce_type, name)
     tensors = tensor_list(inputs, name)
     outputs = _outputs(output, len(tensors), name)
-    c._device_tensors(tensors, name)
-    groups = c._groups(groups, name) if c.world_size() > 1 else ()
-    expected = c._group_size(groups)
+    a.device_tensors(tensors, name)
+    groups = a.replica_groups(groups, name) if a.world_size() > 1 else ()
+    expected = a.group_size(groups)
     if shard_count != expected:
         raise ValueError(f"{name}: shard_count={shard_count}, but each group has {expected} replica(s)")
     dims = []
     for i, t in enumerate(tensors):
-        dim = c._checked_dim(t, scatter_dim, f"{name} (input {i})", "scatter_dim")
+        dim = a.checked_dim(t, scatter_dim, f"{name} (input {i})", "scatter_dim")
         if t.shape[dim] % shard_count:
             raise ValueError(f"{name}: input {i}: dimension {dim} of size {t.shape[dim]} does not split into "
                              f"{shard_count} shards")
@@ -101,7 +102,7 @@ def reduce_scatter(reduce_type: str, inputs: Sequence[torch.Tensor], scale: floa
     if len(set(dims)) > 1:
         raise ValueError(f"{name}: scatter_dim={scatter_dim} names different dimensions of the inputs {dims} "
                          "(their ranks differ); give a non-negative scatter_dim")
-    if c.world_size() == 1:
+    if a.world_size() == 1:
         results = [t * scale if scale != 1.0 else t.clone() for t in tensors]
         return _write(results, outputs, output, name)
     metas = []
@@ -109,7 +110,7 @@ def reduce_scatter(reduce_type: str, inputs: Sequence[torch.Tensor], scale: floa
         shape = list(t.shape)
         shape[dims[0]] //= shard_count
         metas.append(Meta(tuple(shape), t.dtype))
-    params = ((SLOT,) * len(tensors), reduce_type, float(scale), dims[0], shard_count, groups, c.world_size())
+    params = ((SLOT,) * len(tensors), reduce_type, float(scale), dims[0], shard_count, groups, a.world_size())
     results = _record_list(ops.REDUCE_SCATTER_COALESCED, tensors, params, metas)
     return _write(results, outputs, output, name)
 
@@ -132,32 +133,32 @@ def all_gather(inputs: Sequence[torch.Tensor], dim: int = 0, groups=None, output
     name = "all_gather"
     tensors = tensor_list(inputs, name)
     outputs = _outputs(output, len(tensors), name)
-    c._device_tensors(tensors, name)
-    dims = [c._checked_dim(t, dim, f"{name} (input {i})") for i, t in enumerate(tensors)]
+    a.device_tensors(tensors, name)
+    dims = [a.checked_dim(t, dim, f"{name} (input {i})") for i, t in enumerate(tensors)]
     if not tensors:
         return _write([], outputs, output, name)
     if len(set(dims)) > 1:
         raise ValueError(f"{name}: dim={dim} names different dimensions of the inputs {dims} (their ranks "
                          "differ); give a non-negative dim")
-    if c.world_size() == 1:
+    if a.world_size() == 1:
         return _write([t.clone() for t in tensors], outputs, output, name)
-    groups = c._groups(groups, name)
-    count = c._group_size(groups)
+    groups = a.replica_groups(groups, name)
+    count = a.group_size(groups)
     metas = []
     for t in tensors:
         shape = list(t.shape)
         shape[dims[0]] *= count
         metas.append(Meta(tuple(shape), t.dtype))
     results = _record_list(ops.ALL_GATHER_COALESCED, tensors, ((SLOT,) * len(tensors), dims[0], groups,
-                                                               c.world_size()), metas)
+                                                               a.world_size()), metas)
     return _write(results, outputs, output, name)
 
 
 def _record_list(opdef, tensors: list, params: tuple, metas: list) -> list[torch.Tensor]:
     """Records one multi-output collective over `tensors`; its outputs as new tensors."""
-    site = c._site()
-    with c._execution_lock:
-        node = c._record(opdef, [t._node() for t in tensors], params, tuple(metas), site)
+    site = a.site()
+    with lock:
+        node = a.record(opdef, [t._node() for t in tensors], params, tuple(metas), site)
         return [XlaTensor(Storage(getitem(node, i), 0), meta) for i, meta in enumerate(metas)]
 
 

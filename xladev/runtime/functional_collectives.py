@@ -15,8 +15,10 @@ The group is an `xla` process group (`dist.init_process_group("xla")`, `dist.new
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from xladev.runtime import collectives as c
+from xladev.runtime.process_group import ProcessGroupXla
 from xladev.runtime.special_handlers import special
 
 _F = None  # torch.ops._c10d_functional, once registered
@@ -46,10 +48,6 @@ def process_group(group_name, name: str):
     Raises:
       ValueError: no such group, or a group of another backend.
     """
-    import torch.distributed as dist
-
-    from xladev.runtime.process_group import ProcessGroupXla
-
     if group_name in ("", None):
         return None
     group = group_name
@@ -166,8 +164,6 @@ def _broadcast(input, src, group_name):
 
 
 def _broadcast_(input, src, group_name):
-    import torch.distributed as dist
-
     name = "broadcast"
     group = process_group(group_name, name)
     groups = group._groups() if group is not None else None

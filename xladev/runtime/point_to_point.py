@@ -21,6 +21,7 @@ import torch
 
 from xladev.events import Cause, CauseKind
 from xladev.runtime import collectives
+from xladev.runtime.collective_args import device_tensors
 from xladev.runtime.transfers import arrays_of
 
 
@@ -56,7 +57,7 @@ def send(tensors: Sequence[torch.Tensor], dst: int) -> None:
     Raises:
       ValueError: `dst` is not another rank of the job. TypeError: not xla tensors.
     """
-    collectives._device_tensors(list(tensors), "send")
+    device_tensors(list(tensors), "send")
     me = collectives.global_ordinal()
     dst = _peer(dst, "send", "send to")
     for t in tensors:
@@ -73,7 +74,7 @@ def recv(tensors: Sequence[torch.Tensor], src: int) -> None:
     Raises:
       ValueError: `src` is not another rank of the job. TypeError: not xla tensors.
     """
-    collectives._device_tensors(list(tensors), "recv")
+    device_tensors(list(tensors), "recv")
     me = collectives.global_ordinal()
     src = _peer(src, "recv", "receive from")
     for t in tensors:

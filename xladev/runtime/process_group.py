@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
-from xladev.runtime import backend, collectives, functional_collectives, point_to_point
+from xladev.runtime import backend, collectives, point_to_point
 from xladev.runtime.special_handlers import special
 from xladev.runtime.world import DistributedError, job, placement
 
@@ -252,7 +252,6 @@ def register() -> None:
     if "xla" not in dist.Backend.backend_list:
         dist.Backend.register_backend("xla", _create, devices="xla")
     special(*_c10d_ops())(_c10d_op)
-    functional_collectives.register()
     try:
         dist.register_rendezvous_handler("xla", _rendezvous)
     except RuntimeError:  # already registered (a real torch_xla was imported too)
