@@ -8,6 +8,8 @@ an op of its graph. What the collectives compute across replicas is checked in r
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -21,6 +23,25 @@ def test_reduce_scatter_of_a_list_returns_a_list_and_writes_outputs(dev):
     outputs = [torch.zeros(2, 3, device=dev), torch.zeros(4, device=dev)]
     assert xladev.reduce_scatter(xladev.REDUCE_SUM, inputs, 1.0, 0, 1, output=outputs) is outputs
     assert torch.equal(outputs[0].cpu(), inputs[0].cpu()) and torch.equal(outputs[1].cpu(), inputs[1].cpu())
+
+
+def test_an_output_of_another_shape_takes_the_results_as_torch_resizes_out(dev):
+    # PyTorch/XLA's test_mp_reduce_scatter passes outputs of the input's shape; torch resizes an `out=` tensor.
+    x = torch.arange(4.0, device=dev)
+    output = torch.zeros(2, 3, device=dev)
+    with pytest.warns(UserWarning, match=r"reduce_scatter: an output with one or more elements was resized since it "
+                                         r"had shape \[2, 3\], which does not match the required output shape \[4\]"):
+        assert xladev.reduce_scatter(xladev.REDUCE_SUM, [x], 1.0, 0, 1, output=[output])[0] is output
+    assert output.shape == (4,) and output.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    empty = torch.empty(0, dtype=torch.int64, device=dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty output is resized without a word, as in torch
+        assert xladev.all_gather(x, output=empty) is empty
+    assert empty.dtype == torch.int64 and empty.cpu().tolist() == [0, 1, 2, 3]
+    view = torch.zeros(8, device=dev)[:3]
+    with pytest.raises(ValueError, match=r"all_gather: output has shape \[3\], the result \[4\]; an output of another "
+                                         r"shape is resized, and this one cannot be \(it is a view"):
+        xladev.all_gather(x, output=view)
 
 
 def test_all_gather_of_a_list_returns_a_list(dev):

@@ -113,11 +113,30 @@ def checked_dim(t: torch.Tensor, dim: int, name: str, what: str = "dim") -> int:
 
 
 def into(output: torch.Tensor | None, result: torch.Tensor, name: str) -> torch.Tensor:
+    """`result` written into `output` (returned), or `result` when `output` is None.
+
+    An output of another shape takes the result's, as a torch op's `out=` tensor is resized (PyTorch/XLA replaces
+    the output's value whatever its shape): with a warning unless it was empty, as torch warns.
+
+    Raises:
+      ValueError: `output` has another shape and is a view, or a tensor of another device (it cannot be resized).
+    """
     if output is None:
         return result
     if tuple(output.shape) != tuple(result.shape):
-        raise ValueError(f"{name}: output has shape {list(output.shape)}, the result {list(result.shape)}: give an "
-                         "output of the result's shape (xla tensors are not resized in place)")
+        if not isinstance(output, XlaTensor) or output._chain is not None:
+            raise ValueError(f"{name}: output has shape {list(output.shape)}, the result {list(result.shape)}; an "
+                             "output of another shape is resized, and this one cannot be (it is a view, or not an xla "
+                             "tensor): give an output of the result's shape")
+        if output.numel():
+            stack.warn_at_user(f"{name}: an output with one or more elements was resized since it had shape "
+                               f"{list(output.shape)}, which does not match the required output shape "
+                               f"{list(result.shape)}")
+        result = result.to(output.dtype)
+        # The output object takes the result's tensor: its shape, strides and value (torch.utils.swap_tensors, as
+        # module conversion keeps Parameters); the result object is dropped.
+        torch.utils.swap_tensors(output, result)
+        return output
     with torch.no_grad():
         output.copy_(result)
     return output
