@@ -128,6 +128,8 @@ def functional(rank: int, dev, data) -> dict:
         "broadcast": fc.broadcast(y, 1, world),
         "compiled": torch.compile(fc_sum_twice, backend=_capturing(graphs), fullgraph=True)(x),
         "compiled_dist": torch.compile(dist_all_reduce, backend=_capturing(graphs), fullgraph=True)(x.clone()),
+        # init_process_group cleared TorchDynamo's rules: xm's collectives are still traced.
+        "xm_after_init": torch.compile(xm.all_reduce, backend=_capturing(graphs), fullgraph=True)(xm.REDUCE_SUM, y),
     }), "graphs": graphs}
 
 

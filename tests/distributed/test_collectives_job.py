@@ -133,7 +133,10 @@ def test_torch_distributed_functional_collectives_on_xla_tensors(job, data):
         close(got["broadcast"], data[1]["y"])
         close(got["compiled"], x * 2)
         close(got["compiled_dist"], x)
-        assert len(got["graphs"]) == 2 and all("_c10d_functional.all_reduce" in g for g in got["graphs"]), got["graphs"]
+        close(got["xm_after_init"], y)
+        functional_graphs, after_init = got["graphs"][:2], got["graphs"][2:]
+        assert all("_c10d_functional.all_reduce" in g for g in functional_graphs), functional_graphs
+        assert len(after_init) == 1 and "torch.ops.xladev.all_reduce" in after_init[0]
 
 
 def test_send_and_recv_as_pairs(job, data):

@@ -110,3 +110,15 @@ def test_torch_compile_of_the_collective_itself(dev):
     t = torch.arange(3.0, device=dev)
     assert compiled(xladev.REDUCE_SUM, t).cpu().tolist() == [0.0, 1.0, 2.0]
     assert len(graphs) == 1 and "torch.ops.xladev.all_reduce" in graphs[0]
+
+
+def test_the_collectives_stay_traceable_after_torch_clears_its_rules(dev):
+    # dist.init_process_group clears TorchDynamo's table of tracing rules (before any distributed code compiles).
+    from torch._dynamo import trace_rules
+
+    torch.compile(lambda t: t + 1, backend="xladev")  # xladev's TorchDynamo support is installed
+    trace_rules.clear_lru_cache()
+    graphs: list[str] = []
+    compiled = torch.compile(xladev.all_gather, backend=_capturing(graphs), fullgraph=True)
+    assert compiled(torch.arange(2.0, device=dev)).cpu().tolist() == [0.0, 1.0]
+    assert len(graphs) == 1 and "torch.ops.xladev.all_gather" in graphs[0]

@@ -11,7 +11,7 @@ collective as the eager call, so the graph compiles into one program over the re
 
 `install()`, called when xladev's TorchDynamo support is installed, defines the ops and lets TorchDynamo trace
 the public functions and the functions below (a rule in TorchDynamo's own table, by object and, for a
-function passed to `torch.compile` itself, by file and name).
+function passed to `torch.compile` itself, by file and name; added again whenever torch clears that table).
 """
 
 from __future__ import annotations
@@ -164,19 +164,35 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        from torch._dynamo.trace_rules import get_torch_obj_rule_map
-        from torch._dynamo.variables import UserFunctionVariable
+        from torch._dynamo import trace_rules
 
         _define()
-        rules = get_torch_obj_rule_map()
-        for fn in (all_reduce, all_gather, reduce_scatter, flat_groups, _written):
-            rules[fn] = UserFunctionVariable
-        for fn in (c.all_reduce, c.all_gather, c.reduce_scatter):
-            rules[fn] = UserFunctionVariable
-            # A function handed to torch.compile itself is looked up by its file and name.
-            rules[f"{fn.__code__.co_filename}#{fn.__name__}"] = UserFunctionVariable
+        _add_rules()
+        clear = trace_rules.clear_lru_cache
+
+        def clear_lru_cache() -> None:
+            # torch clears TorchDynamo's rule table (dist.init_process_group does, before any distributed code is
+            # compiled); the rules here must outlive that.
+            clear()
+            _add_rules()
+
+        trace_rules.clear_lru_cache = clear_lru_cache
         c.traced = _this_module()
         _installed = True
+
+
+def _add_rules() -> None:
+    """Lets TorchDynamo trace the public collectives and the functions above (its table of rules by object, and
+    by file and name for a function handed to torch.compile itself)."""
+    from torch._dynamo.trace_rules import get_torch_obj_rule_map
+    from torch._dynamo.variables import UserFunctionVariable
+
+    rules = get_torch_obj_rule_map()
+    for fn in (all_reduce, all_gather, reduce_scatter, flat_groups, _written):
+        rules[fn] = UserFunctionVariable
+    for fn in (c.all_reduce, c.all_gather, c.reduce_scatter):
+        rules[fn] = UserFunctionVariable
+        rules[f"{fn.__code__.co_filename}#{fn.__name__}"] = UserFunctionVariable
 
 
 def _this_module():
