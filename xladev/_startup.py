@@ -96,6 +96,9 @@ def load() -> None:
     from xladev.runtime.process_group import register as register_process_group
 
     register_process_group()  # torch.distributed's `xla` backend and `xla://`, as torch_xla registers them
+    from xladev.runtime.functional_collectives import register as register_functional_collectives
+
+    register_functional_collectives()  # torch.distributed's functional collectives on xla tensors
     from xladev.runtime import exiting
 
     exiting.install()  # before the sinks: their end-of-run records come after the runtime's last settling

@@ -40,6 +40,11 @@ SIGNATURES = {
     "xm.add_step_closure": "closure args run_async",
     "xm.all_reduce": "reduce_type inputs scale groups pin_layout",
     "xm.all_gather": "value dim groups output pin_layout",
+    "xm.reduce_scatter": "reduce_type input scale scatter_dim shard_count groups output pin_layout",
+    "xm.reduce_scatter_bucketized": ("reduce_type input_list scale scatter_dim shard_count groups output pin_layout "
+                                     "bucket_cap_mb"),
+    "xm.all_gather_bucketized": "input_list dim groups output pin_layout bucket_cap_mb",
+    "xm.xla_rendezvous": "payload ordinals tag",
     "xm.save": "data file_or_path master_only global_master",
     "xm.master_print": "args fd local flush",
     "xm.rendezvous": "tag payload replicas",

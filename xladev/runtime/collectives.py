@@ -11,114 +11,29 @@ small collective graph at once, as PyTorch/XLA's `xm.rendezvous` does.
 from __future__ import annotations
 
 import io
-import os
 from typing import Any, Callable, Sequence
 
 import torch
 
 from xladev.events import Cause, CauseKind
-from xladev.runtime import backend, stack
+from xladev.runtime import collective_lists, subgroup_rendezvous
+from xladev.runtime.collective_args import global_ordinal, local_ordinal, world_size  # noqa: F401  (xladev's API)
+from xladev.runtime.collective_args import check_reduce_type as _check_reduce_type
+from xladev.runtime.collective_args import checked_dim as _checked_dim
+from xladev.runtime.collective_args import device_tensors as _device_tensors
+from xladev.runtime.collective_args import group_size as _group_size
+from xladev.runtime.collective_args import into as _into
+from xladev.runtime.collective_args import record as _record
+from xladev.runtime.collective_args import replica_groups as _groups
+from xladev.runtime.collective_args import site as _site
 from xladev.runtime.execution import lock as _execution_lock
-from xladev.runtime.ir import SLOT, Meta, Node, getitem
+from xladev.runtime.ir import SLOT, Meta, getitem
 from xladev.runtime.lowering import collective_ops as ops
-from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
 from xladev.runtime.tensor import XlaTensor
 from xladev.runtime.transfers import download, sync_cause
-from xladev.runtime.world import DistributedError, joined, placement
 
 REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX = ops.REDUCE_TYPES
-
-
-class CollectiveNode(Node):
-    """A collective's IR node, with the user's line that asked for it (the analysis and the report name it).
-
-    The line is not part of the graph's key: ranks started from different folders still build one graph.
-    """
-
-    __slots__ = ("site",)
-
-    def __init__(self, op, operands, template, meta, site: str | None):
-        super().__init__(op, operands, template, meta, *recorder.debug_info())
-        self.site = site
-
-
-def world_size() -> int:
-    """The replicas taking part in the job: its processes (1 for a process that joined no job)."""
-    backend.jax_devices()  # a process started by torchrun or xladev.launch joins its job on first use
-    return placement().world_size if joined() else 1
-
-
-def global_ordinal() -> int:
-    """This process's replica number in the job (its rank; 0 outside a job)."""
-    backend.jax_devices()
-    return placement().rank if joined() else 0
-
-
-def local_ordinal() -> int:
-    """This process's replica number on its host (its local rank; 0 outside a job)."""
-    backend.jax_devices()
-    return placement().local_rank if joined() else 0
-
-
-# ---- argument checks -------------------------------------------------------------------------------
-def _check_reduce_type(reduce_type: str, name: str) -> None:
-    if reduce_type not in ops.REDUCE_TYPES:
-        raise ValueError(f"{name}: unknown reduce_type {reduce_type!r}; use one of "
-                         + ", ".join(f"'{t}'" for t in ops.REDUCE_TYPES))
-
-
-def _groups(groups, name: str) -> tuple:
-    """Replica groups as a tuple of tuples; () for one group of every replica.
-
-    Raises:
-      ValueError: the groups do not split the replicas into groups of one size.
-    """
-    if not groups:
-        return ()
-    world = world_size()
-    groups = tuple(tuple(int(r) for r in g) for g in groups)
-    flat = sorted(r for g in groups for r in g)
-    if flat != list(range(world)) or len({len(g) for g in groups}) != 1:
-        raise ValueError(f"{name}: groups={[list(g) for g in groups]} must split the {world} replicas "
-                         f"(0..{world - 1}) into groups of one size, each replica in exactly one group")
-    if len(groups) == 1:
-        return ()  # one group of every replica: the native collective
-    return groups
-
-
-def _group_size(groups: tuple) -> int:
-    return len(groups[0]) if groups else world_size()
-
-
-def _device_tensors(tensors: Sequence, name: str) -> None:
-    for t in tensors:
-        if not isinstance(t, XlaTensor):
-            raise TypeError(f"{name} takes xla tensors, got a tensor on {getattr(t, 'device', type(t).__name__)}")
-        if t._st.device_index != 0 and world_size() > 1:
-            raise DistributedError(f"{name}: a tensor on {t.device}; collectives run between the processes of the "
-                                   "job, each on its xla:0 (torch_xla.device())")
-
-
-def _record(opdef, operands: list, template: tuple, meta, site: str | None):
-    node = CollectiveNode(opdef, tuple(operands), (template, ()), meta, site)
-    recorder.count(opdef.name)
-    return node
-
-
-def _site() -> str | None:
-    """`file.py:LINE (function)` of the user's line calling the collective (as the analysis names sites)."""
-    frame = stack.user_frame()
-    if frame is None:
-        return None
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} ({frame.f_code.co_name})"
-
-
-def _checked_dim(t: torch.Tensor, dim: int, name: str, what: str = "dim") -> int:
-    rank = t.dim()
-    if not -rank <= dim < max(rank, 1):
-        raise IndexError(f"{name}: {what}={dim} is out of range for a tensor of {rank} dimension(s)")
-    return dim % rank if rank else 0
 
 
 # ---- the collectives -------------------------------------------------------------------------------
@@ -138,28 +53,44 @@ def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_la
     Raises:
       ValueError: an unknown reduce type or bad groups. TypeError: not xla tensors, or and/or on floats.
     """
-    name = "all_reduce"
-    _check_reduce_type(reduce_type, name)
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.all_reduce(reduce_type, inputs, scale, groups, pin_layout)
     single = isinstance(inputs, torch.Tensor)
     tensors = [inputs] if single else list(inputs)
+    results = reduced(reduce_type, tensors, scale, groups)
+    if results is None:
+        return inputs.clone() if single else inputs  # PyTorch/XLA: nothing is reduced with one replica
+    if single:
+        return results[0]
+    with _execution_lock:
+        for t, result in zip(tensors, results):
+            t._assign(result._st.value)
+    return inputs
+
+
+def reduced(reduce_type: str, tensors: list, scale: float = 1.0, groups=None) -> list[XlaTensor] | None:
+    """New tensors holding `tensors` reduced across the replicas, in one collective; None with one replica
+    (nothing is reduced). `all_reduce`'s core, checks included.
+
+    Raises:
+      ValueError: an unknown reduce type or bad groups. TypeError: not xla tensors, or and/or on floats.
+    """
+    name = "all_reduce"
+    _check_reduce_type(reduce_type, name)
     _device_tensors(tensors, name)
     if world_size() == 1:
-        return inputs.clone() if single else inputs  # PyTorch/XLA: nothing is reduced with one replica
+        return None
     if reduce_type in (REDUCE_AND, REDUCE_OR) and any(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors):
         raise TypeError(f"{name}: reduce_type '{reduce_type}' needs integer or bool tensors")
     groups = _groups(groups, name)
     if not tensors:
-        return inputs
+        return []
     site = _site()
     with _execution_lock:
         metas = tuple(Meta(tuple(t.shape), t.dtype) for t in tensors)
         node = _record(ops.ALL_REDUCE, [t._node() for t in tensors],
                        ((SLOT,) * len(tensors), reduce_type, float(scale), groups, world_size()), metas, site)
-        if single:
-            return XlaTensor(Storage(getitem(node, 0), 0), metas[0])
-        for i, t in enumerate(tensors):
-            t._assign(getitem(node, i))
-    return inputs
+        return [XlaTensor(Storage(getitem(node, i), 0), meta) for i, meta in enumerate(metas)]
 
 
 def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: torch.Tensor | None = None,
@@ -167,16 +98,20 @@ def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output: torch.Ten
     """Concatenates every replica's `value` along `dim`, in replica order (PyTorch/XLA's `xm.all_gather`).
 
     Args:
-      value: this replica's tensor.
+      value: this replica's tensor, or a list of tensors gathered in one collective (collective_lists.py).
       dim: the dimension to concatenate along.
-      groups: replica groups; each replica gathers its own group's values.
-      output: a tensor to write the result into (returned).
+      groups: replica groups; each replica gathers its own group's values, in the group's order.
+      output: a tensor to write the result into (returned); a list of them for a list.
       pin_layout: accepted for PyTorch/XLA's signature.
 
     Returns:
-      The gathered tensor (`output` when given).
+      The gathered tensor (`output` when given); a list for a list.
     """
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.all_gather(value, dim, groups, output, pin_layout)
     name = "all_gather"
+    if not isinstance(value, torch.Tensor):
+        return collective_lists.all_gather(value, dim, groups, output)
     _device_tensors([value], name)
     dim = _checked_dim(value, dim, name)
     if world_size() == 1:
@@ -199,18 +134,26 @@ def reduce_scatter(reduce_type: str, input: torch.Tensor, scale: float, scatter_
 
     Args:
       reduce_type: as `all_reduce`.
-      input: this replica's tensor; `scatter_dim`'s size must divide by `shard_count`.
+      input: this replica's tensor; `scatter_dim`'s size must divide by `shard_count`. Or a list of tensors,
+        reduced in one collective (collective_lists.py).
       scale: multiplies the result.
       scatter_dim: the dimension split between the replicas.
       shard_count: the replicas of a group (the world size without groups).
-      groups: replica groups; None for all replicas.
-      output: a tensor to write the result into (returned).
+      groups: replica groups; None for all replicas. A replica's slice is its position in its group.
+      output: a tensor to write the result into (returned); a list of them for a list.
       pin_layout: accepted for PyTorch/XLA's signature.
+
+    Returns:
+      This replica's slice (`output` when given); a list for a list.
 
     Raises:
       ValueError: shard_count is not the group size, or does not divide the dimension.
     """
+    if torch.compiler.is_compiling():  # TorchDynamo traces this: the op it can put in its graph
+        return traced.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups, output, pin_layout)
     name = "reduce_scatter"
+    if not isinstance(input, torch.Tensor):
+        return collective_lists.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups, output)
     _check_reduce_type(reduce_type, name)
     _device_tensors([input], name)
     dim = _checked_dim(input, scatter_dim, name, "scatter_dim")
@@ -316,16 +259,6 @@ def collective_permute(value: torch.Tensor, pairs) -> torch.Tensor:
         return XlaTensor(Storage(node, 0), meta)
 
 
-def _into(output: torch.Tensor | None, result: torch.Tensor, name: str) -> torch.Tensor:
-    if output is None:
-        return result
-    if tuple(output.shape) != tuple(result.shape):
-        raise ValueError(f"{name}: output has shape {list(output.shape)}, the result {list(result.shape)}")
-    with torch.no_grad():
-        output.copy_(result)
-    return output
-
-
 # ---- synchronising -------------------------------------------------------------------------------
 def barrier(tag: str | None = None) -> None:
     """Waits until every replica reaches this call: a one-number all-reduce run at once (pending tensors
@@ -342,21 +275,29 @@ def barrier(tag: str | None = None) -> None:
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: Sequence[int] | None = None) -> list[bytes]:
-    """Waits for every replica to reach `tag` and returns each replica's `payload`, by rank
-    (PyTorch/XLA's `xm.rendezvous`: the bytes travel through XLA all-gathers).
+    """Waits for every replica (or every replica of `replicas`) to reach `tag` and returns each one's `payload`
+    (PyTorch/XLA's `xm.rendezvous`).
+
+    Between every replica the bytes travel through XLA all-gathers, as in PyTorch/XLA; among a subgroup
+    (only its members call it) through jax's coordination service (subgroup_rendezvous.py).
 
     Args:
-      tag: the rendezvous's name (in the analysis's cause).
+      tag: the rendezvous's name (in the analysis's cause; a subgroup's members meet under it).
       payload: bytes to share.
-      replicas: every replica, or None/[]: only a global rendezvous exists.
+      replicas: the replicas taking part, this one among them; None or [] for every replica.
+
+    Returns:
+      The payloads, by rank; with `replicas`, the payload of `replicas[i]` at position i.
 
     Raises:
-      ValueError: a subset of the replicas. TypeError: payload is not bytes.
+      ValueError: `replicas` names a replica outside the job, twice, or not this one. TypeError: payload is
+        not bytes. DistributedError: a member is gone, or did not arrive within XLADEV_DIST_TIMEOUT.
     """
-    if replicas and len(replicas) != world_size():
-        raise ValueError("rendezvous: only a global rendezvous is supported (replicas=None)")
     if not isinstance(payload, (bytes, bytearray)):
         raise TypeError(f"rendezvous: payload must be bytes, not {type(payload).__name__}")
+    members = subgroup_rendezvous.members(replicas, world_size(), global_ordinal())
+    if members is not None and len(members) < world_size():
+        return subgroup_rendezvous.exchange(tag, bytes(payload), members)
     if world_size() == 1:
         return [bytes(payload)]
     device = torch.device("xla", 0)
@@ -365,12 +306,14 @@ def rendezvous(tag: str, payload: bytes = b"", replicas: Sequence[int] | None = 
         sizes = download([all_gather(size)])[0].tolist()
         longest = max(sizes)
         if longest == 0:
-            return [b"" for _ in sizes]
-        data = torch.zeros(longest, dtype=torch.uint8)
-        if payload:
-            data[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
-        gathered = download([all_gather(data.to(device))])[0]
-    return [bytes(gathered[i * longest:i * longest + n].tolist()) for i, n in enumerate(sizes)]
+            found = [b"" for _ in sizes]
+        else:
+            data = torch.zeros(longest, dtype=torch.uint8)
+            if payload:
+                data[:len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+            gathered = download([all_gather(data.to(device))])[0]
+            found = [bytes(gathered[i * longest:i * longest + n].tolist()) for i, n in enumerate(sizes)]
+    return found if members is None else [found[r] for r in members]
 
 
 def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list], Any]) -> Any:
@@ -412,3 +355,7 @@ def reduce_gradients(optimizer: torch.optim.Optimizer, groups=None, pin_layout: 
     gradients = fetch_gradients(optimizer)
     if gradients:
         all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)
+
+# TorchDynamo's view of the collectives (traced_collectives.py), set when xladev's TorchDynamo support is
+# installed: inside `torch.compile`, `all_reduce`, `all_gather` and `reduce_scatter` become ops of its graph.
+traced = None

@@ -15,6 +15,8 @@ Three adjustments make TorchDynamo accept xla tensors (`install()`, at device re
   opaque object to it (every op on it a graph break). Only its metadata is read while tracing, through fake
   tensors on the `xla` device; the real tensors reach the compiled graphs;
 - it never traces xladev's own code: ops recorded lazily between graphs must run as Python, not be captured;
+  but the collectives (`all_reduce`, `all_gather`, `reduce_scatter`) become ops of its graphs
+  (traced_collectives.py);
 - its fake mode builds tensor constants on the host, as on a machine without an accelerator.
 """
 
@@ -30,7 +32,7 @@ import time
 import torch
 
 from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, PropagatingError, bus
-from xladev.runtime import stack, steps
+from xladev.runtime import stack, steps, traced_collectives
 from xladev.runtime.fx_program import FxProgram
 from xladev.runtime.recorder import after_optimizer_step
 from xladev.runtime.tensor import XlaTensor
@@ -71,6 +73,7 @@ def install() -> None:
         _as_plain_tensors()
         _keep_constants_on_the_host()
         _listen_to_graph_breaks()
+        traced_collectives.install()  # xladev's collectives as ops of the graphs it captures
         _installed = True
 
 

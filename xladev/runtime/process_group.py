@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
-from xladev.runtime import backend, collectives
+from xladev.runtime import backend, collectives, point_to_point
 from xladev.runtime.special_handlers import special
 from xladev.runtime.world import DistributedError, job, placement
 
@@ -110,7 +110,7 @@ class ProcessGroupXla(ProcessGroup):
         return self.allgather(output_lists, inputs, opts)
 
     def broadcast(self, tensors, opts):
-        root = dist.get_global_rank(self, opts.rootRank) if self._mesh else opts.rootRank
+        root = self._global(opts.rootRank)
         collectives.broadcast([tensors[opts.rootTensor]], root=root, groups=self._groups())
         return _work([tensors[opts.rootTensor]])
 
@@ -175,11 +175,21 @@ class ProcessGroupXla(ProcessGroup):
         collectives.barrier("torch.distributed.barrier")
         return _work([])
 
-    def send(self, tensors, dst, tag=0):
-        raise NotImplementedError("send/recv are not supported by the xla backend; use all_to_all or "
-                                  "xladev.collective_permute with every (source, target) pair")
+    def _global(self, rank: int) -> int:
+        return dist.get_global_rank(self, rank) if self._mesh else rank
 
-    recv = send
+    def send(self, tensors, dst, tag=0):
+        # As PyTorch/XLA's: a collective permute of the pair, run at once (point_to_point.py).
+        point_to_point.send(tensors, self._global(dst))
+        return _work(tensors)
+
+    def recv(self, tensors, src, tag=0):
+        point_to_point.recv(tensors, self._global(src))
+        return _work(tensors)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise NotImplementedError("recv from any source is not supported by the xla backend: every rank runs "
+                                  "the same program, so the receive must name its source (dist.recv(t, src))")
 
 
 def _create(store, rank: int, size: int, timeout) -> ProcessGroupXla:

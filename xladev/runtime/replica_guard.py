@@ -127,8 +127,9 @@ def _side_by_side(mine, theirs, limit: int = 6) -> list[str]:
     return out
 
 
-def _wait_for(client, key: str, rank: int, what: str, timeout_s: float | None = None) -> str:
-    """The value of `key`, written by `rank`, waiting for it in slices (a gone rank ends the wait).
+def _wait_for(client, key: str, rank: int, what: str, timeout_s: float | None = None, as_bytes: bool = False):
+    """The value of `key` (a str, or bytes with `as_bytes`), written by `rank`, waiting for it in slices (a gone
+    rank ends the wait).
 
     Raises:
       DistributedError: `rank` is gone, left the job, or did not write the key in time.
@@ -136,9 +137,10 @@ def _wait_for(client, key: str, rank: int, what: str, timeout_s: float | None = 
     where = placement()
     timeout_s = config.dist_timeout if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
+    get = client.blocking_key_value_get_bytes if as_bytes else client.blocking_key_value_get
     while True:
         try:
-            return client.blocking_key_value_get(key, _SLICE_MS)
+            return get(key, _SLICE_MS)
         except Exception as exc:  # the slice ended (or the service failed): look around, then wait again
             error = exc
         if job.lost:

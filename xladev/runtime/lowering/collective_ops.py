@@ -95,6 +95,11 @@ def _lower_all_gather(ctx, x, dim, groups, world):
     return jnp.concatenate([stacked[i] for i in range(stacked.shape[0])], axis=dim)
 
 
+def _lower_all_gather_coalesced(ctx, inputs, dim, groups, world):
+    # One node for a list of tensors (PyTorch/XLA's all_gather of a list): one output per input.
+    return tuple(_lower_all_gather(ctx, x, dim, groups, world) for x in inputs)
+
+
 def _lower_reduce_scatter(ctx, x, reduce_type, scale, dim, shard_count, groups, world):
     jax, jnp = _jax()
     if not groups and reduce_type == "sum" and x.dtype != jnp.bool_:
@@ -109,6 +114,11 @@ def _lower_reduce_scatter(ctx, x, reduce_type, scale, dim, shard_count, groups, 
         chunk = x.shape[dim] // shard_count
         out = jax.lax.dynamic_slice_in_dim(reduced, index * chunk, chunk, axis=dim)
     return _scaled(out, scale, x.dtype)
+
+
+def _lower_reduce_scatter_coalesced(ctx, inputs, reduce_type, scale, dim, shard_count, groups, world):
+    # One node for a list of tensors (PyTorch/XLA's reduce_scatter of a list): one output per input.
+    return tuple(_lower_reduce_scatter(ctx, x, reduce_type, scale, dim, shard_count, groups, world) for x in inputs)
 
 
 def _lower_broadcast(ctx, inputs, root, groups, world):
@@ -140,6 +150,12 @@ ALL_REDUCE = OpDef("xla::all_reduce", _lower_all_reduce, multi_output=True, coll
 ALL_GATHER = OpDef("xla::all_gather", _lower_all_gather, collective=True, params=("input", "dim", "groups", "world"))
 REDUCE_SCATTER = OpDef("xla::reduce_scatter", _lower_reduce_scatter, collective=True,
                        params=("input", "reduce_type", "scale", "scatter_dim", "shard_count", "groups", "world"))
+ALL_GATHER_COALESCED = OpDef("xla::all_gather_coalesced", _lower_all_gather_coalesced, multi_output=True,
+                             collective=True, params=("inputs", "dim", "groups", "world"))
+REDUCE_SCATTER_COALESCED = OpDef("xla::reduce_scatter_coalesced", _lower_reduce_scatter_coalesced, multi_output=True,
+                                 collective=True,
+                                 params=("inputs", "reduce_type", "scale", "scatter_dim", "shard_count", "groups",
+                                         "world"))
 BROADCAST = OpDef("xla::collective_broadcast", _lower_broadcast, multi_output=True, collective=True,
                   params=("inputs", "root", "groups", "world"))
 ALL_TO_ALL = OpDef("xla::all_to_all", _lower_all_to_all, collective=True,

@@ -39,6 +39,10 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
         "public API for the rest: torch_xla.sync(), "
         "torch_xla.debug.metrics, xladev.debug")
 
+_CHANNEL = ("XLA's Send/Recv with a channel id are not available: jax runs them (lax.psend/precv) on GPUs only, and "
+            "a channel id names no peer; use dist.send/dist.recv on the 'xla' backend (a collective permute of the "
+            "pair) or xm.collective_permute with every (source, target) pair")
+
 # Full dotted name -> advice. An entry for a module also covers every name below it.
 UNSUPPORTED: dict[str, str] = {
     "torch_xla._XLAC": _CPP,
@@ -63,12 +67,8 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "
                                         "(set by torchrun)"),
     "torch_xla.core.xla_model.world_size": "PyTorch/XLA has no xm.world_size; use torch_xla.runtime.world_size()",
-    "torch_xla.core.xla_model.send": ("send/recv are not available; use xm.collective_permute with every (source, "
-                                      "target) pair"),
-    "torch_xla.core.xla_model.recv": ("send/recv are not available; use xm.collective_permute with every (source, "
-                                      "target) pair"),
-    "torch_xla.core.xla_model.reduce_scatter_bucketized": "use xm.reduce_scatter (one collective per tensor list)",
-    "torch_xla.core.xla_model.all_gather_bucketized": "use xm.all_gather",
+    "torch_xla.core.xla_model.send": _CHANNEL,
+    "torch_xla.core.xla_model.recv": _CHANNEL,
     "torch_xla.core.xla_model.all_reduce_bucketized_gradients": ("use xm.reduce_gradients(optimizer): xladev "
                                                                  "all-reduces every gradient in one collective"),
     "torch_xla.core.xla_model.set_replication": ("replication is set up by the job (xmp.spawn, torch_xla.launch, "

@@ -300,6 +300,44 @@ rendezvous = xladev.rendezvous
 mesh_reduce = xladev.mesh_reduce
 
 
+def xla_rendezvous(payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None) -> list[bytes]:
+    """Shares `payload` with the replicas in `ordinals` (every replica when None): `xladev.rendezvous`.
+
+    Returns:
+      The payloads, by rank (of `ordinals[i]` at position i when given).
+    """
+    return xladev.rendezvous(tag or "", payload, ordinals)
+
+
+def reduce_scatter_bucketized(reduce_type: str, input_list: list[torch.Tensor], scale: float, scatter_dim: int,
+                              shard_count: int, groups: list | None = None, output: list[torch.Tensor] | None = None,
+                              pin_layout: bool = False, bucket_cap_mb: int = 160) -> list[torch.Tensor]:
+    """`xm.reduce_scatter` of a list, one collective per bucket of at most `bucket_cap_mb` MB of inputs.
+
+    Returns:
+      Each input's slice, in order (`output` when given, written).
+    """
+    from xladev.runtime.collective_lists import bucketized
+
+    return bucketized(lambda ins, outs: reduce_scatter(reduce_type, ins, scale, scatter_dim, shard_count, groups,
+                                                       outs, pin_layout), input_list, output, bucket_cap_mb,
+                      "reduce_scatter_bucketized")
+
+
+def all_gather_bucketized(input_list: list[torch.Tensor], dim: int = 0, groups: list | None = None,
+                          output: list[torch.Tensor] | None = None, pin_layout: bool = False,
+                          bucket_cap_mb: int = 160) -> list[torch.Tensor]:
+    """`xm.all_gather` of a list, one collective per bucket of at most `bucket_cap_mb` MB of inputs.
+
+    Returns:
+      Each input gathered, in order (`output` when given, written).
+    """
+    from xladev.runtime.collective_lists import bucketized
+
+    return bucketized(lambda ins, outs: all_gather(ins, dim, groups, outs, pin_layout), input_list, output,
+                      bucket_cap_mb, "all_gather_bucketized")
+
+
 def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int = 0, groups: list | None = None,
                          pin_layout: bool = True) -> None:
     """Overwrites `tensors`, in place, with the root replica's values: `xladev.broadcast`.
