@@ -88,6 +88,7 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
+        compiles_after_last_step=facts.compiles_after_last_step,
         repeated=facts.repeated)
     if recompile is not None:
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
@@ -96,7 +97,8 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     summaries = [(source, source.debug.run_summary) for source in sources
                  if source.has_debug and source.debug.run_summary is not None]
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
-                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
+                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
+                                            steady=facts.steady_transfers)
     if transfers is not None:
         for source, summary in summaries:  # the user's lines, from the summary's hot spots
             for spot in summary["hot_spots"][:3]:

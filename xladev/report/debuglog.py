@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from xladev import rules, wall_time
+from xladev.schema.records import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
@@ -71,7 +72,10 @@ class GraphEvent:
       recompilation: xladev's "Recompilation Cause" lines (what changed), when present.
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
-      steps_before: step syncs seen in the log before this event (its 0-based step).
+      steps_before: step syncs seen in the log before this event (its 0-based step); the step xladev's
+        "Recompilation Cause" names, when it names one.
+      step_known: True when `steps_before` is the step the input names (an event log's, or xladev's
+        recompilation cause's), not a count of the step syncs the log happened to show.
       name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
     """
 
@@ -90,6 +94,7 @@ class GraphEvent:
     sizes: dict[str, float] = dataclasses.field(default_factory=dict)
     steps_before: int = 0
     name: str = ""
+    step_known: bool = False
 
     @property
     def where(self) -> str:
@@ -243,6 +248,10 @@ class DebugLog:
         if breakdown is not None:
             self.run_summary["time"] = breakdown
             return
+        steady = rules.parse_steady_transfers_line(body)
+        if steady is not None:
+            self.run_summary["steady_transfers"] = steady
+            return
         if body.startswith(_SUMMARY_RUN):
             self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
             return
@@ -355,7 +364,9 @@ class DebugLog:
 
     def _emit(self, event: GraphEvent) -> None:
         event.site, event.function = user_site(event.frames)
-        event.steps_before = self.step_syncs
+        named = RECOMPILED_IN_STEP_RE.match(event.recompilation[0]) if event.recompilation else None
+        event.step_known = named is not None
+        event.steps_before = int(named.group(1)) if named else self.step_syncs
         if event.kind == "compile":
             self.compiles += 1
             self._last_compile = event

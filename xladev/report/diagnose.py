@@ -42,6 +42,7 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
+        compiles_after_last_step=facts.compiles_after_last_step,
         data_dependent_ops=data_dependent, repeated=facts.repeated)
     if recompile is not None:
         compile_block = metric_block(source, "CompileTime", "XrtCompile")
@@ -53,7 +54,8 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         findings.append(recompile)
     transfer_block = metric_block(source, "TransferFromDeviceTime", "TransferFromServerTime")
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
-                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
+                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
+                                            steady=facts.steady_transfers)
     if transfers is not None:
         if transfer_block is not None:
             transfers.sources.append(where(source, transfer_block.line))
@@ -120,7 +122,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
     primary = report.primary_metrics(sources)
     facts = metrics_facts(report, primary) if primary is not None else debug_facts(sources)
     if facts is not None:
-        facts.repeated = repeated_recompiles(sources) or repeated_in_series(primary, facts.warmup_steps)
+        facts.repeated = repeated_recompiles(sources, facts.steps) or repeated_in_series(primary, facts.warmup_steps)
     if primary is not None:
         findings = _metrics_findings(facts)
     else:
@@ -240,7 +242,8 @@ def diagnose(report) -> list[Finding]:
             findings.append(rules.healthy_finding(
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None
-                and facts.compiles_at_warmup == facts.compiles))
+                and facts.compiles_at_warmup + facts.compiles_after_last_step == facts.compiles,
+                steady_transfers=facts.steady_transfers[0] if facts.steady_transfers else None))
     stack = run_stack(report.sources)
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))

@@ -144,12 +144,12 @@ class EventLogReplay:
                            frames=[record.site] if record.site else [], site=site, function=function,
                            sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
                                   if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
-                           steps_before=self.steps, name=record.name or "")
+                           steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
             event.recompilation = rec.recompilation_lines(
                 record.site, recompile.get("previous", "?"), recompile.get("changes"),
-                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0))
+                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0), record.step)
         self._spent("compile", record.compile_ns)
         self.compile_ns_by_step.append((record.step, record.compile_ns))
         if len(self.trace.compiles) < MAX_TRACE_RUNS:

@@ -20,7 +20,7 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
                           warmup_steps: int = WARMUP_STEPS, compile_steps_after_warmup: int | None = None,
                           last_compile_step: int | None = None, stable_graph_size: bool | None = None,
                           data_dependent_ops: Sequence[str] = (), repeated: RepeatedRecompiles | None = None,
-                          ) -> Finding | None:
+                          compiles_after_last_step: int = 0) -> Finding | None:
     """Tells recompilation apart from a healthy warm-up.
 
     Args:
@@ -36,6 +36,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
       data_dependent_ops: fallback ops whose output shape depends on the data (nonzero...).
       repeated: the site that recompiled most for a changed input shape or constant alone (from
         xladev's recompilation causes), judged even inside warm-up.
+      compiles_after_last_step: of `compiles`, those after the last barrier (a final print reading a new
+        value): one-time, not recompilation.
 
     Returns:
       A finding, or None when compiles stop after warm-up.
@@ -43,7 +45,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
     finding = _recompilation_by_rate(steps=steps, compiles=compiles, compiles_at_warmup=compiles_at_warmup,
                                      warmup_steps=warmup_steps, compile_steps_after_warmup=compile_steps_after_warmup,
                                      last_compile_step=last_compile_step, stable_graph_size=stable_graph_size,
-                                     data_dependent_ops=data_dependent_ops)
+                                     data_dependent_ops=data_dependent_ops,
+                                     compiles_after_last_step=compiles_after_last_step)
     if repeated is None or repeated.count < REPEATED_RECOMPILES.get(repeated.kind, 3) or data_dependent_ops:
         return finding
     fix = _repeated_fix(repeated.kind)
@@ -103,7 +106,8 @@ def _repeated_fix(kind: str) -> str:
 
 def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int | None, warmup_steps: int,
                            compile_steps_after_warmup: int | None, last_compile_step: int | None,
-                           stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> Finding | None:
+                           stable_graph_size: bool | None, data_dependent_ops: Sequence[str],
+                           compiles_after_last_step: int = 0) -> Finding | None:
     if compiles_at_warmup is None:
         message = compile_too_frequent_message(compiles, steps)
         if message is None:
@@ -118,7 +122,7 @@ def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int
                       "Record XLA_METRICS_FILE (one report per step) to see when the compiles happen."],
             numbers={"compiles": compiles, "steps": steps})
     after_steps = steps - warmup_steps
-    new_compiles = compiles - compiles_at_warmup
+    new_compiles = compiles - compiles_at_warmup - compiles_after_last_step
     if after_steps <= 0 or new_compiles <= 0:
         return None
     rate = new_compiles / after_steps
@@ -133,6 +137,8 @@ def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int
         evidence.append(f"{compile_steps_after_warmup} of {after_steps} steps after warm-up compiled a graph")
     if last_compile_step is not None:
         evidence.append(f"last compile in step {last_compile_step}")
+    if compiles_after_last_step:
+        evidence.append(f"{compiles_after_last_step} more after the last step (a final read): one-time")
     cause = _recompile_cause(stable_graph_size, data_dependent_ops)
     if cause:
         evidence.append(cause)
