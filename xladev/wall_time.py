@@ -340,7 +340,7 @@ def price(findings: list, facts: CostFacts) -> list:
 def ranked(findings: list, order: list[str]) -> list:
     """Findings in the order to act on them.
 
-    Failures first; then the problems (warnings and errors) by the time they cost, most first, and
+    Failures and a job that stopped first; then the problems (warnings and errors) by the time they cost, most first, and
     those whose cost the input does not measure by severity; then the notes the same way.
 
     Args:
@@ -351,7 +351,7 @@ def ranked(findings: list, order: list[str]) -> list:
       A new sorted list.
     """
     def key(finding):
-        failed = finding.rule.endswith("-failure")
+        failed = finding.rule.endswith("-failure") or finding.rule in rules.STOPPED_RULES
         severity = rules.severity_rank(finding.severity)
         cost = finding.cost_ns or 0.0
         share = finding.numbers.get("cost_share")

@@ -15,8 +15,9 @@ from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metric
                                      repeated_recompiles, where)
 from xladev.rules import Finding
 from xladev.schema import units
+from xladev.schema.sites import short_site
 
-_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "recompilation", "rank-recompiles",
+_RULE_ORDER = ["unfinished-run", "rank-lost", "compile-failure", "execute-failure", "graph-divergence", "recompilation", "rank-recompiles",
                "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
                "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
                "compile-time", "no-complete-record", "damaged-input", "unreadable-input", "not-enough-evidence",
@@ -233,6 +234,7 @@ def diagnose(report) -> list[Finding]:
     findings = _merge_ranks(per_rank) if len(per_rank) > 1 else next(iter(per_rank.values()))[0]
     findings.extend(_rank_findings(per_rank))
     findings.extend(across_ranks.findings(report.ranks()))
+    findings = _with_unfinished(findings, report.sources)
     findings.extend(_input_findings(report.sources))
     if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
@@ -249,6 +251,37 @@ def diagnose(report) -> list[Finding]:
         finding.sources = list(dict.fromkeys(finding.sources))
         rules.in_names_of(finding, stack)
     return wall_time.ranked(findings, _RULE_ORDER)
+
+
+def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> list[Finding]:
+    """The findings, with one saying the job did not finish when a log shows it stopped (`SourceResult.ending`).
+
+    It names the rank that stopped first: one killed (no end record) before those a signal ended (torchrun's
+    SIGTERM to the others after one failed), the earliest of those. The other ranks that stopped, and what the
+    ranks saw of each other (`rank-lost`), become its evidence.
+    """
+    # A damaged file (a gzip cut short) lost its end with the damage: its own finding says so.
+    stopped = [source for source in sources if source.ending is not None and not source.damage]
+    if not stopped:
+        return findings
+    stopped.sort(key=lambda s: (not s.ending.killed, s.ending.ended_unix if s.ending.ended_unix is not None
+                                else float("inf"), s.rank if s.rank is not None else -1))
+    first = stopped[0]
+    others = [f"rank {source.rank}: {source.ending.how} in step {source.ending.steps}" + (" (later)" if
+              source.ending.ended_unix and first.ending.ended_unix and source.ending.ended_unix >
+              first.ending.ended_unix else "") for source in stopped[1:]]
+    kept = []
+    for finding in findings:
+        if finding.rule == "rank-lost":  # what the others saw of it: evidence of the same stop
+            others.extend(finding.evidence)
+            continue
+        kept.append(finding)
+    ending = first.ending
+    finding = rules.unfinished_run_finding(rank=first.rank, how=ending.how, killed=ending.killed, steps=ending.steps,
+                                           graph=ending.graph, site=short_site(ending.site) if ending.site else "",
+                                           doing=ending.doing, others=others)
+    finding.sources.extend(f"{source.name}:{source.ending.line}" for source in stopped)
+    return [finding] + kept
 
 
 def _input_findings(sources: list[SourceResult]) -> list[Finding]:

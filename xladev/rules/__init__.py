@@ -50,8 +50,8 @@ from xladev.rules.input_rules import (  # noqa: F401
     NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,
 )
 from xladev.rules.rank_rules import (  # noqa: F401
-    STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding, rank_recompile_finding,
-    straggler_finding,
+    STOPPED_RULES, STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding,
+    rank_recompile_finding, straggler_finding, unfinished_run_finding,
 )
 from xladev.rules.api_names import (  # noqa: F401
     in_names_of,
