@@ -275,6 +275,9 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     if cost is None:  # no warm-up boundary: everything beyond a few graphs is recompilation
         graphs = min(facts.compiles, SHAPE_BUCKETS)
         cost = mean * (facts.compiles - graphs)
+    burst = float(finding.numbers.get("burst_compile_ns", 0))
+    if burst > cost:  # steps that compiled tens of graphs each (a last report cut short may hold most of them)
+        return burst, "values kept on the device and fixed shapes in that loop: " + _saves(burst)
     repeated = int(finding.numbers.get("repeated_recompiles", 0))
     if repeated and mean * repeated > cost:  # recompiles inside warm-up, each for a new shape or constant
         cost = mean * repeated

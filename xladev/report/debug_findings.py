@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from xladev import fallback_reasons, rules
-from xladev.report.debuglog import is_program_cause, is_step_cause
+from xladev.report.debuglog import is_program_cause, is_step_cause, user_site
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
@@ -22,6 +22,12 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
             if not is_step_cause(cause) and not is_program_cause(cause):
                 sites[(site, cause, source.name)] += count
                 first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
+        if not source.debug.executions:
+            # No execution analyses (PT_XLA_DEBUG_LEVEL=1, or a pasted block): each compile ran its graph, for its cause.
+            for event in source.debug.compile_events:
+                if event.cause and not is_step_cause(event.cause) and not is_program_cause(event.cause):
+                    sites[(event.site, event.cause, source.name)] += 1
+                    first_lines.setdefault((event.site, event.cause, source.name), f"{source.name}:{event.line}")
     return sites, first_lines
 
 
@@ -71,11 +77,17 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                 finding.sources.append(first_lines[key])
                 extra.append(finding)
     fallback = next((finding for finding in findings if finding.rule == "cpu-fallback"), None)
-    sites = [f"{entry['frames'][0]} ×{entry['count']}" for source in logs for entry in source.debug.fallback_sites
-             if entry["frames"]]
+    sites = [f"{_user_frame(entry['frames'])} ×{entry['count']}" for source in logs
+             for entry in source.debug.fallback_sites if entry["frames"]]
     if fallback is not None and sites:
         fallback.evidence.append("CPU fallback calls by site (all ops): " + ", ".join(sites[:5]))
     return extra
+
+
+def _user_frame(frames: list[str]) -> str:
+    """The user's frame of a printed stack (``fn (file:line)``, innermost first), as printed."""
+    site, function = user_site(frames)
+    return f"{function} ({site})" if function else (site or frames[0])
 
 
 def _count(count: int, word: str) -> str:

@@ -11,8 +11,8 @@ from xladev import fallback_reasons, rules, wall_time
 from xladev.report import across_ranks, timing
 from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
 from xladev.report.model import SourceResult
-from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metrics_facts, repeated_in_series,
-                                     repeated_recompiles, where)
+from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
+                                     repeated_in_series, repeated_recompiles, where)
 from xladev.rules import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
@@ -45,6 +45,16 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
         compiles_after_last_step=facts.compiles_after_last_step,
         data_dependent_ops=data_dependent, repeated=facts.repeated)
+    bursts, burst_ns, burst_lines = compile_bursts(source)
+    burst = rules.compile_burst_finding(bursts=bursts, compile_ns=burst_ns, compiles=max(facts.compiles, int(
+        (source.cut_row or {}).get("compiles", 0))))
+    if burst is not None:
+        if recompile is None:
+            recompile = burst
+        else:  # the rate finding says it already: the bursts are its evidence
+            recompile.evidence += burst.evidence[:-1]
+            recompile.numbers["burst_compile_ns"] = burst_ns
+        recompile.sources.extend(where(source, line) for line in burst_lines[:3])
     if recompile is not None:
         compile_block = metric_block(source, "CompileTime", "XrtCompile")
         recompile.sources.append(where(source, compile_block.line if compile_block else 0))

@@ -229,6 +229,9 @@ class SourceResult:
     first_bad_line: int = 0
     # An event log read whole whose run did not end on its own (killed, terminated by a signal); None otherwise.
     ending: RunEnding | None = None
+    # The numbers of the complete blocks of a last report that was cut short (as a series row), when the
+    # report before it is used instead: evidence of what happened last, never the run's final numbers.
+    cut_row: dict | None = None
 
     def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

@@ -103,6 +103,14 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
             facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
             for entry in summary["fallbacks"]:
                 facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
+    for log in logs:  # PyTorch/XLA's old unlowered-op summary: each op that ran on the CPU, and the value reads
+        if log.run_summary is not None:
+            continue  # xladev's summary counted them already
+        for name, count in log.unlowered_ops().items():
+            if name == rules.ITEM_COUNTER:
+                facts.item_calls += count
+            else:
+                facts.fallbacks[name] = facts.fallbacks.get(name, 0) + count
     for log in logs:  # PyTorch/XLA's auto-analysis lines count steps, compiles and transfers (a lower bound)
         for kind, numbers in log.profiler_numbers.items():
             facts.steps = max(facts.steps, int(numbers.get("steps", 0)))
@@ -121,6 +129,31 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
         if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
             facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
     return facts
+
+
+def compile_bursts(source: SourceResult | None) -> tuple[list[tuple[int, int]], float, list[float]]:
+    """Steps after set-up that each compiled at least `rules.COMPILE_BURST` graphs, from consecutive per-step
+    reports (and the complete blocks of a last report cut short).
+
+    Returns:
+      ((0-based step, graphs compiled in it) per burst, their compile time in ns, the input line of each).
+    """
+    series = source.series if source is not None else None
+    if series is None:
+        return [], 0.0, []
+    columns = series.columns()
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    cut = source.cut_row
+    if cut is not None and "steps" in cut and "compiles" in cut:
+        rows.append(cut)
+    bursts, lines, spent = [], [], 0.0
+    for before, after in zip(rows, rows[1:]):
+        steps_before, new = before.get("steps", 0.0), after.get("compiles", 0.0) - before.get("compiles", 0.0)
+        if after.get("steps", 0.0) - steps_before == 1 and steps_before >= rules.SETUP_STEPS and new >= rules.COMPILE_BURST:
+            bursts.append((int(steps_before), int(new)))
+            spent += max(0.0, after.get("compile_time_ns", 0.0) - before.get("compile_time_ns", 0.0))
+            lines.append(after.get("line", 0.0))
+    return bursts, spent, lines
 
 
 def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.RepeatedRecompiles | None:

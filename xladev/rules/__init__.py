@@ -33,7 +33,8 @@ from xladev.rules.auto_metrics import (  # noqa: F401
     too_slow_message, transfer_too_frequent_message,
 )
 from xladev.rules.recompile_rules import (  # noqa: F401
-    REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
+    COMPILE_BURST, REPEATED_RECOMPILES, RepeatedRecompiles, compile_burst_finding, recompilation_finding,
+    recompilation_without_steps,
 )
 from xladev.rules.compile_rules import (  # noqa: F401
     DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,

@@ -240,7 +240,12 @@ def early_sync_finding(*, site: str, executions: int, steps: int, cause: str) ->
     """Executions forced by user code reading a tensor value, per Python site (debug logs)."""
     if executions <= 0 or (steps > 0 and executions / steps <= TRANSFER_FREQUENCY_RATIO):
         return None
-    return Finding("early-sync", WARNING, f"{site} forces an execution {_every(_per_step(executions, steps))}",
+    if steps > 0:
+        title = f"{site} forces an execution {_every(_per_step(executions, steps))}"
+    else:  # no step count (a pasted block, a log without step syncs): how often is unknown, what it does is not
+        title = (f"{site} reads a tensor value before the barrier, forcing an execution "
+                 f"({_plural(executions, 'time')} in this input)")
+    return Finding("early-sync", WARNING, title,
                    "Reading a tensor's value (print, .item(), bool(), a CPU fallback) runs the pending graph early.",
                    "Move the read out of the step, do it every N steps, or keep the value as a tensor.",
                    evidence=[f"{executions} executions caused by: {cause}",

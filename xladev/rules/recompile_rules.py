@@ -71,6 +71,50 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
     return finding
 
 
+# A step after set-up that compiles this many graphs is not warming up: code inside it traces new graphs again
+# and again (a loop of value reads or changing shapes). A training step has a few graphs, an evaluation pass a
+# few more.
+COMPILE_BURST = 10
+
+
+def compile_burst_finding(*, bursts: Sequence[tuple[int, int]], compiles: int, compile_ns: float = 0.0
+                          ) -> Finding | None:
+    """Steps after set-up that each compiled at least `COMPILE_BURST` graphs, judged even inside warm-up.
+
+    Args:
+      bursts: (step, 0-based as XLA_METRICS_FILE and the event log number them; graphs compiled in it), in order.
+      compiles: graphs compiled in the whole input.
+      compile_ns: the compile time of those steps (0 when unknown): the finding's cost.
+
+    Returns:
+      An error, or None without a burst.
+    """
+    if not bursts:
+        return None
+    new = sum(count for _, count in bursts)
+    if len(bursts) == 1:
+        step, count = bursts[0]
+        title = f"{count} graphs compiled in step {step} alone"
+    else:
+        title = (f"Compiles keep growing: {new} new graphs in {len(bursts)} steps ("
+                 + ", ".join(f"{count} in step {step}" for step, count in bursts[:4])
+                 + (", ..." if len(bursts) > 4 else "") + ")")
+    evidence = [f"step {step}: {count} new graphs" for step, count in bursts[:8]]
+    if compile_ns:
+        evidence.append(f"{units.compact_time_ns(compile_ns)} compiling in {'that step' if len(bursts) == 1 else 'those steps'}")
+    evidence.append(f"{compiles} graphs compiled in all; a training step has a few, compiled once")
+    return Finding(
+        "recompilation", ERROR, title,
+        "Tens or hundreds of new graphs in one step are not warm-up: code in that step traces a new graph again "
+        "and again, typically a Python loop whose iterations read a value (.item(), print, if tensor:) or use a "
+        "changing shape or slice length, each cutting the graph and compiling what came before.",
+        "Find the loop in that step: PT_XLA_DEBUG_LEVEL=2 prints each compile's cause and line. Keep values on "
+        "the device inside it (no reads per iteration) and its shapes fixed; pad an evaluation pass's batches to "
+        "one shape.", evidence=evidence,
+        numbers={"compiles": compiles, "burst_compiles": new, "burst_steps": len(bursts),
+                 **({"burst_compile_ns": round(compile_ns)} if compile_ns else {})})
+
+
 # A site recompiling this often for a changed input shape or constant alone is a finding even in warm-up.
 # A few shapes are normal (a last, smaller batch; an evaluation pass); a constant that changes value is
 # always a graph per value, and passing it as a tensor costs nothing.
