@@ -17,8 +17,8 @@ from xladev.rules import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
 
-_RULE_ORDER = ["unfinished-run", "rank-lost", "compile-failure", "execute-failure", "graph-divergence", "recompilation", "rank-recompiles",
-               "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
+_RULE_ORDER = ["unfinished-run", "rank-lost", "compile-failure", "execute-failure", "graph-divergence", "recompilation",
+               "rank-recompiles", "straggler", "host-transfers", "cpu-fallback", "early-sync", "rank-divergence", "slow-compile",
                "slow-execute", "huge-graph", "graph-growth", "graph-breaks", "dynamo-recompiles", "device-data-cache-miss",
                "compile-time", "no-complete-record", "damaged-input", "unreadable-input", "not-enough-evidence",
                "healthy"]
@@ -277,9 +277,7 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
     stopped.sort(key=lambda s: (not s.ending.killed, s.ending.ended_unix if s.ending.ended_unix is not None
                                 else float("inf"), s.rank if s.rank is not None else -1))
     first = stopped[0]
-    others = [f"rank {source.rank}: {source.ending.how} in step {source.ending.steps}" + (" (later)" if
-              source.ending.ended_unix and first.ending.ended_unix and source.ending.ended_unix >
-              first.ending.ended_unix else "") for source in stopped[1:]]
+    others = [f"rank {source.rank}: {source.ending.how} in step {source.ending.steps}, later" for source in stopped[1:]]
     kept = []
     for finding in findings:
         if finding.rule == "rank-lost":  # what the others saw of it: evidence of the same stop
