@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Footer, Label, Static, TabbedContent, TabPane
+from textual.widgets import Button, DataTable, Footer, Label, OptionList, Static, TabbedContent, TabPane
 
 from xladev_tui.layout_fix import count_every_layout_request
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, RunModel, RunView, WAITING
@@ -28,7 +28,7 @@ from xladev_tui.widgets import (
     CompilePanel, CountersPanel, FallbackPanel, FindingsPanel, GraphBrowser, LogPane, RunHeader, TimePanel,
     TransfersPanel,
 )
-from xladev_tui.widgets.common import OpenGraph
+from xladev_tui.widgets.common import LeaveSection, OpenGraph
 
 # From this width the findings and the time breakdown sit side by side; from WIDER the overview's
 # tables take two columns too, and the graph list sits beside the graph's details (narrower, its
@@ -38,6 +38,8 @@ WIDER_COLUMNS = 160
 TALL_ROWS = 40
 # The widget each tab key focuses (each tab has one, so the key never leaves the focus behind).
 TAB_FOCUS = {"overview": "#findings", "counters": "#counters", "graphs": "#graphs", "log": "#log-pane"}
+# The overview's lists, top to bottom: ↑/↓ and PgUp/PgDn go from one to the next past an end (LeaveSection).
+OVERVIEW_LISTS = ("#findings", "#sites", "#alerts", "#transfers", "#fallbacks")
 
 
 class SnapshotReady(Message):
@@ -86,6 +88,8 @@ class XladevTUI(App):
 
     TITLE = "xladev tui"
     ENABLE_COMMAND_PALETTE = False
+    # No automatic focus (Textual's would scroll the overview): `on_mount` focuses the findings.
+    AUTO_FOCUS = None
     CSS = """
     Screen { layout: vertical; }
     #body { height: 1fr; }
@@ -164,6 +168,9 @@ class XladevTUI(App):
 
     def on_mount(self) -> None:
         self._layout_for(self.size.width, self.size.height)
+        # The overview starts on its findings, so ↑/↓ move through them (and on to the other lists) at once; it
+        # keeps its scroll position, the findings' title and verdict in view.
+        self.query_one("#findings").focus(scroll_visible=False)
         self._render(self.latest)
         self.model.diagnosis.prepare_in_background()  # the report's imports, off the reader's way
         self._reader = threading.Thread(target=self._read_loop, name="xladev-tui-reader", daemon=True)
@@ -267,6 +274,28 @@ class XladevTUI(App):
         self.query_one(TabbedContent).active = f"tab-{tab}"
         # The overview keeps its scroll position (the findings' title and verdict stay in view).
         self.query_one(TAB_FOCUS[tab]).focus(scroll_visible=tab != "overview")
+
+    def on_leave_section(self, message: LeaveSection) -> None:
+        """↑/↓ or PgUp/PgDn went past the end of an overview list: the next list with entries, at its near end."""
+        message.stop()
+        focused = self.focused
+        ids = [selector[1:] for selector in OVERVIEW_LISTS]
+        if focused is None or focused.id not in ids:
+            return
+        index = ids.index(focused.id) + message.direction
+        while 0 <= index < len(ids):
+            target = self.query_one(OVERVIEW_LISTS[index])
+            entries = target.option_count if isinstance(target, OptionList) else target.row_count
+            if target.display and entries:
+                near = 0 if message.direction > 0 else entries - 1
+                if isinstance(target, OptionList):
+                    target.highlighted = near
+                else:
+                    target.move_cursor(row=near, animate=False, scroll=False)
+                target.focus(scroll_visible=False)
+                target.scroll_visible(animate=False)  # the whole list in the overview's view, its title above it
+                return
+            index += message.direction
 
     def on_open_graph(self, message: OpenGraph) -> None:
         """An alert or a finding was selected: the Graphs tab, at that graph."""

@@ -59,6 +59,9 @@ class LiveDiagnosis:
         self.fed = 0            # records fed
         self.failed_feeds = 0   # records the report's reader could not take
         self.computed_for = 0   # `fed` when the current diagnosis was computed
+        # True once the log will not grow (the run ended, or its writer is gone): only then can a log without an
+        # end record say the run did not finish, as the report says of a log it reads whole.
+        self.complete = False
         self.current: Diagnosis = NO_DIAGNOSIS
         # To point a finding at a graph: the log line of each compile (or failure) record -> its
         # graph, each graph's site, and each site's latest recompiled graph.
@@ -126,6 +129,12 @@ class LiveDiagnosis:
             self._feed(*pending.popleft())
         return not pending
 
+    def set_complete(self, complete: bool) -> None:
+        """Says whether the log is complete (it will not grow); a change makes the diagnosis stale."""
+        if complete != self.complete:
+            self.complete = complete
+            self.computed_for = -1
+
     @property
     def stale(self) -> bool:
         """True when records arrived since the current diagnosis was computed."""
@@ -184,6 +193,7 @@ class LiveDiagnosis:
             source.series = StepSeries()  # takes finish()'s end-of-log row (see the module's docstring)
         try:
             replay.finish()
+            source.ending = replay.ending() if self.complete else None
             report = self._diagnose([source] + self._siblings(source))
             findings = tuple(self._view(f) for f in report.findings)
             verdict = report.verdict()

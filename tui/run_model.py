@@ -182,6 +182,7 @@ class RunModel:
             self.state = state
             self.state_detail = detail
             self.version += 1
+            self.diagnosis.set_complete(state in ENDED_STATES)
             if detail and state in (EXITED, DISCONNECTED, ERROR, FINISHED):
                 self.add_log(f"[xladev tui] {self.state_text()}: {detail}" if detail != self.state_text()
                              else f"[xladev tui] {detail}")
@@ -419,6 +420,7 @@ def model_from_lines(lines, source: str = "", diagnose: bool = True) -> RunModel
     model = RunModel(source)
     for line in lines:
         model.feed_line(line)
+    model.diagnosis.set_complete(True)  # the lines are the whole log
     if diagnose:
         model.update_diagnosis(force=True)
     return model

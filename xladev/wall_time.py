@@ -275,6 +275,9 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     if cost is None:  # no warm-up boundary: everything beyond a few graphs is recompilation
         graphs = min(facts.compiles, SHAPE_BUCKETS)
         cost = mean * (facts.compiles - graphs)
+    burst = float(finding.numbers.get("burst_compile_ns", 0))
+    if burst > cost:  # steps that compiled tens of graphs each (a last report cut short may hold most of them)
+        return burst, "values kept on the device and fixed shapes in that loop: " + _saves(burst)
     repeated = int(finding.numbers.get("repeated_recompiles", 0))
     if repeated and mean * repeated > cost:  # recompiles inside warm-up, each for a new shape or constant
         cost = mean * repeated
@@ -360,7 +363,7 @@ def price(findings: list, facts: CostFacts) -> list:
 def ranked(findings: list, order: list[str]) -> list:
     """Findings in the order to act on them.
 
-    Failures first; then the problems (warnings and errors) by the time they cost, most first, and
+    Failures and a job that stopped first; then the problems (warnings and errors) by the time they cost, most first, and
     those whose cost the input does not measure by severity; then the notes the same way.
 
     Args:
@@ -371,7 +374,7 @@ def ranked(findings: list, order: list[str]) -> list:
       A new sorted list.
     """
     def key(finding):
-        failed = finding.rule.endswith("-failure")
+        failed = finding.rule.endswith("-failure") or finding.rule in rules.STOPPED_RULES
         severity = rules.severity_rank(finding.severity)
         cost = finding.cost_ns or 0.0
         share = finding.numbers.get("cost_share")

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.distributed.harness import REPO, run_job
+from xladev.report import load
 from xladev.schema import records
 
 SCRIPT = REPO / "tests" / "distributed" / "spawn_job.py"
@@ -65,6 +66,17 @@ def test_every_ranks_event_log_stays_readable(job):
     lost = [r for r in zero if isinstance(r, records.RankLost)]
     assert lost and lost[0].rank == 1 and "exited with status 7" in lost[0].reason
     assert isinstance(zero[-1], records.End)  # rank 0 closed its log on the way out
+
+
+def test_the_report_leads_with_the_rank_that_died(job):
+    out, _, _ = job
+    first = load([str(out / f"run.events.jsonl.{rank}") for rank in (0, 1)]).findings[0]
+    assert first.rule == "unfinished-run" and first.title.startswith("Rank 1 did not finish"), first.title
+    assert first.numbers == {"rank": 1, "steps": 2}  # it died in step 2 (0-based), two steps completed
+    assert any(line.startswith("last graph: ") and "spawn_job.py:" in line for line in first.evidence)
+    # What rank 0 saw of it is the same stop: evidence, not a finding of its own.
+    assert any("rank 1 is gone (its process exited with status 7)" in line for line in first.evidence)
+    assert "rank-lost" not in [f.rule for f in load(str(out / "run.events.jsonl.0")).findings[1:]]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.faults import runs
+from xladev.report import load
 
 
 def _terminate(process, timeout: float = 30) -> tuple[str, str]:
@@ -44,6 +45,11 @@ def test_sigterm_writes_the_end_record_and_summary_then_the_process_dies_by_it(t
     assert "xladev summary: " in summary and summary.endswith("=" * 80 + "\n")
     report = runs.xladev_command("report", str(log))
     assert report.returncode == 0 and "the log ended (terminated by SIGTERM)" in report.stdout, report.stdout
+    # The report leads with it: the run did not finish, where it was, and its last graph.
+    assert "ERROR  1 problem found. Most important: The run did not finish" in report.stdout, report.stdout
+    first = load(str(log)).findings[0]
+    assert first.rule == "unfinished-run" and first.severity == "error" and first.numbers["steps"] == end["steps"]
+    assert any(line.startswith("last graph: ") and "train.py:" in line for line in first.evidence), first.evidence
     report = runs.xladev_command("report", str(metrics))
     assert report.returncode == 0 and "Parse warnings" not in report.stdout, report.stdout
 
@@ -224,6 +230,9 @@ def test_sigkill_while_compiling_leaves_every_complete_record_readable(tmp_path)
     assert sum(r["type"] == "step" for r in records) == 3 and not any(r["type"] == "end" for r in records)
     report = runs.xladev_command("report", str(log))
     assert report.returncode == 0 and "no end record" in report.stdout, report.stdout
+    first = load(str(log)).findings[0]  # the run did not finish: killed in step 3, compiling its graph
+    assert first.rule == "unfinished-run" and "no end record" in first.title and first.numbers["steps"] == 3
+    assert any("its compile had started and never ended" in line for line in first.evidence), first.evidence
     steps = metrics.read_text().count("[MetricsData; step=")
     assert steps == 3
     report = runs.xladev_command("report", str(metrics))

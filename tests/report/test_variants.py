@@ -228,6 +228,15 @@ def test_a_last_record_cut_before_its_counters_is_not_a_new_run():
     assert any("its line" in w.message and "is cut off" in w.message for w in source.warnings)
 
 
+def test_a_paste_cut_right_after_a_step_marker_keeps_the_report_before_it():
+    # Found by test_fuzz: the lone marker read as an empty report, its zeros as counters dropping back (a new
+    # run), and the run was left with no report at all.
+    text = metrics_file([step_report(step, compiles=1, items=step + 1) for step in range(5)]) + "[MetricsData; step=5]\n"
+    source = _read(text)
+    assert source.final is not None and source.final.step == 4 and source.snapshots == 5
+    assert source.restarts == [] and not any("new run" in w.message for w in source.warnings)
+
+
 def test_a_metrics_file_cut_inside_its_only_record_has_no_report():
     text = metrics_file([step_report(0, compiles=1)])
     source = _read(text[: text.index("  Accumulator: ") + len("  Accumulator: 250m")])

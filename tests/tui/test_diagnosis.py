@@ -207,3 +207,20 @@ def test_torch_compile_graph_breaks_and_recompiles_are_findings_as_in_the_report
     assert _model_view(diagnosis) == _report_view(load(path))
     rules = {f.rule: f for f in diagnosis.findings}
     assert "print" in rules["graph-breaks"].evidence[0] and "expected 8" in rules["dynamo-recompiles"].evidence[0]
+
+
+def test_a_log_that_stopped_says_the_run_did_not_finish_once_it_will_not_grow(tmp_path):
+    path = long_run(steps=6, end=False).write(tmp_path / "killed.events.jsonl")
+    lines = open(path).read().splitlines()
+    live = RunModel(path)
+    for line in lines:
+        live.feed_line(line)
+    live.update_diagnosis(force=True)
+    # Still being written, as far as the TUI knows: a log without an end record is a run in progress.
+    assert "unfinished-run" not in [f.rule for f in live.snapshot().diagnosis.findings]
+    live.set_state(m.DISCONNECTED, "the log has no end record")  # its writer is gone
+    live.update_diagnosis()
+    first = live.snapshot().diagnosis.findings[0]
+    assert first.rule == "unfinished-run" and "no end record" in first.title
+    # The same as the report of the whole file.
+    assert _model_view(model_from_lines(lines, path).snapshot().diagnosis) == _report_view(load(path))

@@ -81,3 +81,29 @@ def test_compiling(snap_compare):
     log.add(rec.CompileStart(step=1, hash="4bc441ec" * 4, nodes=47, site=SITE), 1_000_000)
     lines = log.lines()
     assert snap_compare(_app(lines), terminal_size=(80, 24), run_before=_loaded(len(lines)))
+
+
+def test_overview_lists_reached_with_the_arrow_keys(snap_compare):
+    # From the findings (where the overview starts), ↓ past each list's end: the sites, the alerts, then the
+    # transfer hot spots, highlighted and scrolled into view.
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_then(72, *["down"] * 5))
+
+
+def test_counters_sorted_after_scrolling_show_the_top_row(snap_compare):
+    assert snap_compare(_app(), terminal_size=(80, 24), run_before=_then(72, "2", *["down"] * 18, "s"))
+
+
+def test_log_tab_after_shrinking_to_80x24(snap_compare):
+    notice = ("the log has no end record: the process was killed or is still running, and its writer "
+              "(pid 4242 on host trainer-0) is gone")
+    output = [("stdout", f"epoch 0 step {i} loss {1 / (i + 1):.4f}") for i in range(60)]
+    app = XladevTUI(FixtureSource(fixture_lines(), output=output, final=("disconnected", notice, None)),
+                    clock=lambda: 0.0)
+
+    async def run_before(pilot) -> None:
+        await _loaded(72)(pilot)
+        await pilot.press("4")
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot, same=_ALIKE)
+
+    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from textual.message import Message
-from textual.widgets import DataTable
+from textual.widgets import DataTable, OptionList
 
 # Cells a DataTable spends around each column (one each side), and on its vertical scrollbar.
 CELL_PADDING = 2
@@ -118,3 +118,74 @@ def sync_rows(table: DataTable, rows: list[tuple[str, tuple]]) -> bool:
 def table_width(widget) -> int:
     """The cells a widget's tables have: its own width once laid out, else the screen's."""
     return widget.content_size.width or widget.app.size.width
+
+
+class LeaveSection(Message):
+    """A list of the overview was moved past its last entry (`direction` 1) or its first (-1) with ↑/↓ or
+    PgUp/PgDn: the app moves the focus to the next (or previous) list of the overview.
+
+    Args:
+      direction: 1 or -1.
+    """
+
+    def __init__(self, direction: int) -> None:
+        super().__init__()
+        self.direction = direction
+
+
+class SectionOptionList(OptionList):
+    """An overview list (the findings, the recompilation alerts) whose arrow and page keys go on to the next
+    list of the overview past its last entry, and back to the one before past its first."""
+
+    def _leave(self, direction: int) -> bool:
+        last = self.option_count - 1
+        at = self.highlighted
+        if at is None or last < 0 or (direction > 0 and at >= last) or (direction < 0 and at <= 0):
+            self.post_message(LeaveSection(direction))
+            return True
+        return False
+
+    def action_cursor_down(self) -> None:
+        if not self._leave(1):
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if not self._leave(-1):
+            super().action_cursor_up()
+
+    def action_page_down(self) -> None:
+        if not self._leave(1):
+            super().action_page_down()
+
+    def action_page_up(self) -> None:
+        if not self._leave(-1):
+            super().action_page_up()
+
+
+class SectionTable(DataTable):
+    """An overview table (compiles by site, transfer hot spots, CPU fallbacks) whose arrow and page keys go on
+    to the next list of the overview past its last row, and back to the one before past its first."""
+
+    def _leave(self, direction: int) -> bool:
+        last = self.row_count - 1
+        at = self.cursor_row
+        if last < 0 or (direction > 0 and at >= last) or (direction < 0 and at <= 0):
+            self.post_message(LeaveSection(direction))
+            return True
+        return False
+
+    def action_cursor_down(self) -> None:
+        if not self._leave(1):
+            super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if not self._leave(-1):
+            super().action_cursor_up()
+
+    def action_page_down(self) -> None:
+        if not self._leave(1):
+            super().action_page_down()
+
+    def action_page_up(self) -> None:
+        if not self._leave(-1):
+            super().action_page_up()

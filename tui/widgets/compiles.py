@@ -14,7 +14,7 @@ from textual.widgets.option_list import Option
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
 from xladev_tui.run_view import Alert, RunView
-from xladev_tui.widgets.common import OpenGraph, fit_rows, sync_rows, table_width
+from xladev_tui.widgets.common import OpenGraph, SectionOptionList, SectionTable, fit_rows, sync_rows, table_width
 
 MAX_ALERTS_SHOWN = 6
 SITE_COLUMNS = ("Site", "Compiles", "Graphs", "Compile time", "Steps", "Alerts")
@@ -40,12 +40,12 @@ class CompilePanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Compiles by trigger site", classes="title")
-        table = DataTable(id="sites", cursor_type="row", zebra_stripes=True)
+        table = SectionTable(id="sites", cursor_type="row", zebra_stripes=True)
         table.add_columns(*SITE_COLUMNS)
         yield table
         yield Static("Recompilation alerts", classes="title", id="alerts-title")
         yield Static(Text("none: no site has compiled a second graph", style="dim"), id="no-alerts")
-        yield OptionList(id="alerts")
+        yield SectionOptionList(id="alerts")
 
     def show(self, snap: RunView) -> None:
         self._snap = snap

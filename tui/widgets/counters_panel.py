@@ -65,6 +65,11 @@ class CountersPanel(Vertical):
         self.sort_key, self.descending = key, descending
         self._show_sort()
         self._render_rows()
+        # The new order's first row is the one asked for: the table shows it, whatever it scrolled to before.
+        table = self.query_one("#counters", DataTable)
+        if table.row_count:
+            table.move_cursor(row=0, column=table.cursor_column, animate=False, scroll=False)
+        table.scroll_home(animate=False, immediate=True)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 
 from xladev.rules import ERROR, INFO, VERDICT_LABELS, WARNING
 from xladev_tui.run_view import Diagnosis, FindingView, RunView
-from xladev_tui.widgets.common import OpenGraph
+from xladev_tui.widgets.common import OpenGraph, SectionOptionList
 
 SEVERITY_STYLES = {ERROR: "bold white on red", WARNING: "bold black on yellow", INFO: "bold black on cyan"}
 VERDICT_STYLES = {"healthy": "bold black on green", INFO: "bold black on green", WARNING: "bold black on yellow",
@@ -42,7 +42,7 @@ class FindingsPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("Findings (the rules of xladev report)", classes="title", id="findings-title")
         yield Static(id="verdict")
-        yield OptionList(id="findings")
+        yield SectionOptionList(id="findings")
 
     def show(self, snap: RunView) -> None:
         diagnosis = snap.diagnosis

@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes
 from xladev_tui.run_view import RunView
-from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
+from xladev_tui.widgets.common import SectionTable, fit_rows, sync_rows, table_width
 
 TRANSFER_COLUMNS = ("Kind", "User line", "Count", "Per step", "Bytes", "Last step")
 FALLBACK_COLUMNS = ("Op", "User line", "Calls", "Per step")
@@ -26,7 +26,7 @@ class TransfersPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Transfer hot spots (device → host)", classes="title", id="transfers-title")
-        table = DataTable(id="transfers", cursor_type="row", zebra_stripes=True)
+        table = SectionTable(id="transfers", cursor_type="row", zebra_stripes=True)
         table.add_columns(*TRANSFER_COLUMNS)
         yield table
 
@@ -59,7 +59,7 @@ class FallbackPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("CPU fallback ops", classes="title", id="fallbacks-title")
-        table = DataTable(id="fallbacks", cursor_type="row", zebra_stripes=True)
+        table = SectionTable(id="fallbacks", cursor_type="row", zebra_stripes=True)
         table.add_columns(*FALLBACK_COLUMNS)
         yield table
 

@@ -18,8 +18,8 @@ from xladev.report.model import RankTrace, SourceResult
 from xladev.rules import Finding
 from xladev.schema.sites import short_site
 
-# Steps before these are warm-up (the optimizer's state appears in step 1): compiles there are expected.
-WARMUP_STEPS = 2
+# Steps before these are set-up (the optimizer's state appears in step 1): compiles there are expected.
+WARMUP_STEPS = rules.SETUP_STEPS
 # At most this many lines with diverging graphs are reported (the first ones are the causes).
 MAX_DIVERGING_SITES = 3
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from xladev import fallback_reasons, rules
-from xladev.report.debuglog import is_program_cause, is_step_cause
+from xladev.report.debuglog import is_program_cause, is_step_cause, user_site
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
@@ -23,6 +23,12 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
             if not is_step_cause(cause) and not is_program_cause(cause):
                 sites[(site, cause, source.name)] += count
                 first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
+        if not source.debug.executions:
+            # No execution analyses (PT_XLA_DEBUG_LEVEL=1, or a pasted block): each compile ran its graph, for its cause.
+            for event in source.debug.compile_events:
+                if event.cause and not is_step_cause(event.cause) and not is_program_cause(event.cause):
+                    sites[(event.site, event.cause, source.name)] += 1
+                    first_lines.setdefault((event.site, event.cause, source.name), f"{source.name}:{event.line}")
     return sites, first_lines
 
 
@@ -79,8 +85,8 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                 finding.sources.append(first_lines[key])
                 extra.append(finding)
     fallback = next((finding for finding in findings if finding.rule == "cpu-fallback"), None)
-    sites = [f"{entry['frames'][0]} ×{entry['count']}" for source in logs for entry in source.debug.fallback_sites
-             if entry["frames"]]
+    sites = [f"{_user_frame(entry['frames'])} ×{entry['count']}" for source in logs
+             for entry in source.debug.fallback_sites if entry["frames"]]
     if fallback is not None and sites:
         fallback.evidence.append("CPU fallback calls by site (all ops): " + ", ".join(sites[:5]))
     # What the input already names needs no pointer to PT_XLA_DEBUG_LEVEL=2.
@@ -108,6 +114,12 @@ def transfer_hot_spots(sources: list[SourceResult]) -> list[tuple[str, str, int,
                   key=lambda spot: -spot[2])
 
 
+def _user_frame(frames: list[str]) -> str:
+    """The user's frame of a printed stack (``fn (file:line)``, innermost first), as printed."""
+    site, function = user_site(frames)
+    return f"{function} ({site})" if function else (site or frames[0])
+
+
 def _count(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -118,6 +130,7 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
+        compiles_after_last_step=facts.compiles_after_last_step,
         repeated=facts.repeated)
     if recompile is not None:
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
@@ -126,7 +139,8 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     summaries = [(source, source.debug.run_summary) for source in sources
                  if source.has_debug and source.debug.run_summary is not None]
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
-                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
+                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
+                                            steady=facts.steady_transfers)
     if transfers is not None:  # the user's lines of the reads: `debug_evidence`, for every input
         findings.append(transfers)
     counted = rules.fallback_findings(facts.fallbacks, facts.steps)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from xladev import rules, wall_time
+from xladev.schema.records import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
@@ -29,6 +30,7 @@ _SUMMARY_FALLBACK_RE = re.compile(r"^(\S+) at (.+): (\d+) call\(s\)")
 _FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
+_PROFILER_PREFIX = "pt-xla-profiler: "
 _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
 _FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
 _SLOW_RE = re.compile(r"(\w+) too slow: longest instance took (\S+?)\.(?:\s|$)")
@@ -36,6 +38,7 @@ _NOT_LOWERED_RE = re.compile(r"Op\(s\) not lowered: (.*?)\s*Please open")
 _FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
+_GENERIC_FALLBACK_TAG = "xla_fallback"
 _POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
                            r"([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
@@ -73,7 +76,10 @@ class GraphEvent:
       recompilation: xladev's "Recompilation Cause" lines (what changed), when present.
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
-      steps_before: step syncs seen in the log before this event (its 0-based step).
+      steps_before: step syncs seen in the log before this event (its 0-based step); the step xladev's
+        "Recompilation Cause" names, when it names one.
+      step_known: True when `steps_before` is the step the input names (an event log's, or xladev's
+        recompilation cause's), not a count of the step syncs the log happened to show.
       name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
       user_frame: the index in `frames` of the frame xladev marked as the user's (``> ``), else None.
     """
@@ -94,6 +100,7 @@ class GraphEvent:
     steps_before: int = 0
     name: str = ""
     user_frame: int | None = None
+    step_known: bool = False
 
     @property
     def where(self) -> str:
@@ -209,6 +216,15 @@ class DebugLog:
         if _SUMMARY_PREFIX in text:
             self._feed_run_summary(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
             return True
+        # PyTorch/XLA's old unlowered-op summary, written by its `pt-xla-profiler` logger (every line prefixed)
+        # or to PT_XLA_DEBUG_FILE (no prefix): read before the profiler's one-line messages.
+        if "Unlowered Op usage summary" in text:
+            self._in_summary = True
+            self.fallback_sites = []
+            self._summary_entry = None
+            return True
+        if self._in_summary and self._feed_summary(text.split(_PROFILER_PREFIX, 1)[-1]):
+            return True
         if "Analysis: " in text:
             match = _ANALYSIS_RE.search(text)
             if match:
@@ -224,13 +240,6 @@ class DebugLog:
             if match and self._last_compile is not None and not self._last_compile.computation_hash:
                 self._last_compile.computation_hash = match.group(1)
             return bool(match)
-        if "Unlowered Op usage summary" in text:
-            self._in_summary = True
-            self.fallback_sites = []
-            self._summary_entry = None
-            return True
-        if self._in_summary:
-            return self._feed_summary(text)
         return False
 
     def _feed_run_summary(self, lineno: int, body: str) -> None:
@@ -246,6 +255,10 @@ class DebugLog:
         breakdown = wall_time.parse_summary_line(body, self.run_summary["steps"])
         if breakdown is not None:
             self.run_summary["time"] = breakdown
+            return
+        steady = rules.parse_steady_transfers_line(body)
+        if steady is not None:
+            self.run_summary["steady_transfers"] = steady
             return
         if body.startswith(_SUMMARY_RUN):
             self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
@@ -269,6 +282,20 @@ class DebugLog:
             if fallback:
                 self.run_summary["fallbacks"].append({"op": fallback.group(1), "site": fallback.group(2),
                                                       "count": int(fallback.group(3)), "line": lineno})
+
+    def unlowered_ops(self) -> dict[str, int]:
+        """The ops PyTorch/XLA's unlowered-op summary names, as ``aten::`` names, with their counts.
+
+        PyTorch/XLA 2.x tags every entry ``xla_fallback`` (no op name: its ``Op(s) not lowered`` line names them),
+        and an entry without an ``Unlowered Op`` line names none: both are left out.
+        """
+        ops: dict[str, int] = {}
+        for entry in self.fallback_sites:
+            op = entry["op"]
+            if op and op != _GENERIC_FALLBACK_TAG:
+                name = op if "::" in op else f"aten::{op}"
+                ops[name] = ops.get(name, 0) + entry["count"]
+        return ops
 
     def finish(self) -> None:
         """Closes blocks left open at the end of the input, with a warning each."""
@@ -366,7 +393,9 @@ class DebugLog:
     def _emit(self, event: GraphEvent) -> None:
         marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
         event.site, event.function = user_site(marked or event.frames)
-        event.steps_before = self.step_syncs
+        named = RECOMPILED_IN_STEP_RE.match(event.recompilation[0]) if event.recompilation else None
+        event.step_known = named is not None
+        event.steps_before = int(named.group(1)) if named else self.step_syncs
         if event.kind == "compile":
             self.compiles += 1
             self._last_compile = event
@@ -431,7 +460,7 @@ class DebugLog:
             self._summary_entry["op"] = match.group(1)
         elif _FRAME_RE.match(stripped) and self._summary_entry is not None:
             self._summary_entry["frames"].append(stripped)
-        elif stripped and not stripped.startswith(("Note:", "-----", "=====")):
+        elif stripped and not stripped.startswith(("Note:", "-----", "=====", "Python Frames:")):
             self._in_summary = False
             return False
         return True

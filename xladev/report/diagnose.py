@@ -11,12 +11,13 @@ from xladev import fallback_reasons, rules, wall_time
 from xladev.report import across_ranks, timing
 from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
 from xladev.report.model import SourceResult
-from xladev.report.run_facts import (RunFacts, debug_facts, metric_block, metrics_facts, repeated_in_series,
-                                     repeated_recompiles, where)
+from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
+                                     repeated_in_series, repeated_recompiles, where)
 from xladev.rules import Finding
 from xladev.schema import units
+from xladev.schema.sites import short_site
 
-_RULE_ORDER = ["compile-failure", "execute-failure", "rank-lost", "graph-divergence", "graph-growing",
+_RULE_ORDER = ["unfinished-run", "rank-lost", "compile-failure", "execute-failure", "graph-divergence", "graph-growing",
                "recompilation", "rank-recompiles", "straggler", "host-transfers", "cpu-fallback", "early-sync",
                "rank-divergence", "slow-compile", "slow-execute", "huge-graph", "graph-growth", "graph-breaks",
                "dynamo-recompiles", "device-data-cache-miss", "compile-time", "no-complete-record", "damaged-input",
@@ -42,7 +43,18 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
+        compiles_after_last_step=facts.compiles_after_last_step,
         data_dependent_ops=data_dependent, repeated=facts.repeated)
+    bursts, burst_ns, burst_lines = compile_bursts(source)
+    burst = rules.compile_burst_finding(bursts=bursts, compile_ns=burst_ns, compiles=max(facts.compiles, int(
+        (source.cut_row or {}).get("compiles", 0))))
+    if burst is not None:
+        if recompile is None:
+            recompile = burst
+        else:  # the rate finding says it already: the bursts are its evidence
+            recompile.evidence += burst.evidence[:-1]
+            recompile.numbers["burst_compile_ns"] = burst_ns
+        recompile.sources.extend(where(source, line) for line in burst_lines[:3])
     if recompile is not None:
         compile_block = metric_block(source, "CompileTime", "XrtCompile")
         recompile.sources.append(where(source, compile_block.line if compile_block else 0))
@@ -53,7 +65,8 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
         findings.append(recompile)
     transfer_block = metric_block(source, "TransferFromDeviceTime", "TransferFromServerTime")
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
-                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions)
+                                            fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
+                                            steady=facts.steady_transfers)
     if transfers is not None:
         if transfer_block is not None:
             transfers.sources.append(where(source, transfer_block.line))
@@ -120,7 +133,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
     primary = report.primary_metrics(sources)
     facts = metrics_facts(report, primary) if primary is not None else debug_facts(sources)
     if facts is not None:
-        facts.repeated = repeated_recompiles(sources) or repeated_in_series(primary, facts.warmup_steps)
+        facts.repeated = repeated_recompiles(sources, facts.steps) or repeated_in_series(primary, facts.warmup_steps)
     if primary is not None:
         findings = _metrics_findings(facts)
     else:
@@ -130,7 +143,12 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
-    findings.extend(growth_findings(sources, facts))
+    growth = growth_findings(sources, facts)
+    if growth and facts is not None and facts.steps == 0:
+        # A run that never marked a step ran its one graph where a value was read: that read is the missing
+        # barrier's evidence, not a habit of its steps.
+        findings[:] = [f for f in findings if f.rule != "early-sync"]
+    findings.extend(growth)
     findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)
@@ -244,6 +262,7 @@ def diagnose(report) -> list[Finding]:
     findings = _merge_ranks(per_rank) if len(per_rank) > 1 else next(iter(per_rank.values()))[0]
     findings.extend(_rank_findings(per_rank))
     findings.extend(across_ranks.findings(report.ranks()))
+    findings = _with_unfinished(findings, report.sources)
     findings.extend(_input_findings(report.sources))
     if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
@@ -253,12 +272,42 @@ def diagnose(report) -> list[Finding]:
             findings.append(rules.healthy_finding(
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None
-                and facts.compiles_at_warmup == facts.compiles))
+                and facts.compiles_at_warmup + facts.compiles_after_last_step == facts.compiles,
+                steady_transfers=facts.steady_transfers[0] if facts.steady_transfers else None))
     stack = run_stack(report.sources)
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))
         rules.in_names_of(finding, stack)
     return wall_time.ranked(findings, _RULE_ORDER)
+
+
+def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> list[Finding]:
+    """The findings, with one saying the job did not finish when a log shows it stopped (`SourceResult.ending`).
+
+    It names the rank that stopped first: one killed (no end record) before those a signal ended (torchrun's
+    SIGTERM to the others after one failed), the earliest of those. The other ranks that stopped, and what the
+    ranks saw of each other (`rank-lost`), become its evidence.
+    """
+    # A damaged file (a gzip cut short) lost its end with the damage: its own finding says so.
+    stopped = [source for source in sources if source.ending is not None and not source.damage]
+    if not stopped:
+        return findings
+    stopped.sort(key=lambda s: (not s.ending.killed, s.ending.ended_unix if s.ending.ended_unix is not None
+                                else float("inf"), s.rank if s.rank is not None else -1))
+    first = stopped[0]
+    others = [f"rank {source.rank}: {source.ending.how} in step {source.ending.steps}, later" for source in stopped[1:]]
+    kept = []
+    for finding in findings:
+        if finding.rule == "rank-lost":  # what the others saw of it: evidence of the same stop
+            others.extend(finding.evidence)
+            continue
+        kept.append(finding)
+    ending = first.ending
+    finding = rules.unfinished_run_finding(rank=first.rank, how=ending.how, killed=ending.killed, steps=ending.steps,
+                                           graph=ending.graph, site=short_site(ending.site) if ending.site else "",
+                                           doing=ending.doing, others=others)
+    finding.sources.extend(f"{source.name}:{source.ending.line}" for source in stopped)
+    return [finding] + kept
 
 
 def _input_findings(sources: list[SourceResult]) -> list[Finding]:

@@ -22,7 +22,7 @@ from typing import BinaryIO
 from xladev import rules, wall_time
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
-from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, SourceResult
+from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import records as rec
@@ -86,6 +86,9 @@ class EventLogReplay:
         self.step: int | None = None
         self.steps = 0
         self.ended = False
+        self.end_record: rec.End | None = None
+        # The last graph the log names: (hash, user's line, compiling / compiled / ran / failed).
+        self.last_graph: tuple[str, str, str] = ("", "", "")
         self._fallback_sites: dict[tuple[str, str], int] = {}
         # Where the time went: ns per part, overall and in the step in progress.
         self.parts: dict[str, float] = dict.fromkeys(wall_time.PARTS, 0.0)
@@ -149,19 +152,23 @@ class EventLogReplay:
         else:
             self.source.warn(self.line, "a second header: two logs concatenated? read as one run")
 
+    def _on_compile_start(self, record: rec.CompileStart) -> None:
+        self.last_graph = (record.hash, record.site or "", "compiling")
+
     def _on_compile(self, record: rec.Compile) -> None:
+        self.last_graph = (record.hash, record.site or "", "compiled")
         site, function = split_site(record.site)
         event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
                            inputs=record.inputs, outputs=record.outputs,
                            frames=[record.site] if record.site else [], site=site, function=function,
                            sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
                                   if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
-                           steps_before=self.steps, name=record.name or "")
+                           steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
             event.recompilation = rec.recompilation_lines(
                 record.site, recompile.get("previous", "?"), recompile.get("changes"),
-                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0))
+                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0), record.step)
         self._spent("compile", record.compile_ns)
         self.compile_ns_by_step.append((record.step, record.compile_ns))
         if len(self.trace.compiles) < MAX_TRACE_RUNS:
@@ -173,6 +180,7 @@ class EventLogReplay:
             debug.compile_events.append(event)
 
     def _on_execute(self, record: rec.Execute) -> None:
+        self.last_graph = (record.hash, record.site or "", "ran")
         self._spent("execute", record.execute_ns)
         if len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
@@ -220,6 +228,7 @@ class EventLogReplay:
 
     def _on_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
         kind = "compile" if isinstance(record, rec.CompileFailed) else "execute"
+        self.last_graph = (record.hash, record.site or "", "failed")
         if kind == "execute" and len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
         self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
@@ -242,10 +251,23 @@ class EventLogReplay:
 
     def _on_end(self, record: rec.End) -> None:
         self.ended = True
+        self.end_record = record
         self.end_t = record.t
         if record.signal:  # the run did not end on its own: say how (SIGTERM, e.g. torchrun ending a job)
             self.source.warn(self.line, f"the log ended ({record.describe()}) after {record.steps} steps",
                              always=True)
+
+    def ending(self) -> RunEnding | None:
+        """How the run stopped, when it did not end on its own (read once the whole log is read)."""
+        end = self.end_record
+        if self.header is None or (end is not None and not end.signal):
+            return None
+        start = self.header.start_unix
+        last_t = self.end_t if self.end_t is not None else self.last_t
+        graph, site, doing = self.last_graph
+        return RunEnding(how=end.describe() if end is not None else "no end record", killed=end is None,
+                         steps=self.steps, graph=graph, site=site, doing=doing, line=self.line,
+                         ended_unix=start + last_t / 1e9 if start else None)
 
     # ------------------------------------------------------------ snapshots
     def _numbers(self) -> tuple[dict, dict, dict]:
@@ -299,6 +321,7 @@ class EventLogReplay:
 
 _HANDLERS = {
     rec.Header: EventLogReplay._on_header, rec.Compile: EventLogReplay._on_compile,
+    rec.CompileStart: EventLogReplay._on_compile_start,
     rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
@@ -346,6 +369,7 @@ class EventLogInput:
                     replay.feed(lineno, record)
         source.lines = lineno
         replay.finish()
+        source.ending = replay.ending()
         if replay.header is not None and not replay.ended:
             source.warn(lineno, "the log has no end record: the process was killed or is still running", at_end=True)
 

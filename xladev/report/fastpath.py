@@ -80,6 +80,8 @@ def extract_record(piece: bytes) -> FastRecord | None:
     all_metrics = dict(zip(map(_first, metric_blocks), metric_blocks))
     if len(all_counters) != len(counter_blocks) or len(all_metrics) != len(metric_blocks):
         return None  # a repeated name: the line reader splits the reports
+    if not metric_blocks and not counter_blocks:
+        return None  # a marker and nothing after it (a paste cut there): not a report, and none to commit
     counters: dict[bytes, int] = {}
     samples: dict[bytes, int] = {}
     accumulators: dict[bytes, bytes] = {}

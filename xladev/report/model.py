@@ -142,6 +142,32 @@ class RankTrace:
 
 
 @dataclasses.dataclass
+class RunEnding:
+    """How an event log's run stopped when it did not end on its own, and where it was then.
+
+    Attributes:
+      how: in words: ``no end record`` (killed, or still running), ``terminated by SIGTERM``, ``exit after SIGTERM``.
+      killed: True when the log has no end record (nothing could write one: SIGKILL, a crash, the OOM killer).
+      steps: steps completed (the step in progress, 0-based, is this number).
+      graph: the last graph the log names (compiled or run), "" when none.
+      site: the user's line of that graph.
+      doing: what that graph was doing last: ``compiling`` (its compile never ended), ``compiled``, ``ran``,
+        ``failed``.
+      line: the log's last line.
+      ended_unix: when the log's last record was written (seconds since the epoch), None when unknown.
+    """
+
+    how: str
+    killed: bool
+    steps: int
+    graph: str = ""
+    site: str = ""
+    doing: str = ""
+    line: int = 0
+    ended_unix: float | None = None
+
+
+@dataclasses.dataclass
 class SourceResult:
     """Everything read from one input file.
 
@@ -208,6 +234,11 @@ class SourceResult:
     trace: RankTrace | None = None
     # The first line with something malformed in it (0 when none): where a corrupt input turns to garbage.
     first_bad_line: int = 0
+    # An event log read whole whose run did not end on its own (killed, terminated by a signal); None otherwise.
+    ending: RunEnding | None = None
+    # The numbers of the complete blocks of a last report that was cut short (as a series row), when the
+    # report before it is used instead: evidence of what happened last, never the run's final numbers.
+    cut_row: dict | None = None
 
     def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

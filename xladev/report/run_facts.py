@@ -27,8 +27,12 @@ class RunFacts:
     compiles_at_warmup: int | None = None
     compile_steps_after_warmup: int | None = None
     last_compile_step: int | None = None
+    # Graphs compiled after the last barrier (a final print reading a new value): one-time, not the loop's.
+    compiles_after_last_step: int = 0
     stable_graph_size: bool | None = None
     graph_hashes: set[str] = dataclasses.field(default_factory=set)
+    # Device->host transfers and steps after set-up, up to the last barrier (None: the input cannot tell).
+    steady_transfers: tuple[int, int] | None = None
     time: wall_time.TimeBreakdown | None = None
     repeated: rules.RepeatedRecompiles | None = None
 
@@ -68,6 +72,11 @@ def metrics_facts(report, source: SourceResult) -> RunFacts:
         last = series.last_increase_steps.get("compiles")
         facts.last_compile_step = None if last is None else int(last)
         facts.stable_graph_size = series.stable_graph_size()
+        # A metrics file's last report is at the last barrier; an event log's final counters run to its end.
+        facts.compiles_after_last_step = max(0, facts.compiles - int(series.last.get("compiles", 0.0)))
+        reads = [series.after_setup(column) for column in ("transfers_from_device", "item_calls")]
+        if reads[0] is not None:
+            facts.steady_transfers = (max(count for count, _ in reads), reads[0][1])
     return facts
 
 
@@ -87,9 +96,21 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
             facts.steps = max(facts.steps, summary["steps"])
             facts.compiles = max(facts.compiles, summary["compiles"])
             facts.transfers += summary["transfers"]
+            if "steady_transfers" in summary:
+                reads, steps = summary["steady_transfers"]
+                counted, span = facts.steady_transfers or (0, 0)
+                facts.steady_transfers = (counted + reads, max(span, steps))
             facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
             for entry in summary["fallbacks"]:
                 facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
+    for log in logs:  # PyTorch/XLA's old unlowered-op summary: each op that ran on the CPU, and the value reads
+        if log.run_summary is not None:
+            continue  # xladev's summary counted them already
+        for name, count in log.unlowered_ops().items():
+            if name == rules.ITEM_COUNTER:
+                facts.item_calls += count
+            else:
+                facts.fallbacks[name] = facts.fallbacks.get(name, 0) + count
     for log in logs:  # PyTorch/XLA's auto-analysis lines count steps, compiles and transfers (a lower bound)
         for kind, numbers in log.profiler_numbers.items():
             facts.steps = max(facts.steps, int(numbers.get("steps", 0)))
@@ -100,13 +121,39 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
     steps = facts.steps
     if steps > facts.warmup_steps:
         facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
-        late = [event for event in events if event.steps_before >= facts.warmup_steps]
+        facts.compiles_after_last_step = sum(1 for event in events if event.steps_before >= steps)
+        late = [event for event in events if facts.warmup_steps <= event.steps_before < steps]
         after = {event.steps_before for event in late}
         facts.compile_steps_after_warmup = len(after)
         facts.last_compile_step = max(after) + 1 if after else None
         if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
             facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
     return facts
+
+
+def compile_bursts(source: SourceResult | None) -> tuple[list[tuple[int, int]], float, list[float]]:
+    """Steps after set-up that each compiled at least `rules.COMPILE_BURST` graphs, from consecutive per-step
+    reports (and the complete blocks of a last report cut short).
+
+    Returns:
+      ((0-based step, graphs compiled in it) per burst, their compile time in ns, the input line of each).
+    """
+    series = source.series if source is not None else None
+    if series is None:
+        return [], 0.0, []
+    columns = series.columns()
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    cut = source.cut_row
+    if cut is not None and "steps" in cut and "compiles" in cut:
+        rows.append(cut)
+    bursts, lines, spent = [], [], 0.0
+    for before, after in zip(rows, rows[1:]):
+        steps_before, new = before.get("steps", 0.0), after.get("compiles", 0.0) - before.get("compiles", 0.0)
+        if after.get("steps", 0.0) - steps_before == 1 and steps_before >= rules.SETUP_STEPS and new >= rules.COMPILE_BURST:
+            bursts.append((int(steps_before), int(new)))
+            spent += max(0.0, after.get("compile_time_ns", 0.0) - before.get("compile_time_ns", 0.0))
+            lines.append(after.get("line", 0.0))
+    return bursts, spent, lines
 
 
 def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.RepeatedRecompiles | None:
@@ -139,8 +186,14 @@ def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.
                                     example="warm-up steps compiled new graphs of the same size as the step before")
 
 
-def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles | None:
-    """The site that recompiled most for a changed input shape or constant alone (xladev's causes)."""
+def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.RepeatedRecompiles | None:
+    """The site that recompiled most for a changed input shape or constant alone (xladev's causes).
+
+    In a run of more steps than set-up (`rules.SETUP_STEPS`), recompiles in set-up are one-time work (DDP's
+    constructor reads its broadcasts one element at a time) and are left out; a run of fewer steps (or none: a
+    loop without a barrier), or an input that does not count the steps between compiles, cannot tell set-up
+    apart, and every recompile counts.
+    """
     counts: Counter = Counter()
     examples: dict = {}
     signatures: dict = {}
@@ -149,7 +202,11 @@ def repeated_recompiles(sources: list[SourceResult]) -> rules.RepeatedRecompiles
     for source in sources:
         if not source.has_debug:
             continue
+        # A compile's step is known when the input names it, or counts the step syncs (level 2's execution blocks).
+        counted = source.debug.step_syncs > rules.SETUP_STEPS
         for event in source.debug.compile_events:
+            if steps > rules.SETUP_STEPS and (event.step_known or counted) and event.steps_before < rules.SETUP_STEPS:
+                continue
             if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
                 signatures.setdefault((event.where, event.inputs, event.outputs), set()).add(event.graph_hash)
             changes = [line[2:] for line in event.recompilation if line.startswith("- ")]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 
-from xladev.rules import WARMUP_STEPS
+from xladev.rules import SETUP_STEPS, WARMUP_STEPS
 
 DEFAULT_MAX_ROWS = 8192
 
@@ -33,6 +33,7 @@ class StepSeries:
     Attributes:
       warmup_steps: steps allowed to compile freely.
       at_warmup: the last row whose ``steps`` is within warm-up (None if no such row).
+      at_setup: the last row whose ``steps`` is within set-up (`xladev.rules.SETUP_STEPS`; None if no such row).
       first: the first row appended.
       last: the last row appended.
       increases_after_warmup: tracked column -> reports after warm-up in which it grew.
@@ -58,6 +59,7 @@ class StepSeries:
         self._appended = 0
         self.warmup_steps = warmup_steps
         self.at_warmup: dict[str, float] | None = None
+        self.at_setup: dict[str, float] | None = None
         self.first: dict[str, float] | None = None
         self.last: dict[str, float] | None = None
         self.increases_after_warmup = {name: 0 for name in TRACKED_INCREASES}
@@ -108,6 +110,8 @@ class StepSeries:
 
     def _track(self, previous: dict[str, float] | None, row: dict[str, float]) -> None:
         steps = row.get("steps", 0.0)
+        if steps <= SETUP_STEPS:
+            self.at_setup = row
         if steps <= self.warmup_steps:
             self.at_warmup = row
             return
@@ -129,6 +133,19 @@ class StepSeries:
             low, high = self.graph_nodes_range_after_warmup
             self.graph_nodes_range_after_warmup = [mean if low is None else min(low, mean),
                                                    mean if high is None else max(high, mean)]
+
+    def after_setup(self, column: str) -> tuple[int, int] | None:
+        """How much `column` grew after set-up (from the last report within `SETUP_STEPS`, else the first
+        report) up to the last report, and in how many steps; None with fewer than two reports.
+
+        A metrics file writes a report at each barrier, so what happens after the last barrier (a final
+        print) is not in it; an event log's series has a row per step record, the same.
+        """
+        base = self.at_setup if self.at_setup is not None else self.first
+        last = self.last
+        if base is None or last is None or base is last:
+            return None
+        return int(last.get(column, 0.0) - base.get(column, 0.0)), int(last.get("steps", 0.0) - base.get("steps", 0.0))
 
     def columns(self) -> dict[str, list[float]]:
         """The stored rows as columns, with the last appended row added when thinning skipped it.

@@ -386,12 +386,28 @@ class TextReader:
                 return
             self.source.warn(last.line, f"last report is incomplete ({why}); "
                                         f"the report at line {previous.line} is used", at_end=True)
+            self.source.cut_row = self._complete_blocks_row(last)
             last = previous
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
             self._pending_row = None
         self.source.final = self._parse_full(last)
         self._last_raw = self._previous_raw = None
+
+    def _complete_blocks_row(self, raw: _RawSnapshot) -> dict[str, float] | None:
+        """The series numbers of a cut-off report's complete blocks: every block but its last (the one cut, or
+        missing lines); None when no earlier block is left."""
+        blocks = [(fields["_line"], "m", name) for name, fields in raw.metrics.items()]
+        blocks += [(fields["_line"], "c", name) for name, fields in raw.counters.items()]
+        if len(blocks) < 2:
+            return None
+        _, kind, cut = max(blocks)
+        metrics = {name: fields for name, fields in raw.metrics.items() if (kind, name) != ("m", cut)}
+        counters = {name: fields for name, fields in raw.counters.items() if (kind, name) != ("c", cut)}
+        row = self._series_row(_RawSnapshot(metrics, counters, raw.step, raw.line, raw.index))
+        if raw.step is None and b"MarkStep" not in counters:
+            row.pop("steps")  # neither the report nor a step marker says which step it is
+        return row
 
     def _undo_restart(self) -> None:
         """Takes back the "new run" that the cut-off last report seemed to start (its counters were cut, not reset)."""

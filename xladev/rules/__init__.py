@@ -24,7 +24,7 @@ from xladev.rules.finding_model import (  # noqa: F401
     headline,
     CACHE_MISS_PER_STEP, COMPILE_FREQUENCY_RATIO, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS,
     FALLBACK_PER_STEP_WARNING, Finding, GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO,
-    ITEM_COUNTER, PENDING_OPS_STEP_FACTOR, PENDING_OPS_WARNING, PROFILER_PREFIX, SEVERITIES,
+    ITEM_COUNTER, PENDING_OPS_STEP_FACTOR, PENDING_OPS_WARNING, PROFILER_PREFIX, SETUP_STEPS, SEVERITIES,
     TRANSFER_FREQUENCY_RATIO, UNKNOWN, VERDICT_LABELS, WARMUP_STEPS, WARNING, fallback_remedy, op_base_name,
     severity_rank,
 )
@@ -33,7 +33,8 @@ from xladev.rules.auto_metrics import (  # noqa: F401
     too_slow_message, transfer_too_frequent_message,
 )
 from xladev.rules.recompile_rules import (  # noqa: F401
-    REPEATED_RECOMPILES, RepeatedRecompiles, recompilation_finding, recompilation_without_steps,
+    COMPILE_BURST, REPEATED_RECOMPILES, RepeatedRecompiles, compile_burst_finding, recompilation_finding,
+    recompilation_without_steps,
 )
 from xladev.rules.compile_rules import (  # noqa: F401
     DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,
@@ -43,15 +44,15 @@ from xladev.rules.diagnoses import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
     fallback_findings, graph_growing_finding, graph_growing_message, graph_growth_finding, healthy_finding,
     host_transfer_finding, huge_graph_finding, never_marked_finding, parse_graph_growing, pending_ops_threshold,
-    persistent_cache_advice, rank_divergence_finding, slow_compile_finding, slow_execute_finding,
-    undetermined_finding, without_hints,
+    parse_steady_transfers_line, persistent_cache_advice, rank_divergence_finding, slow_compile_finding,
+    slow_execute_finding, steady_transfers_line, undetermined_finding, without_hints,
 )
 from xladev.rules.input_rules import (  # noqa: F401
     NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,
 )
 from xladev.rules.rank_rules import (  # noqa: F401
-    STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding, rank_recompile_finding,
-    straggler_finding,
+    STOPPED_RULES, STRAGGLER_MIN_NS, STRAGGLER_RATIO, graph_divergence_finding, rank_lost_finding,
+    rank_recompile_finding, straggler_finding, unfinished_run_finding,
 )
 from xladev.rules.api_names import (  # noqa: F401
     ALIAS_COUNTER, TORCH_XLA_API, XLADEV_API, api_line, in_names_of, parse_api_line,

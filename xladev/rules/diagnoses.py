@@ -11,7 +11,7 @@ from xladev.schema import units
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.rules.finding_model import (
     CACHE_MISS_PER_STEP, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS, FALLBACK_PER_STEP_WARNING, Finding,
-    GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO, PENDING_OPS_STEP_FACTOR,
+    GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO, PENDING_OPS_STEP_FACTOR, SETUP_STEPS,
     TRANSFER_FREQUENCY_RATIO, WARNING, _per_step, _plural, fallback_remedy,
 )
 from xladev.rules.auto_metrics import fallback_ops
@@ -23,7 +23,7 @@ LINE_HINT = " (PT_XLA_DEBUG_LEVEL=2 names the line)"
 
 
 def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fallback_calls: int = 0,
-                          executions: int = 0) -> Finding | None:
+                          executions: int = 0, steady: tuple[int, int] | None = None) -> Finding | None:
     """Device-to-host transfers per step, with ``.item()`` and fallbacks told apart.
 
     Args:
@@ -32,16 +32,25 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
       item_calls: ``aten::_local_scalar_dense`` count (``.item()``, ``bool()``, ``int()`` on a tensor).
       fallback_calls: total count of the other ``aten::`` fallback counters.
       executions: graph executions, to show how many pieces each step was cut into.
+      steady: (transfers, steps) after set-up (`SETUP_STEPS`) up to the last barrier, when the input tells
+        them apart; the rate is judged on these, so one-time reads (DDP's constructor, a final print) are not
+        a per-step habit.
 
     Returns:
       A warning when more than one transfer every two steps, else None.
     """
     transfers = max(transfers, item_calls)
+    counted, span = steady if steady is not None and steady[1] > 0 else (transfers, steps)
     # One read in a run of one step is the final loss, not a habit: a rate needs two of either.
-    if steps <= 0 or transfers / steps <= TRANSFER_FREQUENCY_RATIO or transfers < 2:
+    if span <= 0 or counted / span <= TRANSFER_FREQUENCY_RATIO or counted < 2:
         return None
-    per_step = transfers / steps
-    evidence = [f"{transfers} device→host transfers in {steps} steps ({per_step:.2f} per step)"]
+    per_step = counted / span
+    if (counted, span) == (transfers, steps):
+        evidence = [f"{transfers} device→host transfers in {steps} steps ({per_step:.2f} per step)"]
+    else:
+        evidence = [f"{counted} device→host transfers in the {span} steps after set-up ({per_step:.2f} per step)",
+                    f"{transfers - counted} more in set-up (the first {SETUP_STEPS} steps) or after the last step: "
+                    "one-time"]
     if item_calls:
         evidence.append(f"{ITEM_COUNTER} (.item()): {item_calls} ({item_calls / steps:.2f} per step)")
     if fallback_calls:
@@ -61,11 +70,35 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
         title = f"Device→host transfers {_every(per_step)}"
         fix = ("Find the print(tensor), .cpu(), .tolist() or bool(tensor) inside the step"
                f"{LINE_HINT} and move it out, or do it every N steps.")
+    numbers = {"transfers": transfers, "steps": steps, "transfers_per_step": round(per_step, 4),
+               "item_calls": item_calls, "fallback_calls": fallback_calls}
+    if (counted, span) != (transfers, steps):
+        numbers.update(transfers_after_setup=counted, steps_after_setup=span)
     return Finding("host-transfers", WARNING, title,
                    "Each read of a device value waits for the device and cuts the lazy graph in two, "
-                   "so the step runs as two executions instead of one.", fix, evidence=evidence,
-                   numbers={"transfers": transfers, "steps": steps, "transfers_per_step": round(per_step, 4),
-                            "item_calls": item_calls, "fallback_calls": fallback_calls})
+                   "so the step runs as two executions instead of one.", fix, evidence=evidence, numbers=numbers)
+
+
+STEADY_TRANSFERS = "Device->host transfers after set-up: "
+_STEADY_TRANSFERS_RE = re.compile(re.escape(STEADY_TRANSFERS) + r"(\d+) in (\d+) steps")
+
+
+def steady_transfers_line(*, transfers: int, steps: int, one_time: int) -> str:
+    """xladev's end-of-run summary line with the transfers `host_transfer_finding` judges (its `steady`).
+
+    Args:
+      transfers: device-to-host transfers after set-up (`SETUP_STEPS`) up to the last barrier.
+      steps: the steps in that span.
+      one_time: the other transfers (in set-up, or after the last barrier).
+    """
+    return (f"{STEADY_TRANSFERS}{transfers} in {steps} steps ({one_time} more in set-up, the first {SETUP_STEPS} "
+            "steps, or after the last step)")
+
+
+def parse_steady_transfers_line(text: str) -> tuple[int, int] | None:
+    """(transfers, steps) of a `steady_transfers_line`, or None for another line."""
+    match = _STEADY_TRANSFERS_RE.match(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def without_hints(finding: Finding, *, lines_known: bool, changes_known: bool) -> Finding:
@@ -260,15 +293,22 @@ def device_data_cache_miss_finding(*, misses: int, steps: int, misses_after_warm
 def early_sync_finding(*, site: str, executions: int, steps: int, cause: str) -> Finding | None:
     """Executions forced by user code reading a tensor value, per Python site (debug logs).
 
-    None without a step count: "every step" cannot be said of a run that never marked one, and a read in
-    such a run is where its only graph ran (`never_marked_finding`), not a habit of its steps.
+    Without a step count (a pasted block, a log without step syncs) the title says how often the read ran in
+    the input, never "every step". In a run that never marked a step, the read is where its only graph ran:
+    the report then leads with `never_marked_finding` and leaves this one out (`diagnose_group`).
     """
-    if executions <= 0 or steps <= 0 or executions / steps <= TRANSFER_FREQUENCY_RATIO:
+    if executions <= 0 or (steps > 0 and executions / steps <= TRANSFER_FREQUENCY_RATIO):
         return None
-    return Finding("early-sync", WARNING, f"{site} forces an execution {_every(_per_step(executions, steps))}",
+    if steps > 0:
+        title = f"{site} forces an execution {_every(_per_step(executions, steps))}"
+    else:  # no step count (a pasted block, a log without step syncs): how often is unknown, what it does is not
+        title = (f"{site} reads a tensor value before the barrier, forcing an execution "
+                 f"({_plural(executions, 'time')} in this input)")
+    return Finding("early-sync", WARNING, title,
                    "Reading a tensor's value (print, .item(), bool(), a CPU fallback) runs the pending graph early.",
                    "Move the read out of the step, do it every N steps, or keep the value as a tensor.",
-                   evidence=[f"{executions} executions caused by: {cause}", f"{steps} step syncs in the same log"],
+                   evidence=[f"{executions} executions caused by: {cause}",
+                             f"{steps} step syncs in the same log" if steps else "step count unknown"],
                    numbers={"executions": executions, "steps": steps}, subject=site)
 
 
@@ -323,14 +363,29 @@ def failure_finding(*, kind: str, count: int, failures: Sequence[Mapping]) -> Fi
 
 
 def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfers: int,
-                    warmup_known: bool) -> Finding:
-    """The statement that nothing is wrong, with the numbers that show it."""
+                    warmup_known: bool, steady_transfers: int | None = None) -> Finding:
+    """The statement that nothing is wrong, with the numbers that show it.
+
+    Args:
+      steps: steps completed.
+      compiles: graphs compiled.
+      cached_compiles: syncs that ran a cached graph.
+      transfers: device-to-host transfers.
+      warmup_known: True when every compile is known to be in warm-up (or after the last step).
+      steady_transfers: the transfers after set-up up to the last barrier, when the input tells them apart.
+    """
     evidence = [f"{_plural(compiles, 'compile')} in {steps} steps"
                 + (", all during warm-up" if warmup_known else "")]
     if cached_compiles:
         evidence.append(f"{cached_compiles} later syncs ran a cached graph")
-    evidence.append(f"{transfers} device→host transfers ({_per_step(transfers, steps):.2f} per step)"
-                    if transfers else "no device→host transfers")
+    if not transfers:
+        evidence.append("no device→host transfers")
+    elif steady_transfers is not None and steady_transfers < transfers:
+        which = "all" if steady_transfers == 0 else f"{transfers - steady_transfers} of them"
+        evidence.append(f"{transfers} device→host transfers, {which} one-time (in set-up, the first {SETUP_STEPS} "
+                        "steps, or after the last step)")
+    else:
+        evidence.append(f"{transfers} device→host transfers ({_per_step(transfers, steps):.2f} per step)")
     evidence.append("no CPU fallbacks")
     return Finding("healthy", INFO, "Healthy: graphs compile once, then every step runs from the cache",
                    "No recompilation after warm-up, no per-step transfers to the host, no ops on the CPU.",

@@ -133,3 +133,50 @@ def rank_lost_finding(*, rank: int, lost: int, reason: str, step: int) -> Findin
         f"Read rank {lost}'s own output (its traceback, or the signal that killed it) to see why it stopped.",
         evidence=[f"rank {rank}, step {step}: rank {lost} is gone ({reason})"], numbers={"rank": lost},
         subject=f"rank {lost}")
+
+
+# Findings saying the job stopped: ranked before every other (`xladev.wall_time.ranked`), as failures are.
+STOPPED_RULES = ("unfinished-run", "rank-lost")
+
+
+def unfinished_run_finding(*, rank: int | None, how: str, killed: bool, steps: int, graph: str, site: str,
+                           doing: str, others: Sequence[str] = ()) -> Finding:
+    """A run (or a rank of a job) that did not finish: its log has no end record, or a signal ended it.
+
+    Args:
+      rank: the rank, None for a run of one process.
+      how: how it ended, in words (``no end record``, ``terminated by SIGTERM`` ...).
+      killed: True when nothing could write an end record (SIGKILL, a crash, the OOM killer), or it still runs.
+      steps: steps it completed; the step in progress is this number (0-based).
+      graph: the last graph its log names ("" when none), `site` its user's line, `doing` what it did last
+        (``compiling`` when its compile never ended, ``compiled``, ``ran``, ``failed``).
+      others: one line for each other rank that stopped, and what the ranks saw of each other.
+    """
+    who = f"Rank {rank}" if rank is not None else "The run"
+    when = f"in step {steps}" if steps else "before its first step ended"
+    if killed:
+        title = f"{who} did not finish: its log stops {when} with no end record (killed, or still running)"
+        detail = ("Nothing wrote the log's end record: the process was killed at once (SIGKILL, the out-of-memory "
+                  "killer, a crash in native code), or it is still running. The report covers what ran before.")
+        fix = ("Read the process's own output (stderr, `dmesg` for the out-of-memory killer) for what stopped it; "
+               "if the graph it was compiling is huge, sync more often. If it is still running, report again "
+               "when it ends.")
+    else:
+        title = f"{who} did not finish: {how} {when}"
+        detail = ("A signal ended the run before its loop did; xladev wrote the end record on the way out. torchrun "
+                  "sends SIGTERM to the other ranks when one fails, and schedulers send it at a time limit or to "
+                  "preempt.")
+        fix = ("If another rank failed first, its report says why; otherwise find what sent the signal (a time "
+               "limit, a preemption) and save checkpoints often enough to resume.")
+    evidence = [f"{who.lower() if rank is None else who}: {how}, after {steps} completed step{'s' if steps != 1 else ''}"]
+    if graph:
+        state = {"compiling": "its compile had started and never ended",
+                 "compiled": "compiled, not yet run", "ran": "the last graph it ran",
+                 "failed": "it failed"}.get(doing, doing)
+        evidence.append(f"last graph: {graph[:16]} at {site or '?'} ({state})")
+    evidence.extend(others)
+    numbers: dict = {"steps": steps}
+    if rank is not None:
+        numbers["rank"] = rank
+    return Finding("unfinished-run", ERROR, title, detail, fix, evidence=evidence, numbers=numbers,
+                   subject=f"rank {rank}" if rank is not None else "")

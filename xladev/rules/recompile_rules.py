@@ -20,7 +20,7 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
                           warmup_steps: int = WARMUP_STEPS, compile_steps_after_warmup: int | None = None,
                           last_compile_step: int | None = None, stable_graph_size: bool | None = None,
                           data_dependent_ops: Sequence[str] = (), repeated: RepeatedRecompiles | None = None,
-                          ) -> Finding | None:
+                          compiles_after_last_step: int = 0) -> Finding | None:
     """Tells recompilation apart from a healthy warm-up.
 
     Args:
@@ -36,6 +36,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
       data_dependent_ops: fallback ops whose output shape depends on the data (nonzero...).
       repeated: the site that recompiled most for a changed input shape or constant alone (from
         xladev's recompilation causes), judged even inside warm-up.
+      compiles_after_last_step: of `compiles`, those after the last barrier (a final print reading a new
+        value): one-time, not recompilation.
 
     Returns:
       A finding, or None when compiles stop after warm-up.
@@ -43,7 +45,8 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
     finding = _recompilation_by_rate(steps=steps, compiles=compiles, compiles_at_warmup=compiles_at_warmup,
                                      warmup_steps=warmup_steps, compile_steps_after_warmup=compile_steps_after_warmup,
                                      last_compile_step=last_compile_step, stable_graph_size=stable_graph_size,
-                                     data_dependent_ops=data_dependent_ops)
+                                     data_dependent_ops=data_dependent_ops,
+                                     compiles_after_last_step=compiles_after_last_step)
     if repeated is None or repeated.count < REPEATED_RECOMPILES.get(repeated.kind, 3) or data_dependent_ops:
         return finding
     fix = _repeated_fix(repeated.kind, repeated.op)
@@ -71,6 +74,50 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
     finding.subject = finding.subject or repeated.site
     finding.numbers.update(repeated_recompiles=repeated.count)
     return finding
+
+
+# A step after set-up that compiles this many graphs is not warming up: code inside it traces new graphs again
+# and again (a loop of value reads or changing shapes). A training step has a few graphs, an evaluation pass a
+# few more.
+COMPILE_BURST = 10
+
+
+def compile_burst_finding(*, bursts: Sequence[tuple[int, int]], compiles: int, compile_ns: float = 0.0
+                          ) -> Finding | None:
+    """Steps after set-up that each compiled at least `COMPILE_BURST` graphs, judged even inside warm-up.
+
+    Args:
+      bursts: (step, 0-based as XLA_METRICS_FILE and the event log number them; graphs compiled in it), in order.
+      compiles: graphs compiled in the whole input.
+      compile_ns: the compile time of those steps (0 when unknown): the finding's cost.
+
+    Returns:
+      An error, or None without a burst.
+    """
+    if not bursts:
+        return None
+    new = sum(count for _, count in bursts)
+    if len(bursts) == 1:
+        step, count = bursts[0]
+        title = f"{count} graphs compiled in step {step} alone"
+    else:
+        title = (f"Compiles keep growing: {new} new graphs in {len(bursts)} steps ("
+                 + ", ".join(f"{count} in step {step}" for step, count in bursts[:4])
+                 + (", ..." if len(bursts) > 4 else "") + ")")
+    evidence = [f"step {step}: {count} new graphs" for step, count in bursts[:8]]
+    if compile_ns:
+        evidence.append(f"{units.compact_time_ns(compile_ns)} compiling in {'that step' if len(bursts) == 1 else 'those steps'}")
+    evidence.append(f"{compiles} graphs compiled in all; a training step has a few, compiled once")
+    return Finding(
+        "recompilation", ERROR, title,
+        "Tens or hundreds of new graphs in one step are not warm-up: code in that step traces a new graph again "
+        "and again, typically a Python loop whose iterations read a value (.item(), print, if tensor:) or use a "
+        "changing shape or slice length, each cutting the graph and compiling what came before.",
+        "Find the loop in that step: PT_XLA_DEBUG_LEVEL=2 prints each compile's cause and line. Keep values on "
+        "the device inside it (no reads per iteration) and its shapes fixed; pad an evaluation pass's batches to "
+        "one shape.", evidence=evidence,
+        numbers={"compiles": compiles, "burst_compiles": new, "burst_steps": len(bursts),
+                 **({"burst_compile_ns": round(compile_ns)} if compile_ns else {})})
 
 
 # A site recompiling this often for a changed input shape or constant alone is a finding even in warm-up.
@@ -127,7 +174,8 @@ def _repeated_fix(kind: str, op: str = "") -> str:
 
 def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int | None, warmup_steps: int,
                            compile_steps_after_warmup: int | None, last_compile_step: int | None,
-                           stable_graph_size: bool | None, data_dependent_ops: Sequence[str]) -> Finding | None:
+                           stable_graph_size: bool | None, data_dependent_ops: Sequence[str],
+                           compiles_after_last_step: int = 0) -> Finding | None:
     if compiles_at_warmup is None:
         message = compile_too_frequent_message(compiles, steps)
         if message is None:
@@ -142,7 +190,7 @@ def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int
                       "Record XLA_METRICS_FILE (one report per step) to see when the compiles happen."],
             numbers={"compiles": compiles, "steps": steps})
     after_steps = steps - warmup_steps
-    new_compiles = compiles - compiles_at_warmup
+    new_compiles = compiles - compiles_at_warmup - compiles_after_last_step
     if after_steps <= 0 or new_compiles <= 0:
         return None
     rate = new_compiles / after_steps
@@ -157,6 +205,8 @@ def _recompilation_by_rate(*, steps: int, compiles: int, compiles_at_warmup: int
         evidence.append(f"{compile_steps_after_warmup} of {after_steps} steps after warm-up compiled a graph")
     if last_compile_step is not None:
         evidence.append(f"last compile in step {last_compile_step}")
+    if compiles_after_last_step:
+        evidence.append(f"{compiles_after_last_step} more after the last step (a final read): one-time")
     cause = _recompile_cause(stable_graph_size, data_dependent_ops)
     if cause:
         evidence.append(cause)

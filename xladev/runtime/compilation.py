@@ -19,6 +19,7 @@ from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, graph_names, stack, steps
+from xladev.runtime.recorder import spent
 from xladev.runtime.graph_info import RuntimeGraphInfo, collectives_of
 from xladev.runtime.graph_lowering import compiler_options, program, replica_sharding
 from xladev.runtime.ir import Graph
@@ -174,6 +175,7 @@ class CompileCache:
                     f"{type(exc).__name__}: {error_summary(exc)}. HLO saved to {path}"
                 ) from exc
             compile_ns = time.perf_counter_ns() - start
+            spent(compile_ns)
             memory = _memory_analysis(compiled)
             entry = CacheEntry(compiled, graph.hash, compile_ns, memory, graph,
                                replica_sharding() if replicated else None)

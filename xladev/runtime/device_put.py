@@ -10,6 +10,7 @@ import time
 
 from xladev.events import TransferToDevice, bus
 from xladev.runtime import annotate, backend, steps
+from xladev.runtime.recorder import spent
 
 
 def put(host_array, device_index: int):
@@ -25,7 +26,8 @@ def put(host_array, device_index: int):
     start = time.perf_counter_ns()
     with annotate.to_device_span(int(host_array.nbytes), steps.current()):
         array = backend.put(host_array, device_index)
+    now = time.perf_counter_ns()
+    spent(now - start)
     if bus.active:
-        now = time.perf_counter_ns()
         bus.emit(TransferToDevice(now, steps.current(), int(host_array.nbytes), now - start))
     return array

@@ -8,7 +8,6 @@ functional op, then written into their target (recording.py).
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 
@@ -201,9 +200,9 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             return NotImplemented
     if kwargs is None:
         kwargs = {}
-    start = time.perf_counter_ns()
+    started = recorder.op_started()
     if recorder.eager_debug:
-        return _dispatch_eagerly(func, args, kwargs, start)
+        return _dispatch_eagerly(func, args, kwargs, started)
     # An op and a step barrier never interleave: an op on another thread reads a tensor's value either
     # before the barrier took it or after the barrier replaced it by device data, never the pending
     # value of a graph whose input buffers the barrier donated (execution._donatable).
@@ -226,10 +225,10 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     except FakeOperands as fake:
         return fake.run_faked(func, args, kwargs)
     finally:
-        recorder.add_tracing_time(time.perf_counter_ns() - start)
+        recorder.op_finished(started)
 
 
-def _dispatch_eagerly(func, args, kwargs, start):
+def _dispatch_eagerly(func, args, kwargs, started):
     """XLA_USE_EAGER_DEBUG_MODE: run each top-level op as soon as it is recorded (one small graph per op)."""
     depth = getattr(_local, "depth", 0)
     _local.depth = depth + 1
@@ -238,7 +237,7 @@ def _dispatch_eagerly(func, args, kwargs, start):
             result = handle(func, args, kwargs)
     finally:
         _local.depth = depth
-        recorder.add_tracing_time(time.perf_counter_ns() - start)
+        recorder.op_finished(started)
     if depth == 0:
         execution.flush(Cause(CauseKind.EAGER_DEBUG, func._schema.name))
     return result

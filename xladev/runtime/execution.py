@@ -28,7 +28,7 @@ from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
-from xladev.runtime.recorder import recorder
+from xladev.runtime.recorder import recorder, spent
 from xladev.runtime.storage import pending, pending_storages
 from xladev.runtime.world import DistributedError, job
 from xladev.schema.sites import short_site, site_of
@@ -272,7 +272,9 @@ class Execution:
                 raise
             except Exception as exc:
                 dispatched.error = exc
-            dispatched.announce(time.perf_counter_ns() - dispatched.start_ns, dispatched.error)
+            execute_ns = time.perf_counter_ns() - dispatched.start_ns
+            spent(execute_ns)  # waited for here, on this thread: not an op's tracing time
+            dispatched.announce(execute_ns, dispatched.error)
         else:
             self.in_flight.add(dispatched)
 
@@ -291,7 +293,9 @@ class Execution:
                 bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
                                          cause, frames))
             raise
-        return time.perf_counter_ns() - start
+        waited = time.perf_counter_ns() - start
+        spent(waited)  # waiting for the other ranks is not tracing
+        return waited
 
     def settle(self) -> int:
         """Waits for the dispatched graphs and announces their executions (GraphExecuted).

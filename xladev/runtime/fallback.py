@@ -22,6 +22,7 @@ from torch._decomp import decomposition_table
 from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind, FallbackOp, bus
 from xladev.runtime import annotate, stack, steps
+from xladev.runtime.recorder import spent
 from xladev.runtime.decompositions import composite_implicit, with_composites
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.recording import write_into
@@ -177,7 +178,7 @@ def _run_on_cpu(func, name: str, args, kwargs):
     cpu_args = down(tuple(args))
     cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
     missing = None
-    kernel_ns = time.perf_counter_ns()
+    kernel_start = time.perf_counter_ns()
     try:
         result = func(*cpu_args, **cpu_kwargs)
     except NotImplementedError as exc:
@@ -189,9 +190,11 @@ def _run_on_cpu(func, name: str, args, kwargs):
         # The op's CPU kernel calls one without a CPU kernel. Nothing was written back yet, so the op
         # can still decompose; outside the `except`, so an error does not drag the dispatcher's along.
         return _without_cpu_kernel(func, args, kwargs, missing)
+    kernel_ns = time.perf_counter_ns() - kernel_start
+    spent(kernel_ns)
     if bus.active:  # after the kernel, to carry its time; stamped with the time of the call
         frames = stack.capture_frames() if bus.wants_frames else None
-        bus.emit(FallbackOp(called_ns, steps.current(), name, frames, time.perf_counter_ns() - kernel_ns))
+        bus.emit(FallbackOp(called_ns, steps.current(), name, frames, kernel_ns))
 
     # Write back every argument the op mutated, so aliases on the device see the change.
     written = {}

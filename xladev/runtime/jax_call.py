@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-import time
 
 import numpy as np
 import torch
@@ -194,11 +193,11 @@ def call_jax(jax_func, args, kwargs=None, name: str | None = None, override_hash
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"call_jax: kwargs must be a dict or None, got {type(kwargs).__name__}")
     name = name or name_of(jax_func)
-    start = time.perf_counter_ns()
+    started = recorder.op_started()
     with _execution_lock:
         spec, tensors, index = _specialize(jax_func, tuple(args), kwargs or {}, name, override_hash)
         flat = invoke(spec, tensors, index, name)
-    recorder.add_tracing_time(time.perf_counter_ns() - start)
+    recorder.op_finished(started)
     _run_if_eager()
     import jax
 

@@ -11,6 +11,7 @@ import torch
 
 from xladev.events import Cause, CauseKind, TransferFromDevice, bus
 from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
+from xladev.runtime.recorder import spent
 from xladev.runtime.execution import execution
 from xladev.runtime.ir import DataNode, Meta
 from xladev.runtime.stack import user_location
@@ -100,9 +101,11 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
             with annotate.from_device_span(array.nbytes, kind, steps.current()):
                 host = np.asarray(array)
             cpu = backend.numpy_to_torch(host, t.dtype)
+            copy_ns = time.perf_counter_ns() - start
+            spent(copy_ns)
             if bus.active:
                 bus.emit(TransferFromDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
-                                            time.perf_counter_ns() - start, kind,
+                                            copy_ns, kind,
                                             stack.capture_frames() if bus.wants_frames else None))
             out.append(cpu)
     return out

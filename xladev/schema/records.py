@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 import types
 import typing
@@ -590,12 +591,18 @@ def newer_version_note(header: Header) -> str | None:
     return None
 
 
-def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, compile_ns_at_site) -> list[str]:
-    """The "Recompilation Cause" section of PT_XLA_DEBUG output: what changed, and the site's totals."""
+RECOMPILED_IN_STEP_RE = re.compile(r"^compared with graph \S+ from the same site, in step (\d+):$")
+
+
+def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, compile_ns_at_site,
+                        step: int | None = None) -> list[str]:
+    """The "Recompilation Cause" section of PT_XLA_DEBUG output: what changed, in which step (0-based, when
+    given; `RECOMPILED_IN_STEP_RE` reads it back), and the site's totals."""
     from xladev.schema.units import format_time_ns
 
     total = format_time_ns(compile_ns_at_site) if isinstance(compile_ns_at_site, (int, float)) else "?"
-    return ([f"compared with graph {previous_hash} from the same site:"]
+    when = "" if step is None else f", in step {step}"
+    return ([f"compared with graph {previous_hash} from the same site{when}:"]
             + [f"- {change}" for change in (changes or ["graph changed"])]
             + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])
 

@@ -6,7 +6,7 @@ import dataclasses
 import threading
 import time
 
-from xladev import wall_time
+from xladev import rules, wall_time
 
 from xladev.events import FallbackOp, GraphCompiled, Recompiled, StepMarked, TransferFromDevice
 from xladev.schema.sites import site_of
@@ -30,6 +30,12 @@ class RunStats:
         self.transfers: dict[tuple[str, str], HotSpot] = {}
         self.fallbacks: dict[tuple[str, str], int] = {}
         self.steps = 0
+        # Device->host reads in set-up (rules.SETUP_STEPS) and after it, and those of the latest step that read:
+        # the reads after the last barrier (a final print) are one-time too, known once the run ends.
+        self.setup_reads = 0
+        self.later_reads = 0
+        self.latest_read_step = -1
+        self.latest_step_reads = 0
         self.compiles = 0
         self.longest_compile_ns = 0
         self.longest_execute_ns = 0
@@ -71,7 +77,21 @@ class RunStats:
                 spot = self.transfers[key] = HotSpot(*key)
             spot.count += 1
             spot.nbytes += event.nbytes
+            if event.step < rules.SETUP_STEPS:
+                self.setup_reads += 1
+            else:
+                self.later_reads += 1
+            if event.step != self.latest_read_step:
+                self.latest_read_step, self.latest_step_reads = event.step, 0
+            self.latest_step_reads += 1
         return spot
+
+    def steady_reads(self) -> tuple[int, int]:
+        """(device->host reads, steps) after set-up up to the last barrier, as `rules.host_transfer_finding`
+        judges them."""
+        with self.lock:
+            after_end = self.latest_step_reads if self.latest_read_step >= max(self.steps, rules.SETUP_STEPS) else 0
+            return self.later_reads - after_end, max(0, self.steps - rules.SETUP_STEPS)
 
     def on_fallback(self, event: FallbackOp) -> None:
         key = (event.name, site_of(event.frames))

@@ -158,7 +158,7 @@ class AnalysisSink(Sink):
         self.history.on_compiled(event)
         r = self._recompiled.pop(event.graph_hash, None)
         extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
-                                                              r.compile_ns_at_site))] if r else [])
+                                                              r.compile_ns_at_site, r.step))] if r else [])
         guard = self._dynamo_recompiled
         if guard is not None and event.cause.kind is CauseKind.DYNAMO_COMPILE:
             # The graphs TorchDynamo compiles after a failed guard say which guard, as a recompile says what changed.
@@ -223,6 +223,7 @@ class AnalysisSink(Sink):
         p = "xladev summary: "
         lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
                  f"{p}{wall_time.summary_line(h.time_breakdown())}",
+                 f"{p}{self._steady_transfers_line()}",
                  f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}",
                  f"{p}{rules.api_line(bus.api)}"]
         if self.process:
@@ -259,6 +260,10 @@ class AnalysisSink(Sink):
                 lines.append(f"{p}  step {event.step} at {event.site}: {event.ops:,} ops pending")
         lines.append(f"{p}{'=' * 80}")
         return "\n".join(lines) + "\n"
+
+    def _steady_transfers_line(self) -> str:
+        reads, steps = self.history.steady_reads()
+        return rules.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)
 
     def write_summary(self) -> None:
         """Writes the end-of-run summary, the analysis's last words (at the end of the run: `ending.at_end`)."""
