@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -13,7 +14,7 @@ from xladev.events import Cause, CauseKind, TransferFromDevice, bus
 from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
 from xladev.runtime.recorder import spent
 from xladev.runtime.execution import execution
-from xladev.runtime.ir import DataNode, Meta
+from xladev.runtime.ir import DataNode, Meta, rebuild
 from xladev.runtime.stack import user_location
 
 _local = threading.local()
@@ -93,14 +94,25 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
     else:
         span = annotate.sync_span(kind, steps.current())
     with span:
-        arrays = arrays_of(tensors, cause)
-        execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running
+        # A view of computed data (`t[i]`, a slice, a transpose) is read from its base's host copy: compiling a
+        # graph per view would compile once per row of `for row in t: row.item()`.
+        on_host = [_host_view_source(t) for t in tensors]
+        arrays = [None] * len(tensors)
+        rest = [i for i, source in enumerate(on_host) if source is None]
+        if rest:
+            for i, array in zip(rest, arrays_of([tensors[i] for i in rest], cause)):
+                arrays[i] = array
+            execution.settle()  # the transfer's time is the copy's, not the wait for a graph still running
         out = []
-        for t, array in zip(tensors, arrays):
+        for t, array, source in zip(tensors, arrays, on_host):
             start = time.perf_counter_ns()
-            with annotate.from_device_span(array.nbytes, kind, steps.current()):
-                host = np.asarray(array)
-            cpu = backend.numpy_to_torch(host, t.dtype)
+            if source is not None:
+                with annotate.from_device_span(t.numel() * t.element_size(), kind, steps.current()):
+                    cpu = _read_view(t, *source)
+            else:
+                with annotate.from_device_span(array.nbytes, kind, steps.current()):
+                    host = np.asarray(array)
+                cpu = backend.numpy_to_torch(host, t.dtype)
             copy_ns = time.perf_counter_ns() - start
             spent(copy_ns)
             if bus.active:
@@ -109,6 +121,42 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
                                             stack.capture_frames() if bus.wants_frames else None))
             out.append(cpu)
     return out
+
+
+def _host_view_source(t):
+    """`(base array, base dtype)` when `t` is a view of device data on one device whose every view op is an aten
+    op (read on the host by `_read_view`), else None (the view is computed on the device)."""
+    chain = t._chain
+    if chain is None:
+        return None
+    base = t._st.value
+    if type(base) is not DataNode or base.array is None or len(base.array.sharding.device_set) != 1:
+        return None
+    if any(step.opdef.aten is None for step in chain):
+        return None
+    return base.array, base.meta.dtype
+
+
+def _read_view(t, array, dtype: torch.dtype) -> torch.Tensor:
+    """The value of view `t`: its aten view ops replayed on the CPU over the base's host copy (jax keeps that
+    copy with the array, so reading many views of one base copies it from the device once)."""
+    host = np.asarray(array)
+    if dtype == torch.bfloat16:
+        host = host.view(np.int16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # jax's host copy is read-only; only read, then copied
+        value = torch.from_numpy(host)
+    value = value.view(torch.bfloat16) if dtype == torch.bfloat16 else value
+    if value.dtype != dtype:
+        value = value.to(dtype)
+    for step in t._chain:
+        args, kwargs = rebuild(step.template, [value])
+        value = step.opdef.aten(*args, **kwargs)
+        if step.index is not None:
+            value = value[step.index]
+        if value.is_conj() or value.is_neg():  # device tensors carry no such bit: `_conj` is the conjugate itself
+            value = value.resolve_conj().resolve_neg()
+    return value.clone(memory_format=torch.contiguous_format)  # a copy of its own, contiguous, as a device read
 
 
 def tensor_repr(t) -> str:
