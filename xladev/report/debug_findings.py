@@ -194,7 +194,9 @@ def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple 
     A metrics report alone tells it by its counters (no MarkStep, executions and a device→host read); a debug
     log by its causes, which also name the read's line.
     """
-    if facts is None or facts.steps > 0 or not (facts.compiles or facts.executions):
+    # Executions are the evidence that the graphs ran at the reads: a pasted compilation block alone (no execution
+    # block) may come from any run, and its read is told as such (`early-sync`).
+    if facts is None or facts.steps > 0 or not facts.executions:
         return None
     first = None
     for source in sources:
