@@ -5,6 +5,7 @@ step, memory, dtypes) and its checkpoints; the test compares them with eager CPU
 """
 
 import functools
+import gc
 import json
 import os
 import sys
@@ -33,7 +34,12 @@ def _counts() -> dict:
 
 
 def _live() -> dict:
-    """The device's live buffers: their bytes (xladev's memory_info) and the largest one's element count."""
+    """The device's live buffers: their bytes (xladev's memory_info) and the largest one's element count.
+
+    Dead tensors caught in reference cycles (autograd's graph, hooks) keep their buffers until Python's cyclic
+    collector runs, at a moment that depends on the run: collect them first, so that the figures are the ones
+    the program holds."""
+    gc.collect()
     sizes = [a.size for a in jax.live_arrays() if not a.is_deleted()]
     return {"bytes": xm.get_memory_info()["bytes_used"], "largest": max(sizes, default=0)}
 

@@ -31,6 +31,8 @@ WORLD = 2
 # A flattened shard is padded to a multiple of world size × 128 elements (PyTorch/XLA's _shard_size_multiple).
 MULTIPLE = 128
 U_BF16 = 2.0 ** -8
+# The scalar buffers alive besides a model's (the RNG key, Adam's step counts, graph constants): a few dozen.
+SCALARS = 256
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +101,13 @@ def test_each_process_holds_half_of_every_parameter(job):
         names = [n for n, _ in M.build().named_parameters()]
         expected = sorted(math.ceil(_param_count(n) / (WORLD * MULTIPLE)) * MULTIPLE for n in names)
         assert sorted(s[0] for s in rank["shards"].values()) == expected
-        # Wrapping uploads the shards and the buffers, nothing else of size (the RNG key: 8 bytes).
+        # Wrapping uploads the shards and the buffers, nothing else but the RNG key (8 bytes).
         assert rank["shard_bytes"] + rank["buffer_bytes"] <= rank["wrapped_bytes"] < \
-            rank["shard_bytes"] + rank["buffer_bytes"] + 64
-        # After training: shards, momentum and buffers, and under 1 KiB besides (the last batch, the losses). No
-        # live buffer is as large as a full 64×64 weight (4096 elements): each process holds 2048 of them.
+            rank["shard_bytes"] + rank["buffer_bytes"] + SCALARS
+        # After training: the shards, their momentum and the buffers, and scalars. No live buffer is as large as a
+        # full 64×64 weight (4096 elements): each process holds 2048 of them.
         kept = rank["shard_bytes"] + rank["momentum_bytes"] + rank["buffer_bytes"]
-        assert kept <= rank["trained_bytes"] < kept + 1024
+        assert kept <= rank["trained_bytes"] < kept + SCALARS
         assert rank["largest_live"] == 64 * 64 // WORLD
     dim0 = _result(job, "dim0")[0]["shards"]
     assert sorted(map(tuple, dim0.values())) == sorted(
@@ -178,7 +180,7 @@ def test_zero1_trains_like_eager_cpu_with_clipping_and_holds_half_the_optimizer_
         # this model is even, so nothing is padded); the full model alone would need twice that state.
         assert rank["state_bytes"] == 2 * full_bytes // WORLD and rank["master_bytes"] == full_bytes // WORLD
         kept = rank["state_bytes"] + rank["master_bytes"]
-        assert kept <= rank["trained_bytes"] < kept + 1024
+        assert kept <= rank["trained_bytes"] < kept + SCALARS
         assert rank["reloaded_state_equal"]
 
 

@@ -201,7 +201,7 @@ class XlaFullyShardedDataParallel(nn.Module):
                     continue  # the shards of an inner FSDP
                 if param.dtype != torch.float32:
                     raise TypeError(f"FSDP: only float32 parameters are supported; "
-                                    f"{module_name + '.' if module_name else ''}{attr} is {param.dtype}")
+                                    f"{_user_name(f'{module_name}.{attr}')} is {param.dtype}")
                 if id(param) not in slots:
                     slots[id(param)] = []
                     params.append(param)
@@ -248,7 +248,9 @@ class XlaFullyShardedDataParallel(nn.Module):
         shard._orig_name = name
         shard._name = f"_fsdp_shard.{name}".replace(".", SEPARATOR)
         self.register_parameter(shard._name, shard)
-        handle = FullParam(shard, value.size(), self.compute_dtype, name, self._shard_param_on_dim_0, requires_grad)
+        label = f"{_user_name(name)} of the {type(self._fsdp_wrapped_module.module).__name__} wrapped by FSDP"
+        handle = FullParam(shard, value.size(), self.compute_dtype, name, label, self._shard_param_on_dim_0,
+                           requires_grad)
         handle.full._sharded_param = shard
         if requires_grad:
             handle.full.register_post_accumulate_grad_hook(functools.partial(self._post_backward_hook, handle))
@@ -358,8 +360,7 @@ class XlaFullyShardedDataParallel(nn.Module):
             if isinstance(m, XlaFullyShardedDataParallel):
                 prefix = f"{module_name}." if module_name else ""
                 for h in m._handles:
-                    name = (prefix + h.shard._orig_name).replace("_fsdp_wrapped_module.", "")
-                    found.append((name.replace("_fpw_module.", ""), h.shard))
+                    found.append((_user_name(prefix + h.shard._orig_name), h.shard))
         return found
 
     @contextlib.contextmanager
@@ -487,6 +488,12 @@ class XlaFullyShardedDataParallel(nn.Module):
         self._post_backward_callback_queued = False
         if self.sync_on_finalization:
             mark_step()
+
+
+def _user_name(name: str) -> str:
+    """A name inside an FSDP module as the wrapped module names it (`_fsdp_wrapped_module._fpw_module.fc1.weight`
+    is `fc1.weight`), as PyTorch/XLA's consolidation renames them."""
+    return name.replace("_fsdp_wrapped_module.", "").replace("_fpw_module.", "")
 
 
 def _materialize(module: nn.Module, param_init_fn: Callable | None) -> None:

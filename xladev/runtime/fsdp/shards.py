@@ -34,13 +34,13 @@ from xladev.runtime.tensor import XlaTensor, new_tensor
 SEPARATOR = "_FSDP_SHARD_SEPARATOR_"
 
 
-def _lower_freed(ctx, name: str):
-    raise RuntimeError(f"{name} is a full parameter of an FSDP module, freed outside that module's forward and "
-                       "backward (each process holds only its shard): read the model through its state_dict() "
-                       "and consolidate_sharded_model_checkpoints, or call the FSDP module itself")
+def _lower_freed(ctx, label: str):
+    raise RuntimeError(f"the full parameter {label} is freed outside that module's forward and backward (each "
+                       "process holds only its shard): read the model through its state_dict() and "
+                       "consolidate_sharded_model_checkpoints, or call the FSDP module itself")
 
 
-FREED = OpDef("xla::fsdp_freed_parameter", _lower_freed, params=("name",))
+FREED = OpDef("xla::fsdp_freed_parameter", _lower_freed, params=("label",))
 
 
 def padded_flat(t: torch.Tensor, multiple: int) -> torch.Tensor:
@@ -63,15 +63,17 @@ class FullParam:
       shard: this process's piece, a float32 `nn.Parameter` on the device (registered on the FSDP module).
       full: the full autograd leaf, in the compute dtype: the parameter's shape, or a vector for a flattened group.
       name: the shard's original name in the FSDP module (`_fsdp_wrapped_module._fpw_module.fc1.weight`).
+      label: what an error calls the full parameter (`fc1.weight of the Net wrapped by FSDP`).
       on_dim_0: cut along dimension 0, not flattened.
       views: for a flattened group, (module, attribute, shape) of each parameter it holds, in order.
       gathered: the shard's (storage, version) when `full` was gathered; None while `full` is freed.
     """
 
     def __init__(self, shard: nn.Parameter, full_size: torch.Size, compute_dtype: torch.dtype, name: str,
-                 on_dim_0: bool, requires_grad: bool):
+                 label: str, on_dim_0: bool, requires_grad: bool):
         self.shard = shard
         self.name = name
+        self.label = label
         self.on_dim_0 = on_dim_0
         self.views: list[tuple[nn.Module, str, torch.Size]] = []
         meta = Meta(tuple(full_size), compute_dtype)
@@ -81,7 +83,7 @@ class FullParam:
         self.gathered = None
 
     def _placeholder(self, meta: Meta) -> Node:
-        return Node(FREED, (), ((self.name,), ()), meta)
+        return Node(FREED, (), ((self.label,), ()), meta)
 
     @property
     def has_full(self) -> bool:
