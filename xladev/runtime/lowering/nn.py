@@ -81,8 +81,9 @@ def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training
     """Returns (out, save_mean, save_invstd, new_running_mean, new_running_var); the handler writes the stats back."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
     dtype = x.dtype
+    x, weight, bias, running_mean, running_var = _f32(x, weight, bias, running_mean, running_var)
     if training:
-        out, mean, invstd, var = _batch_norm_train(x.astype(jnp.float32) if dtype != jnp.float64 else x, weight, bias, eps)
+        out, mean, invstd, var = _batch_norm_train(x, weight, bias, eps)
         n = x.size // x.shape[1]
         new_rm = new_rv = None
         if running_mean is not None:
@@ -104,6 +105,7 @@ def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training
 def _native_batch_norm_backward(ctx, grad, x, weight, running_mean, running_var, save_mean, save_invstd, train,
                                 eps, output_mask):
     shape = (1, -1) + (1,) * (x.ndim - 2)
+    grad, x, weight, running_mean, running_var = _f32(grad, x, weight, running_mean, running_var)
     if train:
         def forward(x_, w_):
             return _batch_norm_train(x_, w_, None, eps)[0]
