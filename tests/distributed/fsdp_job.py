@@ -12,7 +12,6 @@ import sys
 
 import jax
 import torch
-import torch.nn as nn
 
 import torch_xla
 import torch_xla.core.xla_model as xm

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import functools
 import math
 from typing import Any, Callable, Generator
 
@@ -22,10 +21,10 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from xladev.runtime import collectives
 from xladev.runtime.device import device as default_device
-from xladev.runtime.fsdp.shards import SEPARATOR, FullParam, XlaFlattenParamsWrapper, local_piece
+from xladev.runtime.fsdp.setup import cast_buffers, check_shard_shapes, materialize, shard_parameters, user_name
+from xladev.runtime.fsdp.shards import FullParam, XlaFlattenParamsWrapper
 from xladev.runtime.fsdp.wrap import recursive_wrap
 from xladev.runtime.recorder import RECOMPUTE_SCOPE, recorder
-from xladev.runtime.tensor import XlaTensor
 from xladev.runtime.training import mark_step
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -173,12 +172,12 @@ class XlaFullyShardedDataParallel(nn.Module):
         self._reduce_scale = 1.0
         self.xla_device = default_device()
 
-        _materialize(module, param_init_fn)
+        materialize(module, param_init_fn)
         self._fsdp_wrapped_module = XlaFlattenParamsWrapper(module)
         self._handles: list[FullParam] = []
-        self._shard_parameters()
-        self._cast_buffers()
-        self.register_load_state_dict_pre_hook(_check_shard_shapes)
+        shard_parameters(self)
+        cast_buffers(self)
+        self.register_load_state_dict_pre_hook(check_shard_shapes)
 
         self._is_root: bool | None = None
         self._require_backward_grad_sync = True
@@ -189,95 +188,6 @@ class XlaFullyShardedDataParallel(nn.Module):
                   f"{sum(h.full.numel() for h in self._handles)} parameter(s) over {self.world_size} process(es)")
         if execute_sharding_on_init:
             mark_step()
-
-    # ---- sharding ----------------------------------------------------------------------------------
-    def _shard_parameters(self) -> None:
-        """Replaces the module's parameters by this process's shards (see shards.py)."""
-        slots: dict[int, list[tuple[str, nn.Module, str]]] = {}
-        params: list[nn.Parameter] = []
-        for module_name, sub in self.named_modules(remove_duplicate=False):
-            for attr, param in list(sub._parameters.items()):
-                if param is None or hasattr(param, "_is_sharded"):
-                    continue  # the shards of an inner FSDP
-                if param.dtype != torch.float32:
-                    raise TypeError(f"FSDP: only float32 parameters are supported; "
-                                    f"{_user_name(f'{module_name}.{attr}')} is {param.dtype}")
-                if id(param) not in slots:
-                    slots[id(param)] = []
-                    params.append(param)
-                slots[id(param)].append((module_name, sub, attr))
-        if self.flatten_parameters:
-            groups = [g for g in ([p for p in params if p.requires_grad], [p for p in params if not p.requires_grad])
-                      if g]
-            for index, group in enumerate(groups):
-                self._flat_group(index, group, slots)
-        else:
-            for param in params:
-                module_name, _, attr = slots[id(param)][0]
-                handle = self._new_handle(param.detach().cpu(), f"{module_name}.{attr}", param.requires_grad)
-                for _, sub, name in slots[id(param)]:
-                    del sub._parameters[name]
-                    object.__setattr__(sub, name, handle.full)
-
-    def _flat_group(self, index: int, group: list[nn.Parameter], slots: dict) -> None:
-        """Shards `group` as one vector (`flatten_parameters`); its parameters become views of the full vector."""
-        wrapper = self._fsdp_wrapped_module
-        prefix = "_fsdp_wrapped_module._fpw_module."
-        flat_name = f"flat_param_{index}"
-        wrapper.flat_param_names.append(flat_name)
-        names = []
-        for p in group:  # named as inside the wrapped module, as its state_dict names them
-            module_name, _, attr = slots[id(p)][0]
-            inner = module_name[len(prefix):] if module_name.startswith(prefix) else ""
-            names.append(f"{inner}.{attr}" if inner else attr)
-        wrapper._flat_metadata.append((names, [p.shape for p in group], [p.numel() for p in group]))
-        value = torch.cat([p.detach().cpu().flatten() for p in group])
-        handle = self._new_handle(value, f"_fsdp_wrapped_module.{flat_name}", group[0].requires_grad)
-        for p in group:
-            for _, sub, name in slots[id(p)]:
-                del sub._parameters[name]
-                handle.views.append((sub, name, p.shape))
-        handle.set_views()
-
-    def _new_handle(self, value: torch.Tensor, name: str, requires_grad: bool) -> FullParam:
-        """Registers this process's shard of `value` (a CPU tensor) as a parameter of this module."""
-        piece = local_piece(value, self.rank, self.world_size, self._shard_size_multiple, self._shard_param_on_dim_0)
-        shard = nn.Parameter(piece.to(self.xla_device), requires_grad=requires_grad)
-        shard._is_sharded = True
-        shard._orig_size = value.size()
-        shard._orig_name = name
-        shard._name = f"_fsdp_shard.{name}".replace(".", SEPARATOR)
-        self.register_parameter(shard._name, shard)
-        label = f"{_user_name(name)} of the {type(self._fsdp_wrapped_module.module).__name__} wrapped by FSDP"
-        handle = FullParam(shard, value.size(), self.compute_dtype, name, label, self._shard_param_on_dim_0,
-                           requires_grad)
-        handle.full._sharded_param = shard
-        if requires_grad:
-            handle.full.register_post_accumulate_grad_hook(functools.partial(self._post_backward_hook, handle))
-        self._handles.append(handle)
-        return handle
-
-    @torch.no_grad()
-    def _cast_buffers(self) -> None:
-        """Moves the buffers of modules not inside an inner FSDP to the device, in `buffer_dtype`."""
-        inner = [m for m in self.modules() if isinstance(m, XlaFullyShardedDataParallel) and m is not self]
-        skip = {id(sub) for m in inner for sub in m.modules()}
-        for sub in self.modules():
-            if id(sub) in skip:
-                continue
-            for name, buf in list(sub._buffers.items()):
-                if buf is None:
-                    continue
-                new = buf
-                if torch.is_floating_point(buf) and buf.dtype != self.buffer_dtype:
-                    new = buf.to(self.buffer_dtype)
-                    new._orig_dtype = buf.dtype
-                if new.device != self.xla_device:
-                    orig = getattr(new, "_orig_dtype", None)
-                    new = new.to(self.xla_device)
-                    if orig is not None:
-                        new._orig_dtype = orig
-                sub._buffers[name] = new
 
     # ---- what PyTorch/XLA's FSDP exposes ---------------------------------------------------------------
     @property
@@ -360,7 +270,7 @@ class XlaFullyShardedDataParallel(nn.Module):
             if isinstance(m, XlaFullyShardedDataParallel):
                 prefix = f"{module_name}." if module_name else ""
                 for h in m._handles:
-                    found.append((_user_name(prefix + h.shard._orig_name), h.shard))
+                    found.append((user_name(prefix + h.shard._orig_name), h.shard))
         return found
 
     @contextlib.contextmanager
@@ -488,36 +398,3 @@ class XlaFullyShardedDataParallel(nn.Module):
         self._post_backward_callback_queued = False
         if self.sync_on_finalization:
             mark_step()
-
-
-def _user_name(name: str) -> str:
-    """A name inside an FSDP module as the wrapped module names it (`_fsdp_wrapped_module._fpw_module.fc1.weight`
-    is `fc1.weight`), as PyTorch/XLA's consolidation renames them."""
-    return name.replace("_fsdp_wrapped_module.", "").replace("_fpw_module.", "")
-
-
-def _materialize(module: nn.Module, param_init_fn: Callable | None) -> None:
-    """Initialises a module whose parameters are on the meta device: `param_init_fn(module)`, else each submodule's
-    `reset_parameters()` on fresh CPU memory."""
-    if not any(t.is_meta for t in list(module.parameters()) + list(module.buffers())):
-        return
-    if param_init_fn is not None:
-        param_init_fn(module)
-        return
-    module.to_empty(device="cpu")
-    for sub in module.modules():
-        if callable(getattr(sub, "reset_parameters", None)):
-            sub.reset_parameters()
-
-
-def _check_shard_shapes(module: XlaFullyShardedDataParallel, state_dict, prefix, local_metadata, strict,
-                        missing_keys, unexpected_keys, error_msgs) -> None:
-    # A sharded checkpoint holds each process's piece: from a job of another size the pieces differ in size.
-    for h in module._handles:
-        saved = state_dict.get(prefix + h.shard._name)
-        if isinstance(saved, torch.Tensor) and tuple(saved.shape) != tuple(h.shard.shape):
-            raise ValueError(
-                f"{prefix}{h.shard._name}: the checkpoint's shard has shape {list(saved.shape)}, this process's "
-                f"{list(h.shard.shape)} (rank {module.rank} of {module.world_size}): the checkpoint was saved by a "
-                "job of another world size or with other FSDP options. Consolidate it "
-                "(consolidate_sharded_model_checkpoints) and load the full state_dict into the unwrapped model")
