@@ -99,6 +99,19 @@ def nested(out, rank, world):
     optimizer = M.sgd(model.parameters())
     losses, per_step = _train(model, optimizer, rank, world)
     live = _live()
+    # The whole model's gradient norm at the trained weights (on the first batch), without clipping; and
+    # xm.optimizer_step, which would average different shards, refused.
+    x, y = M.batches(1)[0]
+    device = torch_xla.device()
+    M.loss_fn(model(M.half(x, rank, world).to(device)), M.half(y, rank, world).to(device)).backward()
+    norms = [float(model.clip_grad_norm_(1e9)), float(model.clip_grad_norm_(1e9, norm_type=float("inf")))]
+    try:
+        xm.optimizer_step(optimizer)
+        refused = None
+    except ValueError as error:
+        refused = str(error)
+    optimizer.zero_grad(set_to_none=True)
+    xm.mark_step()
     _save(out, "nested", model, rank, world)
     _write(out, "nested", rank, {
         "losses": losses, "per_step": per_step, "wrapped_bytes": wrapped, "trained_bytes": live["bytes"] - base,
@@ -108,6 +121,7 @@ def nested(out, rank, world):
         "momentum_bytes": sum(s["momentum_buffer"].numel() * 4 for s in optimizer.state.values()),
         "shards": {n: list(p.shape) for n, p in model.named_parameters()},
         "roots": [type(m.module.module).__name__ for m in model.modules() if isinstance(m, FSDP)],
+        "grad_norms": norms, "optimizer_step": refused,
     })
 
 

@@ -84,6 +84,22 @@ def test_fsdp_trains_like_eager_cpu_on_the_whole_batch(job, case):
         assert torch.equal(full[name], want[name]), name
 
 
+def test_clip_grad_norm_sees_the_whole_models_gradient_and_optimizer_step_is_refused(job):
+    ref = M.reference()
+    model = M.build()
+    model.load_state_dict(ref.state)  # the trained weights
+    x, y = M.batches(1)[0]
+    M.loss_fn(model(x), y).backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    for rank in _result(job, "nested"):
+        two, most = rank["grad_norms"]
+        assert two == pytest.approx(float(grads.norm()), rel=loss_rtol())
+        assert most == pytest.approx(float(grads.abs().max()), rel=loss_rtol())
+        assert rank["optimizer_step"] == ("reduce_gradients (xm.optimizer_step): the optimizer steps FSDP shards, "
+                                          "whose gradients FSDP has already reduce-scattered; call optimizer.step() "
+                                          "instead")
+
+
 def test_flattened_shards_hold_each_module_in_one_vector(job):
     """size_based_auto_wrap_policy(min_num_params=1000) wraps `inp` and each block's `fc` (over 1000 parameters,
     checkpointed by auto_wrapper_callable); the rest (the norms, the head) is the root's: one shard per module."""
