@@ -143,7 +143,7 @@ def unsupported_import():
     try:
         from torch_xla.core.xla_model import send  # noqa: F401
     except ImportError as exc:
-        return {"error": type(exc).__mro__[1].__name__, "message": str(exc)}
+        return {"error": [base.__name__ for base in type(exc).__bases__], "message": str(exc)}
     return {"error": None}
 
 
