@@ -4,6 +4,7 @@ configurations and under ZeRO-1. Each case writes OUT/<case>.rank<R>.json (losse
 step, memory, dtypes) and its checkpoints; the test compares them with eager CPU on the whole batch.
 """
 
+import contextlib
 import functools
 import gc
 import json
@@ -55,7 +56,7 @@ def _train(model, optimizer, rank, world, micro_batches=1, sync_each_step=True):
         total = 0.0
         for i, (xs, ys) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
             last = i == micro_batches - 1
-            context = model.no_sync() if not last else _nothing()
+            context = model.no_sync() if not last else contextlib.nullcontext()
             with context:
                 loss = M.loss_fn(model(xs), ys) / micro_batches
                 loss.backward()
@@ -69,14 +70,6 @@ def _train(model, optimizer, rank, world, micro_batches=1, sync_each_step=True):
     # Read once at the end: a read in the loop would run graphs of its own.
     mean = xm.all_reduce(xm.REDUCE_SUM, torch.stack(losses)) / world
     return mean.cpu().tolist(), per_step
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _save(out, case, model, rank, world, extra=None):
