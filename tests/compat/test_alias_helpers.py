@@ -80,6 +80,22 @@ def test_memory_info_follows_the_live_device_buffers(tx):
         xm.get_memory_info("cpu")
 
 
+def test_memory_info_counts_a_buffer_held_by_two_arrays_once(tx):
+    """A graph of collectives wraps a process's buffers in global arrays over the replica mesh, and a shard is an
+    array of its own: two jax arrays, one buffer. Both used to be counted."""
+    import jax
+    import numpy as np
+
+    xm = tx.xm
+    gc.collect()
+    before = xm.get_memory_info()["bytes_used"]
+    own = jax.device_put(np.ones((1000, 1000), np.float32), jax.devices()[0])  # 4 MB
+    wrapper = jax.make_array_from_single_device_arrays(own.shape, own.sharding, [own])
+    assert wrapper is not own and wrapper.addressable_data(0).unsafe_buffer_pointer() == own.unsafe_buffer_pointer()
+    held = xm.get_memory_info()["bytes_used"] - before
+    assert abs(held - 4_000_000) < 4096  # the slack of the test above
+
+
 def test_utils_utils_helpers(tx, capsys):
     import torch_xla.utils.utils as xu
 

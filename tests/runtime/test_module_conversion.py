@@ -133,3 +133,19 @@ def test_the_users_swap_setting_is_left_as_it_was(flag):
         assert torch.__future__.get_swap_module_params_on_conversion() is flag
     finally:
         torch.__future__.set_swap_module_params_on_conversion(before)
+
+
+def test_copy_copy_of_a_device_tensor_shares_its_data_as_on_the_cpu():
+    """`copy.copy` (PyTorch/XLA's `ToXlaTensorArena` copies what it does not convert) used to fail: it took
+    `__reduce_ex__`'s pickling path. As on the CPU, the copy is a new tensor over the same data, with the leaf's
+    requires_grad and the user's attributes; a Parameter stays one."""
+    t = torch.ones(3, device=xladev.device(), requires_grad=True)
+    t.note = "kept"
+    c = copy.copy(t)
+    assert c is not t and c.requires_grad and c.is_leaf and c.note == "kept"
+    with torch.no_grad():
+        c[0] = 5.0
+    assert t.cpu().tolist() == [5.0, 1.0, 1.0]
+    p = torch.nn.Parameter(torch.zeros(2, device=xladev.device()))
+    q = copy.copy(p)
+    assert isinstance(q, torch.nn.Parameter) and q.requires_grad

@@ -348,10 +348,18 @@ def fetch_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 def reduce_gradients(optimizer: torch.optim.Optimizer, groups=None, pin_layout: bool = True) -> None:
     """Averages every gradient the optimizer holds across the replicas, in one all-reduce recorded into the
-    step's graph (PyTorch/XLA's `xm.reduce_gradients`). Nothing to do with one replica."""
+    step's graph (PyTorch/XLA's `xm.reduce_gradients`). Nothing to do with one replica.
+
+    Raises:
+      ValueError: the optimizer steps FSDP shards (their gradients are reduced already, and differ by process).
+    """
     count = world_size()
     if count == 1:
         return
+    if any(getattr(p, "_is_sharded", False) for group in optimizer.param_groups for p in group["params"]):
+        # Each process's shard is a different piece: averaging their gradients would mix pieces.
+        raise ValueError("reduce_gradients (xm.optimizer_step): the optimizer steps FSDP shards, whose gradients FSDP "
+                         "has already reduce-scattered; call optimizer.step() instead")
     gradients = fetch_gradients(optimizer)
     if gradients:
         all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)

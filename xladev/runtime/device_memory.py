@@ -3,7 +3,8 @@
 A GPU's PJRT client keeps allocator statistics (`Device.memory_stats()`: bytes in use, the limit, the peak),
 and they are the truth there. The CPU client keeps none, so there the figure is the sum of the live jax
 arrays on the device (every buffer xladev holds is one: tensors' data, the RNG key, donated state) and the
-limit is the host's physical memory, which is what a CPU "device" allocates from. That peak is the largest
+limit is the host's physical memory, which is what a CPU "device" allocates from. A buffer counts once however
+many jax arrays hold it. That peak is the largest
 sum seen by a call of `memory_info`: the CPU client does not see the temporaries inside a running program.
 """
 
@@ -19,15 +20,22 @@ _lock = threading.Lock()
 
 
 def _live_bytes(device) -> int:
+    # Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's
+    # own buffer for a graph of collectives, a shard's view of its array): each buffer counts once.
     jax = backend.jax_module()
-    total = 0
+    buffers: dict[int, int] = {}
     for array in jax.live_arrays():
         if array.is_deleted():
             continue
         for shard in array.addressable_shards:
             if shard.device == device:
-                total += shard.data.nbytes
-    return total
+                data = shard.data
+                try:
+                    key = data.unsafe_buffer_pointer()
+                except Exception:  # a backend that does not expose it: count the array on its own
+                    key = id(data)
+                buffers[key] = max(buffers.get(key, 0), data.nbytes)
+    return sum(buffers.values())
 
 
 def _host_memory() -> int:

@@ -52,6 +52,15 @@ def _child(fn: Callable, args: tuple, rank: int, conn, news) -> None:
     threading.Thread(target=_listen, args=(news, rank), name="xladev-launcher-news", daemon=True).start()
     try:
         result = fn(rank, *args)
+    except SystemExit as exc:
+        # `sys.exit(code)` ends the rank with that status, as under torch.multiprocessing and PyTorch/XLA's launcher
+        # (its TPU tests end each process with `sys.exit(0 if ok else 1)`): 0 (or None) is a normal end.
+        code = exc.code
+        if code is None or code == 0:
+            conn.send(("ok", pickle.dumps(None)))
+            return
+        conn.send(("error", f"exited with status {code if isinstance(code, int) else 1} (sys.exit({code!r}))", ""))
+        raise
     except BaseException as exc:  # noqa: BLE001  (reported to the launcher, then the process fails)
         text = traceback.format_exc()
         try:

@@ -88,6 +88,16 @@ class Storage:
             return True
 
 
+    def release(self, value: Node) -> None:
+        """Gives up the storage's buffer (or pending value) for `value`, a placeholder no barrier computes: FSDP's
+        full parameter between its uses holds no memory. A graph that reads the placeholder fails at its lowering,
+        which says what was read."""
+        with _write_lock:
+            self.value = value
+            self.version += 1
+            self.donor = None
+            pending.pop(self.sid, None)
+
     def put_back(self, value: Node, donor) -> None:
         """Gives the storage an earlier value and donor back (a traced function's writes undone)."""
         with _write_lock:

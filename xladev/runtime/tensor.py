@@ -169,6 +169,17 @@ class XlaTensor(torch.Tensor):
             return (_rebuild_alias, (_saved_value(self._st), self.requires_grad, is_param))
         return (_rebuild_on_device, (self.detach().cpu(), self.device.index, self.requires_grad, is_param))
 
+    def __copy__(self):
+        # `copy.copy` of a tensor shares its data, as torch's does on the CPU (a new tensor over the same storage,
+        # with the user's attributes); without this it went through `__reduce_ex__`'s pickling path and failed.
+        new = alias_of(self)
+        if self.requires_grad and self.is_leaf:
+            new.requires_grad_(True)
+        extra = {k: v for k, v in self.__dict__.items() if k not in _LAZY_FIELDS}
+        if extra:
+            new.__dict__.update(extra)
+        return new
+
     def __deepcopy__(self, memo):
         # torch.Tensor's deepcopy would also deep-copy the lazy-value fields (a Storage, IR nodes); a copy
         # is instead a new tensor holding a recorded clone, with the user's attributes copied.

@@ -27,13 +27,21 @@ def _layer_norm(x, normalized_shape, weight, bias, eps):
     return out, mean, rstd
 
 
+def _f32(*values):
+    """Half-precision values as float32: PyTorch normalises them (forward and backward) in float32 and rounds only
+    the results (its mean and rstd stay float32); the results are cast back to their dtypes by the graph."""
+    return tuple(v.astype(jnp.float32) if v is not None and v.dtype in (jnp.bfloat16, jnp.float16) else v
+                 for v in values)
+
+
 @lowers(aten.native_layer_norm.default)
 def _native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
-    return _layer_norm(x, normalized_shape, weight, bias, eps)
+    return _layer_norm(*_f32(x), normalized_shape, *_f32(weight, bias), eps)
 
 
 @lowers(aten.native_layer_norm_backward.default)
 def _native_layer_norm_backward(ctx, grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    grad, x, rstd, weight, bias = _f32(grad, x, rstd, weight, bias)
     _, vjp = jax.vjp(lambda a, w_, b_: _ln_with_rstd(a, w_, b_, normalized_shape, rstd), x, weight, bias)
     gx, gw, gb = vjp(grad.astype(x.dtype))
     return (gx if output_mask[0] else None, gw if output_mask[1] and weight is not None else None,
@@ -73,8 +81,9 @@ def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training
     """Returns (out, save_mean, save_invstd, new_running_mean, new_running_var); the handler writes the stats back."""
     shape = (1, -1) + (1,) * (x.ndim - 2)
     dtype = x.dtype
+    x, weight, bias, running_mean, running_var = _f32(x, weight, bias, running_mean, running_var)
     if training:
-        out, mean, invstd, var = _batch_norm_train(x.astype(jnp.float32) if dtype != jnp.float64 else x, weight, bias, eps)
+        out, mean, invstd, var = _batch_norm_train(x, weight, bias, eps)
         n = x.size // x.shape[1]
         new_rm = new_rv = None
         if running_mean is not None:
@@ -96,6 +105,7 @@ def _native_batch_norm(ctx, x, weight, bias, running_mean, running_var, training
 def _native_batch_norm_backward(ctx, grad, x, weight, running_mean, running_var, save_mean, save_invstd, train,
                                 eps, output_mask):
     shape = (1, -1) + (1,) * (x.ndim - 2)
+    grad, x, weight, running_mean, running_var = _f32(grad, x, weight, running_mean, running_var)
     if train:
         def forward(x_, w_):
             return _batch_norm_train(x_, w_, None, eps)[0]

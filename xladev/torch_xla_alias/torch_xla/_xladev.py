@@ -62,8 +62,16 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
     "torch_xla.distributed.spmd.enable_manual_sharding": _MANUAL,
     "torch_xla.distributed.spmd.disable_manual_sharding": _MANUAL,
-    "torch_xla.distributed.fsdp": "FSDP (sharded parameters) is not available; " + _DISTRIBUTED,
-    "torch_xla.distributed.zero_redundancy_optimizer": "ZeRO (sharded optimizer state) is not available; " + _DISTRIBUTED,
+    "torch_xla.distributed.fsdp": ("of torch_xla.distributed.fsdp, xladev provides XlaFullyShardedDataParallel, "
+                                   "checkpoint_module, consolidate_sharded_model_checkpoints and "
+                                   "consolidate_sharded_state_dicts, the wrap module's policies and "
+                                   "XlaFlattenParamsWrapper (docs/distributed.md)"),
+    "torch_xla.distributed.fsdp.utils": ("of fsdp.utils, xladev provides checkpoint_module; PyTorch/XLA's patched "
+                                         "Linear and bucketed reduce-scatter are internal to its FSDP (here each "
+                                         "parameter has its own collective, and autograd's saved views read the "
+                                         "gathered parameter)"),
+    "torch_xla.distributed.zero_redundancy_optimizer": ("of zero_redundancy_optimizer, xladev provides "
+                                                        "ZeroRedundancyOptimizer"),
     "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "
                                         "(set by torchrun)"),
     "torch_xla.core.xla_model.world_size": "PyTorch/XLA has no xm.world_size; use torch_xla.runtime.world_size()",

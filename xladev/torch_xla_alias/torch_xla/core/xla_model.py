@@ -471,6 +471,15 @@ def _to_cpu(data: Any, seen: dict | None = None) -> Any:
     return data
 
 
+def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    """PyTorch/XLA's helper behind `xm.save` (its tests call it): `data` with its xla tensors computed and, with
+    `convert`, replaced by CPU copies (a tensor met twice copied once)."""
+    if not convert:
+        xladev.sync(wait=True)
+        return data
+    return _to_cpu(data)
+
+
 def optimization_barrier_(tensors: list[torch.Tensor]) -> None:
     """Passes `tensors` through one optimization barrier, in place: XLA neither moves computations across it nor
     merges what reads the tensors afterwards with what read them before (xladev's `xla::optimization_barrier`).
