@@ -207,8 +207,9 @@ def test_a_sharded_checkpoint_of_another_world_size_is_refused_by_name(job):
     model = fsdp.FSDP(M.build(), auto_wrap_policy=functools.partial(fsdp.transformer_auto_wrap_policy,
                                                                     transformer_layer_cls={M.Block}))
     saved = torch.load(glob.glob(str(job / "nested_rank-00000000-*.pth"))[0], weights_only=False)
-    with pytest.raises(ValueError, match=r"has shape \[1024\], this process's \[2048\] \(rank 0 of 1\): the "
-                                         r"checkpoint was saved by a job of another world size"):
+    with pytest.raises(fsdp.ShardedCheckpointError, match=r"has shape \[1024\], this process's \[2048\] \(rank 0 "
+                                                          r"of 1\): the checkpoint was saved by a job of another "
+                                                          r"world size"):
         model.load_state_dict(saved["model"])
 
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from xladev.runtime.fsdp.shards import SEPARATOR, FullParam, local_piece
+from xladev.runtime.fsdp.state_dict_utils import ShardedCheckpointError
 
 
 def shard_parameters(fsdp) -> None:
@@ -133,11 +134,16 @@ def materialize(module: nn.Module, param_init_fn: Callable | None) -> None:
 
 def check_shard_shapes(module, state_dict, prefix, local_metadata, strict,
                         missing_keys, unexpected_keys, error_msgs) -> None:
-    # A sharded checkpoint holds each process's piece: from a job of another size the pieces differ in size.
+    """An FSDP module's load_state_dict pre-hook (torch's signature): a sharded checkpoint holds each process's
+    piece, so from a job of another size (or other sharding options) the pieces differ in size.
+
+    Raises:
+      ShardedCheckpointError (a ValueError): a shard of `state_dict` does not have this process's shape.
+    """
     for h in module._handles:
         saved = state_dict.get(prefix + h.shard._name)
         if isinstance(saved, torch.Tensor) and tuple(saved.shape) != tuple(h.shard.shape):
-            raise ValueError(
+            raise ShardedCheckpointError(
                 f"{prefix}{h.shard._name}: the checkpoint's shard has shape {list(saved.shape)}, this process's "
                 f"{list(h.shard.shape)} (rank {module.rank} of {module.world_size}): the checkpoint was saved by a "
                 "job of another world size or with other FSDP options. Consolidate it "
