@@ -133,13 +133,16 @@ class LeaveSection(Message):
         self.direction = direction
 
 
-class SectionOptionList(OptionList):
-    """An overview list (the findings, the recompilation alerts) whose arrow and page keys go on to the next
-    list of the overview past its last entry, and back to the one before past its first."""
+class _SectionKeys:
+    """Arrow and page keys that go on to the next list of the overview past a list's last entry, and back to the one
+    before past its first (a `LeaveSection` message); the widget says where its cursor is (`_cursor`)."""
+
+    def _cursor(self) -> tuple[int | None, int]:
+        """(the highlighted entry or None, the last entry's index)."""
+        raise NotImplementedError
 
     def _leave(self, direction: int) -> bool:
-        last = self.option_count - 1
-        at = self.highlighted
+        at, last = self._cursor()
         if at is None or last < 0 or (direction > 0 and at >= last) or (direction < 0 and at <= 0):
             self.post_message(LeaveSection(direction))
             return True
@@ -162,30 +165,15 @@ class SectionOptionList(OptionList):
             super().action_page_up()
 
 
-class SectionTable(DataTable):
-    """An overview table (compiles by site, transfer hot spots, CPU fallbacks) whose arrow and page keys go on
-    to the next list of the overview past its last row, and back to the one before past its first."""
+class SectionOptionList(_SectionKeys, OptionList):
+    """An overview list (the findings, the recompilation alerts) whose keys go on to the next list."""
 
-    def _leave(self, direction: int) -> bool:
-        last = self.row_count - 1
-        at = self.cursor_row
-        if last < 0 or (direction > 0 and at >= last) or (direction < 0 and at <= 0):
-            self.post_message(LeaveSection(direction))
-            return True
-        return False
+    def _cursor(self) -> tuple[int | None, int]:
+        return self.highlighted, self.option_count - 1
 
-    def action_cursor_down(self) -> None:
-        if not self._leave(1):
-            super().action_cursor_down()
 
-    def action_cursor_up(self) -> None:
-        if not self._leave(-1):
-            super().action_cursor_up()
+class SectionTable(_SectionKeys, DataTable):
+    """An overview table (compiles by site, transfer hot spots, CPU fallbacks) whose keys go on to the next list."""
 
-    def action_page_down(self) -> None:
-        if not self._leave(1):
-            super().action_page_down()
-
-    def action_page_up(self) -> None:
-        if not self._leave(-1):
-            super().action_page_up()
+    def _cursor(self) -> tuple[int | None, int]:
+        return self.cursor_row, self.row_count - 1
