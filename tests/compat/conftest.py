@@ -15,6 +15,9 @@ from xladev.cli.run import ALIAS_DIR
 def tx():
     if importlib.util.find_spec("torch_xla") is not None:
         pytest.skip("a real torch_xla is importable here; the alias is tested where it is not")
+    from xladev.events import bus
+
+    api = bus.api  # importing the alias marks the process as a torch_xla script: restored after
     sys.path.insert(0, ALIAS_DIR)
     try:
         import torch_xla
@@ -34,3 +37,4 @@ def tx():
         for name in [m for m in sys.modules if m == "torch_xla" or m.startswith("torch_xla.")]:
             del sys.modules[name]
         sys.meta_path[:] = [f for f in sys.meta_path if type(f).__module__ != "torch_xla._xladev"]
+        bus.api = api

@@ -19,7 +19,7 @@ from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime import annotate, backend, graph_names, stack, steps
-from xladev.runtime.recorder import spent
+from xladev.runtime.span_clock import spent
 from xladev.runtime.graph_info import RuntimeGraphInfo, collectives_of
 from xladev.runtime.graph_lowering import compiler_options, program, replica_sharding
 from xladev.runtime.ir import Graph

@@ -10,7 +10,7 @@ import time
 
 from xladev.events import TransferToDevice, bus
 from xladev.runtime import annotate, backend, steps
-from xladev.runtime.recorder import spent
+from xladev.runtime.span_clock import spent
 
 
 def put(host_array, device_index: int):

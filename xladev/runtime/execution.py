@@ -28,7 +28,8 @@ from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.inflight import Dispatched, InFlight
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
-from xladev.runtime.recorder import recorder, spent
+from xladev.runtime.recorder import recorder
+from xladev.runtime.span_clock import spent
 from xladev.runtime.storage import pending, pending_storages
 from xladev.runtime.world import DistributedError, job
 from xladev.schema.sites import short_site, site_of

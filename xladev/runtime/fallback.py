@@ -22,7 +22,7 @@ from torch._decomp import decomposition_table
 from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind, FallbackOp, bus
 from xladev.runtime import annotate, stack, steps
-from xladev.runtime.recorder import spent
+from xladev.runtime.span_clock import spent
 from xladev.runtime.decompositions import composite_implicit, with_composites
 from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.recording import write_into

@@ -19,6 +19,7 @@ import time
 
 import jax
 
+from xladev.runtime import span_clock
 from xladev.runtime.world import job
 
 
@@ -145,6 +146,7 @@ class InFlight:
             while self._unannounced:
                 item = self._unannounced[0]
                 item.wait_done()
+                span_clock.waited_for(item.start_ns, item.ready_ns)  # an op waiting here is not tracing
                 self._unannounced.pop(0)
                 item.announce(item.ready_ns - item.start_ns, item.error)
         finally:

@@ -18,7 +18,7 @@ from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
 from xladev.errors import XladevWarning
 from xladev.events import GraphGrowing, bus
-from xladev.runtime import stack, steps
+from xladev.runtime import span_clock, stack, steps
 from xladev.runtime.stack import user_frame, user_location
 
 
@@ -28,25 +28,6 @@ RECOMPUTE_SCOPE = "checkpoint_recompute"
 
 # Templates located at most (a run with ever new constants stops locating them, rather than growing for ever).
 FIRST_SEEN_LIMIT = 100_000
-
-
-class _SpanClock(threading.local):
-    """Per thread: the nanoseconds spent so far in measured spans (see `spent`)."""
-
-    ns = 0
-
-
-_spans = _SpanClock()
-
-
-def spent(ns: int) -> None:
-    """A measured span of `ns` ran on this thread: a compile, an execution, a transfer, a CPU kernel, a wait for
-    the other ranks, or a whole op.
-
-    An op's tracing time is its own time less the spans that ran inside it (a `.item()` or a CPU fallback
-    compiles and runs the pending graph in the middle of its op), so the time breakdown counts each span once.
-    """
-    _spans.ns += ns
 
 
 class GraphGrowthWarning(XladevWarning):
@@ -147,18 +128,14 @@ class Recorder:
                 self.first_seen_at[key] = location
 
     @staticmethod
-    def op_started() -> tuple[int, int]:
-        """The start of an op's tracing time: (now, the spans spent on this thread so far), for `op_finished`."""
-        return time.perf_counter_ns(), _spans.ns
+    def op_started() -> tuple:
+        """The start of an op's tracing time, for `op_finished` (`span_clock.op_began`)."""
+        return span_clock.op_began()
 
-    def op_finished(self, started: tuple[int, int]) -> None:
+    def op_finished(self, started: tuple) -> None:
         """Adds an op's tracing time: its time since `op_started` less the measured spans inside it (a compile,
-        an execution, a transfer, a CPU kernel, a nested op). The whole op then counts as a span of the op around
-        it, if any, so that op leaves it out too."""
-        start, spans_before = started
-        elapsed = time.perf_counter_ns() - start
-        self.add_tracing_time(elapsed - (_spans.ns - spans_before))
-        _spans.ns = spans_before + elapsed
+        an execution, a transfer, a CPU kernel, a nested op; `span_clock`)."""
+        self.add_tracing_time(span_clock.op_ended(started))
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns

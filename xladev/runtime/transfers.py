@@ -12,7 +12,7 @@ import torch
 
 from xladev.events import Cause, CauseKind, TransferFromDevice, bus
 from xladev.runtime import annotate, backend, device_put, fork_guard, stack, steps
-from xladev.runtime.recorder import spent
+from xladev.runtime.span_clock import spent
 from xladev.runtime.execution import execution
 from xladev.runtime.ir import DataNode, Meta, rebuild
 from xladev.runtime.stack import user_location
