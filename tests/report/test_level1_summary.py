@@ -47,8 +47,13 @@ def test_no_step_count_is_unknown_not_healthy(tmp_path):
     assert [f.rule for f in report.findings] == ["not-enough-evidence"]
 
 
-def test_advice_uses_the_runs_own_api_names(tmp_path):
+def test_advice_uses_the_runs_own_api_names(tmp_path, monkeypatch):
     from tests.report.helpers import fixture_path
+    from xladev.events import bus
+
+    # The log is an xladev script's: the process-wide API may have been set to torch_xla by an earlier test of
+    # this worker that imported the alias or ran `xladev run` in-process.
+    monkeypatch.setattr(bus, "api", "xladev")
 
     ours = {f.rule: f for f in load(_level1_log(tmp_path, steps=12, reads_per_step=1)).findings}["host-transfers"]
     assert "xladev.add_step_closure(" in ours.fix and "xm." not in ours.fix
