@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import sys
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -169,11 +171,20 @@ def torch_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return np.array(tensor.resolve_conj().resolve_neg().numpy(), copy=True)
 
 
-def numpy_to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor owning a copy of `array`, of the given torch dtype."""
+def numpy_to_torch(array: np.ndarray, dtype: torch.dtype, copy: bool = True) -> torch.Tensor:
+    """A CPU tensor of `array`'s values, of the given torch dtype: a copy of its own, or with `copy=False` a view
+    of `array` itself where the dtypes allow (only to be read: jax's host copies are read-only)."""
+    host = np.array(array, copy=True) if copy else np.asarray(array)
     if dtype == torch.bfloat16:
-        return torch.from_numpy(np.array(array).view(np.int16).copy()).view(torch.bfloat16)
-    out = torch.from_numpy(np.array(array, copy=True))
+        host = host.view(np.int16)
+    if copy:
+        out = torch.from_numpy(host)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only array
+            out = torch.from_numpy(host)
+    if dtype == torch.bfloat16:
+        return out.view(torch.bfloat16)
     return out if out.dtype == dtype else out.to(dtype)
 
 

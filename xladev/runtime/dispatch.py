@@ -12,7 +12,7 @@ import threading
 import torch
 
 from xladev.events import Cause, CauseKind
-from xladev.runtime import fork_guard
+from xladev.runtime import fork_guard, span_clock
 from xladev.runtime.decompositions import DECOMPOSITIONS
 from xladev.runtime.execution import execution, lock as _execution_lock
 from xladev.runtime.fake_operands import FakeOperands
@@ -200,7 +200,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             return NotImplemented
     if kwargs is None:
         kwargs = {}
-    started = recorder.op_started()
+    started = span_clock.op_began()
     if recorder.eager_debug:
         return _dispatch_eagerly(func, args, kwargs, started)
     # An op and a step barrier never interleave: an op on another thread reads a tensor's value either
@@ -225,7 +225,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     except FakeOperands as fake:
         return fake.run_faked(func, args, kwargs)
     finally:
-        recorder.op_finished(started)
+        recorder.add_tracing_time(span_clock.op_ended(started))
 
 
 def _dispatch_eagerly(func, args, kwargs, started):
@@ -237,7 +237,7 @@ def _dispatch_eagerly(func, args, kwargs, started):
             result = handle(func, args, kwargs)
     finally:
         _local.depth = depth
-        recorder.op_finished(started)
+        recorder.add_tracing_time(span_clock.op_ended(started))
     if depth == 0:
         execution.flush(Cause(CauseKind.EAGER_DEBUG, func._schema.name))
     return result

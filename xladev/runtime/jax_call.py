@@ -40,6 +40,7 @@ from xladev.runtime import annotate, backend, steps
 from xladev.runtime.execution import execution, lock as _execution_lock
 from xladev.runtime.ir import SLOT, Meta, Node, OpDef, getitem
 from xladev.runtime.jax_keys import function_key, value_key
+from xladev.runtime import span_clock
 from xladev.runtime.recorder import recorder
 from xladev.runtime.storage import Storage
 from xladev.runtime.tensor import XlaTensor, wrap
@@ -193,11 +194,11 @@ def call_jax(jax_func, args, kwargs=None, name: str | None = None, override_hash
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"call_jax: kwargs must be a dict or None, got {type(kwargs).__name__}")
     name = name or name_of(jax_func)
-    started = recorder.op_started()
+    started = span_clock.op_began()
     with _execution_lock:
         spec, tensors, index = _specialize(jax_func, tuple(args), kwargs or {}, name, override_hash)
         flat = invoke(spec, tensors, index, name)
-    recorder.op_finished(started)
+    recorder.add_tracing_time(span_clock.op_ended(started))
     _run_if_eager()
     import jax
 

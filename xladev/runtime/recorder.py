@@ -18,7 +18,7 @@ from xladev import rules  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
 from xladev.errors import XladevWarning
 from xladev.events import GraphGrowing, bus
-from xladev.runtime import span_clock, stack, steps
+from xladev.runtime import stack, steps
 from xladev.runtime.stack import user_frame, user_location
 
 
@@ -126,16 +126,6 @@ class Recorder:
             location = stack.op_location()
             if location is not None:
                 self.first_seen_at[key] = location
-
-    @staticmethod
-    def op_started() -> tuple:
-        """The start of an op's tracing time, for `op_finished` (`span_clock.op_began`)."""
-        return span_clock.op_began()
-
-    def op_finished(self, started: tuple) -> None:
-        """Adds an op's tracing time: its time since `op_started` less the measured spans inside it (a compile,
-        an execution, a transfer, a CPU kernel, a nested op; `span_clock`)."""
-        self.add_tracing_time(span_clock.op_ended(started))
 
     def add_tracing_time(self, ns: int) -> None:
         self.tracing_ns += ns

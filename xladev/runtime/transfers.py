@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -140,15 +139,7 @@ def _host_view_source(t):
 def _read_view(t, array, dtype: torch.dtype) -> torch.Tensor:
     """The value of view `t`: its aten view ops replayed on the CPU over the base's host copy (jax keeps that
     copy with the array, so reading many views of one base copies it from the device once)."""
-    host = np.asarray(array)
-    if dtype == torch.bfloat16:
-        host = host.view(np.int16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # jax's host copy is read-only; only read, then copied
-        value = torch.from_numpy(host)
-    value = value.view(torch.bfloat16) if dtype == torch.bfloat16 else value
-    if value.dtype != dtype:
-        value = value.to(dtype)
+    value = backend.numpy_to_torch(array, dtype, copy=False)
     for step in t._chain:
         args, kwargs = rebuild(step.template, [value])
         value = step.opdef.aten(*args, **kwargs)
