@@ -17,6 +17,8 @@ from xladev.events import bus
 from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
 from xladev.runtime import autocast, backend, checkpoint, fork_guard, rng, sparse_gradients
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
+# The handlers of ops whose lowerings alone cannot do their job (reads back, list outputs, PyTorch's errors).
+from xladev.runtime import histogram_edges, linalg_handlers, static_handlers  # noqa: F401
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
 from xladev.runtime.execution import execution

@@ -10,7 +10,9 @@ from xladev.runtime.lowering import (  # noqa: F401
     fft,
     histograms,
     index_reduction,
-    linalg,
+    linalg_factor,
+    linalg_solve,
+    linalg_spectral,
     matmul,
     nn,
     order_statistics,
@@ -21,4 +23,5 @@ from xladev.runtime.lowering import (  # noqa: F401
     special,
     special_bessel,
     special_polynomials,
+    static_misc,
 )

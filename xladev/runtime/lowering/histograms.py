@@ -18,6 +18,8 @@ data (min and max of each dimension), computed on the device. PyTorch's rules, m
 One difference: when a range taken from the data is not finite (a NaN or an infinity in the input),
 PyTorch raises, which a lazy graph cannot do without reading the data back; the histogram (and its
 edges) come out all NaN instead, so the result can never pass for a real count.
+
+`histogramdd`'s list of bin edges is a handler's job: `record/histogram_edges.py`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ import jax.numpy as jnp
 
 import torch
 
-from xladev.runtime.dispatch import handle
 from xladev.runtime.lowering.registry import lowers
 from xladev.runtime.meta import SHAPE_RULES
-from xladev.runtime.special_handlers import special
 
 aten = torch.ops.aten
 
@@ -283,21 +283,3 @@ SHAPE_RULES[aten.histogram.bin_ct] = _histogram_bin_ct_rule
 SHAPE_RULES[aten.histogram.bins_tensor] = _histogram_bins_tensor_rule
 SHAPE_RULES[aten._histogramdd_from_bin_cts.default] = _from_bin_cts_rule
 SHAPE_RULES[aten._histogramdd_from_bin_tensors.default] = _from_bin_tensors_rule
-
-
-@special(aten._histogramdd_bin_edges.default)
-def _histogramdd_bin_edges(func, args, kwargs):
-    """One edge tensor per dimension: a list output, so each is recorded as its 1-D histogram's edges.
-
-    The recorder takes tuple outputs, not lists; `histogram.bin_ct` of one column computes the same
-    edges (XLA drops the unused counts).
-    """
-    x, bins = args[0], list(args[1])
-    ranges = kwargs.get("range")
-    points = x.reshape(-1, x.shape[-1])
-    out = []
-    for d, count in enumerate(bins):
-        column_range = None if ranges is None else [ranges[2 * d], ranges[2 * d + 1]]
-        column = aten.select.int(points, 1, d)
-        out.append(handle(aten.histogram.bin_ct, (column, count), {"range": column_range})[1])
-    return out

@@ -121,8 +121,3 @@ def _mode(ctx, x, dim=-1, keepdim=False):
     iota_rows = lax.broadcasted_iota(jnp.int32, rows.shape, rows.ndim - 1)
     index = jnp.max(jnp.where(same, iota_rows, -1), axis=-1)
     return _finish(value, index, x, dim, keepdim)
-
-
-
-# The family's modules that the package __init__ does not list register on import.
-from xladev.runtime.lowering import static_misc  # noqa: E402,F401

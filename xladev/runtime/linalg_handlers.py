@@ -1,6 +1,6 @@
 """torch.linalg and the older linear-algebra ops, through jnp.linalg, jax.scipy.linalg and lax.linalg.
 
-The lowerings live in three modules imported here: linalg_factor (Cholesky, LU, QR, Householder),
+The lowerings live in three modules of `lowering/`: linalg_factor (Cholesky, LU, QR, Householder),
 linalg_solve (triangular, Cholesky, LU and general solves, inverse, determinants, least squares,
 pseudo-inverse) and linalg_spectral (SVD, eigendecompositions, matrix exponential).
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from xladev.runtime.dispatch import handle, handle_regular
-from xladev.runtime.lowering import linalg_factor, linalg_solve, linalg_spectral  # noqa: F401  (register)
 from xladev.runtime.special_handlers import special
 from xladev.runtime.tensor import XlaTensor
 from xladev.runtime.transfers import download
