@@ -54,8 +54,8 @@ def test_a_class_without_the_base_is_caught_by_the_check():
 
 def test_the_builtin_bases_users_catch_are_kept():
     from xladev._flags import ConfigError
-    from xladev.runtime.compilation import XlaCompileError
-    from xladev.runtime.fallback import UnsupportedOpError
+    from xladev.runtime.compile.compilation import XlaCompileError
+    from xladev.runtime.record.fallback import UnsupportedOpError
 
     assert issubclass(ConfigError, ValueError) and issubclass(XlaCompileError, RuntimeError)
     assert issubclass(UnsupportedOpError, NotImplementedError) and issubclass(UsageError, XladevError)

@@ -134,7 +134,7 @@ def test_no_import_goes_against_the_layers():
 def test_the_check_fails_on_each_kind_of_wrong_edge():
     # The checker itself, on sources that break each rule: it must name every one.
     cases = {
-        "xladev.sinks.fake": "from xladev.runtime.ir import Graph",
+        "xladev.sinks.fake": "from xladev.runtime.graph.ir import Graph",
         "xladev.report.fake": "def f():\n    import torch",
         "xladev.events.fake": "from xladev.sinks import metrics",
         "xladev.schema.fake": "import xladev.events",
@@ -142,8 +142,66 @@ def test_the_check_fails_on_each_kind_of_wrong_edge():
     }
     for module, source in cases.items():
         assert violations(module, imports_of(source, module, False)), module
-    allowed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from xladev.runtime.ir import Graph\n"
+    allowed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from xladev.runtime.graph.ir import Graph\n"
     assert not violations("xladev.sinks.fake", imports_of(allowed, "xladev.sinks.fake", False))
+
+
+# Inside the runtime, its folders, bottom up (docs/architecture.md): a module may import its own folder and those
+# before it. `device.py` and the package `__init__` sit above them all: registration wires the layers together.
+RUNTIME_ORDER = ("graph", "lowering", "compile", "execute", "record", "distributed", "api", "parallel", "dynamo")
+
+
+def runtime_folder(module: str) -> str | None:
+    """The runtime folder of `module` (`xladev.runtime.execute.barrier` -> "execute"); None outside them."""
+    parts = module.split(".")
+    if parts[:2] != ["xladev", "runtime"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in RUNTIME_ORDER else None
+
+
+def runtime_violations(module: str, imported: set[str]) -> list[str]:
+    """The imports of a runtime module that reach a higher folder of the runtime (or its top)."""
+    folder = runtime_folder(module)
+    if folder is None:
+        return []
+    rank = RUNTIME_ORDER.index(folder)
+    bad = []
+    for target in sorted(imported):
+        if not target.startswith("xladev.runtime.") and target != "xladev.runtime":
+            continue
+        target_folder = runtime_folder(target)
+        if target_folder is None:
+            if target == "xladev.runtime":
+                continue  # the package itself (`from xladev.runtime import graph`): only a docstring
+            bad.append(f"{module} ({folder}) imports {target} (the runtime's top: registration)")
+        elif RUNTIME_ORDER.index(target_folder) > rank:
+            bad.append(f"{module} ({folder}) imports {target} ({target_folder}, a higher layer)")
+    return bad
+
+
+def test_every_runtime_module_is_in_a_layer_folder():
+    top = {m for m in _graph() if m.startswith("xladev.runtime.") and runtime_folder(m) is None}
+    assert top == {"xladev.runtime.device"}, f"runtime modules outside the layer folders: {sorted(top)}"
+
+
+def test_no_runtime_import_goes_up_the_layers():
+    graph = _graph()
+    bad = [line for module, imported in graph.items() for line in runtime_violations(module, imported)]
+    assert not bad, "imports against " + " < ".join(RUNTIME_ORDER) + ":\n" + "\n".join(bad)
+
+
+def test_the_runtime_check_fails_on_a_planted_wrong_edge():
+    # A lowering that reaches the dispatcher (record/), an execution that reads the tensor subclass, a graph module
+    # that imports registration: each is named; an import down the layers is not.
+    planted = {
+        "xladev.runtime.lowering.fake": "from xladev.runtime.record.dispatch import handle",
+        "xladev.runtime.execute.fake": "def f():\n    from xladev.runtime.record import tensor",
+        "xladev.runtime.graph.fake": "import xladev.runtime.device",
+    }
+    for module, source in planted.items():
+        assert runtime_violations(module, imports_of(source, module, False)), module
+    fine = "from xladev.runtime.graph.ir import Graph\nfrom xladev.runtime.compile import compilation"
+    assert not runtime_violations("xladev.runtime.execute.fake", imports_of(fine, "xladev.runtime.execute.fake", False))
 
 
 def _cycles(graph: dict[str, set[str]], prefix: str) -> list[list[str]]:

@@ -26,24 +26,24 @@ _RUNTIME_NAMES = {
     "ConfigError": "xladev._flags", "config": "xladev._flags",
     "XladevError": "xladev.errors", "XladevWarning": "xladev.errors",
     "device": "xladev.runtime.device", "device_count": "xladev.runtime.device", "devices": "xladev.runtime.device",
-    "XlaCompileError": "xladev.runtime.compilation", "GraphGrowthWarning": "xladev.runtime.recorder",
-    "DeviceLoader": "xladev.runtime.training", "add_step_closure": "xladev.runtime.training",
-    "initialize_cache": "xladev.runtime.compilation", "manual_seed": "xladev.runtime.training",
-    "mark_step": "xladev.runtime.training", "optimizer_step": "xladev.runtime.training",
-    "sync": "xladev.runtime.training", "wait_device_ops": "xladev.runtime.training",
-    "compile": "xladev.runtime.compiled_region", "GraphLimitError": "xladev.runtime.compiled_region",
-    "launch": "xladev.runtime.launch", "LaunchError": "xladev.runtime.launch",
-    "DistributedError": "xladev.runtime.world", "AliasedInputsError": "xladev.runtime.fx_program",
-    "world_size": "xladev.runtime.collectives", "global_ordinal": "xladev.runtime.collectives",
-    "local_ordinal": "xladev.runtime.collectives", "all_reduce": "xladev.runtime.collectives",
-    "all_gather": "xladev.runtime.collectives", "reduce_scatter": "xladev.runtime.collectives",
-    "broadcast": "xladev.runtime.collectives", "all_to_all": "xladev.runtime.collectives",
-    "collective_permute": "xladev.runtime.collectives", "barrier": "xladev.runtime.collectives",
-    "rendezvous": "xladev.runtime.collectives", "mesh_reduce": "xladev.runtime.collectives",
-    "reduce_gradients": "xladev.runtime.collectives",
-    "REDUCE_SUM": "xladev.runtime.collectives", "REDUCE_MUL": "xladev.runtime.collectives",
-    "REDUCE_AND": "xladev.runtime.collectives", "REDUCE_OR": "xladev.runtime.collectives",
-    "REDUCE_MIN": "xladev.runtime.collectives", "REDUCE_MAX": "xladev.runtime.collectives",
+    "XlaCompileError": "xladev.runtime.compile.compilation", "GraphGrowthWarning": "xladev.runtime.graph.op_ledger",
+    "DeviceLoader": "xladev.runtime.api.training", "add_step_closure": "xladev.runtime.api.training",
+    "initialize_cache": "xladev.runtime.compile.compilation", "manual_seed": "xladev.runtime.api.training",
+    "mark_step": "xladev.runtime.api.training", "optimizer_step": "xladev.runtime.api.training",
+    "sync": "xladev.runtime.api.training", "wait_device_ops": "xladev.runtime.api.training",
+    "compile": "xladev.runtime.dynamo.compiled_region", "GraphLimitError": "xladev.runtime.dynamo.compiled_region",
+    "launch": "xladev.runtime.distributed.launch", "LaunchError": "xladev.runtime.distributed.launch",
+    "DistributedError": "xladev.runtime.graph.world", "AliasedInputsError": "xladev.runtime.dynamo.fx_program",
+    "world_size": "xladev.runtime.distributed.collectives", "global_ordinal": "xladev.runtime.distributed.collectives",
+    "local_ordinal": "xladev.runtime.distributed.collectives", "all_reduce": "xladev.runtime.distributed.collectives",
+    "all_gather": "xladev.runtime.distributed.collectives", "reduce_scatter": "xladev.runtime.distributed.collectives",
+    "broadcast": "xladev.runtime.distributed.collectives", "all_to_all": "xladev.runtime.distributed.collectives",
+    "collective_permute": "xladev.runtime.distributed.collectives", "barrier": "xladev.runtime.distributed.collectives",
+    "rendezvous": "xladev.runtime.distributed.collectives", "mesh_reduce": "xladev.runtime.distributed.collectives",
+    "reduce_gradients": "xladev.runtime.distributed.collectives",
+    "REDUCE_SUM": "xladev.runtime.distributed.collectives", "REDUCE_MUL": "xladev.runtime.distributed.collectives",
+    "REDUCE_AND": "xladev.runtime.distributed.collectives", "REDUCE_OR": "xladev.runtime.distributed.collectives",
+    "REDUCE_MIN": "xladev.runtime.distributed.collectives", "REDUCE_MAX": "xladev.runtime.distributed.collectives",
 }
 
 # Names whose modules are light (no torch, no jax): looking them up does not start the runtime.
@@ -56,20 +56,20 @@ if TYPE_CHECKING:  # what static tools see; at run time `__getattr__` loads thes
     from xladev._flags import ConfigError, config
     from xladev.errors import XladevError, XladevWarning
     from xladev.runtime.device import device, device_count, devices
-    from xladev.runtime.compilation import XlaCompileError, initialize_cache
-    from xladev.runtime.compiled_region import GraphLimitError, compile
-    from xladev.runtime.recorder import GraphGrowthWarning
-    from xladev.runtime.training import (
+    from xladev.runtime.compile.compilation import XlaCompileError, initialize_cache
+    from xladev.runtime.dynamo.compiled_region import GraphLimitError, compile
+    from xladev.runtime.graph.op_ledger import GraphGrowthWarning
+    from xladev.runtime.api.training import (
         DeviceLoader, add_step_closure, manual_seed, mark_step, optimizer_step, sync, wait_device_ops,
     )
-    from xladev.runtime.collectives import (
+    from xladev.runtime.distributed.collectives import (
         REDUCE_AND, REDUCE_MAX, REDUCE_MIN, REDUCE_MUL, REDUCE_OR, REDUCE_SUM, all_gather, all_reduce, all_to_all,
         barrier, broadcast, collective_permute, global_ordinal, local_ordinal, mesh_reduce, reduce_gradients,
         reduce_scatter, rendezvous, world_size,
     )
-    from xladev.runtime.launch import LaunchError, launch
-    from xladev.runtime.world import DistributedError
-    from xladev.runtime.fx_program import AliasedInputsError
+    from xladev.runtime.distributed.launch import LaunchError, launch
+    from xladev.runtime.graph.world import DistributedError
+    from xladev.runtime.dynamo.fx_program import AliasedInputsError
 
 _start_lock = _threading.RLock()
 _started = False

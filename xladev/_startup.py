@@ -85,21 +85,21 @@ def load() -> None:
     """Starts the runtime: registers the `xla` device with torch, starts the sinks the flags ask for."""
     install_config_error_hook()
     from xladev._flags import config
-    from xladev.runtime.compilation import initialize_cache
+    from xladev.runtime.compile.compilation import initialize_cache
     from xladev.runtime.device import register
 
     check_output_paths(config)
     register()
-    from xladev.runtime.module_conversion import install
+    from xladev.runtime.record.module_conversion import install
 
     install()
-    from xladev.runtime.process_group import register as register_process_group
+    from xladev.runtime.distributed.process_group import register as register_process_group
 
     register_process_group()  # torch.distributed's `xla` backend and `xla://`, as torch_xla registers them
-    from xladev.runtime.functional_collectives import register as register_functional_collectives
+    from xladev.runtime.distributed.functional_collectives import register as register_functional_collectives
 
     register_functional_collectives()  # torch.distributed's functional collectives on xla tensors
-    from xladev.runtime import exiting
+    from xladev.runtime.execute import exiting
 
     exiting.install()  # before the sinks: their end-of-run records come after the runtime's last settling
     start_sinks()

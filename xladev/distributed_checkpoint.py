@@ -9,7 +9,7 @@
 
     mgr = xc.CheckpointManager(path, save_interval=100, max_to_keep=3)   # steps, async saves, preemption
 
-See `xladev.runtime.dist_checkpoint` and docs/distributed.md.
+See `xladev.runtime.parallel.dist_checkpoint` and docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import xladev
 
 xladev._load_runtime()
 
-from xladev.runtime.dist_checkpoint.manager import CheckpointManager  # noqa: E402
-from xladev.runtime.dist_checkpoint.planners import SPMDLoadPlanner, SPMDSavePlanner  # noqa: E402
-from xladev.runtime.dist_checkpoint.preemption import PreemptionError  # noqa: E402
-from xladev.runtime.dist_checkpoint.state import (  # noqa: E402
+from xladev.runtime.parallel.dist_checkpoint.manager import CheckpointManager  # noqa: E402
+from xladev.runtime.parallel.dist_checkpoint.planners import SPMDLoadPlanner, SPMDSavePlanner  # noqa: E402
+from xladev.runtime.parallel.dist_checkpoint.preemption import PreemptionError  # noqa: E402
+from xladev.runtime.parallel.dist_checkpoint.state import (  # noqa: E402
     CheckpointError, CpuShards, prime_optimizer, sharded_cpu_state_dict,
 )
 

@@ -15,16 +15,16 @@ import xladev
 
 xladev._load_runtime()
 
-from xladev.runtime.fsdp.module import TrainingState, XlaFullyShardedDataParallel  # noqa: E402
-from xladev.runtime.fsdp.state_dict_utils import (  # noqa: E402
+from xladev.runtime.parallel.fsdp.module import TrainingState, XlaFullyShardedDataParallel  # noqa: E402
+from xladev.runtime.parallel.fsdp.state_dict_utils import (  # noqa: E402
     ShardedCheckpointError, consolidate_sharded_model_checkpoints, consolidate_sharded_state_dicts,
 )
-from xladev.runtime.fsdp.utils import checkpoint_module  # noqa: E402
-from xladev.runtime.fsdp.wrap import (  # noqa: E402
+from xladev.runtime.parallel.fsdp.utils import checkpoint_module  # noqa: E402
+from xladev.runtime.parallel.fsdp.wrap import (  # noqa: E402
     always_wrap_policy, lambda_auto_wrap_policy, recursive_wrap, size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
 )
-from xladev.runtime.zero1 import ShardedStateError, ZeroRedundancyOptimizer  # noqa: E402
+from xladev.runtime.parallel.zero1 import ShardedStateError, ZeroRedundancyOptimizer  # noqa: E402
 
 FSDP = XlaFullyShardedDataParallel
 

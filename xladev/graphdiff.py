@@ -99,7 +99,7 @@ def _where(node: NodeSummary) -> str:
     return f" at {node.location}" if node.location else ""
 
 
-# How a node recorded in the backward pass is located (`xladev.runtime.stack.op_location`): the backward() line.
+# How a node recorded in the backward pass is located (`xladev.runtime.graph.stack.op_location`): the backward() line.
 BACKWARD_SUFFIX = " (backward)"
 
 

@@ -6,7 +6,7 @@
     xst = xs.mark_sharding(x, mesh, ("data", None))   # x is sharded; xst wraps it (XLAShardedTensor)
     xs.visualize_tensor_sharding(x)
 
-See `xladev.runtime.spmd_sharding` for what a mark does, and docs/distributed.md.
+See `xladev.runtime.distributed.spmd_sharding` for what a mark does, and docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import xladev
 xladev._load_runtime()
 
 from xladev.debug.sharding_view import visualize_sharding, visualize_tensor_sharding  # noqa: E402
-from xladev.runtime.sharded_tensor import (  # noqa: E402
+from xladev.runtime.distributed.sharded_tensor import (  # noqa: E402
     ShardingType, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding, sharding_type,
 )
-from xladev.runtime.spmd_autograd import (  # noqa: E402
+from xladev.runtime.distributed.spmd_autograd import (  # noqa: E402
     XLAPatchedLinear, mark_sharding_with_gradients, xla_patched_nn_linear_forward,
 )
-from xladev.runtime.spmd_sharding import (  # noqa: E402
+from xladev.runtime.distributed.spmd_sharding import (  # noqa: E402
     HybridMesh, Mesh, get_sharding_spec, is_spmd, use_spmd,
 )
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xladev.debug import get_tensors_text
-from xladev.runtime import scan as runtime_scan
+from xladev.runtime.record import scan as runtime_scan
 
 
 def test_checkpoint_is_pytorch_xlas(tx):

@@ -292,7 +292,7 @@ def test_openxla_is_xladevs_torch_compile_backend_and_the_bridge_is_its_program(
     import torch_xla.core.dynamo_bridge as bridge
     from torch._dynamo.backends.registry import lookup_backend
 
-    from xladev.runtime.dynamo_backend import xladev_backend
+    from xladev.runtime.dynamo.dynamo_backend import xladev_backend
 
     assert lookup_backend("openxla") is xladev_backend
     before = tx.met.counter_value("DynamoExtractCompiledGraph") or 0

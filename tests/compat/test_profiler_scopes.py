@@ -24,7 +24,7 @@ import xladev.debug.metrics as met
 import xladev.debug.profiler as xp
 from xladev.cli.run import ALIAS_DIR
 from xladev.debug import _profiler_scopes
-from xladev.runtime.recorder import recorder
+from xladev.runtime.graph.op_ledger import recorder
 
 HERE = "test_profiler_scopes.py"
 

@@ -92,7 +92,7 @@ def test_golden_format_of_every_block(analysis):
     assert re.fullmatch(r"  Number of Graph Outputs: \d+", block[info + 3])
     assert block[info + 4] == "Python Frame Triggered Execution: "
     frames = block[info + 5:-1]
-    assert frames[0].startswith("  mark_step (") and "xladev/runtime/training.py:" in frames[0]
+    assert frames[0].startswith("  mark_step (") and "xladev/runtime/api/training.py:" in frames[0]
     assert frames[1] == f"> test_golden_format_of_every_block ({HERE}:{line_of(HERE, 'xladev.mark_step()  # golden')})"
     assert all(re.fullmatch(r"[ >] \S.* \(.+:\d+\)|  \.{10}", f) for f in frames)
     assert block[-1] == "-" * 80

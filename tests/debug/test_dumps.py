@@ -53,7 +53,7 @@ def test_ir_text_names_ops_shapes_and_roots():
 
 
 def test_hlo_and_stablehlo_come_from_the_same_graph_and_compile():
-    from xladev.runtime.introspect import graph_of, lowered
+    from xladev.runtime.api.introspect import graph_of, lowered
 
     out = _model_output(next(_widths))
     hlo = debug.get_tensors_hlo([out])

@@ -47,9 +47,9 @@ def test_closest_prefers_the_longest_common_op_prefix():
 
 def test_library_frames_are_recognised_through_dotdot_paths():
     # Regression: a sys.path entry like `examples/..` made xladev's own frames look like user code.
-    import xladev.runtime.transfers as transfers
-    from xladev.runtime.stack import is_library_frame
+    import xladev.runtime.execute.transfers as transfers
+    from xladev.runtime.graph.stack import is_library_frame
 
-    twisted = os.path.join(os.path.dirname(transfers.__file__), "..", "runtime", "transfers.py")
+    twisted = os.path.join(os.path.dirname(transfers.__file__), "..", "execute", "transfers.py")
     assert ".." in twisted and is_library_frame(twisted)
     assert not is_library_frame(os.path.abspath(__file__))

@@ -59,7 +59,7 @@ def replica_groups(dev, data) -> dict:
 
 
 def rendezvous(rank: int) -> dict:
-    from xladev.runtime import subgroup_rendezvous
+    from xladev.runtime.distributed import subgroup_rendezvous
 
     return {
         "own": xm.rendezvous("alone", f"ORD={rank}".encode(), replicas=[rank]),
@@ -73,7 +73,7 @@ def rendezvous(rank: int) -> dict:
 
 def _capturing(graphs: list):
     """A TorchDynamo backend keeping each captured graph's text, then compiling it with xladev's backend."""
-    from xladev.runtime.dynamo_backend import xladev_backend
+    from xladev.runtime.dynamo.dynamo_backend import xladev_backend
 
     def backend(gm, example_inputs):
         graphs.append(str(gm.graph))
@@ -170,7 +170,7 @@ def _mp_fn(index, out):
     seen["send_recv"] = send_recv(rank, dev, data)
     torch.save(seen, f"{out}/rank{rank}.pt")
     if rank == 0:
-        from xladev.runtime import subgroup_rendezvous
+        from xladev.runtime.distributed import subgroup_rendezvous
 
         late = _error(lambda: subgroup_rendezvous.exchange("late", b"", (0, 1)))
         with open(f"{out}/late.txt", "w") as fh:

@@ -11,7 +11,7 @@ import sys
 import time
 
 from tests.distributed.harness import REPO, free_port
-from xladev.runtime import world
+from xladev.runtime.graph import world
 
 SCRIPT = REPO / "tests" / "distributed" / "exit_barrier_job.py"
 DIST_TIMEOUT_S = 120  # what the wait would last without the fix

@@ -13,7 +13,7 @@ import torch
 
 import xladev
 import xladev.debug.profiler as xp
-from xladev.runtime.executor import executor
+from xladev.runtime.api.runtime_state import executor
 
 
 def main() -> None:

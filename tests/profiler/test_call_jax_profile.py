@@ -8,7 +8,7 @@ import torch
 import xladev
 import xladev.debug.profiler as xp
 from xladev.debug._profiler_common import load_trace, trace_events
-from xladev.runtime.jax_call import call_jax
+from xladev.runtime.record.jax_call import call_jax
 
 jnp = pytest.importorskip("jax.numpy")
 

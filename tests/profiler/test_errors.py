@@ -107,7 +107,7 @@ def test_double_start_and_stop_without_start(tmp_path):
 
 
 def test_profile_steps_bad_windows(tmp_path):
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
 
     xladev.mark_step()
     with pytest.raises(xp.ProfilerError, match="already begun"):

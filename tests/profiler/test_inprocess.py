@@ -12,7 +12,7 @@ import torch
 import xladev
 import xladev.debug.profiler as xp
 from xladev.debug._profiler_common import load_trace, trace_events
-from xladev.runtime.executor import executor
+from xladev.runtime.api.runtime_state import executor
 from tests.profiler.conftest import child_env, run_python
 
 
@@ -150,7 +150,7 @@ def test_step_trace_on_error_does_not_mark_the_step():
         with xp.StepTrace("failing", step_num=0):
             1 / 0
     assert executor.step == before
-    from xladev.runtime.recorder import recorder
+    from xladev.runtime.graph.op_ledger import recorder
 
     assert not getattr(recorder.scope_stack, "names", [])  # the scope was popped
 

@@ -59,6 +59,6 @@ def test_a_stack_without_a_user_frame_has_no_site():
     """A stack of library frames alone names no site (the report says unknown), never its outermost frame;
     code run from a string (`python -c`, a notebook) is the user's."""
     torch_frame = Frame("apply_boxed", "/venv/lib/python3.11/site-packages/torch/autograd/function.py", 333)
-    xladev_frame = Frame("torch_dispatch", sites.__file__.replace("schema/sites.py", "runtime/dispatch.py"), 225)
+    xladev_frame = Frame("torch_dispatch", sites.__file__.replace("schema/sites.py", "runtime/record/dispatch.py"), 225)
     assert sites.site_of((xladev_frame, torch_frame)) == sites.UNKNOWN_SITE
     assert sites.site_of((xladev_frame, Frame("<module>", "<string>", 3))) == "<string>:3 (<module>)"

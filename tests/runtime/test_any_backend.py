@@ -18,7 +18,7 @@ import torch.nn as nn
 import xladev
 from examples._common import train_step
 from tests import parity_bounds
-from xladev.runtime import backend
+from xladev.runtime.graph import backend
 
 # jax's platform names per PJRT_DEVICE (jax calls its CUDA backend's devices "gpu").
 _PLATFORMS = {"CPU": {"cpu"}, "CUDA": {"gpu", "cuda"}, "GPU": {"gpu", "cuda"}}

@@ -18,7 +18,7 @@ import xladev
 import xladev.debug.metrics as met
 from examples import mlp
 from xladev.events import GraphExecuted, StepMarked, bus
-from xladev.runtime.executor import executor
+from xladev.runtime.api.runtime_state import executor
 
 STEPS = 8
 # Shapes of its own: graphs this file compiles must not be cache hits for other tests, nor theirs for it.
@@ -124,7 +124,7 @@ def failing_op():
 
 @pytest.mark.parametrize("sync", [False, True], ids=["overlapped", "XLADEV_SYNC_EXECUTION"])
 def test_a_graph_failing_while_running_names_its_hash_and_the_process_goes_on(failing_op, dev, tmp_path, sync):
-    from xladev.runtime.execution import XlaExecutionError
+    from xladev.runtime.execute.execution import XlaExecutionError
 
     xladev.mark_step(wait=True)
     hlo = tmp_path / "failed.hlo.txt"

@@ -211,7 +211,7 @@ def test_autocast_region_as_a_decorator_and_no_warning_for_supported_dtypes():
 def test_the_docs_policy_table_is_the_runtimes():
     from pathlib import Path
 
-    from xladev.runtime import autocast
+    from xladev.runtime.record import autocast
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "amp.md").read_text()
     rows = doc.split("<!-- policy table:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
@@ -237,7 +237,7 @@ def test_torch_compile_traces_the_same_casts():
 def test_the_einsum_patched_linear_runs_in_the_autocast_dtype_both_ways():
     # PyTorch/XLA's XLAPatchedLinear casts its inputs under autocast (custom_fwd) and runs its backward under
     # the forward's autocast state (custom_bwd): every einsum of the layer, forward and backward, is bf16.
-    from xladev.runtime.spmd_autograd import xla_patched_nn_linear_forward
+    from xladev.runtime.distributed.spmd_autograd import xla_patched_nn_linear_forward
 
     linear = torch.nn.Linear(10, 15).to(xladev.device())
     x = _r(5, 10).requires_grad_()

@@ -13,8 +13,8 @@ from examples import transformer
 from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
 from xladev.events import GraphCompiled, GraphExecuted, TransferFromDevice
-from xladev.runtime import checkpoint as xla_checkpoint
-from xladev.runtime.compilation import compile_cache
+from xladev.runtime.record import checkpoint as xla_checkpoint
+from xladev.runtime.compile.compilation import compile_cache
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 
 VARIANTS = {

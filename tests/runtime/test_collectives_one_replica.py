@@ -78,7 +78,7 @@ def test_rendezvous_of_a_subgroup_checks_its_replicas():
 
 def _capturing(graphs: list):
     """A TorchDynamo backend that keeps each captured graph's text, then compiles it with xladev's backend."""
-    from xladev.runtime.dynamo_backend import xladev_backend
+    from xladev.runtime.dynamo.dynamo_backend import xladev_backend
 
     def backend(gm, example_inputs):
         graphs.append(str(gm.graph))

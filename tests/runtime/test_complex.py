@@ -2,7 +2,7 @@
 
 complex64 and complex128 arithmetic (add, mul, matmul, abs, exp, sum) is compared with eager CPU;
 `view_as_real` / `view_as_complex` / `.real` / `.imag` / `.conj()` are views on the device too
-(lowering/complex.py, runtime/views.py): writing through them changes the base exactly as in eager
+(lowering/complex.py, runtime/lowering/views.py): writing through them changes the base exactly as in eager
 PyTorch, which is checked by running the same writes on both sides.
 
 Tolerances: ε is the real dtype's machine epsilon. A complex product rounds each of its two real

@@ -23,7 +23,7 @@ from tests.source_lines import line_of
 from xladev.events import (
     CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
 )
-from xladev.runtime.ir import DataNode, ScalarNode
+from xladev.runtime.graph.ir import DataNode, ScalarNode
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 
@@ -488,7 +488,7 @@ def test_a_weights_transpose_saved_for_the_backward_is_a_view_the_backward_progr
     # nn.Linear's forward saves t(weight) for the backward. Computed by the forward program it would be a copy of
     # every weight each step; it is a view of the weight instead, and the backward program gets the weight's
     # buffer and transposes it itself: no graph runs between the two to materialize it.
-    from xladev.runtime.tensor import XlaTensor
+    from xladev.runtime.record.tensor import XlaTensor
 
     width = next(_widths)
     dev = xladev.device()

@@ -71,7 +71,7 @@ def _step_events(log):
 
 
 def test_events_for_plain_step(dev, events):
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
 
     executor.reset()  # a graph another test of this process compiled would be a cache hit, with no compile event
     w = torch.ones(4, device=dev)

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import xladev
 import xladev.fsdp as fsdp
-from xladev.runtime.compilation import XlaCompileError
+from xladev.runtime.compile.compilation import XlaCompileError
 
 
 class Pair(nn.Module):

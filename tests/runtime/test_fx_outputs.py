@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import xladev
-from xladev.runtime.dynamo_backend import extract_compiled_graph
+from xladev.runtime.dynamo.dynamo_backend import extract_compiled_graph
 
 EPS = torch.finfo(torch.float32).eps
 

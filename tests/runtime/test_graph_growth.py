@@ -17,7 +17,7 @@ import torch
 
 import xladev
 from tests.source_lines import line_of
-from xladev.runtime.recorder import GraphGrowthWarning
+from xladev.runtime.graph.op_ledger import GraphGrowthWarning
 
 
 def _grow(ops: int):
@@ -30,7 +30,7 @@ def _grow(ops: int):
 @pytest.fixture
 def fresh_history(monkeypatch):
     """The limit follows the largest graph this process ran; earlier tests' graphs must not raise it."""
-    from xladev.runtime.recorder import recorder
+    from xladev.runtime.graph.op_ledger import recorder
 
     xladev.mark_step()
     monkeypatch.setattr(recorder, "largest_ops", 0)
@@ -119,7 +119,7 @@ def test_pt_xla_debug_the_event_log_and_the_report_say_it(tmp_path):
 
 
 def test_deep_chains_are_cut_into_bounded_fusions(monkeypatch):
-    from xladev.runtime import graph_lowering
+    from xladev.runtime.lowering import graph_lowering
 
     monkeypatch.setattr(graph_lowering, "FUSION_DEPTH_CUT", 64)
     xladev.mark_step()

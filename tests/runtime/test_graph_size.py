@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import xladev
-from xladev.runtime.introspect import graph_of
+from xladev.runtime.api.introspect import graph_of
 
 
 def _scalar_inputs(tensor) -> list:

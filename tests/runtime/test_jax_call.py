@@ -12,8 +12,8 @@ import torch
 import xladev
 import xladev.debug as xd
 import xladev.debug.metrics as met
-from xladev.runtime import jax_call
-from xladev.runtime.jax_call import CallJaxError, call_jax
+from xladev.runtime.record import jax_call
+from xladev.runtime.record.jax_call import CallJaxError, call_jax
 
 jnp = pytest.importorskip("jax.numpy")
 

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import xladev
-from xladev.runtime.fork_guard import FORK_ERROR
+from xladev.runtime.graph.fork_guard import FORK_ERROR
 
 
 def _loader_threads() -> set[threading.Thread]:
@@ -204,7 +204,7 @@ _FORKS = textwrap.dedent("""
         big = big @ big / 1000
     xladev.mark_step()  # dispatched, not waited for: the child's exit must not wait for it either
     pending = t + 1  # recorded, not run: a barrier in the child would have to run it
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
     running = any(d.done.locked() for d in executor.in_flight._unannounced)
     pids += [fork(name, action) for name, action in ACTIONS.items()]
 

@@ -1,4 +1,4 @@
-"""`xm.optimization_barrier_` / `xladev.runtime.opt_barrier.optimization_barrier_`: one `xla::optimization_barrier`
+"""`xm.optimization_barrier_` / `xladev.runtime.record.opt_barrier.optimization_barrier_`: one `xla::optimization_barrier`
 IR node replacing each tensor's value in place, `opt-barrier` in HLO, kept by XLA's CPU compiler to the end."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import xladev
 import xladev.debug.metrics as met
 from xladev.debug import get_tensors_hlo, get_tensors_text
 from xladev.events import GraphExecuted
-from xladev.runtime.compilation import compile_cache
-from xladev.runtime.opt_barrier import optimization_barrier_
+from xladev.runtime.compile.compilation import compile_cache
+from xladev.runtime.record.opt_barrier import optimization_barrier_
 
 
 def test_barrier_is_one_node_whose_outputs_replace_the_tensors(dev):

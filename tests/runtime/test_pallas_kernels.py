@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import xladev.debug as xd
-from xladev.runtime import pallas_kernels
-from xladev.runtime.jax_call import CallJaxError, call_jax
-from xladev.runtime.pallas_kernels import flash_attention, make_kernel_from_pallas
+from xladev.runtime.record import pallas_kernels
+from xladev.runtime.record.jax_call import CallJaxError, call_jax
+from xladev.runtime.record.pallas_kernels import flash_attention, make_kernel_from_pallas
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy

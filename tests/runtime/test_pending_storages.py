@@ -7,7 +7,7 @@ import torch
 
 import xladev
 from xladev.events import GraphExecuted, bus
-from xladev.runtime import storage
+from xladev.runtime.graph import storage
 
 
 def test_dead_pending_tensors_are_swept_while_recording_and_never_computed(monkeypatch):

@@ -7,7 +7,7 @@ import torch
 import xladev
 import xladev.events
 from xladev.events import GraphCompiled, GraphExecuted, Recompiled
-from xladev.runtime.executor import executor
+from xladev.runtime.api.runtime_state import executor
 
 
 def _step(x, w, scale):

@@ -20,8 +20,8 @@ import xladev
 import xladev.debug.metrics as met
 from xladev import debug
 from xladev.events import DeviceDataCacheMiss, GraphExecuted, TransferToDevice
-from xladev.runtime import scalars
-from xladev.runtime.introspect import graph_of
+from xladev.runtime.graph import scalars
+from xladev.runtime.api.introspect import graph_of
 
 
 def _device_tensor(dtype, dev, n=4):
@@ -194,7 +194,7 @@ def test_a_new_learning_rate_does_not_recompile(dev):
 @pytest.mark.parametrize("a, b", itertools.product(
     [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool, torch.float64, torch.complex64], repeat=2))
 def test_result_type_is_pytorchs(a, b):
-    from xladev.runtime.ir import Meta
+    from xladev.runtime.graph.ir import Meta
 
     dim, zero = torch.ones(2, dtype=a), torch.ones((), dtype=b)
     assert scalars.result_type([Meta((2,), a), Meta((), b)], []) == torch.result_type(dim, zero)

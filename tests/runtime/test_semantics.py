@@ -141,7 +141,7 @@ def test_random_op_does_not_recompile_each_step(dev, events):
 
 
 def test_autograd_backward_runs_on_device_thread(dev):
-    from xladev.runtime import recorder as rec
+    from xladev.runtime.graph import op_ledger as rec
 
     threads = set()
     original = rec.recorder.count
@@ -260,7 +260,7 @@ def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
     xladev.mark_step()
     recorded = events.of(OpsRecorded)
     assert recorded and sum(e.counts.get("aten::slice", 0) for e in recorded) == 1
-    assert t._st.sid not in __import__("xladev.runtime.storage", fromlist=["pending"]).pending
+    assert t._st.sid not in __import__("xladev.runtime.graph.storage", fromlist=["pending"]).pending
 
 
 def test_inplace_ops_pick_the_functional_overload_by_argument_types(dev):

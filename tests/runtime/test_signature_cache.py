@@ -1,4 +1,4 @@
-"""The recording path's signature cache (runtime/recording.py) records exactly the graphs of the general path.
+"""The recording path's signature cache (runtime/record/recording.py) records exactly the graphs of the general path.
 
 A varied program (tensor and Python-number operands, constants that compare equal but differ -- 1, 1.0,
 True, 0.0, -0.0 --, keyword arguments, lists, views, in-place ops through views, broadcasting and
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import xladev
 from xladev.debug import get_graph_hash, get_tensors_text
-from xladev.runtime import recording
+from xladev.runtime.record import recording
 from tests.models.tolerances import U as U32
 
 

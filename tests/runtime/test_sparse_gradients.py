@@ -1,7 +1,7 @@
 """`embedding` / `embedding_bag` with `sparse=True` on `xla`: the weight gets eager CPU's gradient, dense.
 
 The device has no sparse tensors, so, as PyTorch/XLA does for embedding_bag, the gradient is the dense
-one (runtime/sparse_gradients.py), with PyTorch/XLA's warning at the forward call. Before, the backward
+one (runtime/record/sparse_gradients.py), with PyTorch/XLA's warning at the forward call. Before, the backward
 raised `SystemError: ... returned NULL without setting an exception` or aborted the process (torch's
 Python device guard meets an exception raised on autograd's device thread). The device side runs in a
 child process so that such a failure fails the test instead of killing pytest. The failure was certain,

@@ -24,7 +24,7 @@ def _spans_ns(events) -> int:
 
 def _timed(events, fn) -> tuple[int, int, int]:
     """Runs `fn` and publishes its ops; returns (wall ns, tracing ns, spans ns) of what it did."""
-    from xladev.runtime.execution import execution
+    from xladev.runtime.execute.execution import execution
 
     # The ops recorded before (the test's own uploads) are published now: else the first graph `fn` runs would
     # publish their tracing time inside its window.

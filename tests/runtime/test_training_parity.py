@@ -55,7 +55,7 @@ def train_xla_counting(module, cfg, steps: int = STEPS):
 
     xladev.mark_step()  # nothing pending from earlier tests may land in this run's first graph
     # "Compiles once" needs a cold cache: an earlier test in this process may have trained the same model.
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
 
     executor.reset()
     counter = StepEvents()

@@ -12,7 +12,7 @@ from xladev.debug import event_log
 from xladev.debug import metrics as met
 from xladev.events import CompileFailed, ExecutionFailed
 from xladev.report import load
-from xladev.runtime.executor import executor
+from xladev.runtime.api.runtime_state import executor
 from xladev.runtime.lowering.registry import LOWERINGS
 
 

@@ -30,8 +30,8 @@ import torch.utils.checkpoint as torch_checkpoint
 import xladev
 from examples import transformer
 from xladev.events import GraphExecuted, bus
-from xladev.runtime import checkpoint as xla_checkpoint
-from xladev.runtime.compilation import compile_cache
+from xladev.runtime.record import checkpoint as xla_checkpoint
+from xladev.runtime.compile.compilation import compile_cache
 
 VARIANTS = {
     "none": lambda block, h: block(h),

@@ -47,8 +47,8 @@ from examples import mlp, transformer  # noqa: E402
 from examples._common import train_step  # noqa: E402
 from tests.models import zoo  # noqa: E402
 from tests.models.harness import build, convert, to_device  # noqa: E402
-from xladev.runtime import fx_program  # noqa: E402
-from xladev.runtime.execution import Execution  # noqa: E402
+from xladev.runtime.dynamo import fx_program  # noqa: E402
+from xladev.runtime.execute.execution import Execution  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

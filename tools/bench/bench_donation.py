@@ -34,8 +34,8 @@ import xladev
 from tools.bench._workload import example_transformer
 from xladev._flags import config
 from xladev.events import GraphCompiled, bus
-from xladev.runtime.compilation import compile_cache
-from xladev.runtime.execution import execution
+from xladev.runtime.compile.compilation import compile_cache
+from xladev.runtime.execute.execution import execution
 
 
 def _live_bytes() -> int:

@@ -24,7 +24,7 @@ def xladev_chain(n: int) -> dict:
     import torch
 
     import xladev
-    from xladev.runtime.introspect import graph_of
+    from xladev.runtime.api.introspect import graph_of
 
     x = torch.ones(64, device=xladev.device())
     xladev.mark_step()

@@ -56,7 +56,7 @@ class HandlerClock:
 
     def __init__(self) -> None:
         self.ns = 0
-        from xladev.runtime import stack
+        from xladev.runtime.graph import stack
 
         original = stack.capture_frames
 

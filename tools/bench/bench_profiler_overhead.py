@@ -27,7 +27,7 @@ import xladev  # noqa: E402
 from _workload import example_transformer  # noqa: E402
 import xladev.debug.profiler as xp  # noqa: E402
 from examples import transformer  # noqa: E402
-from xladev.runtime import annotate  # noqa: E402
+from xladev.runtime.graph import annotate  # noqa: E402
 
 
 def annotation_cost_ns(repeat: int = 200_000) -> float:

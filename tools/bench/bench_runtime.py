@@ -49,7 +49,7 @@ import xladev  # noqa: F401  (registers the device; turns on jax_enable_x64, so 
 from examples import mlp, transformer
 from examples._common import train_step
 from xladev.events import GraphExecuted, OpsRecorded, bus
-from xladev.runtime import recording
+from xladev.runtime.record import recording
 
 import jax
 import jax.numpy as jnp
@@ -171,7 +171,7 @@ def match_jax_to_xladev() -> None:
     """Makes the jax references compute as xladev does: on xladev's own backend (on a machine with jax's CUDA
     plugin, jax's default device is the GPU whatever xladev uses), and float32 matmuls in full float32, as
     xladev's lowerings and eager PyTorch ask (on a GPU, jax's default precision takes TF32 passes)."""
-    from xladev.runtime import backend
+    from xladev.runtime.graph import backend
 
     jax.config.update("jax_default_device", backend.jax_devices()[0])
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -179,7 +179,7 @@ def match_jax_to_xladev() -> None:
 
 def devices_line() -> str:
     """Which chips the columns ran on, for a report's heading: xladev's backend device and eager's device."""
-    from xladev.runtime import backend
+    from xladev.runtime.graph import backend
 
     jax_dev = backend.jax_devices()[0]
     eager = eager_device()

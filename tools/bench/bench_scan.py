@@ -38,7 +38,7 @@ def child(mode: str, layers: int, steps: int) -> dict:
     import xladev
     from examples import transformer
     from xladev.events import GraphCompiled, bus
-    from xladev.runtime.scan import scan_layers
+    from xladev.runtime.record.scan import scan_layers
 
     cfg = transformer.Config(layers=layers, dropout=0.0, d_model=128, heads=4, seq=64, batch=8)
     device = xladev.device()

@@ -11,7 +11,7 @@
     scaler.step(optimizer)                        # with a syncfree optimizer: no host read in the step
     scaler.update()
 
-Which ops autocast casts is PyTorch/XLA's policy (xladev/runtime/autocast.py, docs/amp.md).
+Which ops autocast casts is PyTorch/XLA's policy (xladev/runtime/record/autocast.py, docs/amp.md).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ xladev._load_runtime()
 import torch  # noqa: E402
 
 from xladev.amp import syncfree  # noqa: E402
-from xladev.runtime.autocast import DEFAULT_DTYPE, DEVICE_TYPE  # noqa: E402
-from xladev.runtime.collectives import fetch_gradients  # noqa: E402
+from xladev.runtime.record.autocast import DEFAULT_DTYPE, DEVICE_TYPE  # noqa: E402
+from xladev.runtime.distributed.collectives import fetch_gradients  # noqa: E402
 
 __all__ = ["GradScaler", "autocast", "syncfree"]
 
@@ -57,7 +57,7 @@ class autocast(torch.amp.autocast_mode.autocast):  # noqa: N801 (PyTorch/XLA's n
 class GradScaler(torch.amp.GradScaler):
     """`torch.amp.GradScaler("xla")` with PyTorch/XLA's signature, and steps without a host read.
 
-    The gradient check and the scale update run on the device (xladev/runtime/amp_ops.py). `step`:
+    The gradient check and the scale update run on the device (xladev/runtime/record/amp_ops.py). `step`:
     - with an optimizer whose `step` takes `found_inf` (`xladev.amp.syncfree`'s), passes it the sum of the
       found-inf flags: the optimizer skips the update in the graph, nothing is read back;
     - else with `use_zero_grad=True`, zeroes the gradients in the graph on an inf (NaNs and infs replaced

@@ -8,7 +8,7 @@ import time
 import torch
 from torch.utils import _pytree as pytree
 
-from xladev.runtime import meta
+from xladev.runtime.graph import meta
 from xladev.coverage._invariants import OUTPUT_CHECKS
 from xladev.coverage._plan import (
     CPU_ARGS, FLOAT_ONLY, NO_SAMPLES, SKIP, TOLERANCE_OVERRIDES, TOLERANCES, CheckResult, OpResult,

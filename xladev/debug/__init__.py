@@ -85,14 +85,14 @@ class assert_no_recompiles(contextlib.ContextDecorator):
 
 def get_tensors_text(tensors) -> str:
     """IR text (PyTorch/XLA's format) of the graph computing these pending tensors. Nothing runs."""
-    from xladev.runtime.introspect import graph_of, text
+    from xladev.runtime.api.introspect import graph_of, text
 
     return text(graph_of(tensors))
 
 
 def get_tensors_hlo(tensors) -> str:
     """HLO text of the graph computing these tensors. Nothing runs; the pending graph is unchanged."""
-    from xladev.runtime.introspect import graph_of, lowered
+    from xladev.runtime.api.introspect import graph_of, lowered
 
     from xladev._flags import config
 
@@ -101,7 +101,7 @@ def get_tensors_hlo(tensors) -> str:
 
 def get_stablehlo(tensors=None) -> str:
     """StableHLO text of the graph for these tensors, or of everything pending when None."""
-    from xladev.runtime.introspect import graph_of, lowered, pending_graph
+    from xladev.runtime.api.introspect import graph_of, lowered, pending_graph
 
     graph = pending_graph() if tensors is None else graph_of(tensors)
     return lowered(graph).as_text()
@@ -109,14 +109,14 @@ def get_stablehlo(tensors=None) -> str:
 
 def get_graph_hash(tensors) -> str:
     """The hash the graph computing these tensors would have at a barrier."""
-    from xladev.runtime.introspect import graph_of
+    from xladev.runtime.api.introspect import graph_of
 
     return graph_of(tensors).hash
 
 
 def get_tensors_dot(tensors) -> str:
     """Graphviz (dot) text of the graph computing these tensors."""
-    from xladev.runtime.introspect import graph_of, graph_to_dot
+    from xladev.runtime.api.introspect import graph_of, graph_to_dot
 
     return graph_to_dot(graph_of(tensors))
 
@@ -125,7 +125,7 @@ def get_tensor_debug_info(tensor) -> str:
     """What a device tensor holds now: storage id, device, shape, sharding, pending IR node or device buffer
     (PyTorch/XLA's `torch_xla._XLAC._get_xla_tensor_debug_info` block: `XLAData: None` while still pending).
     Nothing runs."""
-    from xladev.runtime.introspect import tensor_debug_info
+    from xladev.runtime.api.introspect import tensor_debug_info
 
     return tensor_debug_info(tensor)
 
@@ -143,8 +143,8 @@ def memory_info(device=None) -> dict:
     Raises:
       ValueError: not an xla device of this process.
     """
-    from xladev.runtime.backend import device_index
-    from xladev.runtime.device_memory import memory_info as _memory_info
+    from xladev.runtime.graph.backend import device_index
+    from xladev.runtime.execute.device_memory import memory_info as _memory_info
 
     return _memory_info(0 if device is None else device_index(device))
 
@@ -152,7 +152,7 @@ def memory_info(device=None) -> dict:
 def num_cached_graphs() -> int:
     """How many compiled graphs the in-memory cache holds (PyTorch/XLA's
     `xr.get_num_cached_compilation_graph()`)."""
-    from xladev.runtime.compilation import compile_cache
+    from xladev.runtime.compile.compilation import compile_cache
 
     return len(compile_cache.by_hash)
 

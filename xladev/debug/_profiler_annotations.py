@@ -39,8 +39,8 @@ class Trace:
     def __enter__(self) -> "Trace":
         import jax.profiler
 
-        from xladev.runtime import annotate
-        from xladev.runtime.recorder import recorder
+        from xladev.runtime.graph import annotate
+        from xladev.runtime.graph.op_ledger import recorder
 
         recorder.push_scope(self.name)
         self._scope = _profiler_scopes.push(self.name, self._kind)
@@ -57,7 +57,7 @@ class Trace:
 
     def _close_scope(self) -> None:
         """Pops this region's IR scope and profiler scope, once (a StepTrace closes them before its barrier)."""
-        from xladev.runtime.recorder import recorder
+        from xladev.runtime.graph.op_ledger import recorder
 
         scope, self._scope = self._scope, None
         if scope is not None:
@@ -68,7 +68,7 @@ class Trace:
         return profiler.TraceAnnotation(self.name, **self.metadata)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from xladev.runtime import annotate
+        from xladev.runtime.graph import annotate
 
         try:
             span, self._span = self._span, None
@@ -90,7 +90,7 @@ class Trace:
 
 
 def _current_step() -> int:
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
 
     return executor.step
 
@@ -123,7 +123,7 @@ class StepTrace(Trace):
         return profiler.StepTraceAnnotation(self.name, **self.metadata)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from xladev.runtime import annotate
+        from xladev.runtime.graph import annotate
 
         # Hooks of this barrier (a step window starting or stopping) run once this span is closed, so a
         # window holds whole `name N` spans.
@@ -131,7 +131,7 @@ class StepTrace(Trace):
         try:
             self._close_scope()  # PyTorch/XLA closes the step's own scope before marking the step
             if exc_type is None:
-                from xladev.runtime.training import mark_step
+                from xladev.runtime.api.training import mark_step
 
                 mark_step(Cause(CauseKind.STEP_TRACE))
         finally:
@@ -139,7 +139,7 @@ class StepTrace(Trace):
         return False
 
     def _span_closed(self) -> None:
-        from xladev.runtime import annotate
+        from xladev.runtime.graph import annotate
 
         annotate.release_hooks()
 

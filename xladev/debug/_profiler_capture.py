@@ -146,7 +146,7 @@ def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResul
 
     if not bus.active:
         return
-    from xladev.runtime import steps as runtime_steps
+    from xladev.runtime.graph import steps as runtime_steps
 
     if steps is None and tidied is not None:
         steps = (tidied.first_step, tidied.last_step)

@@ -13,7 +13,7 @@ what to do instead) that starts with PyTorch/XLA's words, so a test matching the
 check runs as the barrier starts, before anything is synced or counted: the pending tensors stay pending
 and the next barrier outside the scopes computes them (PyTorch/XLA raises after it has run the graph).
 
-The runtime calls `check_barrier` through `xladev.runtime.annotate.set_barrier_guard`, installed when
+The runtime calls `check_barrier` through `xladev.runtime.graph.annotate.set_barrier_guard`, installed when
 the first scope opens, so a program that never opens one pays nothing at its barriers.
 """
 
@@ -144,7 +144,7 @@ def check_barrier(cause) -> None:
 
 def _install_guard() -> None:
     global _guard_installed
-    from xladev.runtime import annotate
+    from xladev.runtime.graph import annotate
 
     annotate.set_barrier_guard(check_barrier)
     _guard_installed = True
@@ -155,7 +155,7 @@ def _install_guard() -> None:
 
 def _user_frame():
     """The innermost frame outside xladev, torch and the libraries (the user's code), or None."""
-    from xladev.runtime.stack import user_frame
+    from xladev.runtime.graph.stack import user_frame
 
     return user_frame()
 
@@ -181,7 +181,7 @@ def _barrier_call(cause) -> tuple[str, bool]:
       (`xm.mark_step()`, `torch_xla.sync()`, `xladev.mark_step()`, the StepTrace's exit..., True when called
       through the torch_xla alias, where `reset_scope=False` exists).
     """
-    from xladev.runtime.stack import is_library_frame
+    from xladev.runtime.graph.stack import is_library_frame
 
     frame, api, via_alias = sys._getframe(1), None, False
     while frame is not None and is_library_frame(frame.f_code.co_filename):

@@ -122,7 +122,7 @@ class StepWindow:
 
 
 def _unhook(window: StepWindow) -> None:
-    from xladev.runtime import annotate
+    from xladev.runtime.graph import annotate
 
     annotate.remove_barrier_hook(window._on_barrier)
     with _lock:
@@ -133,7 +133,7 @@ def _unhook(window: StepWindow) -> None:
 def _at_exit() -> None:
     # A run that ends inside the window still gets its profile (with the steps it had); an armed window
     # whose steps never came says so.
-    from xladev.runtime.executor import executor
+    from xladev.runtime.api.runtime_state import executor
 
     for window in list(_windows):
         if window.started:
@@ -151,8 +151,8 @@ def profile_steps(logdir, start: int = 5, count: int = 3, *, announce: bool = Tr
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ProfilerError(f"profile_steps: {name} must be an integer >= {low}, got {value!r}")
     logdir = prepare_logdir(logdir)
-    from xladev.runtime import annotate
-    from xladev.runtime.executor import executor
+    from xladev.runtime.graph import annotate
+    from xladev.runtime.api.runtime_state import executor
 
     current = executor.step
     if start < current:

@@ -27,7 +27,7 @@ _SHORT_METRICS = ("CompileTime", "ExecuteTime", "TransferToDeviceTime", "Transfe
 def _settle_executions() -> None:
     """Counts the graphs still running first, so a query right after `mark_step()` sees its execution,
     and the ops recorded so far, so a query in mid-step sees them (as PyTorch/XLA counts them)."""
-    execution_module = sys.modules.get("xladev.runtime.execution")
+    execution_module = sys.modules.get("xladev.runtime.execute.execution")
     if execution_module is not None:
         execution_module.execution.settle()
         execution_module.execution.publish_recorded_ops()

@@ -17,7 +17,7 @@ Then `tensorboard --logdir logs`. The runtime annotates every compile (`xladev.c
 line and the recompilation reason), graph run (`xladev.execute`, once, with why it ran and its HLO
 module), mid-step sync (`xladev.sync .item()`), CPU fallback (`xladev.fallback aten::op`), copy
 (`xladev.to_device`, `xladev.from_device`), step closures, barrier (`xladev.mark_step`) and the lazy
-tracing of each step (`xladev.tracing`) (xladev/runtime/annotate.py). Profiles xladev writes are
+tracing of each step (`xladev.tracing`) (xladev/runtime/graph/annotate.py). Profiles xladev writes are
 tidied of jaxlib's duplicate and lowering-time call events (_profiler_xspace.py).
 As in PyTorch/XLA, a step barrier inside an open `Trace` raises `TraceScopeError` ("Expecting scope to be
 empty but it is forward.1", then where and what to do); a `StepTrace`'s own exit barrier does not.

@@ -20,7 +20,7 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 def _tiles(sharding: str, device_count: int) -> tuple[int, int, dict[tuple[int, int], list[int]]]:
     """(rows, columns, (row, column) -> devices) of the first two dimensions of a sharding text."""
-    from xladev.runtime.spmd_sharding import parse_sharding_text
+    from xladev.runtime.distributed.spmd_sharding import parse_sharding_text
 
     parsed = parse_sharding_text(sharding) if sharding else None
     if parsed is None:  # replicated: one tile, every device
@@ -53,7 +53,7 @@ def visualize_sharding(sharding: str, use_color: bool = True, scale: float = 1.0
     Raises:
       ValueError: not a sharding text.
     """
-    from xladev.runtime import backend
+    from xladev.runtime.graph import backend
 
     rows, cols, tiles = _tiles(sharding, len(backend.jax_devices()))
     console = rich.console.Console(width=max_width)
@@ -86,6 +86,6 @@ def visualize_tensor_sharding(t, **kwargs) -> rich.table.Table:
       t: an xla tensor.
       **kwargs: `visualize_sharding`'s options.
     """
-    from xladev.runtime.spmd_sharding import get_sharding_spec
+    from xladev.runtime.distributed.spmd_sharding import get_sharding_spec
 
     return visualize_sharding(get_sharding_spec(t) or "{replicated}", **kwargs)

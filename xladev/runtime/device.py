@@ -14,17 +14,18 @@ import torch
 from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from xladev.events import bus
-from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime import autocast, backend, checkpoint, fork_guard, rng, sparse_gradients
-from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
+from xladev.runtime.record import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
+from xladev.runtime.record import autocast, checkpoint, rng, sparse_gradients
+from xladev.runtime.graph import backend, fork_guard
+from xladev.runtime.record import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 # The handlers of ops whose lowerings alone cannot do their job (reads back, list outputs, PyTorch's errors).
-from xladev.runtime import histogram_edges, linalg_handlers, static_handlers  # noqa: F401
-from xladev.runtime.backend import check_index, device_index
-from xladev.runtime.dispatch import torch_dispatch
-from xladev.runtime.execution import execution
-from xladev.runtime.handlers import FACTORY_OPS, copy_into, factory_kernel
+from xladev.runtime.record import histogram_edges, linalg_handlers, static_handlers  # noqa: F401
+from xladev.runtime.graph.backend import check_index, device_index
+from xladev.runtime.record.dispatch import torch_dispatch
+from xladev.runtime.execute.execution import execution
+from xladev.runtime.record.handlers import FACTORY_OPS, copy_into, factory_kernel
 from xladev.runtime.lowering import catalog  # noqa: F401  (registers every lowering)
-from xladev.runtime.tensor import set_dispatcher, torch_device
+from xladev.runtime.record.tensor import set_dispatcher, torch_device
 
 _registered = False
 _lib = None

@@ -2,7 +2,7 @@
 
     [ScheduleSyncTensorsGraph]
     TensorsGraphInfo:
-      mark_step (/path/xladev/runtime/training.py:23)
+      mark_step (/path/xladev/runtime/api/training.py:23)
       train_loop (/path/train.py:48)
 
     Root Hashes: (3f2a..., 91bc...)

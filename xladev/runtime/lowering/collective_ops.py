@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 
-from xladev.runtime.ir import OpDef
-from xladev.runtime.world import REPLICA_AXIS
+from xladev.runtime.graph.ir import OpDef
+from xladev.runtime.graph.world import REPLICA_AXIS
 
 # PyTorch/XLA's reduce types (xm.REDUCE_SUM...).
 REDUCE_TYPES = ("sum", "mul", "and", "or", "min", "max")

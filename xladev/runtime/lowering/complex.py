@@ -4,7 +4,7 @@ How PyTorch's complex views map onto the device:
 
 * `view_as_real` / `view_as_complex` are views that change the dtype: a complex tensor seen as its
   (real, imag) pairs in a trailing dim of 2, and back. On the device they are ordinary steps of a view
-  chain (see runtime/views.py): reading one stacks or pairs the components of the base's current value,
+  chain (see runtime/lowering/views.py): reading one stacks or pairs the components of the base's current value,
   and writing through one maps the new value back with the inverse function, so
   `torch.view_as_real(z)[..., 0] = 1` changes `z`, as in eager PyTorch.
 * `_conj` is, in eager PyTorch, a lazy view that only sets the conjugate bit. Device tensors never
@@ -24,7 +24,7 @@ from jax import lax
 import torch
 
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.views import invertible_view
+from xladev.runtime.lowering.views import invertible_view
 
 aten = torch.ops.aten
 

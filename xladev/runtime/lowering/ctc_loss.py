@@ -29,7 +29,7 @@ from jax import lax
 import torch
 
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.graph.meta import SHAPE_RULES
 
 aten = torch.ops.aten
 

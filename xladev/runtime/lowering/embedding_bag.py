@@ -26,7 +26,7 @@ import torch
 
 from xladev.runtime.lowering import segment_reduce  # noqa: F401  (registers segment_reduce)
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.graph.meta import SHAPE_RULES
 
 aten = torch.ops.aten
 
@@ -128,7 +128,7 @@ def _per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag
 
 def _backward_shape(grad, indices, offsets, offset2bag, bag_size, max_indices, num_weights, scale_grad_by_freq,
                     mode, sparse, per_sample_weights=None, padding_idx=-1):
-    """The dense gradient's shape (sparse=True arrives here as False: runtime/sparse_gradients.py)."""
+    """The dense gradient's shape (sparse=True arrives here as False: runtime/record/sparse_gradients.py)."""
     return torch.empty((num_weights, grad.shape[1]), dtype=grad.dtype, device="meta")
 
 

@@ -15,7 +15,7 @@ import torch
 
 from xladev.runtime.lowering.linalg_factor import broadcast_batch, empty_output, lu_factor, mH
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES, MetaUnsupported
+from xladev.runtime.graph.meta import SHAPE_RULES, MetaUnsupported
 
 aten = torch.ops.aten
 

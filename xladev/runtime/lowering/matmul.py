@@ -8,9 +8,9 @@ from jax import lax
 
 import torch
 
-from xladev.runtime import backend
+from xladev.runtime.graph import backend
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES, MetaUnsupported
+from xladev.runtime.graph.meta import SHAPE_RULES, MetaUnsupported
 
 aten = torch.ops.aten
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from xladev.runtime.backend import to_jnp_dtype
-from xladev.runtime.ir import OpDef
+from xladev.runtime.graph.backend import to_jnp_dtype
+from xladev.runtime.graph.ir import OpDef
 
 LOWERINGS: dict = {}
 
 # Ops that run as PyTorch's own decomposition (`torch._decomp`) rather than a lowering: registered by
-# the lowering module of their family, read once by runtime/decompositions.py.
+# the lowering module of their family, read once by runtime/record/decompositions.py.
 PYTORCH_DECOMPOSED: list = []
 
 

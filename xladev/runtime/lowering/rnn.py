@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import torch
 
 from xladev.runtime.lowering.registry import lowers
-from xladev.runtime.meta import SHAPE_RULES
+from xladev.runtime.graph.meta import SHAPE_RULES
 
 aten = torch.ops.aten
 

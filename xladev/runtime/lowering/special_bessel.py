@@ -26,7 +26,7 @@ import jax.scipy.special as jsp
 import torch
 
 from xladev.runtime.lowering.registry import lowers, promote
-from xladev.runtime.meta import SHAPE_RULES, MetaUnsupported
+from xladev.runtime.graph.meta import SHAPE_RULES, MetaUnsupported
 
 aten = torch.ops.aten
 

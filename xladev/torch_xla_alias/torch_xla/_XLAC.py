@@ -40,14 +40,14 @@ def _get_xla_tensor_debug_info(tensor: torch.Tensor) -> str:
 
 def _get_xla_tensor_shape_type(tensor: torch.Tensor) -> str:
     """The tensor's XLA element type name (`f32`, `f16`, `bf16`, `s64`...)."""
-    from xladev.runtime.introspect import element_type
+    from xladev.runtime.api.introspect import element_type
 
     return element_type(tensor)
 
 
 def _unsafe_buffer_pointer(tensor: torch.Tensor) -> int:
     """The address of the tensor's device buffer (a pending value is computed first)."""
-    from xladev.runtime.introspect import buffer_pointer
+    from xladev.runtime.api.introspect import buffer_pointer
 
     return buffer_pointer(tensor)
 
@@ -67,14 +67,14 @@ def _get_graph_hash(tensors: list[torch.Tensor]) -> str:
 
 def _get_xla_sharding_spec(tensor: torch.Tensor) -> str:
     """The tensor's sharding as HLO sharding text, '' when it has none."""
-    from xladev.runtime.spmd_sharding import get_sharding_spec
+    from xladev.runtime.distributed.spmd_sharding import get_sharding_spec
 
     return get_sharding_spec(tensor)
 
 
 def _get_xla_sharding_type(tensor: torch.Tensor) -> int | None:
     """The tensor's `ShardingType` number, None when it has no sharding of its own."""
-    from xladev.runtime.sharded_tensor import sharding_type
+    from xladev.runtime.distributed.sharded_tensor import sharding_type
 
     kind = sharding_type(tensor)
     return None if kind is None else int(kind)
@@ -173,21 +173,21 @@ def _xla_sync_multi(tensors: list[torch.Tensor], devices: list | None = None, wa
 def _get_local_shard_replica_and_indices(tensors: list[torch.Tensor]) -> list[list[tuple]]:
     """Per tensor, each device's (replica id, indices) of its piece, in device order; indices are a slice per
     dimension, or Ellipsis when replicated. No data is copied."""
-    from xladev.runtime.sharded_tensor import shard_places
+    from xladev.runtime.distributed.sharded_tensor import shard_places
 
     return [[(replica, indices) for _, replica, indices in shard_places(t)] for t in tensors]
 
 
 def _get_local_shards(tensors: list[torch.Tensor]) -> list[list[tuple[torch.Tensor, str]]]:
     """Per tensor, each device's piece copied to the CPU with its device name (`xla:N`), in device order."""
-    from xladev.runtime.sharded_tensor import XLAShardedTensor, unwrap
+    from xladev.runtime.distributed.sharded_tensor import XLAShardedTensor, unwrap
 
     return [[(s.data, s.shard_device) for s in XLAShardedTensor(unwrap(t)).local_shards] for t in tensors]
 
 
 def _xla_get_cpu_tensors(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """CPU copies of device tensors, what is pending computed in one graph."""
-    from xladev.runtime.transfers import download
+    from xladev.runtime.execute.transfers import download
 
     return download(list(tensors), "_xla_get_cpu_tensors")
 
@@ -200,7 +200,7 @@ def _ensure_xla_coordinator_initialized(global_rank: int, world_size: int, maste
     Raises:
       ValueError: the rank or world size differ from the job's.
     """
-    from xladev.runtime import world
+    from xladev.runtime.graph import world
 
     placement = world.placement()
     if (global_rank, world_size) != (placement.rank, placement.world_size):
@@ -211,21 +211,21 @@ def _ensure_xla_coordinator_initialized(global_rank: int, world_size: int, maste
 
 def _activate_preemption_sync_manager() -> None:
     """Starts preemption detection: a SIGTERM is held back, and `_sync_point_reached` turns true at one step."""
-    from xladev.runtime.dist_checkpoint import preemption
+    from xladev.runtime.parallel.dist_checkpoint import preemption
 
     preemption.activate()
 
 
 def _deactivate_preemption_sync_manager() -> None:
     """Stops preemption detection; SIGTERM's previous handler is back."""
-    from xladev.runtime.dist_checkpoint import preemption
+    from xladev.runtime.parallel.dist_checkpoint import preemption
 
     preemption.deactivate()
 
 
 def _sync_point_reached(step: int) -> bool:
     """Whether `step` is the step every process checkpoints at after a preemption notice (SIGTERM)."""
-    from xladev.runtime.dist_checkpoint import preemption
+    from xladev.runtime.parallel.dist_checkpoint import preemption
 
     return preemption.reached_sync_point(step)
 

@@ -33,7 +33,7 @@ from torch_xla import _xladev
 _xladev.install_finder()
 # torch.compile(backend="openxla") is PyTorch/XLA's dynamo backend: here, xladev's (which torch's own `openxla`
 # would also reach, through torch_xla.core.dynamo_bridge, without the graph breaks and recompiles it reports).
-from xladev.runtime import dynamo_backend as _dynamo_backend  # noqa: E402
+from xladev.runtime.dynamo import dynamo_backend as _dynamo_backend  # noqa: E402
 
 _dynamo_backend.use_for("openxla")
 

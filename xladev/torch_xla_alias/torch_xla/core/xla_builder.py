@@ -1,14 +1,14 @@
 """`torch_xla.core.xla_builder` (`xb`) on xladev: `call_jax`, running a jax function inside the lazy graph.
 
 `xb.call_jax(jax_func, args, kwargs=None, name=None, override_hash=None)` records the function as one
-`xla::call_jax` node of the step's graph (xladev's `runtime/jax_call.py`; docs/runtime.md, "jax functions in
+`xla::call_jax` node of the step's graph (xladev's `runtime/record/jax_call.py`; docs/runtime.md, "jax functions in
 the graph"). PyTorch/XLA's hand-written XLA builder (`xb.Op`, `create_computation`, `mkop`...) is not provided.
 """
 
 from __future__ import annotations
 
-from xladev.runtime.jax_call import SPECIALIZATIONS as _JAX_TO_XLA_COMPUTATION_CACHE
-from xladev.runtime.jax_call import call_jax
+from xladev.runtime.record.jax_call import SPECIALIZATIONS as _JAX_TO_XLA_COMPUTATION_CACHE
+from xladev.runtime.record.jax_call import call_jax
 
 from torch_xla import _xladev
 

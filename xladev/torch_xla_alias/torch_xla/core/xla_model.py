@@ -20,7 +20,7 @@ import torch
 
 import xladev
 import xladev.debug
-from xladev.runtime.collectives import fetch_gradients as _fetch_gradients  # noqa: F401  (PyTorch/XLA's AMP scripts)
+from xladev.runtime.distributed.collectives import fetch_gradients as _fetch_gradients  # noqa: F401  (PyTorch/XLA's AMP scripts)
 
 import torch_xla
 from torch_xla import _xladev
@@ -191,7 +191,7 @@ def get_rng_state(device: str | torch.device | None = None) -> int:
     Returns:
       The state; `set_rng_state` of it restores the generator exactly.
     """
-    from xladev.runtime import rng
+    from xladev.runtime.record import rng
 
     return rng.seed_of(_index_of(device) if device else 0)
 
@@ -317,7 +317,7 @@ def reduce_scatter_bucketized(reduce_type: str, input_list: list[torch.Tensor], 
     Returns:
       Each input's slice, in order (`output` when given, written).
     """
-    from xladev.runtime.collective_lists import bucketized
+    from xladev.runtime.distributed.collective_lists import bucketized
 
     return bucketized(lambda ins, outs: reduce_scatter(reduce_type, ins, scale, scatter_dim, shard_count, groups,
                                                        outs, pin_layout), input_list, output, bucket_cap_mb,
@@ -332,7 +332,7 @@ def all_gather_bucketized(input_list: list[torch.Tensor], dim: int = 0, groups: 
     Returns:
       Each input gathered, in order (`output` when given, written).
     """
-    from xladev.runtime.collective_lists import bucketized
+    from xladev.runtime.distributed.collective_lists import bucketized
 
     return bucketized(lambda ins, outs: all_gather(ins, dim, groups, outs, pin_layout), input_list, output,
                       bucket_cap_mb, "all_gather_bucketized")
@@ -487,7 +487,7 @@ def optimization_barrier_(tensors: list[torch.Tensor]) -> None:
     Args:
       tensors: xla tensors on one device.
     """
-    from xladev.runtime.opt_barrier import optimization_barrier_ as barrier  # here: this file's imports are shared
+    from xladev.runtime.record.opt_barrier import optimization_barrier_ as barrier  # here: this file's imports are shared
 
     barrier(tensors)
 

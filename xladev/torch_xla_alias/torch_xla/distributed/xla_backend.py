@@ -6,7 +6,7 @@ xladev registers both when it starts (importing this module is what registers th
 
 from __future__ import annotations
 
-from xladev.runtime.process_group import ProcessGroupXla, new_group as new_xla_process_group, register
+from xladev.runtime.distributed.process_group import ProcessGroupXla, new_group as new_xla_process_group, register
 
 from torch_xla import _xladev
 

@@ -1,8 +1,8 @@
-"""`torch_xla.distributed.zero_redundancy_optimizer` on xladev: ZeRO-1 (`xladev.runtime.zero1`)."""
+"""`torch_xla.distributed.zero_redundancy_optimizer` on xladev: ZeRO-1 (`xladev.runtime.parallel.zero1`)."""
 
 from __future__ import annotations
 
-from xladev.runtime.zero1 import ZeroRedundancyOptimizer  # noqa: F401
+from xladev.runtime.parallel.zero1 import ZeroRedundancyOptimizer  # noqa: F401
 
 from torch_xla import _xladev
 

@@ -2,7 +2,7 @@
 
 `make_kernel_from_pallas(kernel, output_shape_dtype_fn)` and `flash_attention(q, k, v, causal=False, ...)` keep
 PyTorch/XLA's signatures; each call is one `xla::call_jax` node of the step's graph (xladev's
-`runtime/pallas_kernels.py`). On the CPU, Pallas kernels run in interpret mode and flash attention as the same
+`runtime/record/pallas_kernels.py`). On the CPU, Pallas kernels run in interpret mode and flash attention as the same
 attention in jax; on a GPU, through Pallas's GPU backend. PyTorch/XLA's TPU-only kernels (paged and ragged paged
 attention, gmm, quantized matmul) and its TPU custom call (`trace_pallas`) are not provided.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from xladev.runtime import backend as _backend
-from xladev.runtime.pallas_kernels import DEFAULT_MASK_VALUE, flash_attention, make_kernel_from_pallas
+from xladev.runtime.graph import backend as _backend
+from xladev.runtime.record.pallas_kernels import DEFAULT_MASK_VALUE, flash_attention, make_kernel_from_pallas
 
 from torch_xla import _xladev
 from torch_xla._internal.jax_workarounds import jax_import_guard, requires_jax  # noqa: F401  (PyTorch/XLA's names)

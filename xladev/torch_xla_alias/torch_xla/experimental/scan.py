@@ -1,5 +1,5 @@
 """`torch_xla.experimental.scan` on xladev: `scan(fn, init, xs)`, traced once into one `xla::scan` node
-(runtime/scan.py), lowered to `jax.lax.scan`."""
+(runtime/record/scan.py), lowered to `jax.lax.scan`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_xla import _xladev
-from xladev.runtime import scan as _scan
+from xladev.runtime.record import scan as _scan
 
 __all__ = ["scan", "tree_flatten_none", "value_and_grad_partitioned"]
 

@@ -1,4 +1,4 @@
-"""`torch_xla.experimental.scan_layers` on xladev: a stack of identical layers as one scan (runtime/scan.py)."""
+"""`torch_xla.experimental.scan_layers` on xladev: a stack of identical layers as one scan (runtime/record/scan.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from torch_xla import _xladev
 from torch_xla.experimental.scan import _default_partition
-from xladev.runtime import scan as _scan
+from xladev.runtime.record import scan as _scan
 
 __all__ = ["scan_layers"]
 

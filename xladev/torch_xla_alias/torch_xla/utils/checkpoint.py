@@ -1,4 +1,4 @@
-"""`torch_xla.utils.checkpoint` on xladev: PyTorch/XLA's gradient checkpointing, as xladev's (runtime/checkpoint.py).
+"""`torch_xla.utils.checkpoint` on xladev: PyTorch/XLA's gradient checkpointing, as xladev's (runtime/record/checkpoint.py).
 
 The backward computes the region again from the outputs of one optimization barrier over its inputs, the
 gradients arriving at its outputs and its module's weights, so XLA can neither merge the recomputation with
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from torch_xla import _xladev
-from xladev.runtime import checkpoint as _checkpoint
+from xladev.runtime.record import checkpoint as _checkpoint
 
 __all__ = ["checkpoint"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xladev.runtime.fsdp.state_dict_utils import ShardedCheckpointError, consolidate_sharded_model_checkpoints
+from xladev.runtime.parallel.fsdp.state_dict_utils import ShardedCheckpointError, consolidate_sharded_model_checkpoints
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.runtime.fsdp.state_dict_utils import (  # noqa: F401
+from xladev.runtime.parallel.fsdp.state_dict_utils import (  # noqa: F401
     consolidate_sharded_model_checkpoints, consolidate_sharded_state_dicts,
 )
 

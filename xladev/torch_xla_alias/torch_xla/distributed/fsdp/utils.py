@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.runtime.fsdp.utils import checkpoint_module  # noqa: F401
+from xladev.runtime.parallel.fsdp.utils import checkpoint_module  # noqa: F401
 
 from torch_xla import _xladev
 

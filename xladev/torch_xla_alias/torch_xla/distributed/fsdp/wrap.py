@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.runtime.fsdp.wrap import (  # noqa: F401
+from xladev.runtime.parallel.fsdp.wrap import (  # noqa: F401
     always_wrap_policy, lambda_auto_wrap_policy, recursive_wrap, size_based_auto_wrap_policy,
     transformer_auto_wrap_policy,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.runtime.fsdp.shards import XlaFlattenParamsWrapper  # noqa: F401
+from xladev.runtime.parallel.fsdp.shards import XlaFlattenParamsWrapper  # noqa: F401
 
 from torch_xla import _xladev
 

@@ -1,8 +1,8 @@
-"""`torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel` on xladev (`xladev.runtime.fsdp.module`)."""
+"""`torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel` on xladev (`xladev.runtime.parallel.fsdp.module`)."""
 
 from __future__ import annotations
 
-from xladev.runtime.fsdp.module import FLOAT_DTYPES, TrainingState, XlaFullyShardedDataParallel  # noqa: F401
+from xladev.runtime.parallel.fsdp.module import FLOAT_DTYPES, TrainingState, XlaFullyShardedDataParallel  # noqa: F401
 
 from torch_xla import _xladev
 

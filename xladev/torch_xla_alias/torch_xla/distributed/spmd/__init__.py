@@ -10,10 +10,10 @@ from xladev.spmd import (  # noqa: F401
     HybridMesh, Mesh, ShardingType, XLAPatchedLinear, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding,
     mark_sharding_with_gradients, xla_patched_nn_linear_forward,
 )
-from xladev.runtime.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
-from xladev.runtime.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401
-from xladev.runtime.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
-from xladev.runtime.sharded_tensor import wrap_if_sharded  # noqa: F401
+from xladev.runtime.distributed.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
+from xladev.runtime.graph.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401
+from xladev.runtime.distributed.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
+from xladev.runtime.distributed.sharded_tensor import wrap_if_sharded  # noqa: F401
 
 from torch_xla import _xladev
 

@@ -10,7 +10,7 @@ from torch_xla import _xladev
 def construct_v1_sharding_str(t) -> str:
     """`t`'s sharding in HLO's V1 text (`{devices=[2,1]0,1}`, a device list rather than `<=[4]`): xladev
     always writes that form, so this is `_get_xla_sharding_spec(t)`."""
-    from xladev.runtime.spmd_sharding import get_sharding_spec
+    from xladev.runtime.distributed.spmd_sharding import get_sharding_spec
 
     return get_sharding_spec(t)
 

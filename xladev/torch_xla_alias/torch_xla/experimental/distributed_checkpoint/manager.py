@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.runtime.dist_checkpoint.manager import CheckpointManager  # noqa: F401
+from xladev.runtime.parallel.dist_checkpoint.manager import CheckpointManager  # noqa: F401
 
 from torch_xla import _xladev
 

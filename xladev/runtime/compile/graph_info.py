@@ -1,0 +1,104 @@
+"""The runtime's `xladev.events.GraphInfo`: what subscribers may read of a graph, and nothing more.
+
+Events carry this view instead of the runtime's `Graph`, so sinks never import the runtime. Texts
+are made when asked for (a subscriber that writes no dump never pays for one).
+"""
+
+from __future__ import annotations
+
+from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
+from xladev.runtime.lowering.graph_lowering import lowered
+from xladev.runtime.graph.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
+from xladev.runtime.graph.irtext import (
+    dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
+)
+from xladev.runtime.graph.op_ledger import RECOMPUTE_SCOPE, recorder
+from xladev.runtime.graph.sharding_text import sharding_text
+
+_DIALECTS = ("hlo", "stablehlo")
+
+
+class RuntimeGraphInfo:
+    """A read-only view of one runtime graph (implements `xladev.events.GraphInfo`)."""
+
+    __slots__ = ("_graph", "hash", "_out_shardings")
+
+    def __init__(self, graph: Graph, out_shardings: tuple | None = None) -> None:
+        """`out_shardings`: the jax sharding of each output of an SPMD run (not the buffers: an event may
+        outlive them), None otherwise."""
+        self._graph = graph
+        self.hash = graph.hash
+        self._out_shardings = out_shardings
+
+    def summary(self) -> GraphSummary:
+        nodes = []
+        inputs = []
+        donated = frozenset(self._graph.donated)
+        first_seen = recorder.first_seen_at
+
+        def located(node):
+            try:
+                return first_seen.get((node.op.name, node.template))
+            except TypeError:  # an unhashable template was never located
+                return None
+
+        for node in self._graph.nodes:
+            if node.op is DATA_OP or node.op is SCALAR_OP:
+                inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
+                                           dtype_short(node.meta.dtype), getattr(node, "created_at", None),
+                                           len(inputs) in donated))
+                continue
+            nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta),
+                                     node.location or located(node)))
+        return GraphSummary(self.hash, tuple(nodes), tuple(inputs), self._graph.user_outputs)
+
+    def ir_text(self) -> str:
+        return graph_to_text(self._graph)
+
+    def dot_text(self) -> str:
+        return graph_to_dot(self._graph)
+
+    def lower(self):
+        """jax's `Lowered` of the graph (the runtime's own tools; not part of `GraphInfo`)."""
+        return lowered(self._graph)
+
+    def hlo_text(self, dialect: str = "hlo", debug_info: bool = False) -> str:
+        if dialect not in _DIALECTS:
+            raise ValueError(f"unknown HLO dialect {dialect!r}; expected one of {', '.join(_DIALECTS)}")
+        lowering = self.lower()
+        if dialect == "hlo":
+            return lowering.as_text(dialect="hlo", debug_info=debug_info)
+        return lowering.as_text(debug_info=debug_info)
+
+    def root_hashes(self) -> list[str]:
+        return root_hashes(self._graph)
+
+    def collectives(self) -> list[tuple[str, int, str | None]]:
+        return collectives_of(self._graph)
+
+    def output_shardings(self) -> list[str] | None:
+        if self._out_shardings is None:
+            return None
+        return [f"{plain_shape(root.meta)} {sharding_text(sharding, len(root.meta.shape))}"
+                for root, sharding in zip(self._graph.roots, self._out_shardings)]
+
+    def recomputed_ops(self) -> int:
+        return sum(1 for node in self._graph.nodes
+                   if node.scope and RECOMPUTE_SCOPE in node.scope.split("/") and node.op is not GETITEM_OP)
+
+    def __repr__(self) -> str:
+        return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"
+
+
+def collectives_of(graph: Graph) -> list[tuple[str, int, str | None]]:
+    """(op, bytes from this rank, the user's line) of each collective of `graph`, in order."""
+    out = []
+    for node in graph.collectives:
+        nbytes = 0
+        for operand in node.operands:
+            numel = 1
+            for size in operand.meta.shape:
+                numel *= size
+            nbytes += numel * operand.meta.dtype.itemsize
+        out.append((node.op.name, nbytes, getattr(node, "site", None)))
+    return out

@@ -1,0 +1,294 @@
+"""`XLAShardedTensor`: what `mark_sharding` returns (PyTorch/XLA's `torch_xla.distributed.spmd.XLAShardedTensor`).
+
+A torch.Tensor subclass that wraps the marked device tensor (`global_tensor`): ops on it run on the global
+tensor and their tensor results come back wrapped, as in PyTorch/XLA. It adds the sharding's views:
+`sharding_spec` (HLO sharding text), `sharding_type` (PyTorch/XLA's `ShardingType`), `local_shards` (each
+device's piece, copied to the CPU) and `load_local_shards_` (writes pieces back).
+
+PyTorch/XLA's class also derives from DTensor (`placements`, `redistribute`); this one does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Sequence, Union
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_map
+
+from xladev.runtime.graph import backend
+from xladev.runtime.execute.execution import lock as _execution_lock
+from xladev.runtime.graph.ir import DataNode
+from xladev.runtime.graph.spmd_mesh import Mesh
+from xladev.runtime.distributed.spmd_sharding import get_sharding_spec, parse_sharding_text, shard_tensor, unshard_tensor
+from xladev.runtime.record.tensor import XlaTensor
+from xladev.runtime.execute.transfers import arrays_of, current_cause, reading
+
+
+class ShardingType(IntEnum):
+    """PyTorch/XLA's sharding kinds (their numbers are XLA's OpSharding.Type)."""
+
+    REPLICATED = 0
+    MAXIMAL = 1
+    TUPLE = 2
+    TILED = 3
+    MANUAL = 4
+    PARTIAL = 5
+    UNKNOWN = 6
+
+
+def sharding_type(t: torch.Tensor) -> ShardingType | None:
+    """`t`'s kind of sharding, None when it has none of its own (PyTorch/XLA's `_get_xla_sharding_type`).
+
+    Read from its sharding text: `{replicated}` is REPLICATED, a tiling whose last dimension replicates is
+    PARTIAL, any other tiling TILED, a tiling onto one device MAXIMAL.
+    """
+    text = get_sharding_spec(t)
+    if not text:
+        return None
+    parsed = parse_sharding_text(text)
+    if parsed is None:
+        return ShardingType.REPLICATED
+    _, devices, last_replicates = parsed
+    if len(devices) == 1:
+        return ShardingType.MAXIMAL
+    return ShardingType.PARTIAL if last_replicates else ShardingType.TILED
+
+
+@dataclass
+class XLAShard:
+    """One device's piece of a sharded tensor, copied to the CPU when `local_shards` was read.
+
+    Attributes:
+      data: the piece (with any padding of an uneven split).
+      indices: the piece's place in the global tensor, a slice per dimension; Ellipsis when replicated.
+      shard_device: the device it came from (`xla:N`, PyTorch/XLA's `SPMD:N` ordinal order).
+      replica_id: which copy of its piece it is: 0 for a tiling, the device's number when replicated, the
+        replica group's number for a partial replication.
+    """
+
+    data: torch.Tensor
+    indices: Union[type(Ellipsis), list]
+    shard_device: str
+    replica_id: int
+
+    def _unpadded(self):
+        if self.indices is Ellipsis:
+            return Ellipsis
+        return tuple(slice(0, s.stop - s.start) for s in self.indices)
+
+    @property
+    def unpadded_data(self) -> torch.Tensor:
+        """`data` without the padding of an uneven split."""
+        return self.data[self._unpadded()]
+
+    @unpadded_data.setter
+    def unpadded_data(self, value: torch.Tensor) -> None:
+        self.data[self._unpadded()] = value
+
+
+class XLAShardedTensor(torch.Tensor):
+    """A sharded device tensor as PyTorch/XLA's `mark_sharding` returns it.
+
+    Attributes:
+      global_tensor: the whole (logical) device tensor that was marked.
+      mesh_shape: the mesh's shape of the mark, or None.
+      partition_spec: the mark's partition spec, or None.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    wraps_xla_tensors = True  # the device's dispatcher leaves ops with one of these to this class
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, mesh_shape=None, partition_spec=None, *args, **kwargs):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(), dtype=elem.dtype,
+            layout=elem.layout, device=elem.device, requires_grad=kwargs.get("requires_grad", False))
+        r.global_tensor = elem.detach() if r.requires_grad else elem
+        r.mesh_shape = mesh_shape or getattr(elem, "mesh_shape", None)
+        r.partition_spec = partition_spec or getattr(elem, "partition_spec", None)
+        return r
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @property
+    def sharding_spec(self) -> str:
+        """The sharding as HLO sharding text, '' when the tensor has none."""
+        return get_sharding_spec(self.global_tensor)
+
+    @property
+    def sharding_type(self) -> ShardingType | None:
+        """The kind of sharding (`ShardingType`), None when the tensor has none."""
+        return sharding_type(self.global_tensor)
+
+    @property
+    def local_shards(self) -> list[XLAShard]:
+        """Each device's piece, copied to the CPU, in device order (syncs a pending value first)."""
+        array = _array_of(self.global_tensor, "local_shards")
+        return [XLAShard(backend.numpy_to_torch(np.asarray(s.data), self.global_tensor.dtype), indices,
+                         f"xla:{number}", replica)
+                for s, (number, replica, indices) in zip(*_places(array))]
+
+    def load_local_shards_(self, shards: list[XLAShard]) -> None:
+        """Writes these pieces (one per device, as `local_shards` gives them) into the tensor's buffers.
+
+        Raises:
+          RuntimeError: the tensor is replicated, a device's piece is missing, or a piece has another shape
+            than that device's.
+        """
+        import jax
+
+        t = self.global_tensor
+        array = _array_of(t, "load_local_shards_")
+        if array.sharding.is_fully_replicated:
+            raise RuntimeError("load_local_shards_: the tensor is replicated, not sharded: copy a whole value "
+                               "into it instead")
+        order = _device_order()
+        devices = backend.jax_devices()
+        by_device = {s.shard_device: s for s in shards}
+        pieces = []
+        for s in array.addressable_shards:
+            name = f"xla:{order[s.device.id]}"
+            shard = by_device.get(name)
+            if shard is None:
+                raise RuntimeError(f"load_local_shards_: no shard for {name}: give one for each of the "
+                                   f"{len(array.addressable_shards)} devices")
+            if tuple(shard.data.shape) != tuple(s.data.shape):
+                raise RuntimeError(f"load_local_shards_: the shard for {name} has shape {tuple(shard.data.shape)}, "
+                                   f"the device's piece {tuple(s.data.shape)}")
+            host = backend.torch_to_numpy(shard.data.detach().to(t.dtype).contiguous())
+            pieces.append(jax.device_put(host, devices[order[s.device.id]]))
+        loaded = jax.make_array_from_single_device_arrays(array.shape, array.sharding, pieces)
+        with _execution_lock:
+            node = t._st.value
+            data = DataNode(loaded, node.meta)
+            data.sharding = node.sharding
+            t._st.set(data)
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        return f"XLAShardedTensor({self.global_tensor!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Ops run on the wrapped tensors; their tensor results come back wrapped, as PyTorch/XLA's do.
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return tree_map(lambda e: XLAShardedTensor(e) if isinstance(e, torch.Tensor) else e, out)
+
+
+def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAShardedTensor:
+    """Splits `t` over `mesh` as `partition_spec` says (PyTorch/XLA's `xs.mark_sharding`).
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor` (its global tensor is marked).
+      mesh: the device mesh.
+      partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
+        along, or None to keep it whole.
+
+    Returns:
+      An `XLAShardedTensor` wrapping `t` (PyTorch/XLA's return); `t` itself is sharded in place, so code that
+      goes on using `t` sees the sharding too.
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+    """
+    shard_tensor(unwrap(t), mesh, partition_spec)
+    return wrap(t, mesh.mesh_shape, tuple(partition_spec))
+
+
+def clear_sharding(t: torch.Tensor) -> torch.Tensor:
+    """Drops `t`'s sharding: it is replicated on every device again, with no sharding of its own
+    (PyTorch/XLA's `xs.clear_sharding`).
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor`.
+
+    Returns:
+      The plain tensor (an `XLAShardedTensor`'s global tensor).
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
+    """
+    t = unwrap(t)
+    unshard_tensor(t)
+    return t
+
+
+def unwrap(t):
+    """An `XLAShardedTensor`'s global tensor; anything else as it is."""
+    return t.global_tensor if isinstance(t, XLAShardedTensor) else t
+
+
+def wrap(t: torch.Tensor, mesh_shape=None, partition_spec=None) -> XLAShardedTensor:
+    """`t` as an `XLAShardedTensor` (PyTorch/XLA's `wrap_as_sharded_tensor`): a wrapper is updated in place.
+
+    Args:
+      t: a device tensor or an `XLAShardedTensor`.
+      mesh_shape: the mark's mesh shape, kept when given.
+      partition_spec: the mark's partition spec, kept when given.
+
+    Returns:
+      The wrapper.
+    """
+    if not isinstance(t, XLAShardedTensor):
+        return XLAShardedTensor(t, mesh_shape=mesh_shape, partition_spec=partition_spec)
+    if mesh_shape is not None:
+        t.mesh_shape = mesh_shape
+    if partition_spec is not None:
+        t.partition_spec = partition_spec
+    return t
+
+
+def wrap_if_sharded(x):
+    """`x` wrapped in an `XLAShardedTensor` when it is an xla tensor with a sharding of its own (PyTorch/XLA's
+    `xs.wrap_if_sharded`); anything else as it is."""
+    if (isinstance(x, torch.Tensor) and not isinstance(x, XLAShardedTensor) and x.device.type == "xla"
+            and sharding_type(x) is not None):
+        return XLAShardedTensor(x)
+    return x
+
+
+def shard_places(t: torch.Tensor) -> list[tuple[int, int, Union[type(Ellipsis), list]]]:
+    """Where each device's piece of `t` lies, in device order, without copying data (syncs a pending value).
+
+    Args:
+      t: a device tensor (not a view) or an `XLAShardedTensor`.
+
+    Returns:
+      One (device number N of `xla:N`, replica id, indices) per device, as `local_shards` gives them: indices
+      are a slice per dimension, or Ellipsis when the tensor is replicated (PyTorch/XLA's
+      `_get_local_shard_replica_and_indices`).
+    """
+    return _places(_array_of(unwrap(t), "shard_places"))[1]
+
+
+def _places(array) -> tuple[list, list]:
+    """The array's shards in device order, and for each (device number, replica id, indices)."""
+    replicated = array.sharding.is_fully_replicated
+    order = _device_order()
+    shards = sorted(array.addressable_shards, key=lambda s: order[s.device.id])
+    places = []
+    for s in shards:
+        number = order[s.device.id]
+        if replicated:
+            places.append((number, number, Ellipsis))
+        else:
+            places.append((number, s.replica_id, [slice(i.start or 0, dim if i.stop is None else i.stop, 1)
+                                                   for i, dim in zip(s.index, array.shape)]))
+    return shards, places
+
+
+def _device_order() -> dict:
+    """jax device id -> `xla:N`'s N."""
+    return {d.id: i for i, d in enumerate(backend.jax_devices())}
+
+
+def _array_of(t, what: str):
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"{what} needs an xla tensor, got one on {t.device}")
+    if t._chain is not None:
+        raise ValueError(f"{what} of a view: use the tensor it views (its base)")
+    with reading(what):
+        return arrays_of([t], current_cause(what))[0]

@@ -1,0 +1,190 @@
+"""SPMD sharding: one program over every local device, tensors split over a device mesh (PyTorch/XLA's `xs`).
+
+    xladev.spmd.use_spmd()
+    mesh = xladev.spmd.Mesh(range(4), (2, 2), ("data", "model"))
+    xladev.spmd.mark_sharding(weight, mesh, (None, "model"))     # or mesh axis numbers: (None, 1)
+
+After `use_spmd()`, `xla:0` stands for all of this process's devices: a value with no sharding of its own is
+replicated on each, and a graph runs as one program that XLA's partitioner (GSPMD) splits by the shardings
+of its inputs and of the values marked inside it. A mark maps to a jax `NamedSharding` over a jax `Mesh`:
+on device data it moves the buffer at once (`jax.device_put`); on a value still being recorded it becomes
+a sharding constraint in the graph (`xla::custom_sharding`, `jax.lax.with_sharding_constraint`). Shardings
+print as HLO sharding text (`{devices=[2,1]0,1}`) in the IR, the HLO dumps and the visualizers.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from xladev.runtime.graph import backend, ir
+from xladev.runtime.execute.execution import lock as _execution_lock
+from xladev.runtime.graph.ir import SLOT, DataNode, Meta, Node, OpDef
+from xladev.runtime.graph.op_ledger import recorder
+from xladev.runtime.graph.sharding_text import parse_sharding_text, sharding_text  # noqa: F401 (this module's API)
+from xladev.runtime.graph.spmd_mesh import HybridMesh, Mesh, jax_mesh_of  # noqa: F401 (this module's API)
+from xladev.runtime.record.tensor import XlaTensor
+
+
+def use_spmd() -> None:
+    """Turns SPMD mode on for this process: `xla:0` stands for every local device (PyTorch/XLA's `xr.use_spmd()`).
+
+    Values made before it are copied to every device when a graph first uses them.
+    """
+    import jax
+
+    if backend.spmd_replicated is not None:
+        return
+    devices = backend.jax_devices()
+    mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
+    backend.spmd_replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    ir.sharding_of = _sharding_text_of
+
+
+def is_spmd() -> bool:
+    """Whether SPMD mode is on."""
+    return backend.spmd_replicated is not None
+
+
+def _require_spmd(name: str) -> None:
+    if backend.spmd_replicated is None:
+        raise RuntimeError(f"{name} needs SPMD mode: call xladev.spmd.use_spmd() (torch_xla.runtime.use_spmd()) first")
+
+
+def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
+    """A jax PartitionSpec for PyTorch/XLA's partition spec (mesh axis numbers or names, None, tuples of them).
+
+    Raises:
+      ValueError: the spec has another length than the tensor's rank, or names an axis the mesh lacks, twice.
+    """
+    import jax
+
+    if len(partition_spec) != ndim:
+        raise ValueError(f"mark_sharding: partition_spec {tuple(partition_spec)} has {len(partition_spec)} entries "
+                         f"for a tensor of {ndim} dimension(s)")
+
+    axis_names = mesh.jax_axis_names()
+
+    def axis(a):
+        if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+            if not 0 <= a < len(axis_names):
+                raise ValueError(f"mark_sharding: mesh axis {a} does not exist (the mesh has {len(axis_names)})")
+            return axis_names[a]
+        if mesh.axis_names is None or a not in mesh.axis_names:
+            raise ValueError(f"mark_sharding: the mesh has no axis {a!r} "
+                             f"(it has {', '.join(mesh.axis_names) if mesh.axis_names else 'numbered axes only'})")
+        return a
+
+    entries = []
+    used: list[str] = []
+    for entry in partition_spec:
+        if entry is None:
+            entries.append(None)
+            continue
+        names = tuple(axis(a) for a in entry) if isinstance(entry, (tuple, list)) else (axis(entry),)
+        used.extend(names)
+        entries.append(names if len(names) > 1 else names[0])
+    if len(set(used)) != len(used):
+        raise ValueError(f"mark_sharding: partition_spec {tuple(partition_spec)} uses a mesh axis twice")
+    return jax.sharding.PartitionSpec(*entries)
+
+
+def _lower_custom_sharding(ctx, x, mesh_key, spec):
+    import jax
+
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(jax_mesh_of(mesh_key),
+                                                                         jax.sharding.PartitionSpec(*spec)))
+
+
+# PyTorch/XLA's IR name for a sharding annotation on a value being recorded.
+CUSTOM_SHARDING = OpDef("xla::custom_sharding", _lower_custom_sharding, params=("input", "mesh", "spec"))
+
+
+class ShardingNode(Node):
+    """A sharding annotation's node: `sharding` is its text, printed in the IR as PyTorch/XLA prints it."""
+
+    __slots__ = ("sharding",)
+
+    def __init__(self, operand: Node, template, meta: Meta, sharding: str):
+        super().__init__(CUSTOM_SHARDING, (operand,), template, meta, *recorder.debug_info())
+        self.sharding = sharding
+
+
+def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
+    """Splits device tensor `t` over `mesh` in place as `partition_spec` says: what `xs.mark_sharding` does
+    (`sharded_tensor.mark_sharding`, which also wraps the result).
+
+    Args:
+      t: a device tensor (not a view).
+      mesh: the device mesh.
+      partition_spec: per dimension of `t`, the mesh axis (number or name, or a tuple of them) it is split
+        along, or None to keep it whole.
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+    """
+    import jax
+
+    _require_spmd("mark_sharding")
+    _check_base(t, "mark_sharding")
+    spec = _partition_spec(mesh, partition_spec, t.dim())
+    sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
+    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()))
+
+
+def _check_base(t, name: str) -> None:
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"{name} takes an xla tensor, got one on {t.device}")
+    if t._chain is not None:
+        raise ValueError(f"{name} of a view: give it the tensor it views (its base) instead")
+
+
+def _place(t: XlaTensor, sharding, text: str, template) -> None:
+    """Gives `t` the jax `sharding`, known as `text` ('' for none of its own): device data moves now (as
+    PyTorch/XLA reshards it), a value being recorded gets a sharding constraint in its graph."""
+    import jax
+
+    with _execution_lock:
+        node = t._st.value
+        if type(node) is DataNode:
+            data = DataNode(jax.device_put(node.array, sharding), node.meta)
+            # A replicated mark is a sharding of its own ({replicated}), which the buffer alone does not tell.
+            data.sharding = text or None
+            t._st.set(data)
+        else:
+            recorder.count(CUSTOM_SHARDING.name)
+            t._assign(ShardingNode(node, template, Meta(tuple(t.shape), t.dtype), text))
+
+
+def unshard_tensor(t: XlaTensor) -> None:
+    """Drops device tensor `t`'s sharding in place: it is replicated on every device again, with no sharding
+    of its own (what `xs.clear_sharding` does).
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view.
+    """
+    _require_spmd("clear_sharding")
+    _check_base(t, "clear_sharding")
+    replicated = backend.spmd_replicated
+    count = len(backend.jax_devices())
+    _place(t, replicated, "", ((SLOT, (tuple(range(count)), (count,), replicated.mesh.axis_names), ()), ()))
+
+
+def get_sharding_spec(t: torch.Tensor) -> str:
+    """`t`'s sharding as HLO sharding text (`{devices=[2,1]0,1}`), '' when it has none (PyTorch/XLA's
+    `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark."""
+    t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
+    if not isinstance(t, XlaTensor):
+        return ""
+    node = t._node()
+    return getattr(node, "sharding", None) or ""
+
+
+def _sharding_text_of(array) -> str | None:
+    """The sharding text of a buffer split over devices; None for one held whole (replicated or one device)."""
+    sharding = getattr(array, "sharding", None)
+    if sharding is None or sharding.is_fully_replicated:
+        return None
+    return sharding_text(sharding, len(array.shape))

@@ -1,0 +1,70 @@
+"""How much device memory is in use: PyTorch/XLA's `xm.get_memory_info()` on jax's devices.
+
+A GPU's PJRT client keeps allocator statistics (`Device.memory_stats()`: bytes in use, the limit, the peak),
+and they are the truth there. The CPU client keeps none, so there the figure is the sum of the live jax
+arrays on the device (every buffer xladev holds is one: tensors' data, the RNG key, donated state) and the
+limit is the host's physical memory, which is what a CPU "device" allocates from. A buffer counts once however
+many jax arrays hold it. That peak is the largest
+sum seen by a call of `memory_info`: the CPU client does not see the temporaries inside a running program.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from xladev.runtime.graph import backend
+
+_peaks: dict[int, int] = {}
+_lock = threading.Lock()
+
+
+def _live_bytes(device) -> int:
+    # Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's
+    # own buffer for a graph of collectives, a shard's view of its array): each buffer counts once.
+    jax = backend.jax_module()
+    buffers: dict[int, int] = {}
+    for array in jax.live_arrays():
+        if array.is_deleted():
+            continue
+        for shard in array.addressable_shards:
+            if shard.device == device:
+                data = shard.data
+                try:
+                    key = data.unsafe_buffer_pointer()
+                except Exception:  # a backend that does not expose it: count the array on its own
+                    key = id(data)
+                buffers[key] = max(buffers.get(key, 0), data.nbytes)
+    return sum(buffers.values())
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # a platform without these names: no limit known
+        return 0
+
+
+def memory_info(device_index: int = 0) -> dict[str, int]:
+    """Device memory in use, the limit and the peak, in bytes, under PyTorch/XLA's key names.
+
+    Args:
+      device_index: the xla device's index in this process.
+
+    Returns:
+      `{'bytes_used', 'bytes_limit', 'peak_bytes_used'}`: from the allocator where the backend keeps statistics
+      (GPU), else from the live arrays (CPU; see the module's docstring).
+
+    Raises:
+      ValueError: this process has no such device.
+    """
+    device = backend.jax_devices()[backend.check_index(device_index)]
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats:
+        used = int(stats.get("bytes_in_use", 0))
+        return {"bytes_used": used, "bytes_limit": int(stats.get("bytes_limit", 0)),
+                "peak_bytes_used": int(stats.get("peak_bytes_in_use", used))}
+    used = _live_bytes(device)
+    with _lock:
+        peak = _peaks[device_index] = max(_peaks.get(device_index, 0), used)
+    return {"bytes_used": used, "bytes_limit": _host_memory(), "peak_bytes_used": peak}

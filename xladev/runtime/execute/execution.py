@@ -1,0 +1,544 @@
+"""Running graphs: a barrier's graph is compiled (or found in the cache), fed its inputs, and dispatched.
+
+A graph is handed to XLA without waiting for it (inflight.py watches it); its results are ready when
+read. Everything that needs the values of pending tensors comes here: the step barrier (barrier.py),
+value reads (transfers.py), and the eager debug mode (one small graph per op).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+import threading
+import time
+from typing import Callable
+
+from xladev._flags import config
+from xladev.errors import XladevError
+from xladev.events import (
+    Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
+)
+from xladev.runtime.graph import annotate, backend, device_put, fork_guard, graph_names, stack, steps
+from xladev.runtime.execute import traced_call
+from xladev.runtime.execute.replica_guard import guard as replica_guard
+from xladev.runtime.compile.compilation import (
+    CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
+)
+from xladev.runtime.compile.graph_info import RuntimeGraphInfo
+from xladev.runtime.lowering.graph_lowering import lowered
+from xladev.runtime.execute.inflight import Dispatched, InFlight
+from xladev.runtime.graph.ir import DataNode, Graph, Node, ScalarNode
+from xladev.runtime.graph.op_ledger import recorder
+from xladev.runtime.graph.span_clock import spent
+from xladev.runtime.graph.storage import pending, pending_storages
+from xladev.runtime.graph.world import DistributedError, job
+from xladev.schema.sites import short_site, site_of
+
+# One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
+lock = threading.RLock()
+
+
+# Graphs dispatched behind the graphs still running instead of after them: a torch.compile graph's pending
+# inputs are queued on the device ahead of the program that reads them, as the program itself is (run_program).
+_QUEUED_CAUSES = frozenset((CauseKind.DYNAMO_INPUTS,))
+
+# A check every graph must pass before it compiles or runs (a compiled region's `max_different_graphs`), or None.
+_admission: Callable[[Graph], None] | None = None
+
+
+@contextlib.contextmanager
+def admitting(check: Callable[[Graph], None] | None):
+    """Runs the block with `check(graph)` called on each graph before it compiles or runs; it may raise.
+
+    Args:
+      check: the check, or None for none.
+    """
+    global _admission
+    saved, _admission = _admission, check
+    try:
+        yield
+    finally:
+        _admission = saved
+
+
+class ExecutionNotAllowedError(XladevError, RuntimeError):
+    """A graph was about to run while executions are disallowed (`xladev.debug.allow_execution(False)`).
+
+    The message names the cause of the execution and the user's line that asked for it.
+    """
+
+
+class XlaExecutionError(XladevError, RuntimeError):
+    """A compiled graph failed while running. The message names the graph hash and the saved HLO."""
+
+
+class Execution:
+    """Runs graphs. Holds the scalar upload cache and the graphs dispatched but not yet announced.
+
+    Attributes:
+      compiler: where executables come from.
+      scalars: device arrays of Python scalars fed as graph inputs, most recently used last.
+      in_flight: the dispatched graphs not yet announced (`GraphExecuted`).
+    """
+
+    def __init__(self, compiler: CompileCache) -> None:
+        self.compiler = compiler
+        self.scalars: collections.OrderedDict = collections.OrderedDict()
+        self.in_flight = InFlight()
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def scalar_array(self, node: ScalarNode, device_index: int):
+        """The device array of a Python scalar graph input: uploaded once per value, dtype and device.
+
+        Raises:
+          RuntimeError: the input is a traced function's placeholder (a tensor of a scan's body escaped it).
+        """
+        if type(node) is not ScalarNode:
+            raise RuntimeError("a graph reads a placeholder of a traced function (the body of a scan): a tensor "
+                               "computed inside fn was kept and used outside it, or read while fn was traced. Return "
+                               "it from fn (in the carry or y) instead")
+        key = (type(node.value), node.value, node.meta.dtype, device_index)
+        array = self.scalars.get(key)
+        if array is None:
+            import numpy as np
+
+            # A Python scalar fed as a graph input is uploaded once per value: a transfer, as PyTorch/XLA counts it.
+            array = device_put.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
+            self.scalars[key] = array
+            if len(self.scalars) > 4096:
+                self.scalars.popitem(last=False)
+            if bus.active:
+                bus.emit(DeviceDataCacheMiss(time.perf_counter_ns(), steps.current(), float(node.value),
+                                             str(node.meta.dtype)))
+        else:
+            self.scalars.move_to_end(key)
+        return array
+
+    # ---- run -----------------------------------------------------------------------------------
+    def run(self, roots: list[Node], cause: Cause, frames=None, donors: list[DataNode] | None = None,
+            internal_outputs: int = 0, waited_ns: int = 0, device_index: int = 0) -> list[DataNode]:
+        """Computes `roots` and returns their values as device data, one per root (a root given twice is
+        computed once and gets the same DataNode).
+
+        The graph is dispatched without waiting for it (unless XLADEV_SYNC_EXECUTION is set); the arrays
+        are ready when read. The previous graphs are settled first, so events keep their order.
+
+        Args:
+          roots: the nodes to compute.
+          cause: why the graph runs.
+          frames: the user's stack, when captured.
+          donors: device data whose buffers may be donated to the graph (each the old value of a tensor
+            the graph updates). Only those nothing else references are donated; their arrays are
+            deleted by the run.
+          internal_outputs: how many roots are the runtime's own state (the RNG key), not user tensors.
+          waited_ns: time the caller already waited for earlier graphs (counted in DeviceLockWait).
+          device_index: the `xla:N` whose values the roots are (every input is on it).
+
+        Raises:
+          XlaCompileError: the graph failed to compile.
+          XlaExecutionError: it failed while running (or an earlier dispatched graph did).
+        """
+        _check_may_run(cause, frames)
+        wait_start = time.perf_counter_ns()
+        with lock:
+            if cause.kind not in _QUEUED_CAUSES:
+                self.in_flight.settle()
+            # Waiting for the lock and for the graphs still running: PyTorch/XLA's DeviceLockWait.
+            lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
+            self.flush_ops()
+            graph = Graph(roots, device_index)
+            graph.user_outputs -= internal_outputs
+            if _admission is not None:
+                _admission(graph)
+            copies: tuple[int, ...] = ()
+            # A graph holding collectives donates nothing: whether a buffer can be donated depends on what
+            # else holds it (reference counts), which may differ from rank to rank, and every rank must
+            # run the same program (replica_guard.py).
+            if donors and not self.compiler.holds_collectives(graph):
+                # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
+                # elsewhere for once (a reference cycle the garbage collector has not freed yet) does not
+                # recompile: that input is copied, and the executable consumes the copy.
+                now = _donatable(graph, donors)
+                chosen = self.compiler.donation_of(graph.key, now)
+                graph.donate(chosen)
+                copies = tuple(i for i in chosen if i not in now)
+            entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
+            unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
+            arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
+            for i in copies:
+                arrays[i] = copy_buffer(arrays[i])
+            if backend.spmd_replicated is not None and device_index == 0:
+                arrays = _spmd_placed(arrays)
+            unwrap_ns = time.perf_counter_ns() - unwrap_start
+            timings = [unwrap_ns, 0, lock_wait_ns]
+            outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings,
+                                              graph_names.current())
+            wrap_start = time.perf_counter_ns()  # the output buffers as device data nodes: WrapXlaData
+            made: dict[int, DataNode] = {}
+            results = []
+            for root, array in zip(roots, outputs):
+                data = made.get(id(root))
+                if data is None:
+                    data = made[id(root)] = DataNode(array, root.meta)
+                results.append(data)
+            timings[1] = time.perf_counter_ns() - wrap_start
+            self._finish(dispatched)
+            return results
+
+    def run_program(self, graph: Graph, entry: CacheEntry, arrays: list, cause: Cause, frames=None,
+                    watch: int | None = None, name: str | None = None) -> list:
+        """Runs an executable compiled before (a torch.compile graph) on `arrays`; returns its output arrays.
+
+        Unlike `run`, it does not wait for the graphs still running: compiled graphs (forward, backward,
+        optimizer) queue on the device back to back while the host goes on, and are announced in order.
+
+        Args:
+          graph: the graph the executable was compiled from (for the events' graph info).
+          entry: its compile-cache entry.
+          arrays: its inputs, in the graph's input order.
+          cause: why it runs.
+          frames: the user's stack, when captured.
+          watch: the output whose readiness says the execution finished (the others may be donated to a later
+            program before then); None: all of them.
+          name: the graph name its events carry (None: none).
+
+        Raises:
+          ExecutionNotAllowedError: executions are disallowed.
+          XlaExecutionError: it failed while running (or an earlier dispatched graph did).
+        """
+        _check_may_run(cause, frames)
+        wait_start = time.perf_counter_ns()
+        with lock:
+            timings = [0, 0, time.perf_counter_ns() - wait_start]
+            outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings, name)
+            if watch is not None:
+                dispatched.outputs = (outputs[watch],)
+            self._finish(dispatched)
+        return outputs
+
+    def _start(self, graph: Graph, entry: CacheEntry, cached: bool, arrays: list, cause: Cause, frames,
+               timings: list, name: str | None) -> tuple:
+        """Dispatches the executable; returns its outputs and the `Dispatched` to finish (`_finish`).
+
+        `timings` is [unwrap_ns, wrap_ns, lock_wait_ns], read when the execution is announced; `name` is the
+        graph name its events carry.
+        """
+        step = steps.current()
+        wait_ns = 0
+        if entry.replicated:
+            wait_ns = self._before_replicated(graph, entry, step, cause, frames)
+            arrays = _as_replicated(arrays, entry.sharding)
+        start = time.perf_counter_ns()
+        try:
+            if annotate.enabled():
+                # A capture records: the run shows once, as this span, linked to its HLO module.
+                if entry.link is None:
+                    entry.link = traced_call.link(entry.executable) or ()
+                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name):
+                    outputs = traced_call.call(entry.executable, arrays)
+            else:
+                outputs = entry.executable(*arrays)
+        except Exception as exc:
+            self._execution_failed(graph, entry, exc, step, cause, frames)
+        if entry.replicated:
+            outputs = [out.addressable_data(0) for out in outputs]  # this process's values
+        entry.runs += 1
+        # SPMD: how each output came out split, for the dumps (PyTorch/XLA's OUTPUT_SHARDING block).
+        out_shardings = (tuple(o.sharding for o in outputs)
+                         if bus.active and backend.spmd_replicated is not None and not entry.replicated else None)
+
+        def announce(execute_ns: int, error: BaseException | None) -> None:
+            if error is not None:
+                self._execution_failed(graph, entry, error, step, cause, frames)
+            if bus.active:
+                bus.emit(GraphExecuted(
+                    time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
+                    entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph, out_shardings), name,
+                    *timings,
+                ))
+                if entry.replicated:
+                    count, nbytes, sites = entry.collective_stats
+                    bus.emit(CollectivesExecuted(time.perf_counter_ns(), step, entry.hash, count, nbytes, wait_ns,
+                                                 execute_ns, sites))
+
+        return outputs, Dispatched(outputs, start, announce, _replicated_what(entry) if entry.replicated else None)
+
+    def _finish(self, dispatched: Dispatched) -> None:
+        """Waits for and announces a dispatched graph now (XLADEV_SYNC_EXECUTION, or a listener that needs its
+        events in order), or leaves it to the watcher."""
+        if config.sync_execution or not bus.executions_may_lag:
+            try:
+                dispatched.wait()
+            except DistributedError:
+                raise
+            except Exception as exc:
+                dispatched.error = exc
+            execute_ns = time.perf_counter_ns() - dispatched.start_ns
+            spent(execute_ns)  # waited for here, on this thread: not an op's tracing time
+            dispatched.announce(execute_ns, dispatched.error)
+        else:
+            self.in_flight.add(dispatched)
+
+    def _before_replicated(self, graph: Graph, entry: CacheEntry, step: int, cause: Cause, frames) -> int:
+        """The ranks' check before a replicated graph runs (replica_guard); returns the ns spent waiting for
+        the other ranks. A failure is published (ExecutionFailed, so every rank's log says why) and raised.
+
+        Raises:
+          DistributedError: the ranks are about to run different graphs, or a rank is gone or late.
+        """
+        start = time.perf_counter_ns()
+        try:
+            replica_guard.before(graph, entry.collectives, step, frames)
+        except DistributedError as exc:
+            if bus.active:
+                bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
+                                         cause, frames))
+            raise
+        waited = time.perf_counter_ns() - start
+        spent(waited)  # waiting for the other ranks is not tracing
+        return waited
+
+    def settle(self) -> int:
+        """Waits for the dispatched graphs and announces their executions (GraphExecuted).
+
+        Returns:
+          The nanoseconds spent waiting (0 when nothing was running).
+
+        Raises:
+          XlaExecutionError: a dispatched graph failed while running.
+        """
+        if not self.in_flight:
+            return 0
+        start = time.perf_counter_ns()
+        with lock:
+            self.in_flight.settle()
+        return time.perf_counter_ns() - start
+
+    def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException, step: int, cause: Cause,
+                          frames) -> None:
+        """Saves the failing graph's HLO, publishes `ExecutionFailed` and raises.
+
+        Raises:
+          XlaExecutionError: always, naming the graph, the error and where its HLO is.
+        """
+        if isinstance(exc, DistributedError):
+            raise exc
+        path = save_failed(graph, lowered(graph), exc)
+        message = f"{type(exc).__name__}: {error_summary(exc)}"
+        if bus.active:
+            bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
+        if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):
+            # A collective failed because a rank is gone (its connection closed): say which rank.
+            raise job.lost_error(f"graph {entry.hash}'s collectives") from exc
+        raise XlaExecutionError(f"graph {entry.hash} failed while running: {message}. HLO saved to {path}") from exc
+
+    def flush_ops(self) -> None:
+        """Publishes the ops recorded since the last graph (OpsRecorded)."""
+        self._publish_ops(*recorder.drain())
+
+    def publish_recorded_ops(self) -> None:
+        """Publishes the ops recorded so far in the pending graph, which stays pending: PyTorch/XLA counts
+        an op (`xla::add`, `LazyTracing`) as it is recorded, so a report in mid-step shows it."""
+        self._publish_ops(*recorder.take_counts())
+
+    def _publish_ops(self, counts: dict, ns: int, samples: list, created: int, destroyed: int) -> None:
+        if (counts or created or destroyed) and bus.active:
+            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created, destroyed))
+
+    # ---- what callers need computed ------------------------------------------------------------
+    def materialize(self, nodes: list[Node], cause: Cause, device_index: int = 0) -> list:
+        """Arrays for these nodes (values on `xla:device_index`), running one graph for those not yet computed."""
+        todo = [n for n in nodes if type(n) is not DataNode]
+        if not todo:
+            return [n.array for n in nodes]
+        frames = stack.capture_frames() if bus.wants_frames else None
+        results = dict(zip(map(id, todo), self.run(todo, cause, frames, device_index=device_index)))
+        return [n.array if type(n) is DataNode else results[id(n)].array for n in nodes]
+
+    def sync_storages(self, storages: list, cause: Cause, frames=None, donate: bool = False) -> None:
+        """Computes the given storages' pending values and makes them device data.
+
+        Args:
+          storages: the storages to sync (those already device data are skipped).
+          cause: why.
+          frames: the user's stack, when captured.
+          donate: give the executable the old buffers of storages updated in place (the step
+            barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
+        """
+        by_device: dict[int, list] = {}
+        for storage in storages:
+            if type(storage.value) is not DataNode:
+                by_device.setdefault(storage.device_index, []).append(storage)
+        # One graph per device: an executable runs on one device (each device's graph is its own, as in
+        # PyTorch/XLA, where a sync builds one graph per device).
+        for device_index in sorted(by_device):
+            self._sync_device(by_device[device_index], cause, frames, donate, device_index)
+
+    def _sync_device(self, storages: list, cause: Cause, frames, donate: bool, device_index: int) -> None:
+        """`sync_storages` for the pending storages of one device."""
+        roots = [s.value for s in storages]
+        # An earlier graph that failed while running raises here, before these storages are involved.
+        waited = self.settle() if cause.kind not in _QUEUED_CAUSES else 0
+        donors = _donors(storages) if donate and config.param_aliasing else None
+        internal = sum(1 for s in storages if s.internal)
+        try:
+            datas = self.run(roots, cause, frames, donors, internal, waited, device_index)
+        except (XlaCompileError, XlaExecutionError):
+            # Leave the failing tensors out of later barriers, so the process can go on with new graphs;
+            # reading one of them again raises the same error.
+            for storage in storages:
+                pending.pop(storage.sid, None)
+            raise
+        for storage, root, data in zip(storages, roots, datas):
+            storage.set_data(data, root)
+
+    def flush(self, cause: Cause) -> None:
+        """Runs every pending tensor now, without ending the step (eager debug mode)."""
+        with lock:
+            storages = pending_storages()
+            if storages:
+                self.sync_storages(storages, cause, stack.capture_frames() if bus.wants_frames else None)
+
+    def clear(self) -> None:
+        """Forgets the dispatched graphs not yet announced, and empties the scalar cache (`Executor.reset`)."""
+        with lock:
+            self.in_flight.forget()
+            self.scalars.clear()
+
+
+# What disallows executions when `config.allow_execution` is False, for the refusal's message, per thread (as the
+# override a compiled region sets is): (what disallows them, the sentence a refusal starts with).
+_DISALLOWED_BY = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
+_refusal = threading.local()
+
+
+@contextlib.contextmanager
+def refusing_because(reason: str, headline: str = ""):
+    """Names `reason` as what disallows executions in refusals raised in this thread inside the block.
+
+    Args:
+      reason: e.g. `xladev.compile(full_graph=True) of 'step'`.
+      headline: a sentence the refusal starts with.
+    """
+    saved = getattr(_refusal, "why", None)
+    _refusal.why = (reason, headline)
+    try:
+        yield
+    finally:
+        _refusal.why = saved
+
+
+# How long a failed collective waits for the watchdog to name a rank that is gone.
+_LOST_WAIT_S = 3.0
+
+
+def _replicated_what(entry: CacheEntry) -> str:
+    return f"graph {entry.hash}'s collectives"
+
+
+def _spmd_placed(arrays: list) -> list:
+    """SPMD mode: buffers still on one device (made before `use_spmd`) copied to every device, as the
+    executable expects every input either split or replicated."""
+    import jax
+
+    single = jax.sharding.SingleDeviceSharding
+    return [jax.device_put(a, backend.spmd_replicated) if isinstance(a.sharding, single) else a for a in arrays]
+
+
+def _as_replicated(arrays: list, sharding) -> list:
+    """This process's input arrays as its part of replicated arrays over the replica mesh (no copy: each
+    global array wraps the process's own buffer)."""
+    import jax
+
+    make = jax.make_array_from_single_device_arrays
+    return [make(a.shape, sharding, [a]) for a in arrays]
+
+
+_copy = None
+
+
+def copy_buffer(array):
+    """A new buffer holding `array`'s value, for an executable to consume in place of a donated input that
+    something else still reads. Through one jitted copy: `Array.copy` goes through jax's op-by-op dispatch,
+    about 100 us a call, where a cached executable's call takes about 15 us."""
+    global _copy
+    if _copy is None:
+        import jax
+        import jax.numpy as jnp
+
+        _copy = jax.jit(jnp.copy)
+    return _copy(array)
+
+
+def _check_may_run(cause: Cause, frames) -> None:
+    """Raises unless a graph may run here: not in a forked child of a started runtime, nor while executions
+    are disallowed (`allow_execution(False)`, `full_graph` regions, torch.compile traces)."""
+    fork_guard.check()
+    if config.allow_execution:
+        return
+    site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
+    what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
+    disallowed_by, headline = getattr(_refusal, "why", None) or (_DISALLOWED_BY, "")
+    raise ExecutionNotAllowedError(
+        f"{headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
+        f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
+
+
+def _donors(storages: list) -> list[DataNode]:
+    """The old device data of storages updated in place, when the new value has the same shape and dtype."""
+    donors: list[DataNode] = []
+    seen: set[int] = set()
+    for storage in storages:
+        ref = storage.donor
+        data = ref() if ref is not None else None
+        if data is not None and data.array is not None and data.meta == storage.value.meta and id(data) not in seen:
+            seen.add(id(data))
+            donors.append(data)
+    return donors
+
+
+def _operand_uses(graph: Graph, wanted: set[int]) -> collections.Counter:
+    """How many operand slots of the graph read each wanted node (each slot is one reference to it)."""
+    uses: collections.Counter = collections.Counter()
+    for node in graph.nodes:
+        for operand in node.operands:
+            if id(operand) in wanted:
+                uses[id(operand)] += 1
+    return uses
+
+
+# References a donor has when only this graph uses it, besides one per operand slot reading it: the
+# caller's `donors` list, `graph.inputs`, `graph.nodes`, `_donatable`'s local and getrefcount's argument.
+_DONOR_BASE_REFS = 5
+
+
+def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
+    """Positions of the donors whose buffers nothing outside this graph can read.
+
+    A donated buffer is gone once the graph ran, so a donor must not be reachable from anything else:
+    another tensor holding the same data (made by `copy_` of device data), a view's cached value, a
+    pending value left out of this graph. Python's reference count says exactly that: every holder adds
+    one, so a donor with no more references than this graph's own is read by nothing else. Its jax array
+    must have no holder but the node either.
+
+    Args:
+      graph: the graph about to run.
+      donors: candidate device data (`_donors`), each at most once.
+
+    Returns:
+      The positions in `graph.inputs` of the donors to donate.
+    """
+    wanted = {id(d) for d in donors}
+    uses = _operand_uses(graph, wanted)
+    inputs = graph.inputs
+    positions = []
+    for i in range(len(inputs)):
+        node = inputs[i]
+        if (id(node) in wanted and sys.getrefcount(node) == _DONOR_BASE_REFS + uses[id(node)]
+                and sys.getrefcount(node.array) == 2):
+            positions.append(i)
+    return tuple(positions)
+
+
+execution = Execution(compile_cache)
