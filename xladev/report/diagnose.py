@@ -31,7 +31,7 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
     findings = []
     data_dependent = [name for name, count in facts.fallbacks.items()
                       if fallback_reasons.is_data_dependent(name)]
-    compile_block = metric_block(source, "CompileTime", "XrtCompile")
+    compile_block = metric_block(source, "CompileTime")
     if facts.steps <= 0:
         percentiles = dict(compile_block.percentiles) if compile_block is not None else {}
         recompile = rules.recompilation_without_steps(compiles=facts.compiles, executions=facts.executions,
@@ -56,14 +56,14 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
             recompile.numbers["burst_compile_ns"] = burst_ns
         recompile.sources.extend(where(source, line) for line in burst_lines[:3])
     if recompile is not None:
-        compile_block = metric_block(source, "CompileTime", "XrtCompile")
+        compile_block = metric_block(source, "CompileTime")
         recompile.sources.append(where(source, compile_block.line if compile_block else 0))
         if series is not None and "compiles" in series.first_increase:
             step, line = series.first_increase["compiles"]
             recompile.evidence.append(f"first compile after warm-up in step {int(step)}")
             recompile.sources.append(where(source, line))
         findings.append(recompile)
-    transfer_block = metric_block(source, "TransferFromDeviceTime", "TransferFromServerTime")
+    transfer_block = metric_block(source, "TransferFromDeviceTime")
     transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
                                             fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
                                             steady=facts.steady_transfers)
@@ -84,7 +84,7 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     source = facts.source
     series = source.series
     findings = []
-    compile_block = metric_block(source, "CompileTime", "XrtCompile")
+    compile_block = metric_block(source, "CompileTime")
     if compile_block is not None and compile_block.largest_percentile() is not None:
         longest = compile_block.largest_percentile()
         finding = rules.slow_compile_finding(
@@ -94,7 +94,7 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
         if finding is not None:
             finding.sources.append(where(source, compile_block.line))
             findings.append(finding)
-    execute_block = metric_block(source, "ExecuteTime", "XrtExecute")
+    execute_block = metric_block(source, "ExecuteTime")
     if execute_block is not None and execute_block.largest_percentile() is not None:
         longest = execute_block.largest_percentile()
         finding = rules.slow_execute_finding(longest_ns=longest, executions=execute_block.total_samples or 0,

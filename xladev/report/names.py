@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from xladev.rules import ITEM_COUNTER
+from xladev.schema.metric_names import COUNTER_ALIASES, METRIC_ALIASES, metric_names  # noqa: F401  (re-exported)
 
 SAMPLES = "samples"
 ACCUMULATOR = "accumulator"
@@ -18,18 +19,20 @@ COUNTER = "counter"
 # canonical column -> sources tried in order: (what, name).
 CANONICAL_SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     "steps": ((COUNTER, "MarkStep"),),
-    "compiles": ((SAMPLES, "CompileTime"), (COUNTER, "UncachedCompile"), (COUNTER, "CreateCompileHandles"),
-                 (SAMPLES, "XrtCompile")),
-    "cached_compiles": ((COUNTER, "CachedCompile"), (COUNTER, "CachedSyncTensors")),
-    "executions": ((SAMPLES, "ExecuteTime"), (COUNTER, "ExecuteComputation"), (SAMPLES, "XrtExecute")),
-    "transfers_from_device": ((SAMPLES, "TransferFromDeviceTime"), (SAMPLES, "TransferFromServerTime")),
-    "transfers_to_device": ((SAMPLES, "TransferToDeviceTime"), (SAMPLES, "TransferToServerTime")),
+    # CompileTime's samples count compiles; where a report lacks the metric, the counters do (XRT's metric last).
+    "compiles": ((SAMPLES, "CompileTime"),) + tuple((COUNTER, n) for n in COUNTER_ALIASES["UncachedCompile"])
+                + tuple((SAMPLES, n) for n in METRIC_ALIASES["CompileTime"][1:]),
+    "cached_compiles": tuple((COUNTER, n) for n in COUNTER_ALIASES["CachedCompile"]),
+    "executions": ((SAMPLES, "ExecuteTime"),) + tuple((COUNTER, n) for n in COUNTER_ALIASES["ExecuteComputation"])
+                  + tuple((SAMPLES, n) for n in METRIC_ALIASES["ExecuteTime"][1:]),
+    "transfers_from_device": tuple((SAMPLES, n) for n in METRIC_ALIASES["TransferFromDeviceTime"]),
+    "transfers_to_device": tuple((SAMPLES, n) for n in METRIC_ALIASES["TransferToDeviceTime"]),
     "item_calls": ((COUNTER, ITEM_COUNTER),),
     "graph_syncs": ((SAMPLES, "TensorsGraphSize"),),
     "graph_nodes": ((ACCUMULATOR, "TensorsGraphSize"),),
     "cache_misses": ((COUNTER, "DeviceDataCacheMiss"),),
-    "compile_time_ns": ((ACCUMULATOR, "CompileTime"), (ACCUMULATOR, "XrtCompile")),
-    "execute_time_ns": ((ACCUMULATOR, "ExecuteTime"), (ACCUMULATOR, "XrtExecute")),
+    "compile_time_ns": tuple((ACCUMULATOR, n) for n in METRIC_ALIASES["CompileTime"]),
+    "execute_time_ns": tuple((ACCUMULATOR, n) for n in METRIC_ALIASES["ExecuteTime"]),
 }
 CANONICAL_COLUMNS = tuple(CANONICAL_SOURCES) + ("fallback_calls",)
 

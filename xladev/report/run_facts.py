@@ -7,6 +7,7 @@ from collections import Counter
 
 from xladev import graphdiff, rules, wall_time
 from xladev.report.model import MetricBlock, SourceResult
+from xladev.report.names import metric_names
 from xladev.schema.counters import SCALAR_READS
 from xladev.schema.sites import short_site
 
@@ -41,10 +42,11 @@ def where(source: SourceResult, line: float | int | None) -> str:
     return f"{source.name}:{int(line)}" if line else source.name
 
 
-def metric_block(source: SourceResult | None, *names: str) -> MetricBlock | None:
+def metric_block(source: SourceResult | None, name: str) -> MetricBlock | None:
+    """The last report's block of metric `name`, under whichever of its names (names.metric_names) it has."""
     if source is None or source.final is None:
         return None
-    for name in names:
+    for name in metric_names(name):
         if name in source.final.metrics:
             return source.final.metrics[name]
     return None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from xladev import wall_time
 from xladev.report.model import SourceResult
+from xladev.report.names import metric_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.run_facts import RunFacts
@@ -21,10 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # Part -> the metrics that time it, newest name first (XRT-era names last).
 _METRIC_PARTS = {
     "tracing": ("LazyTracing",),
-    "compile": ("CompileTime", "XrtCompile", "EagerOpCompileTime"),
-    "execute": ("ExecuteTime", "XrtExecute", "EagerOpExecuteTime"),
-    "to_device": ("TransferToDeviceTime", "TransferToServerTime"),
-    "from_device": ("TransferFromDeviceTime", "TransferFromServerTime"),
+    "compile": metric_names("CompileTime") + ("EagerOpCompileTime",),
+    "execute": metric_names("ExecuteTime") + ("EagerOpExecuteTime",),
+    "to_device": metric_names("TransferToDeviceTime"),
+    "from_device": metric_names("TransferFromDeviceTime"),
 }
 
 

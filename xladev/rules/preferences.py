@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from xladev.schema.metric_names import counter_names, metric_names
+
 # ---------------------------------------------------------------- comparisons
 
 # Metrics and counters where less is better; everything else is compared without a verdict.
 LOWER_IS_BETTER = frozenset({
-    "CompileTime", "ExecuteTime", "TransferFromDeviceTime", "TransferToDeviceTime", "TransferFromServerTime",
-    "TransferToServerTime", "UncachedCompile", "CreateCompileHandles", "DeviceDataCacheMiss",
+    *metric_names("CompileTime"), *metric_names("ExecuteTime"), *metric_names("TransferFromDeviceTime"),
+    *metric_names("TransferToDeviceTime"), *counter_names("UncachedCompile"), "DeviceDataCacheMiss",
     "TensorsGraphSize", "InboundData", "LazyTracing", "DeviceLockWait", "PersistentCacheMiss",
 })
 

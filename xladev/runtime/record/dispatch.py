@@ -33,11 +33,11 @@ _local = threading.local()
 
 def _inplace(route, func, args, kwargs):
     self = args[0]
-    how = route[3]
+    how = route.inplace
     if how == _INPLACE_VIEW:
-        return _inplace_view(func, route[4], args, kwargs)
+        return _inplace_view(func, route.target, args, kwargs)
     if how == _VIA_TARGET:
-        target, recorded = route[4], route[5]
+        target, recorded = route.target, route.entry
         if recorded is not None and record_into(recorded, func, args, kwargs):
             return self  # the functional twin is lowered: its value went straight into `self`
         result = handle(target, args, kwargs)
@@ -94,43 +94,65 @@ def _out_variant(func, args, kwargs):
 
 
 # How each op is routed, read once per op from the registries (complete once `device.register()` has
-# imported every lowering and handler) and its schema: id(op) → (op, special handler or None, kind, ...);
-# a _RECORD op's 4th entry is its recording entry (recording.op_entry); an _INPLACE op's are how its
-# value is computed, its functional twin, and that twin's recording entry when only `record` handles it.
-# Keyed by id because an OpOverload's __hash__ is a Python function; the entry holds the op, checked on use.
-_routes: dict[int, tuple] = {}
+# imported every lowering and handler) and its schema. Keyed by id because an OpOverload's __hash__ is a
+# Python function; the entry holds the op, checked on use.
 _RECORD, _VIEW, _INPLACE, _OUT, _OTHER = range(5)
 # In-place ops: the functional twin computes the value (_VIA_TARGET), or the op's own lowering does, or
 # neither (decomposed or run on the CPU); in-place view ops only change the metadata.
 _VIA_TARGET, _SELF_LOWERED, _INPLACE_VIEW, _INPLACE_OTHER = range(4)
 
 
-def _route(func) -> tuple:
+class Route:
+    """How one aten op is handled: the one entry per op that the dispatcher reads.
+
+    Attributes:
+      func: the aten overload.
+      special: its special handler (special_handlers.py), or None.
+      kind: _RECORD (lowered: recorded as a node), _VIEW, _INPLACE, _OUT (an out= variant) or _OTHER
+        (decomposed, or run on the CPU).
+      inplace: for an _INPLACE op, how its value is computed (_VIA_TARGET, _SELF_LOWERED, _INPLACE_VIEW,
+        _INPLACE_OTHER); else None.
+      target: for an _INPLACE op, its functional twin (or the view op of an in-place view op); else None.
+      entry: the recording entry (recording.op_entry) of what records the value on the fast path: the op itself
+        for _RECORD, the functional twin for _VIA_TARGET when nothing but `record` handles it; else None.
+    """
+
+    __slots__ = ("func", "special", "kind", "inplace", "target", "entry")
+
+    def __init__(self, func, special, kind: int, inplace: int | None = None, target=None, entry=None) -> None:
+        self.func, self.special, self.kind = func, special, kind
+        self.inplace, self.target, self.entry = inplace, target, entry
+
+
+_routes: dict[int, Route] = {}
+
+
+def _route(func) -> Route:
     route = _routes.get(id(func))
-    if route is not None and route[0] is func:
+    if route is not None and route.func is func:
         return route
     special = SPECIAL_HANDLERS.get(func)
     traits = op_traits(func)
     if traits.is_view:
-        route = (func, special, _VIEW)
+        route = Route(func, special, _VIEW)
     elif traits.is_inplace:
         target = traits.functional
         if torch.Tag.inplace_view in func.tags:
-            route = (func, special, _INPLACE, _INPLACE_VIEW, target, None)
+            route = Route(func, special, _INPLACE, _INPLACE_VIEW, target)
         elif target is not None and (target in LOWERINGS or target in SPECIAL_HANDLERS or target in DECOMPOSITIONS):
             # The target's recording entry when nothing but `record` handles it (record_into's fast path).
-            plain = target not in SPECIAL_HANDLERS and _route(target)[2] == _RECORD
-            route = (func, special, _INPLACE, _VIA_TARGET, target, op_entry(target) if plain else None)
+            plain = target not in SPECIAL_HANDLERS and _route(target).kind == _RECORD
+            route = Route(func, special, _INPLACE, _VIA_TARGET, target, op_entry(target) if plain else None)
         elif func in LOWERINGS:
-            route = (func, special, _INPLACE, _SELF_LOWERED, None, None)
+            route = Route(func, special, _INPLACE, _SELF_LOWERED)
         else:
-            route = (func, special, _INPLACE, _INPLACE_OTHER, None, None)
+            route = Route(func, special, _INPLACE, _INPLACE_OTHER)
     elif traits.out_names:
-        route = (func, special, _OUT)
+        route = Route(func, special, _OUT)
     elif func in LOWERINGS:
-        route = (func, special, _RECORD, op_entry(func))
+        route = Route(func, special, _RECORD, entry=op_entry(func))
     else:
-        route = (func, special, _OTHER)
+        route = Route(func, special, _OTHER)
     _routes[id(func)] = route
     return route
 
@@ -138,9 +160,9 @@ def _route(func) -> tuple:
 def handle(func, args, kwargs):
     """Routes one aten op: its special handler, else `handle_regular`."""
     route = _routes.get(id(func))
-    if route is None or route[0] is not func:
+    if route is None or route.func is not func:
         route = _route(func)
-    special = route[1]
+    special = route.special
     if special is not None:
         return special(func, args, kwargs)
     return _regular(route, func, args, kwargs)
@@ -152,7 +174,7 @@ def handle_regular(func, args, kwargs):
 
 
 def _regular(route, func, args, kwargs):
-    kind = route[2]
+    kind = route.kind
     try:
         if kind == _RECORD:
             return record(func, args, kwargs)
@@ -209,15 +231,15 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     try:
         with _execution_lock:
             route = _routes.get(id(func))
-            if route is None or route[0] is not func:
+            if route is None or route.func is not func:
                 route = _route(func)
-            if route[1] is None:  # the common ops, straight to the signature cache
-                kind = route[2]
+            if route.special is None:  # the common ops, straight to the signature cache
+                kind = route.kind
                 try:
                     if kind == _RECORD:
-                        out = record_cached(route[3], args, kwargs)
+                        out = record_cached(route.entry, args, kwargs)
                         return out if out is not None else record_general(func, args, kwargs)
-                    elif kind == _INPLACE and route[5] is not None and record_into(route[5], func, args, kwargs):
+                    elif kind == _INPLACE and route.entry is not None and record_into(route.entry, func, args, kwargs):
                         return args[0]
                 except MetaUnsupported:
                     return run_on_cpu(func, args, kwargs)
