@@ -27,7 +27,7 @@ def _graph(step: int) -> str:
     return "ab12" + "abc"[sum(step >= s for s in RECOMPILE_STEPS)] * 12
 
 
-def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_ns: int = 0,
+def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_ns: int = 0, wait_ns: int = 0,
                   marks_every: int = 0) -> str:
     """The log's text.
 
@@ -36,13 +36,14 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
       rank: the rank that writes it.
       world_size: ranks in the job (1: a single process).
       slow_ns: extra ns of input pipeline per step (a straggler's).
+      wait_ns: ns per step this rank waits at its collective for the others (a straggler's peers').
       marks_every: 0 for the marks described above; N > 0 for a long run: a compile in step 0, then an
         `.item()` read every N steps and a CPU fallback every 7N steps.
 
     Returns:
       The JSON lines, each ending in a newline.
     """
-    lines = [rec.Header(command="train.py", pid=4242, host="node0", rank=rank, world_size=world_size,
+    lines = [rec.Header(command="train.py", pid=4242 + rank, host="node0", rank=rank, world_size=world_size,
                         start_unix=1_700_000_000.0, device="xla:0", api="xladev")]
     t = 0
     compiled: set[str] = set()
@@ -77,6 +78,10 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
             t += 400_000
             lines.append(rec.Transfer(t=t, step=step, dir="from_device", bytes=4, ns=400_000, kind=".item()",
                                       site=READ_SITE))
+        if world_size > 1:
+            t += wait_ns + 100_000
+            lines.append(rec.Collective(t=t, step=step, hash=graph, count=1, bytes=4096, wait_ns=wait_ns, ns=100_000,
+                                        sites=[STEP_SITE]))
         t += OTHER_NS + slow_ns
         lines.append(rec.Step(t=t, step=step, duration_ns=100_000, interval_ns=t - start, site=STEP_SITE))
     lines.append(rec.End(t=t + 1000, reason="exit", steps=steps))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xladev import rules, wall_time
+from xladev import wall_time
 from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
@@ -109,11 +109,12 @@ class MarkGroup:
 
 @dataclasses.dataclass
 class RankSeries:
-    """One rank's step times on the run's axis.
+    """One rank's work per step on the run's axis.
 
     Attributes:
       rank: the rank.
-      bars: its bucketed steps (the same buckets as the other ranks').
+      bars: its bucketed steps (the same buckets as the other ranks'), each step's wall time less its wait for the
+        other ranks at the collectives.
       wait_ns: mean wait per step for the other ranks at the collectives, per bar.
       total_ns: its wall time.
     """
@@ -232,7 +233,7 @@ def _series_marks(rows: list[dict[str, float]], log: MarkLog) -> None:
         for column, kind in _SERIES_MARKS:
             grew = int(row.get(column, 0.0) - before.get(column, 0.0))
             if grew > 0:
-                log.add(step, kind, "", "new in this report (a metrics file does not say where)",
+                log.add(step, kind, "", "new in this report",
                         int(row.get("line", 0)), count=grew)
 
 
@@ -272,6 +273,10 @@ def _rank_series(report, bucket: int) -> list[RankSeries]:
         bars = _bars_from_steps(source.time.step_times, bucket)
         waits = source.trace.wait_ns_by_step if source.trace is not None else {}
         wait = [sum(waits.get(step, 0) for step in range(bar.first, bar.last + 1)) / max(1, bar.steps) for bar in bars]
+        # Drawn: each step's own work (its time less its wait for the others), as the straggler rule weighs it;
+        # the ranks' step times are all the straggler's.
+        bars = [dataclasses.replace(bar, wall_ns=max(0.0, bar.wall_ns - w), peak_ns=max(0.0, bar.peak_ns - w))
+                for bar, w in zip(bars, wait)]
         out.append(RankSeries(rank, bars, wait, sum(s.wall_ns for s in source.time.step_times)))
     return out if len(out) > 1 else []
 
@@ -348,8 +353,3 @@ def steps_axis(views: list[RunView]) -> tuple[int, int]:
     firsts = [bar.first for v in views for bar in v.bars[:1]] + [m.first for v in views for m in v.marks[:1]]
     lasts = [bar.last for v in views for bar in v.bars[-1:]] + [m.last for v in views for m in v.marks[-1:]]
     return (min(firsts, default=0), max(lasts, default=0))
-
-
-def is_warmup(step: int) -> bool:
-    """True for a step inside PyTorch/XLA's warm-up, where compiles are expected."""
-    return step < rules.WARMUP_STEPS

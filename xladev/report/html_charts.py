@@ -33,7 +33,7 @@ svg.chart polyline.rank{stroke:#4a90c8;stroke-width:1.5}svg.chart polyline.strag
 svg.chart g.bar:hover rect{opacity:.75}svg.chart .cut{fill:none;stroke:#fff;stroke-width:2.5}
 .legend{font-size:.85rem;color:#57606a;margin:.2rem 0 .6rem}.legend .key{margin-right:1rem;white-space:nowrap}
 .legend svg{vertical-align:-2px}.note{color:#57606a;font-size:.9rem}
-tr:target{background:#fff8c5}table.sortable th{cursor:pointer}table.sortable th:after{content:" ↕";color:#8c959f}
+tr:target{background:#fff8c5}table.marks td:first-child{white-space:nowrap}table.sortable th{cursor:pointer}table.sortable th:after{content:" ↕";color:#8c959f}
 .links a{margin-right:.5rem}details pre{max-height:20rem;overflow:auto;background:#f6f8fa;padding:.5rem}
 @media print{body{max-width:none;margin:0;font-size:10pt}.finding,svg.chart,table{break-inside:avoid}
 a{color:inherit;text-decoration:none}details{display:block}details>*{display:block}
@@ -163,7 +163,13 @@ def pictures(views: list[RunView], findings: list) -> str:
     else:
         for view in views:
             body += _run_pictures(view, straggler)
-    notes = [f'<p class="note">{_h(note)}</p>' for view in views for note in view.notes]
+    if len(views) == 2:
+        a, b = (view.notes for view in views)
+        said = [("A and B: ", note) for note in a if note in b] + [("A: ", note) for note in a if note not in b] \
+            + [("B: ", note) for note in b if note not in a]
+    else:
+        said = [("", note) for view in views for note in view.notes]
+    notes = [f'<p class="note">{label}{_h(note)}</p>' for label, note in said]
     if not body and not notes:
         return ""
     return "\n".join(["<h2>The run at a glance</h2>", svg_charts.defs(), *notes, *body])

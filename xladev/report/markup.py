@@ -174,7 +174,8 @@ def render_html(document: Document) -> str:
         f"{_h(document.headline)}</p>",
         f'<table class="summary"><tbody>{summary}</tbody></table>',
         "<h2>Findings</h2>",
-        *(_html_finding(finding, document.views) for finding in document.findings),
+        # A comparison's findings are B's (those new in B): their evidence is on B's timeline.
+        *(_html_finding(finding, document.views[-1:]) for finding in document.findings),
         pictures,
         *(_html_section(section) for section in document.sections),
     ]

@@ -302,7 +302,8 @@ def compare_timeline(a: RunView, b: RunView) -> str:
     if not (a.bars or a.marks or b.bars or b.marks):
         return ""
     first, last = steps_axis([a, b])
-    axis = _Axis(first, last, max(a.bucket, b.bucket), axis_top([bar.height_ns for bar in a.bars + b.bars])[0])
+    # Not cut as one run's bars are: a line cut at the top would hide which run is slower.
+    axis = _Axis(first, last, max(a.bucket, b.bucket), max([bar.height_ns for bar in a.bars + b.bars] or [0.0]))
     body = _frame(axis, first, last, "step time" if a.exact and b.exact else "time")
     for view, css, dash in ((a, "line-a", ""), (b, "line-b", "6 3")):
         if view.bars:
@@ -319,7 +320,8 @@ def compare_timeline(a: RunView, b: RunView) -> str:
 
 
 def ranks_chart(view: RunView, straggler: int | None) -> str:
-    """Each rank's step time on one axis; the straggler's line thickest, each rank's dash different.
+    """Each rank's work per step (its step time less its wait for the others) on one axis; the straggler's line
+    thickest, each rank's dash different.
 
     Args:
       view: the run's view with its `RankSeries`.
@@ -334,7 +336,7 @@ def ranks_chart(view: RunView, straggler: int | None) -> str:
     bars = [bar for series in ranks for bar in series.bars]
     first, last = min(bar.first for bar in bars), max(bar.last for bar in bars)
     axis = _Axis(first, last, view.bucket, axis_top([bar.height_ns for bar in bars])[0])
-    body = _frame(axis, first, last, "step time")
+    body = _frame(axis, first, last, "work per step")
     for i, series in enumerate(ranks):
         css = "rank straggler" if series.rank == straggler else "rank"
         wait = sum(series.wait_ns) / max(1, len(series.wait_ns))
@@ -349,5 +351,5 @@ def ranks_chart(view: RunView, straggler: int | None) -> str:
     desc = "; ".join(f"rank {s.rank}: {compact_time_ns(s.total_ns)} in steps" for s in ranks)
     if straggler is not None:
         desc = f"Rank {straggler} is the straggler. " + desc
-    return _open(f"{view.prefix}ranks", TOP + PLOT_H + 24, "Step time per rank", desc, "ranks") \
+    return _open(f"{view.prefix}ranks", TOP + PLOT_H + 24, "Work per step of each rank", desc, "ranks") \
         + "".join(body) + "</svg>"
