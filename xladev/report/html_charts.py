@@ -172,7 +172,7 @@ def pictures(views: list[RunView], findings: list) -> str:
     notes = [f'<p class="note">{label}{_h(note)}</p>' for label, note in said]
     if not body and not notes:
         return ""
-    return "\n".join(["<h2>The run at a glance</h2>", svg_charts.defs(), *notes, *body])
+    return "\n".join(['<h2 id="glance">The run at a glance</h2>', svg_charts.defs(), *notes, *body])
 
 
 def finding_links(finding, views: list[RunView]) -> str:

@@ -137,9 +137,10 @@ def _frame(axis: _Axis, first: int, last: int, label: str) -> list[str]:
            f'</text>', f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
            f'<text class="tick" x="{LEFT - 4}" y="{TOP + PLOT_H // 2}" text-anchor="end">{_h(label)}</text>']
     ticks = sorted({first, last} | {first + (last - first) * i // 4 for i in range(1, 4)})
-    for step in ticks:
-        out.append(f'<text class="tick" x="{axis.centre(step):.1f}" y="{bottom + 13}" text-anchor="middle">'
-                   f'{step}</text>')
+    for step in ticks:  # the last number ends at the plot's edge rather than past it
+        anchor = "end" if step == last and len(ticks) > 1 and axis.slots > 8 else "middle"
+        x = min(axis.centre(step), WIDTH - RIGHT)
+        out.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 13}" text-anchor="{anchor}">{step}</text>')
     return out
 
 
@@ -179,16 +180,17 @@ def _bar(axis: _Axis, bar: StepBar, parts: list[str], prefix: str) -> str:
     return "".join(out) + "</g>"
 
 
-def _mark(axis: _Axis, group: MarkGroup, y: float) -> str:
+def _mark(axis: _Axis, group: MarkGroup, y: float, id_prefix: str = "") -> str:
     shape, colour = MARK_SHAPES[group.kind]
     x = axis.centre(group.first)
-    return (f'<a class="mark {group.kind}" id="{_h(group.anchor)}" href="#row-{_h(group.anchor)}">'
+    return (f'<a class="mark {group.kind}" id="{id_prefix}{_h(group.anchor)}" href="#row-{_h(group.anchor)}">'
             f'<title>{_h(group.tooltip())}</title>'
             f'<path transform="translate({x:.1f},{y:.1f})" d="{shape}" fill="{colour}" stroke="#fff" '
             f'stroke-width="0.8"/></a>')
 
 
-def _mark_rows(axis: _Axis, groups: list[MarkGroup], top: float, label_prefix: str = "") -> tuple[list[str], float]:
+def _mark_rows(axis: _Axis, groups: list[MarkGroup], top: float, label_prefix: str = "",
+               id_prefix: str = "") -> tuple[list[str], float]:
     kinds = [kind for kind in KINDS if any(group.kind == kind for group in groups)]
     out = []
     for row, kind in enumerate(kinds):
@@ -196,7 +198,7 @@ def _mark_rows(axis: _Axis, groups: list[MarkGroup], top: float, label_prefix: s
         out.append(f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_h(label_prefix)}'
                    f'{_h(LABELS[kind])}</text>')
         out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        out += [_mark(axis, group, y) for group in groups if group.kind == kind]
+        out += [_mark(axis, group, y, id_prefix) for group in groups if group.kind == kind]
     return out, top + len(kinds) * ROW_H
 
 
@@ -311,7 +313,7 @@ def compare_timeline(a: RunView, b: RunView) -> str:
                         + _polyline(axis, view.bars, css, dash) + "</g>")
     y = TOP + PLOT_H + 20
     for view, label in ((a, "A "), (b, "B ")):
-        rows, y = _mark_rows(axis, view.marks, y, label)
+        rows, y = _mark_rows(axis, view.marks, y, label, "both-")  # each run's own timeline has the plain ids
         body += rows
     desc = (f"A: {a.name}, {len(a.bars)} bars, solid line. B: {b.name}, {len(b.bars)} bars, dashed line. "
             + _timeline_desc(a) + " " + _timeline_desc(b))
