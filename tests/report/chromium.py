@@ -138,9 +138,14 @@ class Chromium:
         self._send("Page.navigate", {"url": "file://" + os.path.abspath(path)})
         self._wait_for("Page.loadEventFired")
 
+    def emulate_media(self, media: str) -> None:
+        """Renders the page as for `media` (``print``, or ``""`` for the screen again)."""
+        self._send("Emulation.setEmulatedMedia", {"media": media})
+
     def evaluate(self, expression: str):
-        """The value of a JavaScript expression in the page (JSON-serialisable values only)."""
-        result = self._send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+        """The value of a JavaScript expression in the page (JSON-serialisable values only; a promise: awaited)."""
+        result = self._send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                 "awaitPromise": True})
         if "exceptionDetails" in result:
             raise RuntimeError(f"the page threw: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -152,7 +157,8 @@ class Chromium:
         for event in self.events:
             params = event.get("params", {})
             if event["method"] == "Runtime.exceptionThrown":
-                errors.append(params["exceptionDetails"].get("text", "exception"))
+                details = params["exceptionDetails"]  # text: "Uncaught"; the exception: what was thrown
+                errors.append(f"{details.get('text', 'exception')} {details.get('exception', {}).get('description', '')}")
             elif event["method"] == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
                 errors.append(" ".join(str(arg.get("value", arg.get("description", ""))) for arg in params["args"]))
             elif event["method"] == "Log.entryAdded" and params["entry"].get("level") == "error":
