@@ -111,10 +111,13 @@ def test_graph_table_sorts_on_click(browser, pages):
     assert browser.evaluate(column) == sorted(executions)
 
 
-def test_print_view_keeps_the_pictures(browser, pages):
+def test_print_view_keeps_the_pictures_and_unfolds_the_graphs_ir(browser, pages):
     browser.load(str(pages["event-log"]))
+    folded = "document.querySelector('details:not([open]) pre').checkVisibility()"
+    assert browser.evaluate(folded) is False  # on screen a graph's IR opens on a click
     browser.emulate_media("print")
     try:
+        assert browser.evaluate(folded) is True  # on paper nobody can click
         assert browser.evaluate("getComputedStyle(document.body).maxWidth") == "none"
         assert browser.evaluate("getComputedStyle(document.querySelector('svg.chart')).display") == "block"
         assert browser.evaluate("getComputedStyle(document.querySelector('table.sortable th'), '::after')"

@@ -36,7 +36,7 @@ svg.chart g.bar:hover rect{opacity:.75}svg.chart .cut{fill:none;stroke:#fff;stro
 tr:target{background:#fff8c5}table.marks td:first-child{white-space:nowrap}table.sortable th{cursor:pointer}table.sortable th:after{content:" ↕";color:#8c959f}
 .links a{margin-right:.5rem}details pre{max-height:20rem;overflow:auto;background:#f6f8fa;padding:.5rem}
 @media print{body{max-width:none;margin:0;font-size:10pt}.finding,svg.chart,table{break-inside:avoid}
-a{color:inherit;text-decoration:none}details{display:block}details>*{display:block}
+a{color:inherit;text-decoration:none}details::details-content{content-visibility:visible;display:contents}
 table.sortable th:after{content:""}svg.chart{max-width:100%}
 .verdict,.fix{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 svg,rect,path{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
