@@ -6,6 +6,7 @@ Chromium)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from html.parser import HTMLParser
@@ -120,11 +121,23 @@ def test_graph_table_sorts_in_the_page_and_links_each_graph_to_its_ir(capsys, tm
     path = write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20))
     page, text = _page(capsys, path)
     assert len(page.having("table", "sortable")) == 1 and "<script>" in text
-    for graph in ("ab12" + c * 12 for c in "abc"):
-        assert f'href="#ir-{graph}"' in text and f"ir-{graph}" in page.ids()
+    for index in range(3):
+        assert f'href="#ir-{index}"' in text and f"ir-{index}" in page.ids()
+    assert "xla::device_data()" in text  # the IR itself
     # No table to sort: no script.
     _, plain = _page(capsys, fixture_path("dynamic_shape.metrics.txt"))
     assert "<script>" not in plain
+
+
+def test_text_from_the_log_is_escaped_everywhere_it_is_drawn(capsys, tmp_path):
+    evil = '</title><script>alert(1)</script> "q" a b'
+    as_json = json.dumps(evil)[1:-1]
+    log = event_logs.synthetic_log(20).replace(event_logs.FALLBACK_SITE, as_json).replace("ab12aaaaaaaaaaaa", as_json)
+    page, text = _page(capsys, write(tmp_path, "evil.events.jsonl", log))
+    assert "<script>alert" not in text and "&lt;/title&gt;&lt;script&gt;" in text
+    assert len(page.having("a", "fallback")) == 1  # still drawn, with its site as text
+    assert '"q" a b: aten::nonzero ×1' in page.title_after("mark-fallback-11")  # the site, short_site's way
+    assert set(re.findall(r'href="#([^"]+)"', text)) <= page.ids()
 
 
 def test_metrics_file_says_what_is_estimated_and_missing(capsys):

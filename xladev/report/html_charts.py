@@ -89,11 +89,12 @@ def _graph_table(view: RunView) -> str:
     if not view.graphs:
         return ""
     rows, dumps = [], []
-    for graph in view.graphs[:MAX_GRAPH_ROWS]:
+    for index, graph in enumerate(view.graphs[:MAX_GRAPH_ROWS]):
         name = graph.graph_hash[:16]
         if graph.graph_hash in view.graph_ir:
-            name = f'<a href="#{view.prefix}ir-{_h(graph.graph_hash)}">{_h(name)}</a>'
-            dumps.append(f'<details id="{view.prefix}ir-{_h(graph.graph_hash)}"><summary>IR of graph '
+            # Numbered ids: a hash is the log's text, and an id must hold no space (a link to it would break).
+            name = f'<a href="#{view.prefix}ir-{index}">{_h(name)}</a>'
+            dumps.append(f'<details id="{view.prefix}ir-{index}"><summary>IR of graph '
                          f'<code>{_h(graph.graph_hash)}</code> ({_h(short_site(graph.site) or "?")})</summary>'
                          f"<pre>{_h(view.graph_ir[graph.graph_hash])}</pre></details>")
         else:
