@@ -22,13 +22,13 @@ BREAK_STEP = 15
 TRACING_NS, EXECUTE_NS, OTHER_NS = 2_000_000, 5_000_000, 1_000_000
 
 
-def _graph(step: int) -> str:
-    """The hash of the graph the step runs: A until the first recompile, then B, then C."""
-    return "ab12" + "abc"[sum(step >= s for s in RECOMPILE_STEPS)] * 12
+def _graph(step: int, recompile_steps: tuple[int, ...] = RECOMPILE_STEPS) -> str:
+    """The hash of the graph the step runs: A until the first recompile, then B, then C ..."""
+    return "ab12" + "abcdefgh"[sum(step >= s for s in recompile_steps)] * 12
 
 
 def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_ns: int = 0, wait_ns: int = 0,
-                  marks_every: int = 0) -> str:
+                  marks_every: int = 0, recompile_steps: tuple[int, ...] = RECOMPILE_STEPS) -> str:
     """The log's text.
 
     Args:
@@ -37,6 +37,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
       world_size: ranks in the job (1: a single process).
       slow_ns: extra ns of input pipeline per step (a straggler's).
       wait_ns: ns per step this rank waits at its collective for the others (a straggler's peers').
+      recompile_steps: the steps whose new input shapes recompile the step's graph.
       marks_every: 0 for the marks described above; N > 0 for a long run: a compile in step 0, then an
         `.item()` read every N steps and a CPU fallback every 7N steps.
 
@@ -49,7 +50,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
     compiled: set[str] = set()
     for step in range(steps):
         start = t
-        graph = _graph(step) if not marks_every else "ab12" + "a" * 12
+        graph = _graph(step, recompile_steps) if not marks_every else "ab12" + "a" * 12
         t += TRACING_NS
         lines.append(rec.Ops(t=t, step=step, counts={"xla::add": 4, "xla::mm": 2}, tracing_ns=TRACING_NS,
                              tracing_count=6))
@@ -59,7 +60,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
             if graph not in {l.hash for l in lines if isinstance(l, rec.GraphText)}:
                 lines.append(rec.GraphText(t=t, step=step, hash=graph, nodes=40, inputs=3, outputs=2,
                                            ir=f"IR {{\n  %0 = f32[{8 + step}] xla::device_data()\n}}"))
-            recompile = ({"previous": _graph(step - 1), "changes": ["input 0: f32[8] -> f32[16]"],
+            recompile = ({"previous": _graph(step - 1, recompile_steps), "changes": ["input 0: f32[8] -> f32[16]"],
                           "graphs_at_site": len(compiled), "compile_ns_at_site": 0} if len(compiled) > 1 else None)
             t += compile_ns
             lines.append(rec.Compile(t=t, step=step, hash=graph, nodes=40, inputs=3, outputs=2, compile_ns=compile_ns,

@@ -176,6 +176,18 @@ def test_ranks_chart_draws_the_straggler_thickest(capsys, tmp_path):
     assert 'href="#rank-1">rank 1 on the per-rank chart' in text
 
 
+def test_ranks_chart_shows_a_compile_one_rank_has_alone(capsys, tmp_path):
+    write(tmp_path, "job.events.jsonl.0", event_logs.synthetic_log(30, rank=0, world_size=2))
+    write(tmp_path, "job.events.jsonl.1", event_logs.synthetic_log(
+        30, rank=1, world_size=2, recompile_steps=(*event_logs.RECOMPILE_STEPS, 22)))
+    page, text = _page(capsys, tmp_path / "job.events.jsonl")
+    compiles = {rank: sorted(int(g["id"].rsplit("-", 1)[1]) for g in page.having("g", "compile")
+                             if g["id"].startswith(f"rank-{rank}-")) for rank in (0, 1)}
+    assert compiles == {0: [0, 5, 13], 1: [0, 5, 13, 22]}
+    assert set(re.findall(r'href="#([^"]+)"', text)) <= page.ids()  # every link in the page has its target
+    assert "rank-recompiles" in text or "graph-divergence" in text  # the findings say it too
+
+
 def test_long_run_is_drawn_per_bucket_and_keeps_every_event(capsys, tmp_path):
     steps, every = 5_000, 10
     path = write(tmp_path, "long.events.jsonl", event_logs.synthetic_log(steps, marks_every=every))

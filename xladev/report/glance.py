@@ -117,12 +117,14 @@ class RankSeries:
         other ranks at the collectives.
       wait_ns: mean wait per step for the other ranks at the collectives, per bar.
       total_ns: its wall time.
+      compiles: its compiles as marks (a graph one rank compiles alone stands out on the shared axis).
     """
 
     rank: int
     bars: list[StepBar]
     wait_ns: list[float]
     total_ns: float
+    compiles: list[MarkGroup] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -263,7 +265,7 @@ def _group_marks(marks: list[StepMark], bucket: int, prefix: str) -> list[MarkGr
     return out
 
 
-def _rank_series(report, bucket: int) -> list[RankSeries]:
+def _rank_series(report, bucket: int, prefix: str) -> list[RankSeries]:
     out = []
     for rank, sources in report.ranks().items():
         timed = [s for s in sources if s.time is not None and s.time.step_times]
@@ -277,7 +279,9 @@ def _rank_series(report, bucket: int) -> list[RankSeries]:
         # the ranks' step times are all the straggler's.
         bars = [dataclasses.replace(bar, wall_ns=max(0.0, bar.wall_ns - w), peak_ns=max(0.0, bar.peak_ns - w))
                 for bar, w in zip(bars, wait)]
-        out.append(RankSeries(rank, bars, wait, sum(s.wall_ns for s in source.time.step_times)))
+        compiles = [m for m in source.marks.marks() if m.kind == "compile"] if source.marks is not None else []
+        out.append(RankSeries(rank, bars, wait, sum(s.wall_ns for s in source.time.step_times),
+                              _group_marks(compiles, bucket, f"{prefix}rank-{rank}-")))
     return out if len(out) > 1 else []
 
 
@@ -340,7 +344,7 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
             view.notes.append("From a PT_XLA_DEBUG log: each compile's step, site and cause; no times, so the "
                               "timeline has marks but no step times.")
     view.marks = _group_marks(merged, view.bucket, prefix)
-    view.ranks = _rank_series(report, view.bucket)
+    view.ranks = _rank_series(report, view.bucket, prefix)
     if view.breakdown is not None and not view.breakdown.exact:
         view.notes.append(f"Where the time went is estimated: {view.breakdown.basis}.")
     if not view.graphs and (logged or debug or rows):

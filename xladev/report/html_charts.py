@@ -195,6 +195,9 @@ def finding_links(finding, views: list[RunView]) -> str:
         rank = finding.numbers.get("rank")
         if isinstance(rank, int) and any(series.rank == rank for series in view.ranks):
             links.append(f'<a href="#{view.prefix}rank-{rank}">rank {rank} on the per-rank chart</a>')
+        step = finding.numbers.get("step")
+        if finding.rule == "graph-divergence" and isinstance(step, int) and view.ranks:
+            links.append(f'<a href="#{view.prefix}ranks">step {step} on the per-rank chart</a>')
     if not links:
         return ""
     return '<p class="links">On the timeline: ' + " ".join(links) + "</p>"

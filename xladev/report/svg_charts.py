@@ -180,17 +180,19 @@ def _bar(axis: _Axis, bar: StepBar, parts: list[str], prefix: str) -> str:
     return "".join(out) + "</g>"
 
 
-def _mark(axis: _Axis, group: MarkGroup, y: float, id_prefix: str = "") -> str:
+def _mark(axis: _Axis, group: MarkGroup, y: float, id_prefix: str = "", row_link: bool = True) -> str:
+    """One mark: a link to its row in the marks table (`row_link`), else only its tooltip."""
     shape, colour = MARK_SHAPES[group.kind]
     x = axis.centre(group.first)
-    return (f'<a class="mark {group.kind}" id="{id_prefix}{_h(group.anchor)}" href="#row-{_h(group.anchor)}">'
+    tag, href = ("a", f' href="#row-{_h(group.anchor)}"') if row_link else ("g", "")
+    return (f'<{tag} class="mark {group.kind}" id="{id_prefix}{_h(group.anchor)}"{href}>'
             f'<title>{_h(group.tooltip())}</title>'
             f'<path transform="translate({x:.1f},{y:.1f})" d="{shape}" fill="{colour}" stroke="#fff" '
-            f'stroke-width="0.8"/></a>')
+            f'stroke-width="0.8"/></{tag}>')
 
 
 def _mark_rows(axis: _Axis, groups: list[MarkGroup], top: float, label_prefix: str = "",
-               id_prefix: str = "") -> tuple[list[str], float]:
+               id_prefix: str = "", row_link: bool = True) -> tuple[list[str], float]:
     kinds = [kind for kind in KINDS if any(group.kind == kind for group in groups)]
     out = []
     for row, kind in enumerate(kinds):
@@ -198,7 +200,7 @@ def _mark_rows(axis: _Axis, groups: list[MarkGroup], top: float, label_prefix: s
         out.append(f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_h(label_prefix)}'
                    f'{_h(LABELS[kind])}</text>')
         out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        out += [_mark(axis, group, y, id_prefix) for group in groups if group.kind == kind]
+        out += [_mark(axis, group, y, id_prefix, row_link) for group in groups if group.kind == kind]
     return out, top + len(kinds) * ROW_H
 
 
@@ -339,19 +341,24 @@ def ranks_chart(view: RunView, straggler: int | None) -> str:
     first, last = min(bar.first for bar in bars), max(bar.last for bar in bars)
     axis = _Axis(first, last, view.bucket, axis_top([bar.height_ns for bar in bars])[0])
     body = _frame(axis, first, last, "work per step")
+    y = TOP + PLOT_H + 20
     for i, series in enumerate(ranks):
         css = "rank straggler" if series.rank == straggler else "rank"
+        dash = RANK_DASHES[i % len(RANK_DASHES)]
         wait = sum(series.wait_ns) / max(1, len(series.wait_ns))
         body.append(f'<g class="{css}" id="{view.prefix}rank-{series.rank}"><title>rank {series.rank}: '
                     f'{_h(compact_time_ns(series.total_ns))} of steps, {_h(compact_time_ns(wait))} waiting for the '
                     f'others per step{" (straggler)" if series.rank == straggler else ""}</title>'
-                    + _polyline(axis, series.bars, css, RANK_DASHES[i % len(RANK_DASHES)]) + "</g>")
-        y = TOP + 12 + 13 * i
-        body.append(f'<text class="tick" x="{WIDTH - RIGHT - 4}" y="{y}" text-anchor="end">'
+                    + _polyline(axis, series.bars, css, dash) + "</g>")
+        body.append(f'<text class="tick" x="{WIDTH - RIGHT - 4}" y="{TOP + 12 + 13 * i}" text-anchor="end">'
                     f'{"▶ " if series.rank == straggler else ""}rank {series.rank} '
-                    f'<tspan class="swatch">{"━━" if not RANK_DASHES[i % len(RANK_DASHES)] else "╍╍"}</tspan></text>')
-    desc = "; ".join(f"rank {s.rank}: {compact_time_ns(s.total_ns)} in steps" for s in ranks)
+                    f'<tspan class="swatch">{"━━" if not dash else "╍╍"}</tspan></text>')
+        # Each rank's compiles in a row of its own, on the same steps: a graph one rank compiles alone stands out.
+        rows, y = _mark_rows(axis, series.compiles, y, f"rank {series.rank} ", row_link=False)  # no table of them
+        body += rows
+    desc = "; ".join(f"rank {s.rank}: {compact_time_ns(s.total_ns)} in steps, compiles in "
+                     + (", ".join(g.steps_text() for g in s.compiles[:5]) or "no step") for s in ranks)
     if straggler is not None:
         desc = f"Rank {straggler} is the straggler. " + desc
-    return _open(f"{view.prefix}ranks", TOP + PLOT_H + 24, "Work per step of each rank", desc, "ranks") \
+    return _open(f"{view.prefix}ranks", int(y + 8), "Work per step and compiles of each rank", desc, "ranks") \
         + "".join(body) + "</svg>"
