@@ -202,6 +202,17 @@ def test_long_run_is_drawn_per_bucket_and_keeps_every_event(capsys, tmp_path):
     assert total(r"\.item\(\) ×([\d,]+)") == 2 * (steps // every)
 
 
+def test_steps_past_the_logs_step_time_bound_keep_their_marks_and_say_so(capsys, tmp_path, monkeypatch):
+    from xladev.report import eventlog_input, glance
+
+    monkeypatch.setattr(eventlog_input, "MAX_STEP_TIMES", 10)
+    monkeypatch.setattr(glance, "MAX_STEP_TIMES", 10)
+    page, text = _page(capsys, write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20)))
+    assert len(page.having("g", "bar")) == 10
+    assert {"mark-compile-13", "mark-graph-break-15"} <= page.ids()
+    assert "keeps the times of its first 10 steps" in text
+
+
 def test_mark_log_merges_into_wider_buckets_without_losing_events():
     log = MarkLog(max_marks=8)
     for step in range(100):

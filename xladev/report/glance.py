@@ -18,6 +18,7 @@ import dataclasses
 import math
 
 from xladev import wall_time
+from xladev.report.eventlog_input import MAX_STEP_TIMES
 from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
@@ -65,7 +66,7 @@ class StepBar:
 
     def other_ns(self) -> float:
         """The mean step's time outside the measured parts (0 when the wall time is unknown)."""
-        return 0.0 if self.wall_ns is None else max(0.0, self.wall_ns - sum(self.parts.values()))
+        return 0.0 if self.wall_ns is None else wall_time.StepTime(self.first, self.wall_ns, self.parts).other_ns()
 
 
 @dataclasses.dataclass
@@ -317,6 +318,9 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         view.graph_ir = {g.graph_hash: ir[g.graph_hash][:MAX_IR_CHARS] for g in view.graphs[:MAX_IR_GRAPHS]
                          if g.graph_hash in ir}
         merged = source.marks.marks()
+        if len(step_times) >= MAX_STEP_TIMES:
+            view.notes.append(f"The log keeps the times of its first {MAX_STEP_TIMES:,} steps: later steps have "
+                              "marks but no bars.")
         if len(logged) > 1:
             view.notes.append(f"The timeline shows {source.name}; {len(logged) - 1} more event logs are in the "
                               "per-rank chart and the tables.")
