@@ -306,19 +306,26 @@ def compare_timeline(a: RunView, b: RunView) -> str:
     if not (a.bars or a.marks or b.bars or b.marks):
         return ""
     first, last = steps_axis([a, b])
-    # Not cut as one run's bars are: a line cut at the top would hide which run is slower.
-    axis = _Axis(first, last, max(a.bucket, b.bucket), max([bar.height_ns for bar in a.bars + b.bars] or [0.0]))
+    # Cut as one run's bars are (the steady steps are where two runs differ); a cut step runs off the top.
+    top, cut = axis_top([bar.height_ns for bar in a.bars + b.bars])
+    axis = _Axis(first, last, max(a.bucket, b.bucket), top)
     body = _frame(axis, first, last, "step time" if a.exact and b.exact else "time")
-    for view, css, dash in ((a, "line-a", ""), (b, "line-b", "6 3")):
+    for i, (view, css, dash, label) in enumerate(((a, "line-a", "", "A"), (b, "line-b", "6 3", "B"))):
         if view.bars:
-            body.append(f'<g class="series {css}"><title>{_h(view.name)}: {_h(view.measured)}</title>'
+            body.append(f'<g class="series {css}"><title>{label}: {_h(view.name)}: {_h(view.measured)}</title>'
                         + _polyline(axis, view.bars, css, dash) + "</g>")
+            y = TOP + 12 + 13 * i
+            dashes = f' stroke-dasharray="{dash}"' if dash else ""
+            body.append(f'<line class="{css}" x1="{WIDTH - RIGHT - 30}" x2="{WIDTH - RIGHT - 4}" y1="{y - 4}" '
+                        f'y2="{y - 4}"{dashes}/>'
+                        f'<text class="tick" x="{WIDTH - RIGHT - 34}" y="{y}" text-anchor="end">{label}</text>')
     y = TOP + PLOT_H + 20
     for view, label in ((a, "A "), (b, "B ")):
         rows, y = _mark_rows(axis, view.marks, y, label, "both-")  # each run's own timeline has the plain ids
         body += rows
     desc = (f"A: {a.name}, {len(a.bars)} bars, solid line. B: {b.name}, {len(b.bars)} bars, dashed line. "
-            + _timeline_desc(a) + " " + _timeline_desc(b))
+            + _timeline_desc(a) + " " + _timeline_desc(b)
+            + (f" The axis stops at {compact_time_ns(top)}: taller steps run off the top." if cut else ""))
     return _open("compare-timeline", int(y + 8), f"Step times of A and B on one axis", desc, "timeline") \
         + "".join(body) + "</svg>"
 
