@@ -165,6 +165,7 @@ def test_compare_draws_both_runs_on_one_axis(capsys, tmp_path):
     ids = [attrs["id"] for _, attrs in page.elements if "id" in attrs]
     assert len(ids) == len(set(ids))  # A's and B's marks and charts have their own ids
     assert {"a-mark-compile-5", "b-mark-compile-5", "a-timeline", "b-timeline"} <= set(ids)
+    assert "taller steps run off the top" in text  # the compiles do not flatten the steady steps
 
 
 def test_ranks_chart_draws_the_straggler_thickest(capsys, tmp_path):
