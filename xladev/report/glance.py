@@ -180,7 +180,15 @@ class RunView:
 
 
 def bucket_for(steps: int, max_bars: int = MAX_BARS) -> int:
-    """Steps per bar so that `steps` steps make at most `max_bars` bars (1 for a short run)."""
+    """Steps per bar so that `steps` steps make at most `max_bars` bars.
+
+    Args:
+      steps: steps to draw.
+      max_bars: the most bars.
+
+    Returns:
+      Steps per bar: 1 for a short run.
+    """
     return max(1, math.ceil(steps / max(1, max_bars)))
 
 
@@ -357,7 +365,14 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
 
 
 def steps_axis(views: list[RunView]) -> tuple[int, int]:
-    """The first and last step any of `views` draws (bars or marks), for one shared axis."""
+    """The steps one shared axis spans.
+
+    Args:
+      views: the runs drawn on it.
+
+    Returns:
+      The first and last step any of them draws (a bar or a mark); (0, 0) when none draws anything.
+    """
     firsts = [bar.first for v in views for bar in v.bars[:1]] + [m.first for v in views for m in v.marks[:1]]
     lasts = [bar.last for v in views for bar in v.bars[-1:]] + [m.last for v in views for m in v.marks[-1:]]
     return (min(firsts, default=0), max(lasts, default=0))

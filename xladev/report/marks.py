@@ -104,7 +104,11 @@ class MarkLog:
         self._marks = merged
 
     def marks(self) -> list[StepMark]:
-        """The marks in step order, then kind (in `KINDS` order), then input line."""
+        """The marks kept.
+
+        Returns:
+          New list of them in step order, then kind (in `KINDS` order), then input line.
+        """
         order = {kind: i for i, kind in enumerate(KINDS)}
         return sorted(self._marks.values(), key=lambda m: (m.step, order.get(m.kind, len(order)), m.line))
 
@@ -140,7 +144,16 @@ class GraphStat:
 
 def graph_stat(graphs: dict[str, GraphStat], graph_hash: str, *, site: str, name: str, nodes: int, step: int,
                line: int) -> GraphStat | None:
-    """The entry of `graph_hash` in `graphs`, created on first sight; None once `MAX_GRAPHS` graphs are kept."""
+    """A graph's entry, created on first sight.
+
+    Args:
+      graphs: hash -> entry, of one input.
+      graph_hash: the graph's hash.
+      site, name, nodes, step, line: what a new entry starts with (its first record's).
+
+    Returns:
+      The entry; None for a new graph once `MAX_GRAPHS` are kept.
+    """
     stat = graphs.get(graph_hash)
     if stat is None:
         if len(graphs) >= MAX_GRAPHS:

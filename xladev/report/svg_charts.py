@@ -58,7 +58,11 @@ def _fill(part: str) -> str:
 
 
 def defs() -> str:
-    """The patterns every chart's parts use, once per page (a hidden SVG before the first chart)."""
+    """The patterns every chart's parts use, once per page.
+
+    Returns:
+      A hidden `<svg>` holding them, to put before the first chart.
+    """
     patterns = []
     for part, (colour, ink) in PART_STYLE.items():
         if ink:
@@ -77,7 +81,14 @@ def _open(chart_id: str, height: int, title: str, desc: str, css: str) -> str:
 
 
 def legend(parts: list[str]) -> str:
-    """An HTML legend of the parts' fills (a swatch and label each)."""
+    """An HTML legend of the parts' fills.
+
+    Args:
+      parts: parts of `wall_time.PARTS`, or ``other``.
+
+    Returns:
+      A `<div>` with a swatch and label per part.
+    """
     items = "".join(f'<span class="key"><svg width="14" height="14" aria-hidden="true"><rect width="14" '
                     f'height="14" fill="{_fill(part)}" stroke="#555"/></svg> {_h(wall_time.LABELS[part])}</span>'
                     for part in parts)
@@ -85,7 +96,14 @@ def legend(parts: list[str]) -> str:
 
 
 def mark_legend(kinds: list[str]) -> str:
-    """An HTML legend of the marks' shapes."""
+    """An HTML legend of the marks' shapes.
+
+    Args:
+      kinds: kinds of `xladev.report.marks.KINDS`.
+
+    Returns:
+      A `<div>` with a shape and label per kind.
+    """
     items = "".join(f'<span class="key"><svg width="14" height="14" viewBox="-7 -7 14 14" aria-hidden="true">'
                     f'<path d="{MARK_SHAPES[kind][0]}" fill="{MARK_SHAPES[kind][1]}" stroke="#fff"/></svg> '
                     f'{_h(LABELS[kind])}</span>' for kind in kinds)
@@ -93,13 +111,27 @@ def mark_legend(kinds: list[str]) -> str:
 
 
 def parts_drawn(bars: list[StepBar]) -> list[str]:
-    """The parts any bar has time in, in `wall_time.PARTS` order, then ``other`` when a wall time is known."""
+    """The parts a timeline draws.
+
+    Args:
+      bars: the timeline's bars.
+
+    Returns:
+      The parts any bar has time in, in `wall_time.PARTS` order, then ``other`` when some bar has time outside them.
+    """
     parts = [part for part in wall_time.PARTS if any(bar.parts.get(part) for bar in bars)]
     return parts + (["other"] if any(bar.other_ns() for bar in bars) else [])
 
 
 def axis_top(heights: list[float]) -> tuple[float, bool]:
-    """The y axis's top for bars of these heights, and whether taller bars are cut (see `CLIP_ABOVE`)."""
+    """Where a time axis stops (see `CLIP_ABOVE`).
+
+    Args:
+      heights: the bars' heights in ns.
+
+    Returns:
+      The axis's top in ns, and whether taller bars are cut.
+    """
     if not heights:
         return 0.0, False
     ordered = sorted(heights)
