@@ -214,6 +214,14 @@ def test_steps_past_the_logs_step_time_bound_keep_their_marks_and_say_so(capsys,
     assert "keeps the times of its first 10 steps" in text
 
 
+def test_event_log_with_nothing_to_draw_says_so(capsys, tmp_path):
+    header = event_logs.synthetic_log(0).splitlines()[0]
+    code = main(["report", write(tmp_path, "empty.events.jsonl", header + "\n"), "--format", "html"])
+    out = capsys.readouterr().out
+    assert code == 2  # no complete record; the page is still written
+    assert "holds no step and no compile" in out and "only an xladev event log" not in out
+
+
 def test_mark_log_merges_into_wider_buckets_without_losing_events():
     log = MarkLog(max_marks=8)
     for step in range(100):

@@ -359,8 +359,10 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
     view.ranks = _rank_series(report, view.bucket, prefix)
     if view.breakdown is not None and not view.breakdown.exact:
         view.notes.append(f"Where the time went is estimated: {view.breakdown.basis}.")
-    if not view.graphs and (logged or debug or rows):
+    if not view.graphs and not logged and (debug or rows):
         view.notes.append("Per graph: only an xladev event log times each graph's compiles and executions.")
+    if logged and not view.bars and not view.marks:
+        view.notes.append("The event log holds no step and no compile, read, fallback or graph break to draw.")
     return view
 
 
