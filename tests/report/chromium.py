@@ -158,7 +158,8 @@ class Chromium:
             params = event.get("params", {})
             if event["method"] == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]  # text: "Uncaught"; the exception: what was thrown
-                errors.append(f"{details.get('text', 'exception')} {details.get('exception', {}).get('description', '')}")
+                thrown = details.get("exception", {}).get("description", "")
+                errors.append(f"{details.get('text', 'exception')} {thrown}")
             elif event["method"] == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
                 errors.append(" ".join(str(arg.get("value", arg.get("description", ""))) for arg in params["args"]))
             elif event["method"] == "Log.entryAdded" and params["entry"].get("level") == "error":

@@ -72,7 +72,8 @@ def test_event_log_timeline_marks_each_event_on_its_step_with_site_and_cause(cap
     marks = {kind: sorted(int(a["id"].rsplit("-", 1)[1]) for a in page.having("a", kind)) for kind in KINDS}
     assert marks == {"compile": [0, *event_logs.RECOMPILE_STEPS], "transfer": list(event_logs.READ_STEPS),
                      "fallback": [event_logs.FALLBACK_STEP], "graph-break": [event_logs.BREAK_STEP]}
-    assert page.title_after("mark-fallback-11") == "step 11: CPU fallback ×1, 300 µs\ntrain.py:18 (step): aten::nonzero ×1"
+    assert page.title_after("mark-fallback-11") == ("step 11: CPU fallback ×1, 300 µs\n"
+                                                    "train.py:18 (step): aten::nonzero ×1")
     assert "model.py:40 (forward): data-dependent branch" in page.title_after("mark-graph-break-15")
     # A bar's tooltip is its wall time and parts; the step with the fallback holds its CPU time.
     # 2 ms tracing + 0.3 ms CPU fallback + 5 ms execution + 1 ms after it.

@@ -62,7 +62,8 @@ def main() -> int:
                    "page_mb": len(text.encode()) / 1e6, "bars": text.count('class="bar"'),
                    "marks": text.count('class="mark '), "target_s": TARGET_S, "target_mb": TARGET_MB}
     print(f"{args.steps:,} steps ({figures['log_mb']:.0f} MB event log): xladev report -f html in "
-          f"{wall_s:.2f} s wall, {cpu_s:.2f} s CPU (target < {TARGET_S:.0f} s; drawing alone {draw_s:.2f} s), page {figures['page_mb']:.2f} MB "
+          f"{wall_s:.2f} s wall, {cpu_s:.2f} s CPU (target < {TARGET_S:.0f} s; drawing alone {draw_s:.2f} s), "
+          f"page {figures['page_mb']:.2f} MB "
           f"(target < {TARGET_MB:.0f} MB), {figures['bars']} bars, {figures['marks']} marks")
     if args.json:
         with open(args.json, "w") as handle:

@@ -33,7 +33,8 @@ svg.chart polyline.rank{stroke:#4a90c8;stroke-width:1.5}svg.chart polyline.strag
 svg.chart g.bar:hover rect{opacity:.75}svg.chart .cut{fill:none;stroke:#fff;stroke-width:2.5}
 .legend{font-size:.85rem;color:#57606a;margin:.2rem 0 .6rem}.legend .key{margin-right:1rem;white-space:nowrap}
 .legend svg{vertical-align:-2px}.note{color:#57606a;font-size:.9rem}
-tr:target{background:#fff8c5}table.marks td:first-child{white-space:nowrap}table.sortable th{cursor:pointer}table.sortable th:after{content:" ↕";color:#8c959f}
+tr:target{background:#fff8c5}table.marks td:first-child{white-space:nowrap}
+table.sortable th{cursor:pointer}table.sortable th:after{content:" ↕";color:#8c959f}
 .links a{margin-right:.5rem}details pre{max-height:20rem;overflow:auto;background:#f6f8fa;padding:.5rem}
 @media print{body{max-width:none;margin:0;font-size:10pt}.finding,svg.chart,table{break-inside:avoid}
 a{color:inherit;text-decoration:none}details::details-content{content-visibility:visible;display:contents}
