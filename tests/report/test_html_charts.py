@@ -223,6 +223,15 @@ def test_event_log_with_nothing_to_draw_says_so(capsys, tmp_path):
     assert "holds no step and no compile" in out and "only an xladev event log" not in out
 
 
+def test_run_resumed_at_a_late_step_gets_a_bar_per_step(capsys, tmp_path):
+    # A run resumed from a checkpoint numbers its steps from there: 20 steps from 5,000 are 20 bars, not 20 steps
+    # squeezed into the buckets of 5,020.
+    log = re.sub(r'"step":(\d+)', lambda m: f'"step":{int(m.group(1)) + 5000}', event_logs.synthetic_log(20))
+    page, _ = _page(capsys, write(tmp_path, "resumed.events.jsonl", log))
+    assert sorted(int(g["id"].split("-")[1]) for g in page.having("g", "bar")) == list(range(5000, 5020))
+    assert "mark-compile-5005" in page.ids()
+
+
 def test_mark_log_merges_into_wider_buckets_without_losing_events():
     log = MarkLog(max_marks=8)
     for step in range(100):

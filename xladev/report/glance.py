@@ -179,17 +179,24 @@ class RunView:
         return groups
 
 
-def bucket_for(steps: int, max_bars: int = MAX_BARS) -> int:
-    """Steps per bar so that `steps` steps make at most `max_bars` bars.
+def bucket_for(first: int, last: int, max_bars: int = MAX_BARS) -> int:
+    """Steps per bar so that steps `first`..`last` make at most `max_bars` bars.
+
+    A bar holds the steps ``k * bucket`` to ``k * bucket + bucket - 1`` (so two runs bucketed alike line up); a
+    run that starts late (resumed from a checkpoint) is bucketed by the steps it has, not from step 0.
 
     Args:
-      steps: steps to draw.
+      first: the first step drawn.
+      last: the last step drawn.
       max_bars: the most bars.
 
     Returns:
       Steps per bar: 1 for a short run.
     """
-    return max(1, math.ceil(steps / max(1, max_bars)))
+    bucket = max(1, math.ceil((last - first + 1) / max(1, max_bars)))
+    while last // bucket - first // bucket + 1 > max_bars:  # buckets aligned to multiples: one more at most
+        bucket += 1
+    return bucket
 
 
 def _bars_from_steps(step_times: list[wall_time.StepTime], bucket: int) -> list[StepBar]:
@@ -317,8 +324,9 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         source = logged[0]
         view.exact = True
         step_times = timed[0].time.step_times if timed else []
+        steps = [s.step for s in step_times] + [m.step for m in source.marks.marks()]
         last = max([s.step for s in step_times] + [m.step + m.steps - 1 for m in source.marks.marks()] + [0])
-        view.bucket = bucket_for(last + 1, max_bars)
+        view.bucket = bucket_for(min(steps, default=0), last, max_bars)
         view.bars = _bars_from_steps(step_times, view.bucket)
         view.measured = "each step's wall time, measured (end of one step barrier to the next)"
         view.graphs = sorted(source.graphs.values(), key=lambda g: (-g.compile_ns, -g.executions, g.first_line))
@@ -333,8 +341,8 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
             view.notes.append(f"The timeline shows {source.name}; {len(logged) - 1} more event logs are in the "
                               "per-rank chart and the tables.")
     elif rows:
-        last = int(max(row.get("steps", 0) for row in rows))
-        view.bucket = bucket_for(last, max_bars)
+        steps = [int(row.get("steps", 0)) - 1 for row in rows]
+        view.bucket = bucket_for(max(0, min(steps)), max(0, max(steps)), max_bars)
         view.bars = _bars_from_series(rows, view.bucket)
         _series_marks(rows, marks)
         merged = marks.marks()
@@ -351,8 +359,8 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
             _debug_marks(source, marks)
         merged = [m for m in merged if m.kind != "compile"] + [m for m in marks.marks() if m.kind == "compile"]
         if not view.bars:
-            last = max([m.step for m in merged] + [0])
-            view.bucket = bucket_for(last + 1, max_bars)
+            steps = [m.step for m in merged]
+            view.bucket = bucket_for(min(steps, default=0), max(steps, default=0), max_bars)
             view.notes.append("From a PT_XLA_DEBUG log: each compile's step, site and cause; no times, so the "
                               "timeline has marks but no step times.")
     view.marks = _group_marks(merged, view.bucket, prefix)

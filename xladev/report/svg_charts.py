@@ -145,8 +145,9 @@ class _Axis:
     """Steps to x and nanoseconds to y for one plot."""
 
     def __init__(self, first: int, last: int, bucket: int, top_ns: float):
-        self.first, self.bucket = first, bucket
-        self.slots = max(1, (last - first) // bucket + 1)
+        # Aligned as the bars are (a bar starts at a multiple of the bucket), so a mark in a bar's steps is in its slot.
+        self.first, self.bucket = first // bucket * bucket, bucket
+        self.slots = max(1, last // bucket - first // bucket + 1)
         self.slot_w = (WIDTH - LEFT - RIGHT) / self.slots
         self.top_ns = top_ns if top_ns > 0 else 1.0
 
