@@ -75,7 +75,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
         t += EXECUTE_NS
         lines.append(rec.Execute(t=t, step=step, hash=graph, execute_ns=EXECUTE_NS, nodes=40, inputs=3, outputs=2,
                                  cause={"kind": "USER_MARK_STEP", "text": "user mark_step"}, site=STEP_SITE))
-        if not marks_every and step in READ_STEPS or marks_every and step % marks_every == 1:
+        if not marks_every and step in READ_STEPS or marks_every and step % marks_every == marks_every - 1:
             t += 400_000
             lines.append(rec.Transfer(t=t, step=step, dir="from_device", bytes=4, ns=400_000, kind=".item()",
                                       site=READ_SITE))

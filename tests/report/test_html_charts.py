@@ -96,6 +96,15 @@ def test_findings_come_first_and_link_to_their_marks(capsys, tmp_path):
         "mark-compile-0", "mark-compile-5", "mark-compile-13"]
 
 
+def test_host_transfer_finding_links_to_its_reads(capsys, tmp_path):
+    path = write(tmp_path, "reads.events.jsonl", event_logs.synthetic_log(30, marks_every=1))  # a read every step
+    _, text = _page(capsys, path)
+    finding = text[text.index("host-transfers</div>"):]
+    links = re.findall(r'href="#([^"]+)"', finding[:finding.index('class="fix"')])
+    assert links == [f"mark-transfer-{step}" for step in range(8)]  # the first few, then how many more
+    assert "… 22 more" in finding[:finding.index('class="fix"')]
+
+
 def test_every_chart_has_a_text_alternative_and_the_page_a_print_style(capsys, tmp_path):
     path = write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20))
     page, text = _page(capsys, path)
