@@ -185,6 +185,10 @@ def test_ranks_chart_draws_the_straggler_thickest(capsys, tmp_path):
     assert [a["id"] for a in page.having("g", "rank")] == ["rank-0", "rank-1"]
     assert [a["id"] for a in page.having("g", "straggler")] == ["rank-1"]
     assert 'href="#rank-1">rank 1 on the per-rank chart' in text
+    # The time by part: a bar per rank on one scale.
+    tips = [page.texts[i] for i, (t, _) in enumerate(page.elements) if t == "title" and i
+            and "part" in page.elements[i - 1][1].get("class", "")]
+    assert {tip.split(":")[0] for tip in tips} == {"rank 0", "rank 1"}
 
 
 def test_ranks_chart_shows_a_compile_one_rank_has_alone(capsys, tmp_path):
@@ -192,8 +196,8 @@ def test_ranks_chart_shows_a_compile_one_rank_has_alone(capsys, tmp_path):
     write(tmp_path, "job.events.jsonl.1", event_logs.synthetic_log(
         30, rank=1, world_size=2, recompile_steps=(*event_logs.RECOMPILE_STEPS, 22)))
     page, text = _page(capsys, tmp_path / "job.events.jsonl")
-    compiles = {rank: sorted(int(g["id"].rsplit("-", 1)[1]) for g in page.having("g", "compile")
-                             if g["id"].startswith(f"rank-{rank}-")) for rank in (0, 1)}
+    compiles = {rank: sorted(int(g["id"].rsplit("-", 1)[1]) for g in page.having("g", "mark")
+                             if g["id"].startswith(f"rank-{rank}-mark-compile-")) for rank in (0, 1)}
     assert compiles == {0: [0, 5, 13], 1: [0, 5, 13, 22]}
     assert set(re.findall(r'href="#([^"]+)"', text)) <= page.ids()  # every link in the page has its target
     assert "rank-recompiles" in text or "graph-divergence" in text  # the findings say it too

@@ -140,7 +140,9 @@ class RunView:
       measured: what a bar's height is, in words.
       exact: True when steps and marks were measured (an event log).
       marks: the timeline's marks, in step order.
-      breakdown: the run's time breakdown (`xladev.wall_time`), None when no input times anything.
+      breakdown: the run's time breakdown (`xladev.wall_time`), None when no input times anything or the run has
+        several ranks.
+      breakdowns: (label, breakdown) per bar of the time-by-part chart: ``run``, or ``rank N`` per rank.
       graphs: per graph: compiles, compile time, executions (an event log's), most compile time first.
       graph_ir: graph hash -> its IR text (cut), for the graphs the page links to.
       ranks: per rank, for a run of several ranks with step times.
@@ -155,6 +157,7 @@ class RunView:
     exact: bool = False
     marks: list[MarkGroup] = dataclasses.field(default_factory=list)
     breakdown: wall_time.TimeBreakdown | None = None
+    breakdowns: list[tuple[str, wall_time.TimeBreakdown]] = dataclasses.field(default_factory=list)
     graphs: list[GraphStat] = dataclasses.field(default_factory=list)
     graph_ir: dict[str, str] = dataclasses.field(default_factory=dict)
     ranks: list[RankSeries] = dataclasses.field(default_factory=list)
@@ -315,6 +318,9 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
     view = RunView(report.name, prefix)
     breakdowns = report.time_breakdowns
     view.breakdown = next(iter(breakdowns.values())) if len(breakdowns) == 1 else None
+    view.breakdowns = ([("run", view.breakdown)] if view.breakdown is not None else
+                       [(f"rank {rank}", b) for rank, b in sorted(breakdowns.items(), key=lambda kv: kv[0] or 0)
+                        if rank is not None])
     timed = [s for s in report.sources if s.time is not None and s.time.step_times]
     logged = [s for s in report.sources if s.marks is not None]
     primary = report.primary_metrics(report.sources)

@@ -129,7 +129,7 @@ def _run_pictures(view: RunView, straggler: int | None) -> list[str]:
                   _marks_table(view)]
     bar = svg_charts.run_bar(view)
     if bar:
-        shown = [part for part, _, total, _, _ in view.breakdown.rows() if total]
+        shown = list(dict.fromkeys(part for _, b in view.breakdowns for part, _, total, _, _ in b.rows() if total))
         parts += ["<h3>The run's time by part</h3>", svg_charts.legend(shown), bar]
     ranks = svg_charts.ranks_chart(view, straggler)
     if ranks:

@@ -282,8 +282,15 @@ def timeline(view: RunView) -> str:
         + "</svg>"
 
 
+def _whole(breakdown: wall_time.TimeBreakdown) -> float:
+    """What a breakdown's bar spans: its wall time, or its parts' sum when they overlap or the wall is unknown."""
+    parts = sum(total for _, _, total, _, _ in breakdown.rows() if total)
+    return breakdown.wall_ns if breakdown.wall_ns and not breakdown.overlaps() else parts
+
+
 def run_bar(view: RunView) -> str:
-    """The run's wall time as one stacked bar of its parts, each labelled with its share.
+    """The run's wall time as one stacked bar of its parts, each labelled with its share; a bar per rank, on one
+    scale, for a run of several ranks.
 
     Args:
       view: the run's `RunView`.
@@ -291,33 +298,33 @@ def run_bar(view: RunView) -> str:
     Returns:
       The `<svg>` element, or "" when the run has no time breakdown.
     """
-    breakdown = view.breakdown
-    if breakdown is None or breakdown.is_empty():
+    rows = [(label, b) for label, b in view.breakdowns if not b.is_empty() and _whole(b)]
+    if not rows:
         return ""
-    rows = [(part, total) for part, _, total, _, _ in breakdown.rows() if total]
-    whole = breakdown.wall_ns if breakdown.wall_ns and not breakdown.overlaps() else sum(t for _, t in rows)
-    if not whole:
-        return ""
+    scale = max(_whole(b) for _, b in rows)
     span = WIDTH - LEFT - RIGHT
-    x = float(LEFT)
-    body = []
-    for part, total in rows:
-        w = total / whole * span
-        share = total / whole
-        body.append(f'<g class="part {part}"><title>{_h(wall_time.LABELS[part])}: {_h(compact_time_ns(total))} '
-                    f'({share:.0%})</title><rect x="{x:.1f}" y="{TOP}" width="{w:.1f}" height="28" '
-                    f'fill="{_fill(part)}" stroke="#fff" stroke-width="0.5"/>')
-        if w > 60:
-            dark = PART_STYLE[part][0] in ("#08306b", "#d94801", "#54278f", "#4a90c8")
-            body.append(f'<text class="inbar{" light" if dark else ""}" x="{x + 4:.1f}" y="{TOP + 18}">'
-                        f'{_h(wall_time.SHORT_LABELS[part])} {share:.0%}</text>')
-        body.append("</g>")
-        x += w
-    label = "run" if breakdown.exact else "run (est.)"
-    body.append(f'<text class="tick" x="{LEFT - 4}" y="{TOP + 18}" text-anchor="end">{label}</text>')
-    desc = breakdown.headline() + ". " + "; ".join(f"{wall_time.LABELS[p]} {compact_time_ns(t)}" for p, t in rows)
-    return _open(f"{view.prefix}run-bar", TOP + 40, f"Where the time went in {view.name}", desc, "runbar") \
-        + "".join(body) + "</svg>"
+    body, descs = [], []
+    for i, (label, breakdown) in enumerate(rows):
+        y, whole, x = TOP + 36 * i, _whole(breakdown), float(LEFT)
+        parts = [(part, total) for part, _, total, _, _ in breakdown.rows() if total]
+        for part, total in parts:
+            w, share = total / scale * span, total / whole
+            who = f"{label}: " if len(rows) > 1 else ""
+            body.append(f'<g class="part {part}"><title>{_h(who)}{_h(wall_time.LABELS[part])}: '
+                        f'{_h(compact_time_ns(total))} ({share:.0%})</title><rect x="{x:.1f}" y="{y}" '
+                        f'width="{w:.1f}" height="28" fill="{_fill(part)}" stroke="#fff" stroke-width="0.5"/>')
+            if w > 60:
+                dark = PART_STYLE[part][0] in ("#08306b", "#d94801", "#54278f", "#4a90c8")
+                body.append(f'<text class="inbar{" light" if dark else ""}" x="{x + 4:.1f}" y="{y + 18}">'
+                            f'{_h(wall_time.SHORT_LABELS[part])} {share:.0%}</text>')
+            body.append("</g>")
+            x += w
+        body.append(f'<text class="tick" x="{LEFT - 4}" y="{y + 18}" text-anchor="end">{_h(label)}'
+                    f'{"" if breakdown.exact else " (est.)"}</text>')
+        descs.append(f"{label}: {breakdown.headline()}. "
+                     + "; ".join(f"{wall_time.LABELS[p]} {compact_time_ns(t)}" for p, t in parts))
+    return _open(f"{view.prefix}run-bar", TOP + 36 * len(rows) + 4, f"Where the time went in {view.name}",
+                 " ".join(descs), "runbar") + "".join(body) + "</svg>"
 
 
 def _polyline(axis: _Axis, bars: list[StepBar], css: str, dash: str = "") -> str:
