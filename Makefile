@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-models opinfo-full coverage bench clean
+.PHONY: install browser demo test test-slow test-models opinfo-full coverage bench clean
 
 # torch goes in first and alone: pip then takes the local CPU wheel, and nothing later can pull a CUDA build.
 $(STAMP): pyproject.toml
@@ -14,6 +14,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Optional: Debian's Chromium for the HTML report's browser tests (tests/report/test_html_browser.py), which skip
+# and say why where it is missing. Needs root and apt; anywhere else it says so and the rest still runs.
+browser:
+	@command -v chromium >/dev/null 2>&1 && echo "chromium: $$(command -v chromium)" || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    (apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)) ; } || \
+	  echo "chromium not installed (needs root and apt-get): the browser tests will skip"
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -30,6 +30,7 @@ SUITE = [
     ("event log", "bench_eventlog_overhead.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "7", "--steps", "30"]),
     ("profiler annotations", "bench_profiler_overhead.py", [], []),
     ("report parse", "bench_report_parse.py", ["--size", "128MB"], ["--size", "512MB"]),
+    ("report html", "bench_report_html.py", ["--steps", "20000"], ["--steps", "100000"]),
     ("tui", "bench_tui.py", [], []),
     ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
     ("donation", "bench_donation.py", ["--steps", "6"], ["--steps", "12"]),
@@ -105,6 +106,10 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         for run in data.get("runs", []):
             rows.append((f"report parse {run['bytes'] / 1e6:.0f} MB",
                          f"{run['read_mb_per_cpu_s']:.1f} MB/CPU-s, +{run['rss_growth_mb']:.1f} MB RSS", ">= 50 MB/s, flat"))
+    elif name == "report html" and "wall_s" in data:
+        rows.append((f"report -f html, {data['steps']:,}-step event log", f"{data['wall_s']:.2f} s ({data.get('cpu_s', 0):.2f} s CPU), "
+                     f"{data['page_mb']:.2f} MB (drawing {data['draw_s']:.2f} s)",
+                     f"< {data['target_s']:.0f} s, < {data['target_mb']:.0f} MB"))
     elif name == "graph build" and "ratio_vs_jax" in data:
         rows.append((f"graph build: {data['ops']}-op chain, xladev / jax.jit", f"{_num(data['ratio_vs_jax'])}x "
                      f"({_num(data['xladev']['total_s'])} s vs {_num(data['jax']['total_s'])} s)", "<= 3x"))

@@ -14,6 +14,7 @@ from xladev.schema import units
 from xladev.schema.sites import short_site
 from xladev.report.diagnose import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
+from xladev.report.glance import run_view
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
@@ -51,6 +52,7 @@ class Document:
       summary: (label, value) pairs shown first.
       findings: findings, most severe first.
       sections: the tables and notes after the findings.
+      views: what the HTML page draws (`xladev.report.glance.RunView`): one run's, or A's and B's.
     """
 
     title: str
@@ -59,6 +61,7 @@ class Document:
     summary: list[tuple[str, str]]
     findings: list[rules.Finding]
     sections: list[Section]
+    views: list = dataclasses.field(default_factory=list)
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -300,4 +303,4 @@ def report_document(report) -> Document:
             shown.append(f"… {report.warning_count - len(shown)} more (see --format json)")
         sections.append(Section("Parse warnings", [shown]))
     return Document(f"xladev report: {report.name}", verdict, rules.headline(verdict, findings), _summary(report),
-                    findings, sections)
+                    findings, sections, [run_view(report)])

@@ -22,6 +22,7 @@ from typing import BinaryIO
 from xladev import rules, wall_time
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
+from xladev.report.marks import MarkLog, graph_stat
 from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
@@ -78,6 +79,7 @@ class EventLogReplay:
         source.series = StepSeries(max_rows=max_rows)
         source.debug = DebugLog(source.warn)
         source.trace = self.trace = RankTrace()
+        source.marks = self.marks = MarkLog()
         self.counters: dict[str, int] = {}
         self.counter_lines: dict[str, int] = {}
         self.metrics: dict[str, _Metric] = {}
@@ -134,6 +136,8 @@ class EventLogReplay:
         if record.dir == "from_device" and (record.kind or "").startswith("aten::"):
             self.fallback_transfer_ns += record.ns  # operands of a CPU fallback op
         elif record.dir == "from_device" and record.site:  # a read of the user's: its line, for the findings
+            self.marks.add(record.step, "transfer", record.site, record.kind or "read", self.line, record.ns,
+                           record.count or 1)
             spots = self.source.hot_spots
             key = (record.kind or "read", record.site)
             if key in spots:
@@ -171,6 +175,12 @@ class EventLogReplay:
                 recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0), record.step)
         self._spent("compile", record.compile_ns)
         self.compile_ns_by_step.append((record.step, record.compile_ns))
+        self.marks.add(record.step, "compile", record.site or "", event.cause or "?", self.line, record.compile_ns)
+        stat = graph_stat(self.source.graphs, record.hash, site=record.site or "", name=record.name or "",
+                          nodes=record.nodes, step=record.step, line=self.line)
+        if stat is not None:
+            stat.compiles += 1
+            stat.compile_ns += record.compile_ns
         if len(self.trace.compiles) < MAX_TRACE_RUNS:
             self.trace.compiles.append((record.step, record.hash, record.site or "?"))
         debug = self.source.debug
@@ -182,6 +192,11 @@ class EventLogReplay:
     def _on_execute(self, record: rec.Execute) -> None:
         self.last_graph = (record.hash, record.site or "", "ran")
         self._spent("execute", record.execute_ns)
+        stat = graph_stat(self.source.graphs, record.hash, site=record.site or "", name=record.name or "",
+                          nodes=record.nodes, step=record.step, line=self.line)
+        if stat is not None:
+            stat.executions += 1
+            stat.execute_ns += record.execute_ns
         if len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
         debug = self.source.debug
@@ -196,6 +211,7 @@ class EventLogReplay:
 
     def _on_fallback(self, record: rec.Fallback) -> None:
         self._spent("fallback", record.cpu_ns)
+        self.marks.add(record.step, "fallback", record.site or "", record.op, self.line, record.cpu_ns)
         if record.cpu_ns > 0:
             self.fallback_ns_by_op[record.op] = self.fallback_ns_by_op.get(record.op, 0) + record.cpu_ns
         self.source.debug.not_lowered_ops.add(record.op)
@@ -209,6 +225,7 @@ class EventLogReplay:
                                                                                    site=site))
 
     def _on_graph_break(self, record: rec.GraphBreak) -> None:
+        self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
         # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
         self.source.debug.add_profiler_line(self.line, rules.graph_break_message(
             site=short_site(record.site), reason=record.reason, by=record.by))

@@ -1,6 +1,6 @@
 """Lays a `Document` out as Markdown or as one self-contained HTML file.
 
-The HTML has its style inline and no script, image, font or link to anything outside the file.
+The HTML has its style and its pictures (SVG) inline, and no image, font, script or link from outside the file.
 Every piece of text from the inputs is escaped.
 """
 
@@ -11,6 +11,7 @@ import re
 import html
 
 from xladev import rules
+from xladev.report import html_charts
 from xladev.report.document import Document, Section, Table
 
 SEVERITY_MARKS = {"error": "✖ ERROR", "warning": "⚠ WARNING", "info": "ℹ INFO"}
@@ -122,13 +123,16 @@ def _html_table(table: Table, css_class: str = "") -> str:
     return "\n".join(parts)
 
 
-def _html_finding(finding) -> str:
+def _html_finding(finding, views: list) -> str:
     css = "ok" if finding.rule == "healthy" else finding.severity
     mark = "✔ OK" if finding.rule == "healthy" else SEVERITY_MARKS.get(finding.severity, finding.severity)
     parts = [f'<div class="finding {_h(css)}">', f"<h3>{_h(mark)}: {_h(finding.title)}</h3>",
              f'<div class="rule">{_h(finding.rule)}</div>', f"<p>{_h(finding.detail)}</p>"]
     if finding.evidence:
         parts.append("<ul>" + "".join(f"<li>{_h(line)}</li>" for line in finding.evidence) + "</ul>")
+    links = html_charts.finding_links(finding, views)
+    if links:
+        parts.append(links)
     if finding.cost_text():
         parts.append(f"<p><strong>Cost:</strong> {_h(finding.cost_text())}</p>")
     parts.append(f'<p class="fix"><strong>Fix:</strong> {_h(finding.fix)}</p>')
@@ -152,7 +156,8 @@ def _html_section(section: Section) -> str:
 
 
 def render_html(document: Document) -> str:
-    """Renders a document as one self-contained HTML page (inline CSS, no scripts, no links).
+    """Renders a document as one self-contained HTML page: inline CSS and SVG, no file or address outside it (its
+    one script, inline, sorts the per-graph table).
 
     Args:
       document: what to render.
@@ -161,6 +166,7 @@ def render_html(document: Document) -> str:
       The HTML text.
     """
     verdict = document.verdict
+    pictures = html_charts.pictures(document.views, document.findings)
     summary = "".join(f"<tr><th>{_h(label)}</th><td>{_h(value)}</td></tr>" for label, value in document.summary)
     body = [
         f"<h1>{_h(document.title)}</h1>",
@@ -168,10 +174,13 @@ def render_html(document: Document) -> str:
         f"{_h(document.headline)}</p>",
         f'<table class="summary"><tbody>{summary}</tbody></table>',
         "<h2>Findings</h2>",
-        *(_html_finding(finding) for finding in document.findings),
+        # A comparison's findings are B's (those new in B): their evidence is on B's timeline.
+        *(_html_finding(finding, document.views[-1:]) for finding in document.findings),
+        pictures,
         *(_html_section(section) for section in document.sections),
     ]
+    script = f"<script>{html_charts.SORT_SCRIPT}</script>\n" if html_charts.SORTABLE in pictures else ""
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>{_h(document.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+            f"<title>{_h(document.title)}</title>\n<style>{_CSS}{html_charts.CSS}</style>\n</head>\n<body>\n"
+            + "\n".join(body) + "\n" + script + "</body>\n</html>\n")

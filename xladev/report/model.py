@@ -12,6 +12,7 @@ from xladev.errors import XladevError
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.debuglog import DebugLog
+    from xladev.report.marks import GraphStat, MarkLog
     from xladev.report.series import StepSeries
     from xladev.wall_time import TimeBreakdown
 
@@ -239,6 +240,10 @@ class SourceResult:
     # The numbers of the complete blocks of a last report that was cut short (as a series row), when the
     # report before it is used instead: evidence of what happened last, never the run's final numbers.
     cut_row: dict | None = None
+    # What happened on which step (compiles, device→host reads, CPU fallbacks, graph breaks; an event log's,
+    # bounded by bucketing steps) and each graph's compiles and executions: the HTML report's timeline and table.
+    marks: MarkLog | None = None
+    graphs: dict[str, GraphStat] = dataclasses.field(default_factory=dict)
 
     def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).
