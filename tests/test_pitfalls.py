@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 from xladev.report import load
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from xladev.schema.counters import updates
 from xladev.schema.records import RecordError, parse_line
 from xladev.schema.sites import UNKNOWN_SITE, short_site
 from xladev.schema.units import COUNT
-from xladev_tui.diagnosis import LiveDiagnosis
+from xladev_tui.live_findings import LiveDiagnosis
 from xladev_tui.run_view import (
     DISCONNECTED, ENDED_STATES, ERROR, EXITED, FINISHED, RUNNING, WAITING, Alert, CounterRow, Diagnosis, FallbackRow,
     FindingView, GraphRow, HotSpot, OpenCompile, ProfileRow, RunView, SiteRow, TimeRow, TimeView,

@@ -201,7 +201,7 @@ class TimeRow:
 
 @dataclasses.dataclass(frozen=True)
 class TimeView:
-    """Where the time went (`xladev.wall_time.TimeBreakdown`), overall and in the last step.
+    """Where the time went (`xladev.rules.wall_time.TimeBreakdown`), overall and in the last step.
 
     Attributes:
       headline: the wall time and its largest parts, in one line.

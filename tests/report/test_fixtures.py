@@ -9,7 +9,7 @@ import pytest
 from xladev import rules
 from xladev.report import load
 from xladev.schema import units
-from xladev.report.diagnose import auto_metrics_lines
+from xladev.report.run_findings import auto_metrics_lines
 from xladev.report.inputs import read_source
 
 from tests.report.helpers import FIXTURES, SCENARIOS, fixture_path

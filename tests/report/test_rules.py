@@ -86,14 +86,14 @@ def test_fallback_findings_and_remedies():
     ("aten::some_new_op", "not lowered yet", "open a PyTorch/XLA GitHub issue"),
 ])
 def test_fallback_findings_name_the_reason(op, reason, advice):
-    """The report says why an op stays on the CPU (xladev/fallback_reasons.py) and what to do instead."""
+    """The report says why an op stays on the CPU (xladev/rules/fallback_reasons.py) and what to do instead."""
     (finding,) = rules.fallback_findings({op: 3}, 3)
     assert f"Runs on the CPU: {reason}" in finding.detail
     assert advice in finding.fix
 
 
 def test_custom_ops_not_yet_lowered_have_their_reason():
-    from xladev import fallback_reasons
+    from xladev.rules import fallback_reasons
 
     op = "torch_nn::_linear_cross_entropy_batch_chunked"
     assert fallback_reasons.reason(op) == "not yet done"

@@ -16,7 +16,7 @@ import pytest
 from tests.report.helpers import compiled_model_script, fixture_path, run_script
 from xladev import rules
 from xladev.report import load
-from xladev.report.diagnose import run_stack
+from xladev.report.run_findings import run_stack
 
 BODY = """
     torch.manual_seed(0)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.report.helpers import fixture_path
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 from xladev.report import load
 from xladev.schema import records as rec
 from xladev.schema.units import compact_time_ns

@@ -232,7 +232,7 @@ def test_dynamic_shapes_get_one_program_per_size(tmp_path):
 
 def test_the_report_names_graph_breaks_and_recompiles_from_the_event_log_and_the_debug_file(tmp_path):
     from xladev.report import load
-    from xladev.report.diagnose import diagnose
+    from xladev.report.run_findings import diagnose
 
     dev = xladev.device()
     width = next(_widths)

@@ -16,7 +16,7 @@ from tests.tui.logs import FAILED_HASH, SITE, LogBuilder, graph_hash, long_run
 from xladev.report import load
 from xladev.schema import records as rec
 from xladev_tui import run_model as m
-from xladev_tui.diagnosis import CATCH_UP
+from xladev_tui.live_findings import CATCH_UP
 from xladev_tui.run_model import RunModel, model_from_lines
 
 
@@ -175,7 +175,7 @@ def test_a_replay_that_ends_inside_a_compile_says_the_process_died():
 
 
 def test_the_model_needs_no_textual(long_log):
-    code = ("import sys, xladev_tui.run_model, xladev_tui.diagnosis, xladev_tui.run_view, xladev_tui.sources; "
+    code = ("import sys, xladev_tui.run_model, xladev_tui.live_findings, xladev_tui.run_view, xladev_tui.sources; "
             "m = xladev_tui.run_model.model_from_lines(open(sys.argv[1]).read().splitlines()); "
             "assert m.snapshot().diagnosis.findings; "
             "sys.exit(1 if 'textual' in sys.modules else 0)")

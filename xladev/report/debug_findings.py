@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from xladev import fallback_reasons, rules
+from xladev import rules
+from xladev.rules import fallback_reasons
 from xladev.report.debuglog import is_program_cause, is_step_cause, user_site
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where

@@ -12,7 +12,8 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 from xladev.schema.records import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000

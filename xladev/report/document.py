@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 from xladev.schema import units
 from xladev.schema.sites import short_site
-from xladev.report.diagnose import auto_metrics_lines
+from xladev.report.run_findings import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
 from xladev.report.glance import run_view
 

@@ -19,7 +19,8 @@ import collections
 import math
 from typing import BinaryIO
 
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 from xladev.report.debuglog import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.marks import MarkLog, graph_stat

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xladev import wall_time
+from xladev.rules import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
 from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
 from xladev.schema.sites import short_site
@@ -140,7 +140,7 @@ class RunView:
       measured: what a bar's height is, in words.
       exact: True when steps and marks were measured (an event log).
       marks: the timeline's marks, in step order.
-      breakdown: the run's time breakdown (`xladev.wall_time`), None when no input times anything or the run has
+      breakdown: the run's time breakdown (`xladev.rules.wall_time`), None when no input times anything or the run has
         several ranks.
       breakdowns: (label, breakdown) per bar of the time-by-part chart: ``run``, or ``rank N`` per rank.
       graphs: per graph: compiles, compile time, executions (an event log's), most compile time first.

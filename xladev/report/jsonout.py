@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from xladev.report.diagnose import auto_metrics_lines
+from xladev.report.run_findings import auto_metrics_lines
 from xladev.report.document import report_document
 
 SCHEMA = "xladev.report/1"

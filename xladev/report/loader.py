@@ -228,7 +228,7 @@ class Report:
     @functools.cached_property
     def findings(self):
         """The diagnosis: a list of `xladev.rules.Finding`, most severe first."""
-        from xladev.report.diagnose import diagnose
+        from xladev.report.run_findings import diagnose
 
         return diagnose(self)
 

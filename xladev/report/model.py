@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.debuglog import DebugLog
     from xladev.report.marks import GraphStat, MarkLog
     from xladev.report.series import StepSeries
-    from xladev.wall_time import TimeBreakdown
+    from xladev.rules.wall_time import TimeBreakdown
 
 MAX_STORED_WARNINGS = 1000
 # Why an input holds nothing readable (`SourceResult.problem`), in the words the report prints.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from xladev import graphdiff, rules, wall_time
+from xladev import graphdiff, rules
+from xladev.rules import wall_time
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.report.names import metric_names
 from xladev.schema.counters import SCALAR_READS

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 
-from xladev import wall_time
+from xladev.rules import wall_time
 from xladev.report.marks import KINDS, LABELS
 from xladev.report.glance import MarkGroup, RankSeries, RunView, StepBar, steps_axis
 from xladev.schema.units import compact_time_ns

@@ -40,7 +40,7 @@ from xladev.rules.compile_rules import (  # noqa: F401
     DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,
     graph_break_finding, graph_break_message, guard_advice, parse_dynamo_recompile_message, parse_graph_break_message,
 )
-from xladev.rules.diagnoses import (  # noqa: F401
+from xladev.rules.general_rules import (  # noqa: F401
     ADVICE_RULES, compile_time_finding, device_data_cache_miss_finding, early_sync_finding, failure_finding,
     fallback_findings, graph_growing_finding, graph_growing_message, graph_growth_finding, healthy_finding,
     host_transfer_finding, huge_graph_finding, never_marked_finding, parse_graph_growing, pending_ops_threshold,

@@ -7,7 +7,7 @@ records before the damage with a warning that says where the damage is.
 
 from __future__ import annotations
 
-from xladev.rules.diagnoses import MORE_OF_THE_RUN
+from xladev.rules.general_rules import MORE_OF_THE_RUN
 from xladev.rules.finding_model import WARNING, Finding
 
 NO_COMPLETE_RECORD = "no-complete-record"

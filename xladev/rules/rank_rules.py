@@ -135,7 +135,7 @@ def rank_lost_finding(*, rank: int, lost: int, reason: str, step: int) -> Findin
         subject=f"rank {lost}")
 
 
-# Findings saying the job stopped: ranked before every other (`xladev.wall_time.ranked`), as failures are.
+# Findings saying the job stopped: ranked before every other (`xladev.rules.wall_time.ranked`), as failures are.
 STOPPED_RULES = ("unfinished-run", "rank-lost")
 
 

@@ -6,7 +6,8 @@ import dataclasses
 import threading
 import time
 
-from xladev import rules, wall_time
+from xladev import rules
+from xladev.rules import wall_time
 
 from xladev.events import FallbackOp, GraphCompiled, Recompiled, StepMarked, TransferFromDevice
 from xladev.schema.sites import site_of
@@ -39,7 +40,7 @@ class RunStats:
         self.compiles = 0
         self.longest_compile_ns = 0
         self.longest_execute_ns = 0
-        # Where the time went (`xladev.wall_time.PARTS`), since `started_ns`.
+        # Where the time went (`xladev.rules.wall_time.PARTS`), since `started_ns`.
         self.started_ns = time.perf_counter_ns()
         self.times: dict[str, int] = dict.fromkeys(wall_time.PARTS, 0)
 

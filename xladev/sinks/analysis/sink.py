@@ -7,7 +7,9 @@ import socket
 import sys
 import threading
 
-from xladev import fallback_reasons, rules, wall_time
+from xladev import rules
+from xladev.rules import fallback_reasons
+from xladev.rules import wall_time
 from xladev._flags import config
 from xladev.events import (
     CompileFailed, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted,

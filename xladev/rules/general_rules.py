@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from xladev import fallback_reasons
+from xladev.rules import fallback_reasons
 from xladev.schema import units
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.rules.finding_model import (

@@ -270,7 +270,7 @@ def _time_view(breakdown) -> TimeView | None:
     """A copy of a `TimeBreakdown`: overall rows, with the last completed step's share of each part."""
     if breakdown is None or breakdown.is_empty():
         return None
-    from xladev.wall_time import SHORT_LABELS
+    from xladev.rules.wall_time import SHORT_LABELS
 
     last = breakdown.step_times[-1] if breakdown.step_times else None
     rows = []

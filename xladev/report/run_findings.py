@@ -7,7 +7,9 @@ graphs the others do not are flagged. Evidence carries the input line numbers it
 
 from __future__ import annotations
 
-from xladev import fallback_reasons, rules, wall_time
+from xladev import rules
+from xladev.rules import fallback_reasons
+from xladev.rules import wall_time
 from xladev.report import across_ranks, timing
 from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
 from xladev.report.model import SourceResult
