@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from xladev.report import Report
 from xladev.report.document import report_document
-from xladev.report.jsonout import dumps, report_json
+from xladev.report.document import report_document
+from xladev.report.jsonout import render_json
 from xladev.report.markup import render_html, render_markdown
 from xladev.report.model import SourceResult
 from xladev.report.text_reader import TextReader
@@ -59,7 +60,7 @@ def _check(source: SourceResult) -> None:
     render_terminal(document, width=80)
     render_markdown(document)
     render_html(document)
-    json.loads(dumps(report_json(report)))
+    json.loads(render_json(report_document(report)))
 
 
 _settings = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -38,7 +38,7 @@ def test_a_whole_report_loads_neither_torch_nor_jax_nor_the_runtime():
         import xladev, xladev.rules, xladev.report, xladev.schema, xladev.cli.report
         from xladev.report import compare, document, jsonout, markup, terminal
         report = xladev.report.load({str(fixture_path("fallback.metrics.txt"))!r})
-        jsonout.dumps(jsonout.report_json(report))
+        jsonout.render_json(document.report_document(report))
         terminal.render_terminal(document.report_document(report))
         print({_HEAVY})
     """)

@@ -88,21 +88,19 @@ def _is_comparison(args, sources_by_input: list[list]) -> bool:
     return a.final.counters != b.final.counters  # the same run printed twice has the same last counters
 
 
-def _render(args, document_or_json) -> str:
+def _render(args, document) -> str:
+    """The Document in the format asked for: every format is a renderer of the same Document."""
     from xladev.report import jsonout, markup, terminal
 
-    if args.format == "json":
-        return jsonout.dumps(document_or_json)
-    if args.format == "markdown":
-        return markup.render_markdown(document_or_json)
-    if args.format == "html":
-        return markup.render_html(document_or_json)
-    to_terminal = args.output is None and sys.stdout.isatty()
-    color = args.color == "always" or (args.color == "auto" and to_terminal and "NO_COLOR" not in os.environ)
-    width = args.width
-    if width is None:
-        width = min(100, os.get_terminal_size().columns) if to_terminal else 80
-    return terminal.render_terminal(document_or_json, width=width, color=color)
+    if args.format == "text":
+        to_terminal = args.output is None and sys.stdout.isatty()
+        color = args.color == "always" or (args.color == "auto" and to_terminal and "NO_COLOR" not in os.environ)
+        width = args.width
+        if width is None:
+            width = min(100, os.get_terminal_size().columns) if to_terminal else 80
+        return terminal.render_terminal(document, width=width, color=color)
+    renderers = {"json": jsonout.render_json, "markdown": markup.render_markdown, "html": markup.render_html}
+    return renderers[args.format](document)
 
 
 def _build(args):
@@ -111,7 +109,7 @@ def _build(args):
     Raises:
       NoCompleteRecordError: no input holds a complete record; its ``report`` is the one to render.
     """
-    from xladev.report import compare, jsonout
+    from xladev.report import compare, document
     from xladev.report.inputs import expand_rank_paths, read_source
     from xladev.report.loader import report_from_sources
     from xladev.report.model import NoCompleteRecordError, UnreadableInputError
@@ -125,17 +123,9 @@ def _build(args):
         except NoCompleteRecordError as error:  # one side alone is no comparison: an error, not its report
             raise UnreadableInputError(str(error)) from None
         comparison = compare.compare(*runs)
-        if args.format == "json":
-            return jsonout.comparison_json(comparison), runs[1]
         return compare.comparison_document(comparison), runs[1]
     report = report_from_sources([source for sources in sources_by_input for source in sources])
-    return _rendered_from(args, report), report
-
-
-def _rendered_from(args, report):
-    from xladev.report import document, jsonout
-
-    return jsonout.report_json(report) if args.format == "json" else document.report_document(report)
+    return document.report_document(report), report
 
 
 def _fails(report, level: str | None) -> bool:
@@ -159,17 +149,18 @@ def run(args: argparse.Namespace) -> int:
       0, 1 when ``--fail-on`` is met, 2 for a missing input, no complete record in any input (the
       report with the verdict ``unknown`` is still written) or unwritable output.
     """
+    from xladev.report.document import report_document
     from xladev.report.model import NoCompleteRecordError, UnreadableInputError
 
     unreadable = None
     try:
         try:
-            rendered_from, decisive = _build(args)
+            document, decisive = _build(args)
         except NoCompleteRecordError as error:
             # Written all the same: a CI job that keeps the JSON or HTML gets "unknown" and the reason.
             unreadable, decisive = error, error.report
-            rendered_from = _rendered_from(args, decisive)
-        text = _render(args, rendered_from)
+            document = report_document(decisive)
+        text = _render(args, document)
     except UnreadableInputError as error:
         print(f"xladev report: error: {error}", file=sys.stderr)
         return 2

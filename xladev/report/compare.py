@@ -15,6 +15,7 @@ import pandas as pd
 
 from xladev import rules
 from xladev.schema import units
+from xladev.report import jsonout
 from xladev.report.document import Document, Section, Table, sparkline
 from xladev.report.names import CANONICAL_COLUMNS, KEY_METRICS
 from xladev.report.glance import run_view
@@ -186,7 +187,8 @@ def comparison_document(comparison: Comparison) -> Document:
             summary.append((label, sparkline([max(0.0, y - x) for x, y in zip([0.0] + values, values)]) or "-"))
     label_a, label_b = distinguishing_labels(str(comparison.a.name), str(comparison.b.name))
     return Document(f"xladev report: {label_a} vs {label_b}", verdict, headline, summary, only_b, sections,
-                    [run_view(comparison.a, "a-"), run_view(comparison.b, "b-")])
+                    [run_view(comparison.a, "a-"), run_view(comparison.b, "b-")],
+                    data_of=lambda: jsonout.comparison_data(comparison))
 
 
 def distinguishing_labels(path_a: str, path_b: str) -> tuple[str, str]:

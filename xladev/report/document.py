@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 from xladev import rules
 from xladev.rules import wall_time
 from xladev.schema import units
 from xladev.schema.sites import short_site
+from xladev.report import jsonout
 from xladev.report.run_findings import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
 from xladev.report.glance import run_view
@@ -54,6 +56,8 @@ class Document:
       findings: findings, most severe first.
       sections: the tables and notes after the findings.
       views: what the HTML page draws (`xladev.report.glance.RunView`): one run's, or A's and B's.
+      data_of: builds the machine-readable form the JSON renderer writes (`data()`); built only when asked,
+        since the other renderers never need it.
     """
 
     title: str
@@ -63,6 +67,17 @@ class Document:
     findings: list[rules.Finding]
     sections: list[Section]
     views: list = dataclasses.field(default_factory=list)
+    data_of: Callable[[], dict] | None = None
+
+    def data(self) -> dict:
+        """The machine-readable form of the document (schema ``xladev.report/1`` or its comparison form).
+
+        Raises:
+          ValueError: the document was built without one.
+        """
+        if self.data_of is None:
+            raise ValueError(f"{self.title!r} has no machine-readable form")
+        return self.data_of()
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -303,5 +318,6 @@ def report_document(report) -> Document:
         if report.warning_count > len(shown):
             shown.append(f"… {report.warning_count - len(shown)} more (see --format json)")
         sections.append(Section("Parse warnings", [shown]))
-    return Document(f"xladev report: {report.name}", verdict, rules.headline(verdict, findings), _summary(report),
-                    findings, sections, [run_view(report)])
+    headline = rules.headline(verdict, findings)
+    return Document(f"xladev report: {report.name}", verdict, headline, _summary(report), findings, sections,
+                    [run_view(report)], data_of=lambda: jsonout.report_data(report, verdict, headline))

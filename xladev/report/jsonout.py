@@ -1,4 +1,5 @@
-"""The JSON form of a report (schema ``xladev.report/1``), documented in docs/report.md.
+"""The JSON form of a report (schema ``xladev.report/1``), documented in docs/report.md: one more renderer of the
+`Document`, whose ``data()`` gives the machine-readable numbers this module gathers.
 
 Values are in base units: nanoseconds for time metrics, bytes for byte metrics, plain numbers
 otherwise; each metric says which in ``unit``. Missing or not-a-number values are ``null``.
@@ -12,7 +13,6 @@ import math
 import pandas as pd
 
 from xladev.report.run_findings import auto_metrics_lines
-from xladev.report.document import report_document
 
 SCHEMA = "xladev.report/1"
 COMPARE_SCHEMA = "xladev.report.compare/1"
@@ -86,21 +86,22 @@ def _steps(report) -> list[dict]:
     return _clean(series)
 
 
-def report_json(report) -> dict:
-    """Builds the JSON document of a report.
+def report_data(report, verdict: str, headline: str) -> dict:
+    """The JSON form of a report (its Document's ``data()``).
 
     Args:
       report: a `xladev.report.Report`.
+      verdict: the Document's verdict.
+      headline: the Document's headline.
 
     Returns:
       A dict ready for ``json.dumps`` (no nan or inf inside).
     """
-    document = report_document(report)
     compile_events = report.compile_events
     return {
         "schema": SCHEMA,
-        "verdict": document.verdict,
-        "headline": document.headline,
+        "verdict": verdict,
+        "headline": headline,
         "inputs": _clean(_inputs(report)),
         "summary": summary_numbers(report),
         "findings": _clean([finding.to_dict() for finding in report.findings]),
@@ -123,8 +124,8 @@ def report_json(report) -> dict:
     }
 
 
-def comparison_json(comparison) -> dict:
-    """Builds the JSON document of a comparison (schema ``xladev.report.compare/1``)."""
+def comparison_data(comparison) -> dict:
+    """The JSON form of a comparison (schema ``xladev.report.compare/1``; its Document's ``data()``)."""
     return {
         "schema": COMPARE_SCHEMA,
         "a": {"name": comparison.a.name, "verdict": comparison.a.verdict(), "summary": summary_numbers(comparison.a),
@@ -135,6 +136,11 @@ def comparison_json(comparison) -> dict:
     }
 
 
-def dumps(document: dict) -> str:
-    """Serialises a JSON document strictly (no NaN), indented, ending with a newline."""
-    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+def dumps(data: dict) -> str:
+    """Serialises a JSON form strictly (no NaN), indented, ending with a newline."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def render_json(document) -> str:
+    """The JSON renderer: a Document's machine-readable form (``document.data()``), serialised."""
+    return dumps(document.data())
