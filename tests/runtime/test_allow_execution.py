@@ -9,7 +9,7 @@ import torch
 import xladev
 import xladev.debug.metrics as met
 from tests.source_lines import line_of
-from xladev.runtime.execute.execution import ExecutionNotAllowedError
+from xladev.runtime.execute.admission import ExecutionNotAllowedError
 
 
 def test_any_execution_raises_with_its_cause_and_line_and_the_setting_is_restored():

@@ -14,7 +14,7 @@ import xladev
 import xladev.debug.metrics as met
 from tests.source_lines import line_of
 from xladev.events import CauseKind, GraphCompiled, GraphExecuted, Recompiled
-from xladev.runtime.execute.execution import ExecutionNotAllowedError
+from xladev.runtime.execute.admission import ExecutionNotAllowedError
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 

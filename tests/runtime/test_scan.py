@@ -13,7 +13,7 @@ from examples import transformer
 from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
 from xladev.events import GraphCompiled, GraphExecuted
-from xladev.runtime.execute.execution import ExecutionNotAllowedError
+from xladev.runtime.execute.admission import ExecutionNotAllowedError
 from xladev.runtime.record.scan import ONE_LAYER_CACHE, SCAN_COMPUTATION_CACHE, scan, scan_layers
 
 

@@ -23,7 +23,7 @@ from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind
 from xladev.graphdiff import GraphSummary, closest, differences
-from xladev.runtime.execute import execution as _execution
+from xladev.runtime.execute import admission
 from xladev.runtime.graph import graph_names, stack
 from xladev.runtime.compile.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph.ir import Graph
@@ -105,14 +105,14 @@ def _region(name: str | None, full_graph: bool, session: _Session | None):
         # stay pending), so nothing follows the yield then.
         with _refusing(reason) if full_graph else contextlib.nullcontext():
             yield
-        with _execution.admitting(session.admit if session is not None else None):
+        with admission.admitting(session.admit if session is not None else None):
             mark_step(Cause(CauseKind.COMPILE_REGION))
 
 
 @contextlib.contextmanager
 def _refusing(reason: str):
     """No execution in this thread inside the block; a refusal starts with PyTorch/XLA's sentence and names `reason`."""
-    with config.override(allow_execution=False), _execution.refusing_because(reason, _UNEXPECTED):
+    with config.override(allow_execution=False), admission.refusing_because(reason, _UNEXPECTED):
         yield
 
 

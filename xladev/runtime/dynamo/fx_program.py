@@ -30,7 +30,9 @@ from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
 from xladev.runtime.graph import graph_names, ir, stack, steps
 from xladev.runtime.record import rng
 from xladev.runtime.compile.compilation import compile_cache
-from xladev.runtime.execute.execution import ExecutionNotAllowedError, copy_buffer, execution, refusing_because
+from xladev.runtime.execute.execution import execution
+from xladev.runtime.execute.admission import ExecutionNotAllowedError, refusing_because
+from xladev.runtime.execute.donation import copy_buffer
 from xladev.runtime.dynamo.fx_arguments import AliasedInputsError  # noqa: F401  (xladev.AliasedInputsError is found here)
 from xladev.runtime.dynamo.fx_arguments import (INPUTS, check_written_aliases, concrete_strides, constants_of,
                                          has_symbolic_shape, input_arrays, is_folded, signature, view_key)

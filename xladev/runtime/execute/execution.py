@@ -8,19 +8,16 @@ value reads (transfers.py), and the eager debug mode (one small graph per op).
 from __future__ import annotations
 
 import collections
-import contextlib
-import sys
 import threading
 import time
-from typing import Callable
 
 from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import (
     Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
 )
-from xladev.runtime.graph import annotate, backend, device_put, fork_guard, graph_names, stack, steps
-from xladev.runtime.execute import traced_call
+from xladev.runtime.graph import annotate, backend, device_put, graph_names, stack, steps
+from xladev.runtime.execute import admission, donation, traced_call
 from xladev.runtime.execute.replica_guard import guard as replica_guard
 from xladev.runtime.compile.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -33,7 +30,6 @@ from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.span_clock import spent
 from xladev.runtime.graph.storage import pending, pending_storages
 from xladev.runtime.graph.world import DistributedError, job
-from xladev.schema.sites import short_site, site_of
 
 # One graph runs at a time, and the step barrier (barrier.py) holds this lock for its whole sync.
 lock = threading.RLock()
@@ -43,34 +39,25 @@ lock = threading.RLock()
 # inputs are queued on the device ahead of the program that reads them, as the program itself is (run_program).
 _QUEUED_CAUSES = frozenset((CauseKind.DYNAMO_INPUTS,))
 
-# A check every graph must pass before it compiles or runs (a compiled region's `max_different_graphs`), or None.
-_admission: Callable[[Graph], None] | None = None
-
-
-@contextlib.contextmanager
-def admitting(check: Callable[[Graph], None] | None):
-    """Runs the block with `check(graph)` called on each graph before it compiles or runs; it may raise.
-
-    Args:
-      check: the check, or None for none.
-    """
-    global _admission
-    saved, _admission = _admission, check
-    try:
-        yield
-    finally:
-        _admission = saved
-
-
-class ExecutionNotAllowedError(XladevError, RuntimeError):
-    """A graph was about to run while executions are disallowed (`xladev.debug.allow_execution(False)`).
-
-    The message names the cause of the execution and the user's line that asked for it.
-    """
-
 
 class XlaExecutionError(XladevError, RuntimeError):
     """A compiled graph failed while running. The message names the graph hash and the saved HLO."""
+
+
+class HostTimings:
+    """The host's time around one execution, announced with it (GraphExecuted): PyTorch/XLA's UnwrapXlaData,
+    WrapXlaData and DeviceLockWait.
+
+    Attributes:
+      unwrap_ns: taking the device buffers out of the input nodes.
+      wrap_ns: wrapping the output buffers as device data nodes (set after dispatch).
+      lock_wait_ns: waiting for the execution lock and for the graphs still running.
+    """
+
+    __slots__ = ("unwrap_ns", "wrap_ns", "lock_wait_ns")
+
+    def __init__(self, unwrap_ns: int = 0, wrap_ns: int = 0, lock_wait_ns: int = 0) -> None:
+        self.unwrap_ns, self.wrap_ns, self.lock_wait_ns = unwrap_ns, wrap_ns, lock_wait_ns
 
 
 class Execution:
@@ -139,7 +126,7 @@ class Execution:
           XlaCompileError: the graph failed to compile.
           XlaExecutionError: it failed while running (or an earlier dispatched graph did).
         """
-        _check_may_run(cause, frames)
+        admission.check_may_run(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
             if cause.kind not in _QUEUED_CAUSES:
@@ -149,8 +136,7 @@ class Execution:
             self.flush_ops()
             graph = Graph(roots, device_index)
             graph.user_outputs -= internal_outputs
-            if _admission is not None:
-                _admission(graph)
+            admission.admit(graph)
             copies: tuple[int, ...] = ()
             # A graph holding collectives donates nothing: whether a buffer can be donated depends on what
             # else holds it (reference counts), which may differ from rank to rank, and every rank must
@@ -159,7 +145,7 @@ class Execution:
                 # A graph keeps the donated inputs it was first compiled with, so a step whose buffer is held
                 # elsewhere for once (a reference cycle the garbage collector has not freed yet) does not
                 # recompile: that input is copied, and the executable consumes the copy.
-                now = _donatable(graph, donors)
+                now = donation.donatable(graph, donors)
                 chosen = self.compiler.donation_of(graph.key, now)
                 graph.donate(chosen)
                 copies = tuple(i for i in chosen if i not in now)
@@ -167,11 +153,11 @@ class Execution:
             unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
             arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
-                arrays[i] = copy_buffer(arrays[i])
+                arrays[i] = donation.copy_buffer(arrays[i])
             if backend.spmd_replicated is not None and device_index == 0:
                 arrays = _spmd_placed(arrays)
             unwrap_ns = time.perf_counter_ns() - unwrap_start
-            timings = [unwrap_ns, 0, lock_wait_ns]
+            timings = HostTimings(unwrap_ns, 0, lock_wait_ns)
             outputs, dispatched = self._start(graph, entry, cached, arrays, cause, frames, timings,
                                               graph_names.current())
             wrap_start = time.perf_counter_ns()  # the output buffers as device data nodes: WrapXlaData
@@ -182,7 +168,7 @@ class Execution:
                 if data is None:
                     data = made[id(root)] = DataNode(array, root.meta)
                 results.append(data)
-            timings[1] = time.perf_counter_ns() - wrap_start
+            timings.wrap_ns = time.perf_counter_ns() - wrap_start
             self._finish(dispatched)
             return results
 
@@ -207,10 +193,10 @@ class Execution:
           ExecutionNotAllowedError: executions are disallowed.
           XlaExecutionError: it failed while running (or an earlier dispatched graph did).
         """
-        _check_may_run(cause, frames)
+        admission.check_may_run(cause, frames)
         wait_start = time.perf_counter_ns()
         with lock:
-            timings = [0, 0, time.perf_counter_ns() - wait_start]
+            timings = HostTimings(lock_wait_ns=time.perf_counter_ns() - wait_start)
             outputs, dispatched = self._start(graph, entry, False, arrays, cause, frames, timings, name)
             if watch is not None:
                 dispatched.outputs = (outputs[watch],)
@@ -218,11 +204,11 @@ class Execution:
         return outputs
 
     def _start(self, graph: Graph, entry: CacheEntry, cached: bool, arrays: list, cause: Cause, frames,
-               timings: list, name: str | None) -> tuple:
+               timings: HostTimings, name: str | None) -> tuple:
         """Dispatches the executable; returns its outputs and the `Dispatched` to finish (`_finish`).
 
-        `timings` is [unwrap_ns, wrap_ns, lock_wait_ns], read when the execution is announced; `name` is the
-        graph name its events carry.
+        `timings` is read when the execution is announced (its wrap time is set after this returns); `name` is
+        the graph name its events carry.
         """
         step = steps.current()
         wait_ns = 0
@@ -255,7 +241,7 @@ class Execution:
                 bus.emit(GraphExecuted(
                     time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                     entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph, out_shardings), name,
-                    *timings,
+                    timings.unwrap_ns, timings.wrap_ns, timings.lock_wait_ns,
                 ))
                 if entry.replicated:
                     count, nbytes, sites = entry.collective_stats
@@ -380,7 +366,7 @@ class Execution:
         roots = [s.value for s in storages]
         # An earlier graph that failed while running raises here, before these storages are involved.
         waited = self.settle() if cause.kind not in _QUEUED_CAUSES else 0
-        donors = _donors(storages) if donate and config.param_aliasing else None
+        donors = donation.donors_of(storages) if donate and config.param_aliasing else None
         internal = sum(1 for s in storages if s.internal)
         try:
             datas = self.run(roots, cause, frames, donors, internal, waited, device_index)
@@ -407,28 +393,6 @@ class Execution:
             self.scalars.clear()
 
 
-# What disallows executions when `config.allow_execution` is False, for the refusal's message, per thread (as the
-# override a compiled region sets is): (what disallows them, the sentence a refusal starts with).
-_DISALLOWED_BY = "xladev.debug.allow_execution(False) (XLADEV_ALLOW_EXECUTION=0)"
-_refusal = threading.local()
-
-
-@contextlib.contextmanager
-def refusing_because(reason: str, headline: str = ""):
-    """Names `reason` as what disallows executions in refusals raised in this thread inside the block.
-
-    Args:
-      reason: e.g. `xladev.compile(full_graph=True) of 'step'`.
-      headline: a sentence the refusal starts with.
-    """
-    saved = getattr(_refusal, "why", None)
-    _refusal.why = (reason, headline)
-    try:
-        yield
-    finally:
-        _refusal.why = saved
-
-
 # How long a failed collective waits for the watchdog to name a rank that is gone.
 _LOST_WAIT_S = 3.0
 
@@ -453,92 +417,6 @@ def _as_replicated(arrays: list, sharding) -> list:
 
     make = jax.make_array_from_single_device_arrays
     return [make(a.shape, sharding, [a]) for a in arrays]
-
-
-_copy = None
-
-
-def copy_buffer(array):
-    """A new buffer holding `array`'s value, for an executable to consume in place of a donated input that
-    something else still reads. Through one jitted copy: `Array.copy` goes through jax's op-by-op dispatch,
-    about 100 us a call, where a cached executable's call takes about 15 us."""
-    global _copy
-    if _copy is None:
-        import jax
-        import jax.numpy as jnp
-
-        _copy = jax.jit(jnp.copy)
-    return _copy(array)
-
-
-def _check_may_run(cause: Cause, frames) -> None:
-    """Raises unless a graph may run here: not in a forked child of a started runtime, nor while executions
-    are disallowed (`allow_execution(False)`, `full_graph` regions, torch.compile traces)."""
-    fork_guard.check()
-    if config.allow_execution:
-        return
-    site = short_site(site_of(frames if frames is not None else stack.capture_frames()))
-    what = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
-    disallowed_by, headline = getattr(_refusal, "why", None) or (_DISALLOWED_BY, "")
-    raise ExecutionNotAllowedError(
-        f"{headline}a graph was about to run at {site} ({what}) while executions are disallowed by "
-        f"{disallowed_by}: keep the tensor on the device there, or allow executions around this code")
-
-
-def _donors(storages: list) -> list[DataNode]:
-    """The old device data of storages updated in place, when the new value has the same shape and dtype."""
-    donors: list[DataNode] = []
-    seen: set[int] = set()
-    for storage in storages:
-        ref = storage.donor
-        data = ref() if ref is not None else None
-        if data is not None and data.array is not None and data.meta == storage.value.meta and id(data) not in seen:
-            seen.add(id(data))
-            donors.append(data)
-    return donors
-
-
-def _operand_uses(graph: Graph, wanted: set[int]) -> collections.Counter:
-    """How many operand slots of the graph read each wanted node (each slot is one reference to it)."""
-    uses: collections.Counter = collections.Counter()
-    for node in graph.nodes:
-        for operand in node.operands:
-            if id(operand) in wanted:
-                uses[id(operand)] += 1
-    return uses
-
-
-# References a donor has when only this graph uses it, besides one per operand slot reading it: the
-# caller's `donors` list, `graph.inputs`, `graph.nodes`, `_donatable`'s local and getrefcount's argument.
-_DONOR_BASE_REFS = 5
-
-
-def _donatable(graph: Graph, donors: list[DataNode]) -> tuple[int, ...]:
-    """Positions of the donors whose buffers nothing outside this graph can read.
-
-    A donated buffer is gone once the graph ran, so a donor must not be reachable from anything else:
-    another tensor holding the same data (made by `copy_` of device data), a view's cached value, a
-    pending value left out of this graph. Python's reference count says exactly that: every holder adds
-    one, so a donor with no more references than this graph's own is read by nothing else. Its jax array
-    must have no holder but the node either.
-
-    Args:
-      graph: the graph about to run.
-      donors: candidate device data (`_donors`), each at most once.
-
-    Returns:
-      The positions in `graph.inputs` of the donors to donate.
-    """
-    wanted = {id(d) for d in donors}
-    uses = _operand_uses(graph, wanted)
-    inputs = graph.inputs
-    positions = []
-    for i in range(len(inputs)):
-        node = inputs[i]
-        if (id(node) in wanted and sys.getrefcount(node) == _DONOR_BASE_REFS + uses[id(node)]
-                and sys.getrefcount(node.array) == 2):
-            positions.append(i)
-    return tuple(positions)
 
 
 execution = Execution(compile_cache)

@@ -126,7 +126,7 @@ class InFlight:
                 item.error = exc
             item.ready_ns = time.perf_counter_ns()
             # The outputs are the tensors' data now: a reference kept here would stop the next step from
-            # donating them (execution._donatable counts references).
+            # donating them (donation.donatable counts references).
             item.outputs = ()
             item.done.release()
 

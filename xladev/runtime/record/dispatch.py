@@ -227,7 +227,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         return _dispatch_eagerly(func, args, kwargs, started)
     # An op and a step barrier never interleave: an op on another thread reads a tensor's value either
     # before the barrier took it or after the barrier replaced it by device data, never the pending
-    # value of a graph whose input buffers the barrier donated (execution._donatable).
+    # value of a graph whose input buffers the barrier donated (donation.donatable).
     try:
         with _execution_lock:
             route = _routes.get(id(func))

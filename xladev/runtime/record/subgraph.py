@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 import torch
 
 from xladev._flags import config
-from xladev.runtime.execute import execution as _execution
+from xladev.runtime.execute import admission
 from xladev.runtime.record import rng
 from xladev.runtime.lowering.graph_lowering import graph_function
 from xladev.runtime.graph.ir import GETITEM_OP, DataNode, Graph, Meta, Node
@@ -237,7 +237,7 @@ class Tracing:
         """The block traces: no graph may run in this thread, eager mode is off, the RNG key is a placeholder."""
         before = _pending_values()
         with config.override(allow_execution=False, eager_debug_mode=False), \
-                _execution.refusing_because(reason, f"{self.what} traces it once, on placeholder tensors: "), \
+                admission.refusing_because(reason, f"{self.what} traces it once, on placeholder tensors: "), \
                 rng.keyed(self.device_index, self.key) as state:
             try:
                 yield self
