@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 from xladev.schema import records as rec
+from xladev.schema import log_header
 from xladev.schema.counters import updates
 from xladev.schema.records import RecordError, parse_line
 from xladev.schema.sites import UNKNOWN_SITE, short_site
@@ -264,7 +265,7 @@ class RunModel:
             self.add_log("[xladev tui] a second header: two runs in one file; counting on")
             return
         self.header = record
-        note = rec.newer_version_note(record)
+        note = log_header.newer_version_note(record)
         if note:
             self.add_log(f"[xladev tui] {note}")
         if self.state == WAITING:

@@ -26,7 +26,8 @@ from typing import Callable, Iterable, Protocol
 
 from xladev_tui.run_model import DISCONNECTED, ERROR, EXITED, LINE, NOTICE, OUTPUT, RUNNING, STATUS, TRUNCATED, WAITING
 from xladev.schema.opener import SalvagingGzip, is_gzip, looks_binary
-from xladev.schema.records import Header, NotAnEventLog, RecordError, check_first_line, is_end_line, parse_line
+from xladev.schema.records import Header, NotAnEventLog, RecordError, is_end_line, parse_line
+from xladev.schema.log_header import check_first_line
 from xladev_tui.job_output import OutputReader, OutputWriter, output_path
 
 __all__ = ["ChildProcessSource", "FileTailSource", "FixtureSource", "Source", "output_path", "pid_alive"]

@@ -18,7 +18,7 @@ from examples._common import run_loop
 from tests.distributed.harness import REPO, torchrun
 from tests.distributed.job_config import TRANSFORMER, TRANSFORMER_STEPS
 from tests.parity_bounds import GRAD_REL, PARAM_REL, assert_adam_params_close, loss_rtol
-from xladev.schema import records
+from xladev.schema import log_header, records
 
 JOB = REPO / "tests" / "distributed" / "torchrun_job.py"
 
@@ -121,7 +121,7 @@ def test_transformer_in_two_processes_matches_one_process_on_the_global_batch(jo
 def test_every_output_is_written_per_rank(job):
     out, _ = job
     for rank in (0, 1):
-        header = records.read_header(str(out / f"run.rank{rank}.events.jsonl"))
+        header = log_header.read_header(str(out / f"run.rank{rank}.events.jsonl"))
         assert (header.rank, header.world_size) == (rank, 2)
         for name in ("metrics.txt", "debug.txt", "graphs.txt"):  # PyTorch/XLA's `path.<ordinal>`
             assert (out / f"{name}.{rank}").stat().st_size > 0, name

@@ -12,7 +12,8 @@ import pytest
 from tests.tui.helpers import FIXTURE, dead_pid, fixture_lines
 from tests.tui.logs import LogBuilder, graph_hash
 from xladev.schema import records as rec
-from xladev.schema.records import NotAnEventLog, read_header
+from xladev.schema.records import NotAnEventLog
+from xladev.schema.log_header import read_header
 from xladev.schema.sites import short_site
 from xladev.schema.units import TIME
 from xladev_tui import run_model as m

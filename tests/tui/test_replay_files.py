@@ -14,7 +14,7 @@ from textual.widgets import Static
 from tests.tui.helpers import async_test, dead_pid, fixture_lines, plain, wait_for
 from tests.tui.logs import long_run
 from xladev.cli.main import main
-from xladev.schema.records import read_header
+from xladev.schema.log_header import read_header
 from xladev_tui import run_model as m
 from xladev_tui.app import XladevTUI
 from xladev_tui.sources import FileTailSource

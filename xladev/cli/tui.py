@@ -53,7 +53,8 @@ def make_source(args: argparse.Namespace):
     Raises:
       SystemExit(2) via UsageError: nothing to show, or a file that is not an event log.
     """
-    from xladev.schema.records import NotAnEventLog, read_header
+    from xladev.schema.records import NotAnEventLog
+    from xladev.schema.log_header import read_header
     from xladev_tui.sources import ChildProcessSource, FileTailSource
 
     target = list(args.target)

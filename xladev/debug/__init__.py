@@ -11,7 +11,7 @@ import contextlib
 
 from xladev._flags import config
 from xladev.events import DynamoRecompiled, GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
-from xladev.schema.records import recompilation_lines
+from xladev.schema.record_wording import recompilation_lines
 from xladev.schema.sites import short_site, site_of
 
 __all__ = ["RecompilationError", "assert_no_recompiles"]

@@ -14,7 +14,7 @@ import socket
 import tempfile
 
 from xladev.errors import XladevError
-from xladev.schema.records import tensorboard_command  # noqa: F401  (re-exported: one definition, the report's too)
+from xladev.schema.record_wording import tensorboard_command# noqa: F401  (re-exported: one definition, the report's too)
 
 PROFILE_SUBDIR = os.path.join("plugins", "profile")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from xladev import rules
 from xladev.rules import wall_time
-from xladev.schema.records import RECOMPILED_IN_STEP_RE
+from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
@@ -24,7 +24,7 @@ MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
 _XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/analysis/blocks.py)
-_SUMMARY_RUN = "Run: "  # host:pid:start, `xladev.schema.records.run_identity`
+_SUMMARY_RUN = "Run: "  # host:pid:start, `xladev.schema.record_wording.run_identity`
 _SUMMARY_TOTALS_RE = re.compile(r"^(\d+) steps, (\d+) compiles, (\d+) device->host transfers$")
 _SUMMARY_SPOT_RE = re.compile(r"^(.+?) at (.+): (\d+) transfers, \S+, ([\d.]+) per step$")
 _SUMMARY_FALLBACK_RE = re.compile(r"^(\S+) at (.+): (\d+) call\(s\)")

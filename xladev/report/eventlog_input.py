@@ -28,6 +28,8 @@ from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEndin
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import records as rec
+from xladev.schema import record_wording
+from xladev.schema import log_header
 from xladev.schema.counters import updates
 from xladev.schema.sites import short_site, split_site
 from xladev.schema.units import COUNT
@@ -149,8 +151,8 @@ class EventLogReplay:
     def _on_header(self, record: rec.Header) -> None:
         if self.header is None:
             self.header = record
-            self.source.run_id = rec.run_identity(record.host, record.pid, record.start_unix)
-            self.source.run_label = rec.run_label(record.host, record.pid, record.start_unix)
+            self.source.run_id = record_wording.run_identity(record.host, record.pid, record.start_unix)
+            self.source.run_label = record_wording.run_label(record.host, record.pid, record.start_unix)
             self.source.api = record.api
             if self.source.rank is None and (record.world_size or 1) > 1:
                 self.source.rank = record.rank
@@ -171,7 +173,7 @@ class EventLogReplay:
                            steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
-            event.recompilation = rec.recompilation_lines(
+            event.recompilation = record_wording.recompilation_lines(
                 record.site, recompile.get("previous", "?"), recompile.get("changes"),
                 recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0), record.step)
         self._spent("compile", record.compile_ns)
@@ -360,7 +362,7 @@ class EventLogInput:
         self.max_rows = max_rows
 
     def sniff(self, head: bytes, path: str) -> bool:
-        return rec.sniff(head)
+        return log_header.sniff(head)
 
     def read(self, stream: BinaryIO, source: SourceResult) -> None:
         replay = EventLogReplay(source, self.max_rows)
@@ -405,7 +407,7 @@ class EventLogInput:
         if record is None:
             return  # a record type this reader does not know (a newer writer)
         if lineno == 1 and isinstance(record, rec.Header):
-            note = rec.newer_version_note(record)
+            note = log_header.newer_version_note(record)
             if note:
                 source.warn(lineno, note)
         replay.feed(lineno, record)

@@ -220,7 +220,7 @@ class SourceResult:
     compile_ns_by_step: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     fallback_transfer_ns: float = 0.0
     fallback_ns_by_op: dict[str, int] = dataclasses.field(default_factory=dict)  # CPU kernel time per op
-    # The run it came from (`xladev.schema.records.run_identity`), when the input says: an event log's
+    # The run it came from (`xladev.schema.record_wording.run_identity`), when the input says: an event log's
     # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
     run_id: str | None = None
     run_label: str = ""

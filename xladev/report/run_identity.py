@@ -11,6 +11,7 @@ import os
 
 from xladev.report.model import SourceResult, UnreadableInputError
 from xladev.schema import records as rec
+from xladev.schema import record_wording
 
 
 class DifferentRunsError(UnreadableInputError):
@@ -27,7 +28,7 @@ def _identify(source: SourceResult) -> None:
     host, pid, started = run.rsplit(":", 2)
     source.run_id = run
     try:
-        source.run_label = rec.run_label(host, int(pid), float(started))
+        source.run_label = record_wording.run_label(host, int(pid), float(started))
     except ValueError:
         source.run_label = run
 

@@ -3,7 +3,10 @@
 Standard library only: reading a log never imports torch, jax or the runtime.
 
 - `xladev.schema.records`: the record types of the event log (`to_record`/`from_record`), the schema
-  name and version, header sniffing.
+  name and version.
+- `xladev.schema.log_header`: an event log's first line: recognising a header, a clear error for anything else.
+- `xladev.schema.record_wording`: how records are put into words (step windows, recompilation lines, run identity).
+- `xladev.schema.metric_names`: PyTorch/XLA's metric and counter names across its eras.
 - `xladev.schema.counters`: the one table of record → counter and metric updates.
 - `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
 - `xladev.schema.sites`: trigger sites (which frame is the user's) and how they are shortened.
@@ -12,6 +15,6 @@ Standard library only: reading a log never imports torch, jax or the runtime.
   telling text from binary data.
 """
 
-from xladev.schema import counters, opener, ranks, records, sites, units
+from xladev.schema import counters, log_header, metric_names, opener, ranks, record_wording, records, sites, units
 
-__all__ = ["counters", "opener", "ranks", "records", "sites", "units"]
+__all__ = ["counters", "log_header", "metric_names", "opener", "ranks", "record_wording", "records", "sites", "units"]

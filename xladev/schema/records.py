@@ -2,6 +2,7 @@
 
 The writer (`xladev.sinks.eventlog_writer`) builds these from runtime events and calls `to_record()`;
 the report's reader and the TUI call `parse_line()` / `from_record()`. Nothing else knows the format.
+A log's first line is read by `log_header`; the sentences records are shown as are in `record_wording`.
 
     {"type":"header","schema":"xladev.events/1",...}     first line
     {"type":"compile","t":...,"step":0,"hash":...}       one per event
@@ -16,14 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
-import time
 import types
 import typing
 from typing import Any, ClassVar
 
 from xladev.errors import XladevError
-from xladev.schema.opener import looks_binary, open_log
+from xladev.schema.record_wording import step_window, tensorboard_command
 
 SCHEMA_NAME = "xladev.events"
 SCHEMA_VERSION = 1
@@ -409,20 +408,6 @@ class Profile(_Timed):
             os.path.dirname(self.path)))))
 
 
-def step_window(first: int | None, last: int | None) -> str:
-    """`steps 5–7`, `step 5`, or `steps ?`: a profile's step window as the report and the TUI write it."""
-    if first is None or last is None:
-        return "steps ?"
-    return f"step {first}" if first == last else f"steps {first}–{last}"
-
-
-def tensorboard_command(logdir: str) -> str:
-    """The command that shows the profiles under `logdir` in TensorBoard's Profile tab."""
-    import shlex
-
-    return f"tensorboard --logdir {shlex.quote(logdir)}"
-
-
 @dataclasses.dataclass(slots=True)
 class Collective(_Timed):
     """A graph holding collectives ran on every rank: `count` collectives of `bytes` from this rank, `wait_ns`
@@ -532,108 +517,3 @@ def parse_line(text: str | bytes) -> Record | None:
     if not isinstance(data, dict):
         raise RecordError(f"not a JSON object but {type(data).__name__}")
     return from_record(data)
-
-
-# ---------------------------------------------------------------- the header
-
-def header_of(line: bytes | str) -> Header | None:
-    """The header when `line` is the first line of an event log, else None."""
-    try:
-        data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict) or data.get("type") != "header":
-        return None
-    if str(data.get("schema", "")).split("/", 1)[0] != SCHEMA_NAME:
-        return None
-    try:
-        return Header.from_record(data)
-    except RecordError:
-        return None
-
-
-def sniff(head: bytes) -> bool:
-    """True when these first bytes of a file start an event log (cheap: no full parse unless likely)."""
-    first = head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-    return first.startswith(b"{") and b'"header"' in first and header_of(first) is not None
-
-
-def check_first_line(path: str, line: bytes) -> Header:
-    """The header of a log whose first complete line is `line`.
-
-    Raises:
-      NotAnEventLog: naming the file and what its first line is instead.
-    """
-    text = line.decode("utf-8", "replace").strip()
-    header = header_of(text)
-    if header is not None:
-        return header
-    if looks_binary(line):  # its bytes would only garble the message
-        raise NotAnEventLog(f"{path} is not an xladev event log: it holds binary data (neither text nor "
-                            "gzip-compressed text)")
-    shown = text[:60] + ("…" if len(text) > 60 else "")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        why = f"its first line is not a JSON object: {shown!r}"
-    else:
-        why = f"its first line is not an {SCHEMA_NAME} header (type={data.get('type')!r}, schema={data.get('schema')!r})"
-    raise NotAnEventLog(f"{path} is not an xladev event log: {why}. Write one with XLADEV_EVENT_LOG=path python train.py")
-
-
-def newer_version_note(header: Header) -> str | None:
-    """What to tell a reader of a log written by a newer schema, or None."""
-    if header.version > SCHEMA_VERSION:
-        return (f"schema version {header.version} is newer than this reader's {SCHEMA_VERSION}; "
-                "unknown records and fields are ignored")
-    return None
-
-
-RECOMPILED_IN_STEP_RE = re.compile(r"^compared with graph \S+ from the same site, in step (\d+):$")
-
-
-def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, compile_ns_at_site,
-                        step: int | None = None) -> list[str]:
-    """The "Recompilation Cause" section of PT_XLA_DEBUG output: what changed, in which step (0-based, when
-    given; `RECOMPILED_IN_STEP_RE` reads it back), and the site's totals."""
-    from xladev.schema.units import format_time_ns
-
-    total = format_time_ns(compile_ns_at_site) if isinstance(compile_ns_at_site, (int, float)) else "?"
-    when = "" if step is None else f", in step {step}"
-    return ([f"compared with graph {previous_hash} from the same site{when}:"]
-            + [f"- {change}" for change in (changes or ["graph changed"])]
-            + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])
-
-
-def run_identity(host: str | None, pid: int | None, started_unix: float | None) -> str:
-    """A run's identity as every xladev output states it: ``host:pid:start`` (start in whole seconds)."""
-    return f"{host or '?'}:{pid if pid is not None else '?'}:{int(started_unix or 0)}"
-
-
-def run_label(host: str | None, pid: int | None, started_unix: float | None) -> str:
-    """The identity for people: ``pid 1176 on vm, started 2026-11-23 06:29:32``."""
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_unix)) if started_unix else "?"
-    return f"pid {pid} on {host or '?'}, started {started}"
-
-
-def read_header(path: str, limit: int = 1 << 20) -> Header | None:
-    """The header of an existing file, plain or gzip-compressed; None while its first line is
-    incomplete (or the file is empty, or a compressed file is damaged before its first line ends).
-
-    Raises:
-      NotAnEventLog: the file has a first line (or more than `limit` bytes without one) and it is no header.
-      OSError: the file cannot be read.
-    """
-    fh = open_log(path)
-    try:
-        head = fh.read(limit)
-    finally:
-        fh.close()
-    newline = head.find(b"\n")
-    if newline < 0:
-        if len(head) >= limit or (head and not head.lstrip().startswith(b"{")):
-            raise NotAnEventLog(f"{path} is not an xladev event log: it does not start with a JSON header line")
-        return None
-    return check_first_line(path, head[:newline])

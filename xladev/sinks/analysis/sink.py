@@ -16,7 +16,7 @@ from xladev.events import (
     GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
-from xladev.schema.records import recompilation_lines, run_identity
+from xladev.schema.record_wording import recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
