@@ -15,7 +15,7 @@ from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse
 
 from xladev.events import bus
 from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime import autocast, backend, checkpoint, fork_guard, rng, sparse_gradients
+from xladev.runtime import autocast, backend, checkpoint, foreach, fork_guard, rng, sparse_gradients
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
@@ -155,8 +155,9 @@ def register() -> None:
     """Makes `device='xla'` work in PyTorch. Idempotent.
 
     Also: ops on device tensors go to `dispatch.torch_dispatch`, `torch.autocast("xla")` applies PyTorch/XLA's
-    policy (autocast.py), the event bus settles running graphs before a new
-    subscriber joins and describes the backend in records, and forked children are guarded.
+    policy (autocast.py), torch's optimizers take their foreach path (foreach.py), the event bus settles
+    running graphs before a new subscriber joins and describes the backend in records, and forked children
+    are guarded.
     """
     global _registered, _lib
     if _registered:
@@ -186,6 +187,7 @@ def register() -> None:
     sparse_gradients.register(_lib)
     fork_guard.install(backend.initialised)
     checkpoint.install()
+    foreach.install()
     _registered = True
 
 

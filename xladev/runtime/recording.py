@@ -95,15 +95,45 @@ def op_entry(func) -> _Op:
 
 
 def _trace(op: _Op, args, kwargs, device_index):
-    """Records `op(*args, **kwargs)` as a Node through its signature cache.
+    """Records `op(*args, **kwargs)` as a Node through its signature cache (`derive`).
+
+    Returns:
+      (node, device index), or None, having recorded nothing, when an argument needs the general path.
+
+    Raises:
+      MetaUnsupported, RuntimeError: as `record`.
+    """
+    derived = derive(op, args, kwargs, device_index)
+    if derived is None:
+        return None
+    operands, sig, device = derived
+    if recorder.scopes_used or recorder.ir_debug:
+        location, scope = recorder.debug_info()
+    else:
+        location = scope = None
+    opdef = op.opdef
+    if opdef is None:
+        raise KeyError(op.func)  # as LOWERINGS[func]: only lowered ops are recorded
+    node = Node(opdef, tuple(operands), sig.template, sig.meta, location, scope)
+    recorder.count(opdef.name)
+    return node, device
+
+
+def derive(op: _Op, args, kwargs, device_index):
+    """What recording `op(*args, **kwargs)` needs, through the op's signature cache; records nothing.
 
     The key holds the keyword names in order, then for each argument: a tensor's shape and dtype (its
     value's Meta, which is the tensor's own), a Python number's type where it is an operand, a constant's
     type and value (see `_constant_key`). That is everything the template, the output metadata and the
     numbers' dtypes depend on: a changed shape, dtype, number type, constant or keyword is a new key.
 
+    Args:
+      op: the op's `_Op` (`op_entry`).
+      args, kwargs: its arguments.
+      device_index: the device the operands must be on, or None for the first device tensor's.
+
     Returns:
-      (node, device index), or None, having recorded nothing, when an argument needs the general path
+      (operand nodes, its `_Signature`, device index), or None when an argument needs the general path
       (`arguments.flatten`): a CPU tensor, a list of anything but ints or bools, a device, another object.
 
     Raises:
@@ -146,16 +176,7 @@ def _trace(op: _Op, args, kwargs, device_index):
         sig = _new_signature(op, args, kwargs, key, device)
     if numbers:
         arguments.apply_plan(sig.plan, operands)
-    if recorder.scopes_used or recorder.ir_debug:
-        location, scope = recorder.debug_info()
-    else:
-        location = scope = None
-    opdef = op.opdef
-    if opdef is None:
-        raise KeyError(op.func)  # as LOWERINGS[func]: only lowered ops are recorded
-    node = Node(opdef, tuple(operands), sig.template, sig.meta, location, scope)
-    recorder.count(opdef.name)
-    return node, device or 0
+    return operands, sig, device or 0
 
 
 def _constant_key(kind, value):
