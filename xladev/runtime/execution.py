@@ -19,7 +19,7 @@ from xladev.errors import XladevError
 from xladev.events import (
     Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
 )
-from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, stack, steps, traced_call
+from xladev.runtime import annotate, backend, device_put, fork_guard, graph_names, seeds, stack, steps, traced_call
 from xladev.runtime.replica_guard import guard as replica_guard
 from xladev.runtime.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -365,6 +365,7 @@ class Execution:
           donate: give the executable the old buffers of storages updated in place (the step
             barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
         """
+        seeds.materialize(storages)  # state created as a constant and updated in place: data first
         by_device: dict[int, list] = {}
         for storage in storages:
             if type(storage.value) is not DataNode:
