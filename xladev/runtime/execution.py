@@ -163,6 +163,8 @@ class Execution:
                 graph.donate(chosen)
                 copies = tuple(i for i in chosen if i not in now)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
+            if cached:
+                graph.known_hash(entry.hash)  # the executable's: not the repr and md5 of the whole key again
             unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
             arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:

@@ -22,7 +22,7 @@ from xladev.runtime.lowering.registry import LOWERINGS, LoweringContext
 from xladev.runtime.meta import MetaUnsupported
 from xladev.runtime.op_traits import op_traits
 from xladev.runtime.recorder import recorder
-from xladev.runtime.recording import derive, op_entry, write_into
+from xladev.runtime.recording import derive, derive_general, op_entry, write_into
 from xladev.runtime.special_handlers import SPECIAL_HANDLERS, special
 from xladev.runtime.storage import Storage
 from xladev.runtime.tensor import XlaTensor, wrap
@@ -56,8 +56,8 @@ def _lower_group(ctx, entries, *values):
     node = ctx.node
     outputs = []
     start = 0
-    for (func, template, count), meta in zip(entries, node.meta):
-        element = Node(LOWERINGS[func], node.operands[start:start + count], template, meta)
+    for (name, template, count), meta in zip(entries, node.meta):
+        element = Node(LOWERINGS[_ELEMENT_OPS[name]], node.operands[start:start + count], template, meta)
         args, kwargs = rebuild(template, values[start:start + count])
         outputs.append(element.op.lower(LoweringContext(element), *args, **kwargs))
         start += count
@@ -75,13 +75,17 @@ def _group_op(name: str) -> OpDef:
     return opdef
 
 
-# (op name, element argument kinds) → the per-tensor overload, or None where the element op is not a plain lowering.
+# (op name, element argument kinds) → (the per-tensor overload's name, the overload), or None where the element op is
+# not a plain lowering.
 _elements: dict = {}
+# A grouped node's template names each element's overload by a string (`aten::add.Tensor`): graph keys hash
+# strings in C, where an OpOverload's __hash__ is a Python function called for every element at every lookup.
+_ELEMENT_OPS: dict[str, object] = {}
 
 
 def _element_op(each: str, call: list, call_kwargs: dict):
     """The aten overload the per-tensor call `torch.<each>(*call, **call_kwargs)` records, when it is a plain
-    lowered op (no special handler, not a view); None otherwise."""
+    lowered op (no special handler, not a view), as (its name in `_ELEMENT_OPS`, the overload); None otherwise."""
     numbers = any(type(a) is int or type(a) is float for a in call[1:])
     key = (each, numbers)
     if key in _elements:
@@ -98,7 +102,8 @@ def _element_op(each: str, call: list, call_kwargs: dict):
             if name in overloads:
                 func = getattr(packet, name)
                 if func in LOWERINGS and func not in SPECIAL_HANDLERS and not op_traits(func).is_view:
-                    found = func
+                    found = (f"{func._schema.name}.{name}", func)
+                    _ELEMENT_OPS[found[0]] = func
                 break
     _elements[key] = found
     return found
@@ -125,9 +130,13 @@ def _record_group(op: str, calls: list, inplace: bool):
     firsts = []  # each element's first operand: the value an in-place element writes over
     device = None
     written: set[int] = set()  # storages an earlier element writes: a later element must not read them
-    for each, call, call_kwargs in calls:
-        func = _element_op(each, call, call_kwargs)
-        if func is None or type(call[0]) is not XlaTensor:
+    # One schema overload: every element's arguments are of the same kinds (tensors, or numbers), so one op.
+    element = _element_op(*calls[0])
+    if element is None:
+        return None
+    name, func = element
+    for _, call, call_kwargs in calls:
+        if type(call[0]) is not XlaTensor:
             return None
         if inplace:
             for value in call:
@@ -136,21 +145,24 @@ def _record_group(op: str, calls: list, inplace: bool):
             written.add(id(call[0]._st))
         try:
             derived = derive(op_entry(func), call, call_kwargs, None)
+            if derived is None:  # arguments the signature cache does not take: the general way, as `record`
+                element_operands, template, meta, element_device = derive_general(func, call, call_kwargs)
+            else:
+                element_operands, sig, element_device = derived
+                template, meta = sig.template, sig.meta
         except MetaUnsupported:
             return None
-        if derived is None:
-            return None
-        element_operands, sig, element_device = derived
-        if type(sig.meta) is not Meta or (device is not None and element_device != device):
+        if type(meta) is not Meta or (device is not None and element_device != device):
             return None  # elements on two devices are two graphs' work: element by element, as eager
         device = element_device
         firsts.append(element_operands[0])
         operands.extend(element_operands)
-        entries.append((func, sig.template, len(element_operands)))
-        metas.append(sig.meta)
+        entries.append((name, template, len(element_operands)))
+        metas.append(meta)
     location, scope = recorder.debug_info() if recorder.scopes_used or recorder.ir_debug else (None, None)
     template = ((Frozen(entries),) + (SLOT,) * len(operands), ())
     opdef = _group_op(op)
+    recorder.locate(opdef.name, template)  # a recompilation for a changed constant names this line
     node = Node(opdef, tuple(operands), template, tuple(metas), location, scope)
     recorder.count(opdef.name)
     results = []

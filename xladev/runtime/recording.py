@@ -234,23 +234,35 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
 
 def record_general(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
     """`record` the general way, for any arguments: `arguments.flatten`, then the memoised meta kernel."""
-    traits = op_traits(func)
-    device_ref = [device_index]
-    operands, template, key, numbers = arguments.flatten(args, kwargs, traits, device_ref)
-    meta = infer_meta(func, key, args, kwargs)
-    if numbers:
-        arguments.bind_scalars(func, operands, key, args, kwargs, traits, meta)
+    operands, template, meta, index = derive_general(func, args, kwargs, device_index)
     if extra_meta:
         meta = tuple(meta) + tuple(extra_meta)
     if opdef is None:
         opdef = LOWERINGS[func]
     recorder.locate(opdef.name, template)
     node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
-    index = device_ref[0] or 0
     recorder.count(opdef.name)
     if type(meta) is Meta:
         return wrap(Storage(node, index), meta)
     return _outputs(func, node, meta, index)
+
+
+def derive_general(func, args, kwargs, device_index=None) -> tuple:
+    """What recording `func(*args, **kwargs)` needs, for any arguments (`derive` is the cached way); records nothing.
+
+    Returns:
+      (operand nodes, template, output metadata, device index).
+
+    Raises:
+      MetaUnsupported, RuntimeError: as `record`.
+    """
+    traits = op_traits(func)
+    device_ref = [device_index]
+    operands, template, key, numbers = arguments.flatten(args, kwargs, traits, device_ref)
+    meta = infer_meta(func, key, args, kwargs)
+    if numbers:
+        arguments.bind_scalars(func, operands, key, args, kwargs, traits, meta)
+    return operands, template, meta, device_ref[0] or 0
 
 
 def record_cached(op: _Op, args, kwargs, device_index=None) -> object:
