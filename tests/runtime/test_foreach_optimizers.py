@@ -12,7 +12,8 @@ import torch
 from torch.optim.optimizer import _default_to_fused_or_foreach
 
 import xladev
-from tests.parity_bounds import assert_adam_params_close, assert_sgd_params_close, gradient_scale
+from tests.parity_bounds import (
+    GRAD_REL, assert_adam_params_close, assert_gradients_close, assert_sgd_params_close, gradient_scale)
 from xladev.events import OpsRecorded, bus
 
 STEPS = 8
@@ -132,3 +133,24 @@ def test_lists_of_different_lengths_are_refused_as_eager_refuses_them(dev, call,
     assert str(cpu_error.value) == message
     with pytest.raises(RuntimeError, match="^" + message.replace(".", r"\.") + "$"):
         call([torch.ones(2, device=dev), torch.ones(2, device=dev)])
+
+
+def test_clip_grad_norm_and_zero_grad_take_the_foreach_path_as_eager_computes_them(dev):
+    """`install()` also puts device tensors on torch.utils._foreach_utils' foreach path (clip_grad_norm_, and
+    zero_grad(set_to_none=False))."""
+    from torch.utils._foreach_utils import _has_foreach_support
+
+    cpu_model = _model(2)
+    xla_model = _model(2).to(dev)
+    x, y = _batches()[0]
+    for model, device in ((cpu_model, torch.device("cpu")), (xla_model, dev)):
+        torch.nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+    assert _has_foreach_support([p.grad for p in xla_model.parameters()], dev)
+    norms = [torch.nn.utils.clip_grad_norm_(m.parameters(), max_norm=0.1) for m in (cpu_model, xla_model)]
+    # Each gradient is within GRAD_REL of the gradient scale G (tests/parity_bounds), and the norm is at least G:
+    # the norms agree within GRAD_REL, and the clipped gradients within GRAD_REL of their own scale.
+    torch.testing.assert_close(norms[1].cpu(), norms[0], rtol=GRAD_REL, atol=0)
+    assert_gradients_close({n: p.grad.cpu() for n, p in xla_model.named_parameters()},
+                           {n: p.grad for n, p in cpu_model.named_parameters()})
+    torch.optim.SGD(xla_model.parameters(), lr=0.1).zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.cpu().any() for p in xla_model.parameters())
