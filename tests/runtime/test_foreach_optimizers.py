@@ -14,14 +14,20 @@ from torch.optim.optimizer import _default_to_fused_or_foreach
 import xladev
 from tests.parity_bounds import (
     GRAD_REL, assert_adam_params_close, assert_gradients_close, assert_sgd_params_close, gradient_scale)
-from xladev.events import OpsRecorded, bus
+from xladev.events import FallbackOp, OpsRecorded, bus
 
 STEPS = 8
 OPTIMIZERS = {
     "sgd_momentum": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-2),
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1),
+    # torch's fused kernels (runtime/fused_optimizers.py), against eager CPU's fused kernels.
+    "adam_fused": lambda params: torch.optim.Adam(params, lr=1e-2, fused=True),
+    "adamw_fused": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True),
 }
+# The most ops an optimizer step records (the foreach ops of torch's code; a fused step also computes its
+# bias corrections on the device, from a vector of the step counts).
+MOST_OPS = {"sgd_momentum": 3, "adam": 7, "adamw": 8, "adam_fused": 21, "adamw_fused": 23}
 
 
 def _model(depth: int, width: int = 16) -> torch.nn.Module:
@@ -72,7 +78,7 @@ def test_foreach_training_matches_eager_cpu(name):
     names = {id(p): n for n, p in cpu_model.named_parameters()}
     cpu = {n: p.detach() for n, p in cpu_model.named_parameters()}
     xla = {n: p.detach().cpu() for n, p in xla_model.named_parameters()}
-    if name == "sgd_momentum":
+    if name.startswith("sgd"):
         # The gradient scale of the last step (zero_grad left None): the first batch's, from a fresh model.
         model = _model(2)
         x, y = _batches()[0]
@@ -91,7 +97,7 @@ def test_ops_per_optimizer_step_do_not_grow_with_the_parameters(name):
     # Step 0 creates the optimizer's state (one op per state tensor); every later step is the same few ops.
     steady = small[1:] + large[1:]
     assert len(set(steady)) == 1, f"ops per optimizer step: {small} with 4 parameters, {large} with 14"
-    assert steady[0] <= 8, f"{steady[0]} ops per step: the optimizer's math is a handful of foreach ops"
+    assert steady[0] <= MOST_OPS[name], f"{steady[0]} ops per step: the optimizer's math is a handful of foreach ops"
 
 
 def test_a_foreach_op_is_one_recorded_op_with_the_per_tensor_results(dev):
@@ -154,3 +160,13 @@ def test_clip_grad_norm_and_zero_grad_take_the_foreach_path_as_eager_computes_th
                            {n: p.grad for n, p in cpu_model.named_parameters()})
     torch.optim.SGD(xla_model.parameters(), lr=0.1).zero_grad(set_to_none=False)
     assert all(p.grad is not None and not p.grad.cpu().any() for p in xla_model.parameters())
+
+
+@pytest.mark.parametrize("name", ["adam_fused", "adamw_fused"])
+def test_a_fused_step_stays_on_the_device(name):
+    """`fused=True` runs its kernel as device ops, not as a CPU fallback (FallbackOp) with transfers."""
+    xladev.mark_step()
+    seen: list[FallbackOp] = []
+    with bus.subscribe(seen.append, (FallbackOp,)):
+        _train(name, xladev.device(), depth=1)
+    assert [e.name for e in seen] == []

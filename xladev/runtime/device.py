@@ -16,6 +16,7 @@ from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse
 from xladev.events import bus
 from xladev.runtime import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
 from xladev.runtime import autocast, backend, checkpoint, foreach, fork_guard, rng, sparse_gradients
+from xladev.runtime import fused_optimizers  # noqa: F401  (registers the fused Adam(W) kernels)
 from xladev.runtime import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 from xladev.runtime.backend import check_index, device_index
 from xladev.runtime.dispatch import torch_dispatch
