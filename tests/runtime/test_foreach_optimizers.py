@@ -24,10 +24,11 @@ OPTIMIZERS = {
     # torch's fused kernels (runtime/fused_optimizers.py), against eager CPU's fused kernels.
     "adam_fused": lambda params: torch.optim.Adam(params, lr=1e-2, fused=True),
     "adamw_fused": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True),
+    "sgd_fused": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, fused=True),
 }
 # The most ops an optimizer step records (the foreach ops of torch's code; a fused step also computes its
 # bias corrections on the device, from a vector of the step counts).
-MOST_OPS = {"sgd_momentum": 3, "adam": 7, "adamw": 8, "adam_fused": 21, "adamw_fused": 23}
+MOST_OPS = {"sgd_momentum": 3, "adam": 7, "adamw": 8, "adam_fused": 21, "adamw_fused": 23, "sgd_fused": 4}
 
 
 def _model(depth: int, width: int = 16) -> torch.nn.Module:
@@ -162,7 +163,7 @@ def test_clip_grad_norm_and_zero_grad_take_the_foreach_path_as_eager_computes_th
     assert all(p.grad is not None and not p.grad.cpu().any() for p in xla_model.parameters())
 
 
-@pytest.mark.parametrize("name", ["adam_fused", "adamw_fused"])
+@pytest.mark.parametrize("name", ["adam_fused", "adamw_fused", "sgd_fused"])
 def test_a_fused_step_stays_on_the_device(name):
     """`fused=True` runs its kernel as device ops, not as a CPU fallback (FallbackOp) with transfers."""
     xladev.mark_step()

@@ -1,7 +1,7 @@
-"""torch's fused Adam and AdamW kernels (`Adam(fused=True)`, `AdamW(fused=True)`) on device tensors.
+"""torch's fused optimizer kernels (`Adam`, `AdamW`, `SGD` with `fused=True`) on device tensors.
 
 torch lists the PrivateUse1 device (`xla`) among the devices with fused optimizer kernels, so `fused=True` is
-accepted and calls `_fused_adam_`/`_fused_adamw_`. They are computed here as the same arithmetic in foreach ops
+accepted and calls `_fused_adam_`/`_fused_adamw_`/`_fused_sgd_`. They are computed here as the same arithmetic in foreach ops
 (each one recorded op over the whole list, foreach.py), with the bias corrections computed on the device from
 the step counts (a fused optimizer keeps them there), so the step stays in the graph. With a GradScaler's
 `grad_scale`/`found_inf` the kernel still runs on the CPU (a fallback, correct but with transfers).
@@ -54,4 +54,34 @@ def _fused_adam(func, args, kwargs):
     update = torch._foreach_div(exp_avgs, denom)
     torch._foreach_mul_(update, list(step_size.unbind()))
     torch._foreach_add_(params, update)
+    return None
+
+
+@special(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
+def _fused_sgd(func, args, kwargs):
+    """One fused SGD step over the lists, in place, as ATen's fused kernel computes it."""
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if bound.get("grad_scale") is not None or bound.get("found_inf") is not None:
+        return run_on_cpu(func, args, kwargs)
+    params, grads, buffers = (list(bound[n]) for n in names[:3])
+    if not params:
+        return None
+    momentum, weight_decay, lr = bound["momentum"], bound["weight_decay"], bound["lr"]
+    if bound["maximize"]:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if momentum != 0:
+        if bound["is_first_step"]:  # torch made the buffers with empty_like: the first gradient is their value
+            torch._foreach_copy_(buffers, grads)
+        else:
+            torch._foreach_mul_(buffers, momentum)
+            torch._foreach_add_(buffers, grads, alpha=1 - bound["dampening"])
+        grads = torch._foreach_add(grads, buffers, alpha=momentum) if bound["nesterov"] else buffers
+    if isinstance(lr, torch.Tensor):
+        torch._foreach_sub_(params, torch._foreach_mul(grads, lr))
+    else:
+        torch._foreach_add_(params, grads, alpha=-lr)
     return None
