@@ -311,7 +311,11 @@ class Graph:
 
     def known_hash(self, graph_hash: str) -> None:
         """Sets the hash of a graph whose key is a cached executable's, to that executable's (computing it
-        again is a repr and an md5 of the whole key, every step)."""
+        again is a repr and an md5 of the whole key, every step).
+
+        Args:
+          graph_hash: the executable's graph hash (`CacheEntry.hash`).
+        """
         if self._hash is None:
             self._hash = graph_hash
 
