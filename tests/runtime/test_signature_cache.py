@@ -59,6 +59,12 @@ def _program(device: torch.device) -> list[torch.Tensor]:
     m.mul_(3)
     m.add_(n, alpha=2)
     out += [q, r, m]
+    # Foreach ops (torch's optimizers): one node over the list, each element through the per-tensor op's path.
+    fs = [p.clone(), x.clone()]
+    torch._foreach_mul_(fs, 0.9)
+    torch._foreach_add_(fs, [x, y], alpha=0.1)
+    torch._foreach_addcdiv_(fs, [x, y], [y.abs() + 1, x.abs() + 1], [-0.01, 0.02])
+    out += fs + list(torch._foreach_sqrt([y.abs(), x.abs()]))
     # Autograd: a Linear layer's forward and backward (its ops arrive on autograd's thread).
     lin = torch.nn.Linear(8, 8)
     with torch.no_grad():

@@ -10,7 +10,8 @@ momentum for the encoder). For each, from one process and one run:
 - the first step on xla (a fresh model): recording the ops (trace), lowering the graph to StableHLO
   (lower; measured by lowering the same graph again, since the runtime's CompileTime covers both),
   XLA's compile (CompileTime − lower) and the rest (running the graph, transfers); then the second
-  step, which compiles again because the optimizer's state exists from step 1 on;
+  step, which compiles nothing new with Adam(W) (its state is device data before step 1's graph) and a
+  second graph with SGD momentum (its first step clones the gradient, later steps update the buffer);
 - the steady step: ms/step on xla (forward, backward, optimizer, `mark_step`; the execution overlaps
   the next step's recording as in a training loop) and in eager PyTorch on the CPU, in alternating blocks
   of K steps (see bench_runtime.time_interleaved), and the ratio xladev / eager;

@@ -15,7 +15,8 @@ from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse
 
 from xladev.events import bus
 from xladev.runtime.record import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime.record import autocast, checkpoint, rng, sparse_gradients
+from xladev.runtime.record import autocast, checkpoint, foreach, rng, sparse_gradients
+from xladev.runtime.record import fused_optimizers  # noqa: F401  (registers the fused Adam(W) kernels)
 from xladev.runtime.graph import backend, fork_guard
 from xladev.runtime.record import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 # The handlers of ops whose lowerings alone cannot do their job (reads back, list outputs, PyTorch's errors).
@@ -158,8 +159,9 @@ def register() -> None:
     """Makes `device='xla'` work in PyTorch. Idempotent.
 
     Also: ops on device tensors go to `dispatch.torch_dispatch`, `torch.autocast("xla")` applies PyTorch/XLA's
-    policy (autocast.py), the event bus settles running graphs before a new
-    subscriber joins and describes the backend in records, and forked children are guarded.
+    policy (autocast.py), torch's optimizers take their foreach path (foreach.py), the event bus settles
+    running graphs before a new subscriber joins and describes the backend in records, and forked children
+    are guarded.
     """
     global _registered, _lib
     if _registered:
@@ -189,6 +191,7 @@ def register() -> None:
     sparse_gradients.register(_lib)
     fork_guard.install(backend.initialised)
     checkpoint.install()
+    foreach.install()
     _registered = True
 
 

@@ -17,7 +17,7 @@ from xladev.events import (
     Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
 )
 from xladev.runtime.graph import annotate, backend, device_put, graph_names, stack, steps
-from xladev.runtime.execute import admission, donation, traced_call
+from xladev.runtime.execute import admission, donation, seeds, traced_call
 from xladev.runtime.execute.replica_guard import guard as replica_guard
 from xladev.runtime.compile.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -150,6 +150,8 @@ class Execution:
                 graph.donate(chosen)
                 copies = tuple(i for i in chosen if i not in now)
             entry, cached = self.compiler.get_or_compile(graph, device_index, cause, frames)
+            if cached:
+                graph.known_hash(entry.hash)  # the executable's: not the repr and md5 of the whole key again
             unwrap_start = time.perf_counter_ns()  # device buffers out of the input nodes: UnwrapXlaData
             arrays = [n.array if type(n) is DataNode else self.scalar_array(n, device_index) for n in graph.inputs]
             for i in copies:
@@ -352,6 +354,7 @@ class Execution:
           donate: give the executable the old buffers of storages updated in place (the step
             barrier, as PyTorch/XLA donates at `mark_step`; `XLA_ENABLE_PARAM_ALIASING=0` turns it off).
         """
+        seeds.materialize(storages)  # state created as a constant and updated in place: data first
         by_device: dict[int, list] = {}
         for storage in storages:
             if type(storage.value) is not DataNode:

@@ -309,6 +309,16 @@ class Graph:
         """The graph's cross-replica nodes, in order (a graph with any runs on every process at once)."""
         return [n for n in self.nodes if n.op.collective]
 
+    def known_hash(self, graph_hash: str) -> None:
+        """Sets the hash of a graph whose key is a cached executable's, to that executable's (computing it
+        again is a repr and an md5 of the whole key, every step).
+
+        Args:
+          graph_hash: the executable's graph hash (`CacheEntry.hash`).
+        """
+        if self._hash is None:
+            self._hash = graph_hash
+
     @property
     def hash(self) -> str:
         if self._hash is None:

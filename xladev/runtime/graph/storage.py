@@ -41,9 +41,12 @@ class Storage:
         buffer to the graph computing the new value (execution.py).
       internal: the runtime's own state (the RNG key), not a user tensor: a graph output for it is not
         counted among the graph's outputs, as PyTorch/XLA keeps that state outside its graphs.
+      seed: the constant this storage was created with (`torch.zeros_like`...), when it has been written in
+        place since, before any sync: a barrier makes it device data first (seeds.py), so that the graph of a
+        tensor's first update is the graph of all later ones. None otherwise.
     """
 
-    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "__weakref__")
+    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "seed", "__weakref__")
 
     def __init__(self, value: Node, device_index: int):
         self.value = value
@@ -52,6 +55,7 @@ class Storage:
         sid = self.sid = next(_storage_ids)
         self.donor = None
         self.internal = False
+        self.seed = None
         if type(value) is not DataNode:
             pending[sid] = weakref.ref(self)
             if len(pending) > _sweep_at:
@@ -62,6 +66,8 @@ class Storage:
         with _write_lock:
             old = self.value
             self.value = value
+            if self.version == 0 and type(old) is Node and not old.operands:
+                self.seed = old  # the first write over the constant this storage was created with
             self.version += 1
             if type(value) is not DataNode:
                 if type(old) is DataNode:
@@ -70,6 +76,7 @@ class Storage:
                 pending[self.sid] = weakref.ref(self)  # the storage's one callback-less reference, reused
             else:  # e.g. `copy_` of uploaded data: nothing left to compute
                 self.donor = None
+                self.seed = None
                 pending.pop(self.sid, None)
 
     def set_data(self, value: DataNode, computed: Node) -> bool:
@@ -84,6 +91,7 @@ class Storage:
             self.value = value
             self.version += 1
             self.donor = None
+            self.seed = None
             pending.pop(self.sid, None)
             return True
 
@@ -96,6 +104,7 @@ class Storage:
             self.value = value
             self.version += 1
             self.donor = None
+            self.seed = None
             pending.pop(self.sid, None)
 
     def put_back(self, value: Node, donor) -> None:
@@ -122,13 +131,17 @@ def write_data(writes: list) -> None:
             storage.value = value
             storage.version += 1
             storage.donor = None
+            storage.seed = None
             pending.pop(storage.sid, None)
 
 
 def pending_storages() -> list[Storage]:
-    """The live storages with a pending value, in creation order (deterministic graph outputs)."""
+    """The live storages with a pending value (deterministic graph outputs): first those updated in place
+    since their last data or constant (the model's and the optimizer's state), then the others, each in
+    creation order. State created in a step (Adam's `exp_avg`, seeded) then sorts as it will in every
+    later step, before that step's fresh tensors (the loss): the first step's graph is the later steps'."""
     storages = _live_storages()
-    storages.sort(key=_by_sid)
+    storages.sort(key=_in_place_first)
     return storages
 
 
@@ -154,5 +167,5 @@ def _sweep() -> None:
     _sweep_at = max(_SWEEP_FLOOR, 2 * len(_live_storages()))
 
 
-def _by_sid(storage: Storage) -> int:
-    return storage.sid
+def _in_place_first(storage: Storage) -> tuple[bool, int]:
+    return (storage.donor is None and storage.seed is None, storage.sid)

@@ -95,15 +95,45 @@ def op_entry(func) -> _Op:
 
 
 def _trace(op: _Op, args, kwargs, device_index):
-    """Records `op(*args, **kwargs)` as a Node through its signature cache.
+    """Records `op(*args, **kwargs)` as a Node through its signature cache (`derive`).
+
+    Returns:
+      (node, device index), or None, having recorded nothing, when an argument needs the general path.
+
+    Raises:
+      MetaUnsupported, RuntimeError: as `record`.
+    """
+    derived = derive(op, args, kwargs, device_index)
+    if derived is None:
+        return None
+    operands, sig, device = derived
+    if recorder.scopes_used or recorder.ir_debug:
+        location, scope = recorder.debug_info()
+    else:
+        location = scope = None
+    opdef = op.opdef
+    if opdef is None:
+        raise KeyError(op.func)  # as LOWERINGS[func]: only lowered ops are recorded
+    node = Node(opdef, tuple(operands), sig.template, sig.meta, location, scope)
+    recorder.count(opdef.name)
+    return node, device
+
+
+def derive(op: _Op, args, kwargs, device_index):
+    """What recording `op(*args, **kwargs)` needs, through the op's signature cache; records nothing.
 
     The key holds the keyword names in order, then for each argument: a tensor's shape and dtype (its
     value's Meta, which is the tensor's own), a Python number's type where it is an operand, a constant's
     type and value (see `_constant_key`). That is everything the template, the output metadata and the
     numbers' dtypes depend on: a changed shape, dtype, number type, constant or keyword is a new key.
 
+    Args:
+      op: the op's `_Op` (`op_entry`).
+      args, kwargs: its arguments.
+      device_index: the device the operands must be on, or None for the first device tensor's.
+
     Returns:
-      (node, device index), or None, having recorded nothing, when an argument needs the general path
+      (operand nodes, its `_Signature`, device index), or None when an argument needs the general path
       (`arguments.flatten`): a CPU tensor, a list of anything but ints or bools, a device, another object.
 
     Raises:
@@ -146,16 +176,7 @@ def _trace(op: _Op, args, kwargs, device_index):
         sig = _new_signature(op, args, kwargs, key, device)
     if numbers:
         arguments.apply_plan(sig.plan, operands)
-    if recorder.scopes_used or recorder.ir_debug:
-        location, scope = recorder.debug_info()
-    else:
-        location = scope = None
-    opdef = op.opdef
-    if opdef is None:
-        raise KeyError(op.func)  # as LOWERINGS[func]: only lowered ops are recorded
-    node = Node(opdef, tuple(operands), sig.template, sig.meta, location, scope)
-    recorder.count(opdef.name)
-    return node, device or 0
+    return operands, sig, device or 0
 
 
 def _constant_key(kind, value):
@@ -213,23 +234,35 @@ def record(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple 
 
 def record_general(func, args, kwargs, device_index=None, opdef=None, extra_meta: tuple = ()) -> object:
     """`record` the general way, for any arguments: `arguments.flatten`, then the memoised meta kernel."""
-    traits = op_traits(func)
-    device_ref = [device_index]
-    operands, template, key, numbers = arguments.flatten(args, kwargs, traits, device_ref)
-    meta = infer_meta(func, key, args, kwargs)
-    if numbers:
-        arguments.bind_scalars(func, operands, key, args, kwargs, traits, meta)
+    operands, template, meta, index = derive_general(func, args, kwargs, device_index)
     if extra_meta:
         meta = tuple(meta) + tuple(extra_meta)
     if opdef is None:
         opdef = LOWERINGS[func]
     recorder.locate(opdef.name, template)
     node = Node(opdef, tuple(operands), template, meta, *recorder.debug_info())
-    index = device_ref[0] or 0
     recorder.count(opdef.name)
     if type(meta) is Meta:
         return wrap(Storage(node, index), meta)
     return _outputs(func, node, meta, index)
+
+
+def derive_general(func, args, kwargs, device_index=None) -> tuple:
+    """What recording `func(*args, **kwargs)` needs, for any arguments (`derive` is the cached way); records nothing.
+
+    Returns:
+      (operand nodes, template, output metadata, device index).
+
+    Raises:
+      MetaUnsupported, RuntimeError: as `record`.
+    """
+    traits = op_traits(func)
+    device_ref = [device_index]
+    operands, template, key, numbers = arguments.flatten(args, kwargs, traits, device_ref)
+    meta = infer_meta(func, key, args, kwargs)
+    if numbers:
+        arguments.bind_scalars(func, operands, key, args, kwargs, traits, meta)
+    return operands, template, meta, device_ref[0] or 0
 
 
 def record_cached(op: _Op, args, kwargs, device_index=None) -> object:
