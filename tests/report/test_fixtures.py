@@ -204,6 +204,4 @@ def test_item_every_step_from_debug_log_alone_points_at_the_line():
 
 
 def test_fixture_directory_has_every_scenario():
-    if not FIXTURES.exists():
-        pytest.skip("fixtures not available")
     assert {path.name.split(".")[0] for path in FIXTURES.glob("*.txt")} == set(SCENARIOS)
