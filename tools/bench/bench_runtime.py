@@ -115,9 +115,18 @@ def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], Non
 
 def eager_device() -> torch.device:
     """Where the eager PyTorch reference runs: on the GPU beside `PJRT_DEVICE=CUDA` (with torch's CUDA build),
-    so a ratio compares xladev with eager on the same chip; else on the CPU."""
+    so a ratio compares xladev with eager on the same chip; else on the CPU.
+
+    `XLADEV_BENCH_EAGER_DEVICE=cpu` (or `cuda`) chooses. Seen on an H200 with torch 2.11: once the `xla` device is
+    registered (PrivateUse1), eager CUDA's backward in the same process fails in autograd's engine
+    (`opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED`, engine.cpp): torch keeps one accelerator
+    per process for its stream bookkeeping. tools/bench/cuda_check.sh therefore times eager on the CPU.
+    """
     from xladev._flags import config
 
+    chosen = os.environ.get("XLADEV_BENCH_EAGER_DEVICE", "").strip().lower()
+    if chosen in ("cpu", "cuda"):
+        return torch.device(chosen)
     if config.pjrt_device in ("CUDA", "GPU") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")

@@ -13,7 +13,16 @@ out=${1:?usage: tools/bench/cuda_check.sh OUTDIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/../.."
 py=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PJRT_DEVICE=CUDA
+# Run from the checkout, not installed: torch.compile finds backend="xladev" through its entry point, so a
+# distribution record naming it goes on the path too (importlib.metadata reads any *.dist-info there).
+entry=$(mktemp -d)/xladev_checkout-0.dist-info
+mkdir -p "$entry"
+printf 'Metadata-Version: 2.1\nName: xladev-checkout\nVersion: 0\n' > "$entry/METADATA"
+printf '[torch_dynamo_backends]\nxladev = xladev.compile_backend:backend\n' > "$entry/entry_points.txt"
+# Eager CUDA cannot train beside the registered xla device under torch 2.11 (bench_runtime.eager_device): the
+# eager column runs on the CPU unless XLADEV_BENCH_EAGER_DEVICE says otherwise.
+export XLADEV_BENCH_EAGER_DEVICE=${XLADEV_BENCH_EAGER_DEVICE:-cpu}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$(dirname "$entry")${PYTHONPATH:+:$PYTHONPATH} PJRT_DEVICE=CUDA
 start=$(date +%s)
 part() { echo "=== $1 (at +$(( $(date +%s) - start )) s)"; }
 
