@@ -19,9 +19,20 @@ _peaks: dict[int, int] = {}
 _lock = threading.Lock()
 
 
-def _live_bytes(device) -> int:
-    # Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's
-    # own buffer for a graph of collectives, a shard's view of its array): each buffer counts once.
+def buffer_key(data) -> int:
+    """What identifies a single-device jax array's buffer: its address (several arrays may share one buffer)."""
+    try:
+        return data.unsafe_buffer_pointer()
+    except Exception:  # a backend that does not expose it, or a deleted array: the array on its own
+        return id(data)
+
+
+def live_buffers(device) -> dict[int, int]:
+    """The live buffers on a jax device: `buffer_key` -> bytes.
+
+    Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's own
+    buffer for a graph of collectives, a shard's view of its array): each buffer is listed once.
+    """
     jax = backend.jax_module()
     buffers: dict[int, int] = {}
     for array in jax.live_arrays():
@@ -30,12 +41,13 @@ def _live_bytes(device) -> int:
         for shard in array.addressable_shards:
             if shard.device == device:
                 data = shard.data
-                try:
-                    key = data.unsafe_buffer_pointer()
-                except Exception:  # a backend that does not expose it: count the array on its own
-                    key = id(data)
+                key = buffer_key(data)
                 buffers[key] = max(buffers.get(key, 0), data.nbytes)
-    return sum(buffers.values())
+    return buffers
+
+
+def _live_bytes(device) -> int:
+    return sum(live_buffers(device).values())
 
 
 def _host_memory() -> int:

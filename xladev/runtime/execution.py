@@ -27,6 +27,7 @@ from xladev.runtime.compilation import (
 from xladev.runtime.graph_info import RuntimeGraphInfo
 from xladev.runtime.graph_lowering import lowered
 from xladev.runtime.inflight import Dispatched, InFlight
+from xladev.runtime.memory_budget import MemoryBudgetExceeded, check as check_memory_budget
 from xladev.runtime.ir import DataNode, Graph, Node, ScalarNode
 from xladev.runtime.recorder import recorder
 from xladev.runtime.span_clock import spent
@@ -225,6 +226,12 @@ class Execution:
         """
         step = steps.current()
         wait_ns = 0
+        if config.device_memory_limit is not None:
+            try:
+                check_memory_budget(graph, entry.memory, arrays, backend.jax_devices()[graph.device_index],
+                                    frames or stack.capture_frames(), name)
+            except MemoryBudgetExceeded as exc:
+                self._execution_failed(graph, entry, exc, step, cause, frames)
         if entry.replicated:
             wait_ns = self._before_replicated(graph, entry, step, cause, frames)
             arrays = _as_replicated(arrays, entry.sharding)
@@ -324,7 +331,8 @@ class Execution:
         if isinstance(exc, DistributedError):
             raise exc
         path = save_failed(graph, lowered(graph), exc)
-        message = f"{type(exc).__name__}: {error_summary(exc)}"
+        # The budget's explainer is read whole (it starts with XLA's RESOURCE_EXHAUSTED); XLA's errors by their summary.
+        message = str(exc) if isinstance(exc, MemoryBudgetExceeded) else f"{type(exc).__name__}: {error_summary(exc)}"
         if bus.active:
             bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
         if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):
