@@ -19,6 +19,7 @@ MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
 MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
+MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
@@ -157,6 +158,9 @@ class DebugLog:
         message, hlo_path, site and line.
       graph_breaks: torch.compile graph breaks: (site, by, reason) -> times seen.
       dynamo_recompiles: TorchDynamo recompilations: (function, failed guard) -> times seen.
+      out_of_memory: XLA's (or xladev's budget's) out-of-memory messages, one dict per distinct message (see
+        `rules.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
+        where the failure names them.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -184,6 +188,8 @@ class DebugLog:
         self.run_summary: dict | None = None
         self.graph_breaks: dict[tuple[str, str, str], int] = {}
         self.dynamo_recompiles: dict[tuple[str, str], int] = {}
+        self.out_of_memory: list[dict] = []
+        self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
         self._summary_section = ""
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
@@ -194,14 +200,22 @@ class DebugLog:
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
         return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures
-                    or self.run_summary)
+                    or self.run_summary or self.out_of_memory)
 
     def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
-                    site: str = "") -> None:
-        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``)."""
+                    site: str = "", details: tuple[str, ...] = ()) -> None:
+        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``); one that ran
+        out of memory is also an out-of-memory message, with the explainer's `details` lines."""
+        found = rules.parse_out_of_memory(message)
+        if found is not None:
+            self._oom_open = self.add_out_of_memory(lineno, found, hash=graph_hash, site=site, details=details)
         if len(self.failures) < 1000:
             self.failures.append({"kind": kind, "hash": graph_hash, "message": message, "hlo_path": hlo_path,
-                                  "site": site, "line": lineno})
+                                  "site": site, "line": lineno, "out_of_memory": found is not None})
+
+    def add_out_of_memory(self, lineno: int, found: dict, **known) -> dict | None:
+        """Records an out-of-memory message (`rules.add_out_of_memory`); returns its entry."""
+        return rules.add_out_of_memory(self.out_of_memory, lineno, found, known, MAX_OUT_OF_MEMORY)
 
     def feed(self, lineno: int, text: str) -> bool:
         """Reads one line.
@@ -213,6 +227,14 @@ class DebugLog:
         Returns:
           True when the line was PT_XLA_DEBUG output (so no other reader needs it).
         """
+        if self._oom_open is not None:
+            # The indented lines after xladev's out-of-memory failure are its explainer (runtime/memory_budget.py).
+            if text.startswith("  "):
+                details = self._oom_open.setdefault("details", ())
+                if len(details) < 40:
+                    self._oom_open["details"] = (*details, text.strip())
+                return True
+            self._oom_open = None
         if _SUMMARY_PREFIX in text:
             self._feed_run_summary(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
             return True
@@ -240,6 +262,10 @@ class DebugLog:
             if match and self._last_compile is not None and not self._last_compile.computation_hash:
                 self._last_compile.computation_hash = match.group(1)
             return bool(match)
+        found = rules.parse_out_of_memory(text)
+        if found is not None:  # XLA's own out-of-memory lines, as PyTorch/XLA logs and raises them
+            self.add_out_of_memory(lineno, found)
+            return True
         return False
 
     def _feed_run_summary(self, lineno: int, body: str) -> None:

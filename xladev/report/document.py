@@ -197,12 +197,55 @@ def _debug_tables(report) -> list:
                 for row in sites.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Compiles and executions by Python site", ["Site", "Compiles", "Graphs", "Executions"],
                            rows, ["l", "r", "r", "r"]))
+    graphs = _graphs_table(report)
+    if graphs is not None:
+        items.append(graphs)
     causes = report.causes
     if len(causes):
         rows = [[row.cause, _count(row.compiles), _count(row.executions)]
                 for row in causes.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Causes (PT_XLA_DEBUG)", ["Cause", "Compiles", "Executions"], rows, ["l", "r", "r"]))
     return items
+
+
+# The Post Compilation Analysis sizes (debuglog.POST_COMPILE_FIELDS' columns), with the names the table gives them.
+_MEMORY_COLUMNS = (("input_bytes", "Inputs"), ("output_bytes", "Outputs"), ("aliased_bytes", "Aliased"),
+                   ("temp_bytes", "Temps"), ("program_bytes", "Code"))
+
+
+def _size(value) -> str:
+    # Compact, so the row fits 80 columns: 64MB, 8.16MB, 0B.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return units.format_bytes(value).replace(".00", "")
+
+
+def _graphs_table(report) -> Table | None:
+    """One row per graph compiled: where, and XLA's memory analysis of it (its latest compile), the
+    graphs that need most device memory first."""
+    events = report.compile_events
+    if not len(events):
+        return None
+    graphs: dict[str, dict] = {}
+    for row in events.itertuples(index=False):
+        graph = graphs.setdefault(row.graph_hash or "?", {"site": row.site})
+        for column, _ in _MEMORY_COLUMNS:
+            value = getattr(row, column)
+            if value is not None and not math.isnan(value):
+                graph[column] = value
+    for graph in graphs.values():
+        sizes = [graph.get(column) for column, _ in _MEMORY_COLUMNS]
+        # What it needs while it runs: inputs + outputs - aliased + temporaries + code; unknown if a part is.
+        graph["need"] = (None if None in sizes else sizes[0] + sizes[1] - sizes[2] + sizes[3] + sizes[4])
+    ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
+    rows = [[graph_hash[:12], short_site(graph["site"])]
+            + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]
+            for graph_hash, graph in ranked[:MAX_TABLE_ROWS]]
+    note = (f"{len(graphs) - MAX_TABLE_ROWS} more graphs not shown. " if len(graphs) > MAX_TABLE_ROWS else "")
+    return Table("Graphs: device memory at compile (XLA's memory analysis)",
+                 ["Graph", "Site"] + [label for _, label in _MEMORY_COLUMNS] + ["Needs"], rows,
+                 ["l", "l"] + ["r"] * (len(_MEMORY_COLUMNS) + 1),
+                 note + "Needs = inputs + outputs - aliased + temporaries + code: what the graph holds while it runs.")
 
 
 def _share(share: float | None) -> str:

@@ -231,8 +231,9 @@ class EventLogReplay:
         self.last_graph = (record.hash, record.site or "", "failed")
         if kind == "execute" and len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
-        self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
-                                      record.hlo_path, split_site(record.site)[0])
+        first, *details = record.message.split("\n")
+        self.source.debug.add_failure(self.line, kind, record.hash, first, record.hlo_path,
+                                      split_site(record.site)[0], tuple(details))
 
     def _on_profile(self, record: rec.Profile) -> None:
         if len(self.source.profiles) < MAX_PROFILES:
