@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 from xladev import rules, wall_time
-from xladev.schema import units
+from xladev.schema import memory as memory_sizes, units
 from xladev.schema.sites import short_site
 from xladev.report.diagnose import auto_metrics_lines
 from xladev.report.names import KEY_COUNTERS, KEY_METRICS, counter_category
@@ -208,9 +208,10 @@ def _debug_tables(report) -> list:
     return items
 
 
-# The Post Compilation Analysis sizes (debuglog.POST_COMPILE_FIELDS' columns), with the names the table gives them.
-_MEMORY_COLUMNS = (("input_bytes", "Inputs"), ("output_bytes", "Outputs"), ("aliased_bytes", "Aliased"),
-                   ("temp_bytes", "Temps"), ("program_bytes", "Code"))
+# The table's columns: XLA's memory analysis in PyTorch/XLA's order, under the debug-log reader's column names.
+_SHORT_LABELS = {"temporaries": "Temps", "program": "Code"}  # so a row with its site fits 80 columns
+_MEMORY_COLUMNS = tuple((column, _SHORT_LABELS.get(label, label.capitalize()))
+                        for _, column, label in memory_sizes.SIZES.values())
 
 
 def _size(value) -> str:
@@ -234,9 +235,9 @@ def _graphs_table(report) -> Table | None:
             if value is not None and not math.isnan(value):
                 graph[column] = value
     for graph in graphs.values():
-        sizes = [graph.get(column) for column, _ in _MEMORY_COLUMNS]
-        # What it needs while it runs: inputs + outputs - aliased + temporaries + code; unknown if a part is.
-        graph["need"] = (None if None in sizes else sizes[0] + sizes[1] - sizes[2] + sizes[3] + sizes[4])
+        graph["need"] = memory_sizes.need_bytes({key: graph.get(column)
+                                                 for key, (_, column, _) in memory_sizes.SIZES.items()
+                                                 if graph.get(column) is not None})
     ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
     rows = [[graph_hash[:12], short_site(graph["site"])]
             + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]
@@ -245,7 +246,8 @@ def _graphs_table(report) -> Table | None:
     return Table("Graphs: device memory at compile (XLA's memory analysis)",
                  ["Graph", "Site"] + [label for _, label in _MEMORY_COLUMNS] + ["Needs"], rows,
                  ["l", "l"] + ["r"] * (len(_MEMORY_COLUMNS) + 1),
-                 note + "Needs = inputs + outputs - aliased + temporaries + code: what the graph holds while it runs.")
+                 note + "Needs = inputs + outputs - aliased + temporaries + generated code: what the graph holds while it "
+                 "runs.")
 
 
 def _share(share: float | None) -> str:

@@ -25,7 +25,7 @@ from xladev.report.inputs import register_input_kind
 from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev.schema import records as rec
+from xladev.schema import memory as memory_sizes, records as rec
 from xladev.schema.counters import updates
 from xladev.schema.sites import short_site, split_site
 from xladev.schema.units import COUNT
@@ -38,8 +38,6 @@ MAX_PROFILES = 1000
 # Bounds of what is kept to compare ranks: executions and compiles, and graph texts (count, characters each).
 MAX_TRACE_RUNS = 200_000
 MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
-_POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
-                       "temp": "temp_bytes", "generated_code": "program_bytes"}
 
 
 class _Metric:
@@ -161,8 +159,8 @@ class EventLogReplay:
         event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
                            inputs=record.inputs, outputs=record.outputs,
                            frames=[record.site] if record.site else [], site=site, function=function,
-                           sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
-                                  if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
+                           sizes={memory_sizes.SIZES[k][1]: float(v) for k, v in record.memory.items()
+                                  if k in memory_sizes.SIZES and isinstance(v, (int, float))},
                            steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them

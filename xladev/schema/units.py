@@ -294,7 +294,7 @@ def parse_memory_size(text: str) -> int:
     number, prefix = match.groups()
     size = int(float(number) * 1024 ** ("KMGT".index(prefix.upper()) + 1 if prefix else 0))
     if size <= 0:
-        raise UnitParseError(f"a memory size must be at least one byte, got {text!r}")
+        raise UnitParseError(f"a memory size must be at least one byte, got {text!r}; expected {MEMORY_SIZE_FORMS}")
     return size
 
 
