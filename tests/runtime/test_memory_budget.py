@@ -48,8 +48,8 @@ _SCRIPT = textwrap.dedent("""
 
     out = {"ran": []}
     batch = 64
-    largest = int(sys.argv[1]) if len(sys.argv) > 1 else None  # given: stop after this batch, and print
-    while largest is None or batch <= largest:
+    largest = int(sys.argv[1]) if len(sys.argv) > 1 else 8192  # bounded, should the budget never stop it
+    while batch <= largest:
         x = torch.randn(batch, 64)
         try:
             y = forward(x.to("xla"), dw1, dw2)
@@ -60,7 +60,7 @@ _SCRIPT = textwrap.dedent("""
             break
         out["ran"].append(batch)
         batch *= 2
-    if largest is not None:
+    if "error" not in out:
         print(json.dumps(out))
         sys.exit(0)
     proposed = int(re.search(r"try a batch of (\\d+)", out["error"]).group(1))
