@@ -190,6 +190,7 @@ class DebugLog:
         self.dynamo_recompiles: dict[tuple[str, str], int] = {}
         self.out_of_memory: list[dict] = []
         self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
+        self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
         self._summary_section = ""
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
@@ -207,8 +208,9 @@ class DebugLog:
         """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``); one that ran
         out of memory is also an out-of-memory message, with the explainer's `details` lines."""
         found = rules.parse_out_of_memory(message)
-        if found is not None:
-            self._oom_open = self.add_out_of_memory(lineno, found, hash=graph_hash, site=site, details=details)
+        self._oom_open = None if found is None else self.add_out_of_memory(
+            lineno, found, hash=graph_hash, site=site, details=details, hlo_path=hlo_path)
+        self._failed_oom = self._oom_open  # its HLO path may follow (xladev's "its HLO is saved at" line)
         if len(self.failures) < 1000:
             self.failures.append({"kind": kind, "hash": graph_hash, "message": message, "hlo_path": hlo_path,
                                   "site": site, "line": lineno, "out_of_memory": found is not None})
@@ -366,6 +368,8 @@ class DebugLog:
             saved = _FAILURE_HLO_RE.search(stripped)
             if saved and self.failures and not self.failures[-1]["hlo_path"]:
                 self.failures[-1]["hlo_path"] = saved.group(1).strip()
+                if self._failed_oom is not None:
+                    self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
                 return
             if stripped in ("Compilation Cause", "Execution Cause"):
                 event = self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)

@@ -106,8 +106,9 @@ def out_of_memory_finding(events: Sequence[Mapping], format_bytes) -> Finding | 
 
     Args:
       events: each distinct out-of-memory message: ``message``, ``count`` (times seen), optional ``need``,
-        ``limit``, ``free`` (bytes), ``hash`` and ``site`` (the graph and user line, where known) and ``details``
-        (the explainer's lines: biggest values with their lines, what else is live, the batch that fits).
+        ``limit``, ``free`` (bytes), ``hash`` and ``site`` (the graph and user line, where known), ``hlo_path`` (its
+        saved HLO) and ``details`` (the explainer's lines: biggest values with their lines, what else is live, the
+        batch that fits).
       format_bytes: formats a byte count (`xladev.schema.units.format_bytes`).
 
     Returns:
@@ -130,7 +131,8 @@ def out_of_memory_finding(events: Sequence[Mapping], format_bytes) -> Finding | 
     evidence = []
     for event in events[:5]:
         count = event.get("count", 1)
-        evidence.append(event["message"][:300] + (f" (seen {count} times)" if count > 1 else ""))
+        evidence.append(event["message"][:300] + (f" (seen {count} times)" if count > 1 else "")
+                        + (f"; HLO: {event['hlo_path']}" if event.get("hlo_path") else ""))
         evidence.extend(line.strip() for line in event.get("details", ())[:12])
     batch = next((m.group(1) for e in events for line in e.get("details", ()) if (m := _BATCH_RE.search(line))), None)
     fix = ((f"Lower the batch to {batch} (the explainer's estimate from what scales with the batch), " if batch
