@@ -165,3 +165,15 @@ def test_a_malformed_budget_names_the_variable_and_the_forms(tmp_path, value):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"XLADEV_DEVICE_MEMORY_LIMIT={value!r} is not valid" in done.stderr
     assert "2GB, 512MiB" in done.stderr
+
+
+def test_memory_info_gives_the_budget_as_the_limit():
+    import xladev
+    import xladev.debug
+
+    host = xladev.debug.memory_info()["bytes_limit"]
+    with xladev.config.override(device_memory_limit=LIMIT):
+        assert xladev.debug.memory_info()["bytes_limit"] == LIMIT  # what graphs are held to
+    with xladev.config.override(device_memory_limit=host * 2):
+        assert xladev.debug.memory_info()["bytes_limit"] == host  # a budget above the device's changes nothing
+    assert LIMIT < host

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 
+from xladev._flags import config
 from xladev.runtime import backend
 
 _peaks: dict[int, int] = {}
@@ -65,7 +66,8 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
 
     Returns:
       `{'bytes_used', 'bytes_limit', 'peak_bytes_used'}`: from the allocator where the backend keeps statistics
-      (GPU), else from the live arrays (CPU; see the module's docstring).
+      (GPU), else from the live arrays (CPU; see the module's docstring). With a device memory budget
+      (XLADEV_DEVICE_MEMORY_LIMIT) below the device's limit, `bytes_limit` is the budget: what graphs are held to.
 
     Raises:
       ValueError: this process has no such device.
@@ -74,9 +76,15 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats:
         used = int(stats.get("bytes_in_use", 0))
-        return {"bytes_used": used, "bytes_limit": int(stats.get("bytes_limit", 0)),
+        return {"bytes_used": used, "bytes_limit": _budgeted(int(stats.get("bytes_limit", 0))),
                 "peak_bytes_used": int(stats.get("peak_bytes_in_use", used))}
     used = _live_bytes(device)
     with _lock:
         peak = _peaks[device_index] = max(_peaks.get(device_index, 0), used)
-    return {"bytes_used": used, "bytes_limit": _host_memory(), "peak_bytes_used": peak}
+    return {"bytes_used": used, "bytes_limit": _budgeted(_host_memory()), "peak_bytes_used": peak}
+
+
+def _budgeted(limit: int) -> int:
+    """The device's limit, or the device memory budget where one is set below it (0: no limit known)."""
+    budget = config.device_memory_limit
+    return limit if budget is None else min(limit, budget) if limit else budget
