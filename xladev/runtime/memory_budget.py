@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.runtime import device_memory
 from xladev.runtime.graph_info import node_location
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph, Meta
@@ -32,7 +33,7 @@ RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
 _SHOWN = 5  # biggest values and inputs listed
 
 
-class MemoryBudgetExceeded(Exception):
+class MemoryBudgetExceeded(XladevError, RuntimeError):
     """A graph needs more device memory than XLADEV_DEVICE_MEMORY_LIMIT allows; the message is the explainer.
 
     The runtime raises it as its `XlaExecutionError`, as it raises XLA's own RESOURCE_EXHAUSTED.
