@@ -177,3 +177,17 @@ def test_memory_info_gives_the_budget_as_the_limit():
     with xladev.config.override(device_memory_limit=host * 2):
         assert xladev.debug.memory_info()["bytes_limit"] == host  # a budget above the device's changes nothing
     assert LIMIT < host
+
+
+def test_a_graph_without_a_batch_says_its_batch_cannot_be_estimated_and_the_process_goes_on():
+    import torch
+    import xladev
+    from xladev.runtime.execution import XlaExecutionError
+
+    with xladev.config.override(device_memory_limit=1024 ** 2):
+        vector = torch.arange(2 ** 20, dtype=torch.float32, device="xla")  # 4MiB, one dimension: no batch
+        with pytest.raises(XlaExecutionError, match="RESOURCE_EXHAUSTED") as failed:
+            (vector * 2 + 1).sum().item()
+        small = (torch.arange(8, dtype=torch.float32, device="xla") * 2).cpu()  # a graph that fits still runs
+    assert "largest batch that fits: cannot be estimated (no input of two dimensions or more" in str(failed.value)
+    assert small.tolist() == [2.0 * i for i in range(8)]

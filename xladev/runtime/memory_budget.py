@@ -23,7 +23,7 @@ from xladev.runtime import device_memory
 from xladev.runtime.graph_info import node_location
 from xladev.runtime.ir import DATA_OP, SCALAR_OP, Graph, Meta
 from xladev.runtime.irtext import shape_text
-from xladev.schema.memory import need_bytes
+from xladev.schema.memory import SIZES, need_bytes
 from xladev.schema.sites import short_site, site_of
 from xladev.schema.units import format_bytes
 
@@ -61,7 +61,9 @@ def check(graph: Graph, memory: dict[str, int], arrays: list, device, frames, na
     inputs = {device_memory.buffer_key(a) for a in arrays}
     live = device_memory.live_buffers(device)
     others = sum(n for key, n in live.items() if key not in inputs)
-    need = need_bytes(memory) or 0  # no analysis: only what is live is checked (the explainer says so)
+    # A size XLA did not give counts as 0 here (the explainer says it is unknown); no analysis at all: only what
+    # is live is checked.
+    need = need_bytes({key: memory.get(key, 0) for key in SIZES})
     if need + others <= limit:
         return
     raise MemoryBudgetExceeded(explain(graph, memory, need, others, sum(1 for k in live if k not in inputs), limit,
@@ -84,10 +86,10 @@ def explain(graph: Graph, memory: dict[str, int], need: int, others: int, other_
     lines = [f"{RESOURCE_EXHAUSTED}: {label} needs {format_bytes(need + others)} of device memory, over the "
              f"device memory limit of {format_bytes(limit)} (XLADEV_DEVICE_MEMORY_LIMIT); it runs at {site}"]
     if memory:
-        lines.append(f"  needs: arguments {format_bytes(memory.get('argument', 0))} + outputs "
-                     f"{format_bytes(memory.get('output', 0))} - aliased {format_bytes(memory.get('alias', 0))} + "
-                     f"temporaries {format_bytes(memory.get('temp', 0))} + generated code "
-                     f"{format_bytes(memory.get('generated_code', 0))} = {format_bytes(need)} (XLA's memory analysis)")
+        size = lambda key: format_bytes(memory[key]) if key in memory else "unknown"  # noqa: E731
+        lines.append(f"  needs: arguments {size('argument')} + outputs {size('output')} - aliased {size('alias')} + "
+                     f"temporaries {size('temp')} + generated code {size('generated_code')} = {format_bytes(need)} "
+                     "(XLA's memory analysis)")
     else:
         lines.append("  needs: XLA gave no memory analysis for this graph; only what else is live is counted")
     lines.append(f"  else live on the device: {format_bytes(others)} in {other_buffers} buffer(s) "
