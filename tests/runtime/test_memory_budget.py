@@ -151,6 +151,77 @@ def test_the_report_explains_the_out_of_memory_from_the_event_log_and_the_debug_
     assert table.rows[0][5] == "16MB" and len(table.rows) >= 7  # its [4096,1024] f32 activation in temporaries
 
 
+# A training step (forward, backward, SGD with the parameters donated at the barrier) at batch sys.argv[1], doubled
+# until the budget stops it (or only that batch, with a second argument): the activation and its gradient scale.
+_TRAIN = textwrap.dedent("""
+    import json, sys, torch, xladev
+    from torch import nn
+    from xladev.runtime.execution import XlaExecutionError
+
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(64, 1024), nn.Tanh(), nn.Linear(1024, 8))
+    model = nn.Sequential(nn.Linear(64, 1024), nn.Tanh(), nn.Linear(1024, 8))
+    model.load_state_dict(cpu.state_dict())
+    model = model.to("xla")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)  # the activation
+        loss.backward()
+        opt.step()
+        xladev.mark_step()
+        return loss
+
+    out, batch = {"ran": []}, int(sys.argv[1])
+    while batch <= 16384:
+        x, y = torch.randn(batch, 64), torch.randn(batch, 8)
+        try:
+            loss = step(x.to("xla"), y.to("xla"))
+        except XlaExecutionError as exc:
+            out["error"] = str(exc)
+            break
+        out["ran"].append(batch)
+        out["loss"], out["eager"] = loss.item(), nn.functional.mse_loss(cpu(x), y).item()
+        if len(sys.argv) > 2:
+            break
+        batch *= 2
+    print(json.dumps(out))
+""")
+
+
+def test_a_training_step_out_of_budget_proposes_a_batch_that_trains(tmp_path):
+    script = tmp_path / "train_step.py"
+    script.write_text(_TRAIN)
+    env = dict(os.environ, XLADEV_DEVICE_MEMORY_LIMIT="24MB")
+    run = lambda *args: subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,  # noqa
+                                       timeout=300, env=env, cwd=tmp_path)
+    doubled = run("1024")
+    assert doubled.returncode == 0, doubled.stderr[-3000:]
+    out = json.loads(doubled.stdout.splitlines()[-1])
+    assert out["ran"] == [1024, 2048] and "error" in out
+    error = out["error"]
+    line = line_of(script, "# the activation")
+    biggest = error.split("biggest values it computes", 1)[1].split("biggest inputs", 1)[0]
+    assert f"16.00MB f32[4096,1024]{{1,0}} aten::tanh at step@train_step.py:{line}" in biggest
+    assert f"aten::tanh_backward at step@train_step.py:{line + 1} (backward)" in biggest  # loss.backward()
+    proposed = int(re.search(r"try a batch of (\d+)", error).group(1))
+    assert 2048 < proposed < 4096
+    # A new process at that batch trains under the same budget (the failed step's parameters are not reused).
+    fresh = run(str(proposed), "once")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    trained = json.loads(fresh.stdout.splitlines()[-1])
+    assert trained["ran"] == [proposed] and "error" not in trained
+    # ... and it is about the largest that does: 5% more does not fit (the activation's transpose and gradients
+    # count as scaling with the batch, though their batch dimension is not the first).
+    larger = json.loads(run(str(proposed * 105 // 100), "once").stdout.splitlines()[-1])
+    assert larger["ran"] == [] and "RESOURCE_EXHAUSTED" in larger["error"]
+    # The first step's loss against eager on the CPU, within float32's first-order rounding bound for it: two dot
+    # products (K=64, then 1024) squared, then a mean of proposed*8 non-negative terms.
+    eps = 2.0 ** -23
+    assert abs(trained["loss"] - trained["eager"]) <= (2 * (64 + 1024) + proposed * 8) * eps * trained["eager"]
+
+
 def test_without_a_budget_nothing_changes(tmp_path):
     done = _run(tmp_path, "4096")  # no XLADEV_DEVICE_MEMORY_LIMIT: the batch that failed runs
     assert done.returncode == 0, done.stderr[-2000:]

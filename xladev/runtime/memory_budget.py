@@ -9,8 +9,8 @@ batch that would fit. Unset, nothing here runs.
 
 The batch estimate takes the graph's batch as the leading dimension of its inputs that leads most bytes of the
 values the graph holds and computes (activations outweigh parameters) and scales linearly what carries it: the inputs
-and outputs of that leading dimension, and the share of XLA's temporaries that the graph's intermediate values
-of that leading dimension hold. It is an estimate, and says so; where nothing carries a batch it says that.
+of that leading dimension, the outputs with that dimension, and the share of XLA's temporaries that the graph's
+intermediate values with that dimension hold. It is an estimate, and says so; where nothing carries a batch it says that.
 """
 
 from __future__ import annotations
@@ -78,6 +78,12 @@ def _leading(meta) -> int | None:
     return meta.shape[0] if len(meta.shape) >= 1 else None
 
 
+def _carries(meta, batch: int) -> bool:
+    # A value the graph computes carries the batch in any dimension: the transposed activations of the backward
+    # pass (a weight gradient's operand) hold it second.
+    return batch in meta.shape
+
+
 def explain(graph: Graph, memory: dict[str, int], need: int, others: int, other_buffers: int, limit: int,
             frames, name: str | None) -> str:
     """The explainer of a graph over the budget (see the module's docstring); its first line is the headline."""
@@ -137,11 +143,11 @@ def batch_estimate(graph: Graph, memory: dict[str, int], need: int, others: int,
     donated = {id(graph.inputs[i]) for i in graph.donated}
     scaled_args = sum(_nbytes(n.meta) for n in inputs if _leading(n.meta) == batch)
     scaled_alias = sum(_nbytes(n.meta) for n in inputs if _leading(n.meta) == batch and id(n) in donated)
-    roots = {id(r): r for r in graph.roots[:graph.user_outputs] if isinstance(r.meta, Meta)}.values()
-    scaled_out = sum(_nbytes(r.meta) for r in roots if _leading(r.meta) == batch)
+    roots = {id(r): r for r in graph.roots if isinstance(r.meta, Meta)}.values()
+    scaled_out = sum(_nbytes(r.meta) for r in roots if _carries(r.meta, batch))
     inner = [n for n in graph.nodes if n.op is not DATA_OP and n.op is not SCALAR_OP and isinstance(n.meta, Meta)]
     inner_total = sum(_nbytes(n.meta) for n in inner)
-    share = (sum(_nbytes(n.meta) for n in inner if _leading(n.meta) == batch) / inner_total) if inner_total else 0.0
+    share = (sum(_nbytes(n.meta) for n in inner if _carries(n.meta, batch)) / inner_total) if inner_total else 0.0
     scaled = (min(scaled_args, memory.get("argument", 0)) + min(scaled_out, memory.get("output", 0))
               - min(scaled_alias, memory.get("alias", 0)) + memory.get("temp", 0) * share)
     fixed = need + others - scaled
