@@ -147,7 +147,7 @@ def detail_text(graph: GraphRow, compiling: bool = False) -> Text:
     if graph.memory:
         # XLA's memory analysis in PyTorch/XLA's order, then what the graph holds while it runs.
         sizes = dict(graph.memory)
-        shown = [f"{label} {format_bytes(sizes[key])}" for key, (_, _, label) in memory_sizes.SIZES.items()
+        shown = [f"{size.label} {format_bytes(sizes[key])}" for key, size in memory_sizes.SIZES.items()
                  if key in sizes]
         need = memory_sizes.need_bytes(sizes)
         text.append(f"memory: {', '.join(shown)}" + (f"; needs {format_bytes(need)}" if need is not None else "") + "\n")

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from xladev import rules, wall_time
+from xladev.schema.memory import SIZES
 from xladev.schema.records import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
@@ -40,8 +41,7 @@ _FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _GENERIC_FALLBACK_TAG = "xla_fallback"
-_POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
-                           r"([\d.eE+-]+|nan) GB")
+_POST_SIZE_RE = re.compile("(" + "|".join(size.printed for size in SIZES.values()) + r"): ([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 # Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
@@ -54,9 +54,8 @@ _VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
 _PROGRAM_CAUSE_RE = re.compile(r"dynamo is executing a compiled program|dynamo processing input graphs|"
                                r"torch_xla\.compile clear the pending graph")
 
-POST_COMPILE_FIELDS = {"Graph input": "input_bytes", "Graph output": "output_bytes",
-                       "Aliased Input": "aliased_bytes", "Intermediate tensor": "temp_bytes",
-                       "Compiled program": "program_bytes"}
+# A Post Compilation Analysis line's words -> the column its size is kept under.
+POST_COMPILE_FIELDS = {size.printed: size.column for size in SIZES.values()}
 
 
 @dataclasses.dataclass

@@ -210,8 +210,8 @@ def _debug_tables(report) -> list:
 
 # The table's columns: XLA's memory analysis in PyTorch/XLA's order, under the debug-log reader's column names.
 _SHORT_LABELS = {"temporaries": "Temps", "program": "Code"}  # so a row with its site fits 80 columns
-_MEMORY_COLUMNS = tuple((column, _SHORT_LABELS.get(label, label.capitalize()))
-                        for _, column, label in memory_sizes.SIZES.values())
+_MEMORY_COLUMNS = tuple((size.column, _SHORT_LABELS.get(size.label, size.label.capitalize()))
+                        for size in memory_sizes.SIZES.values())
 
 
 def _size(value) -> str:
@@ -235,9 +235,8 @@ def _graphs_table(report) -> Table | None:
             if value is not None and not math.isnan(value):
                 graph[column] = value
     for graph in graphs.values():
-        graph["need"] = memory_sizes.need_bytes({key: graph.get(column)
-                                                 for key, (_, column, _) in memory_sizes.SIZES.items()
-                                                 if graph.get(column) is not None})
+        graph["need"] = memory_sizes.need_bytes({key: graph[size.column] for key, size in memory_sizes.SIZES.items()
+                                                 if graph.get(size.column) is not None})
     ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
     rows = [[graph_hash[:12], short_site(graph["site"])]
             + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]

@@ -159,7 +159,7 @@ class EventLogReplay:
         event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
                            inputs=record.inputs, outputs=record.outputs,
                            frames=[record.site] if record.site else [], site=site, function=function,
-                           sizes={memory_sizes.SIZES[k][1]: float(v) for k, v in record.memory.items()
+                           sizes={memory_sizes.SIZES[k].column: float(v) for k, v in record.memory.items()
                                   if k in memory_sizes.SIZES and isinstance(v, (int, float))},
                            steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile

@@ -254,8 +254,8 @@ def _memory_analysis(compiled) -> dict[str, int]:
     if m is None:
         return {}
     # A size XLA does not give is left out (printed as PyTorch/XLA's "Unknown"), never taken as 0.
-    return {key: int(value) for key, (attribute, _, _) in memory_sizes.SIZES.items()
-            if (value := getattr(m, attribute, None)) is not None}
+    return {key: int(value) for key, size in memory_sizes.SIZES.items()
+            if (value := getattr(m, size.attribute, None)) is not None}
 
 
 # XLA's persistent compilation cache, once turned on: {"path": ..., "readonly": ...}.

@@ -8,15 +8,31 @@ reader keeps them under its own column names. Standard library only: the runtime
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
-# key -> (XLA's CompiledMemoryStats attribute, the debug-log reader's column, the label screens and tables show),
-# in the order PyTorch/XLA prints them.
+class Size(NamedTuple):
+    """One size of XLA's memory analysis, as each part of xladev names it.
+
+    Attributes:
+      attribute: XLA's `CompiledMemoryStats` attribute.
+      column: the debug-log reader's column (`report.compile_events`).
+      label: what screens and tables call it.
+      printed: its words in PyTorch/XLA's Post Compilation Analysis.
+    """
+
+    attribute: str
+    column: str
+    label: str
+    printed: str
+
+
+# The compile record's key -> its names, in the order PyTorch/XLA prints them.
 SIZES = {
-    "argument": ("argument_size_in_bytes", "input_bytes", "inputs"),
-    "output": ("output_size_in_bytes", "output_bytes", "outputs"),
-    "alias": ("alias_size_in_bytes", "aliased_bytes", "aliased"),
-    "temp": ("temp_size_in_bytes", "temp_bytes", "temporaries"),
-    "generated_code": ("generated_code_size_in_bytes", "program_bytes", "program"),
+    "argument": Size("argument_size_in_bytes", "input_bytes", "inputs", "Graph input size"),
+    "output": Size("output_size_in_bytes", "output_bytes", "outputs", "Graph output size"),
+    "alias": Size("alias_size_in_bytes", "aliased_bytes", "aliased", "Aliased Input size"),
+    "temp": Size("temp_size_in_bytes", "temp_bytes", "temporaries", "Intermediate tensor size"),
+    "generated_code": Size("generated_code_size_in_bytes", "program_bytes", "program", "Compiled program size"),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xladev import fallback_reasons
 from xladev.events import Cause, CauseKind
+from xladev.schema.memory import SIZES
 from xladev.schema.sites import first_user_index, shown_frames
 
 RULE_EQ = "=" * 80
@@ -151,13 +152,6 @@ def post_compilation_block(memory: dict) -> str:
       The block's text.
     """
     p = "Post Compilation Analysis: "
-    lines = [
-        "", f"{p}{RULE_EQ}",
-        f"{p}Graph input size: {_gb(memory, 'argument')}",
-        f"{p}Graph output size: {_gb(memory, 'output')}",
-        f"{p}Aliased Input size: {_gb(memory, 'alias')}",
-        f"{p}Intermediate tensor size: {_gb(memory, 'temp')}",
-        f"{p}Compiled program size: {_gb(memory, 'generated_code')}",
-        f"{p}{RULE_DASH}", f"{p}{RULE_EQ}",
-    ]
+    lines = ["", f"{p}{RULE_EQ}", *(f"{p}{size.printed}: {_gb(memory, key)}" for key, size in SIZES.items()),
+             f"{p}{RULE_DASH}", f"{p}{RULE_EQ}"]
     return "\n".join(lines) + "\n"
