@@ -21,7 +21,14 @@ _lock = threading.Lock()
 
 
 def buffer_key(data) -> int:
-    """What identifies a single-device jax array's buffer: its address (several arrays may share one buffer)."""
+    """What identifies a single-device jax array's buffer (several arrays may share one).
+
+    Args:
+      data: a jax array on one device.
+
+    Returns:
+      Its buffer's address, or the array's `id` where the backend does not give one.
+    """
     try:
         return data.unsafe_buffer_pointer()
     except Exception:  # a backend that does not expose it, or a deleted array: the array on its own
@@ -29,10 +36,16 @@ def buffer_key(data) -> int:
 
 
 def live_buffers(device) -> dict[int, int]:
-    """The live buffers on a jax device: `buffer_key` -> bytes.
+    """The live buffers on a jax device.
 
     Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's own
     buffer for a graph of collectives, a shard's view of its array): each buffer is listed once.
+
+    Args:
+      device: the jax device.
+
+    Returns:
+      `buffer_key` -> bytes of every buffer of a live, undeleted jax array on it.
     """
     jax = backend.jax_module()
     buffers: dict[int, int] = {}

@@ -19,8 +19,14 @@ _DIALECTS = ("hlo", "stablehlo")
 
 
 def node_location(node) -> str | None:
-    """`fn@file.py:LINE` of the user's line that recorded an IR node: its own (XLA_IR_DEBUG), else the line where
-    an op of its signature was first recorded; None when neither is known.
+    """The user's line that recorded an IR node.
+
+    Args:
+      node: an IR node.
+
+    Returns:
+      `fn@file.py:LINE`: its own (XLA_IR_DEBUG), else the line where an op of its signature was first recorded;
+      None when neither is known.
     """
     if node.location:
         return node.location

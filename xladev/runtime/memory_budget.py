@@ -86,7 +86,20 @@ def _carries(meta, batch: int) -> bool:
 
 def explain(graph: Graph, memory: dict[str, int], need: int, others: int, other_buffers: int, limit: int,
             frames, name: str | None) -> str:
-    """The explainer of a graph over the budget (see the module's docstring); its first line is the headline."""
+    """The explainer of a graph over the budget (see the module's docstring).
+
+    Args:
+      graph: the graph that does not fit.
+      memory: XLA's memory analysis of it (empty when XLA gave none).
+      need: what the analysis says it needs while it runs, in bytes.
+      others: the bytes of the other live buffers on its device; `other_buffers` how many they are.
+      limit: the budget in bytes.
+      frames: the user's stack, for the line that ran the graph.
+      name: the graph's name, if any.
+
+    Returns:
+      The text: a headline starting with RESOURCE_EXHAUSTED, then one indented line or list per part.
+    """
     label = f"graph {name} ({graph.hash})" if name else f"graph {graph.hash}"
     site = short_site(site_of(frames))
     lines = [f"{RESOURCE_EXHAUSTED}: {label} needs {format_bytes(need + others)} of device memory, over the "
@@ -119,9 +132,15 @@ def explain(graph: Graph, memory: dict[str, int], need: int, others: int, other_
 
 
 def batch_dimension(graph: Graph) -> int | None:
-    """The graph's batch: of the leading dimensions (above 1) of its data inputs of two dimensions or more, the one
-    that leads most bytes of the graph's values (inputs and the values it computes: the activations); None when no
-    input has one."""
+    """The graph's batch size, as the module's docstring says how it is found.
+
+    Args:
+      graph: the graph.
+
+    Returns:
+      Of the leading dimensions (above 1) of its data inputs of two dimensions or more, the one that leads most bytes
+      of the graph's values (inputs and the values it computes: the activations); None when no input has one.
+    """
     candidates = {n.meta.shape[0] for n in graph.inputs
                   if n.op is DATA_OP and len(n.meta.shape) >= 2 and n.meta.shape[0] > 1}
     if not candidates:
@@ -134,7 +153,18 @@ def batch_dimension(graph: Graph) -> int | None:
 
 
 def batch_estimate(graph: Graph, memory: dict[str, int], need: int, others: int, limit: int) -> str:
-    """One line: the largest batch estimated to fit under `limit`, or why none can be estimated."""
+    """The largest batch estimated to fit, by scaling linearly what carries the batch (the module's docstring).
+
+    Args:
+      graph: the graph that does not fit.
+      memory: XLA's memory analysis of it.
+      need: what the analysis says it needs, in bytes; `others` the other live buffers' bytes.
+      limit: the budget in bytes.
+
+    Returns:
+      One line: about how large a batch fits and the batch to try (a multiple of 8 from 16 on), with what scales
+      and what does not; or why no batch can be estimated, or that none fits.
+    """
     batch = batch_dimension(graph)
     if batch is None or not memory:
         return ("largest batch that fits: cannot be estimated (no input of two dimensions or more carries a batch)"
