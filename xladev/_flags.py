@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from xladev.errors import XladevError
+from xladev.schema.units import parse_memory_size
 
 _TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
 _FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}
@@ -234,6 +235,10 @@ def _parse_positive_float(text: str) -> float:
     return value
 
 
+def _parse_memory_limit(text: str) -> int | None:
+    return parse_memory_size(text) if text.strip() else None
+
+
 def _parse_step_window(text: str) -> tuple[int, int] | None:
     word = text.strip()
     if not word:
@@ -289,6 +294,9 @@ _DEFINITIONS = [
          "wait for each graph to finish inside the barrier instead of overlapping it with the next step"),
     Flag("graph_growth_warning", "XLADEV_GRAPH_GROWTH_WARNING", _parse_int, 50_000,
          "warn when this many ops are recorded with no barrier (0: never); the limit rises to 4x the largest step"),
+    Flag("device_memory_limit", "XLADEV_DEVICE_MEMORY_LIMIT", _parse_memory_limit, None,
+         "device memory budget (2GB, 512MiB, bytes): a graph whose memory analysis needs more, with what else is "
+         "live on the device, fails before it runs as XLA's RESOURCE_EXHAUSTED would; unset: no budget"),
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
     Flag("metrics_enabled", "XLADEV_METRICS", _parse_bool, True, "keep the always-on counters and metrics"),
     Flag("compilation_cache_dir", "XLADEV_COMPILATION_CACHE", _parse_str, "", "persistent compilation cache directory"),

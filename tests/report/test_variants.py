@@ -343,8 +343,9 @@ def test_failure_lines_of_a_debug_log_name_the_graph_and_its_hlo(tmp_path):
     findings = {f.rule: f for f in report.findings}
     assert "/tmp/x/graph.hlo" in findings["compile-failure"].evidence[0]
     assert "bad shape" in findings["compile-failure"].evidence[0]
-    assert "/tmp/x/run.hlo" in findings["execute-failure"].evidence[0]
-    assert findings["execute-failure"].sources == [f"{tmp_path / 'debug.txt'}:3"]
+    # The graph that ran out of memory while running is the out-of-memory finding, with its saved HLO.
+    assert "/tmp/x/run.hlo" in findings["out-of-memory"].evidence[0] and "execute-failure" not in findings
+    assert findings["out-of-memory"].sources == [f"{tmp_path / 'debug.txt'}:3"]
 
 
 def test_two_runs_appended_to_one_metrics_file_are_split_and_the_last_is_read(tmp_path):

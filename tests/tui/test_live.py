@@ -39,8 +39,10 @@ async def test_findings_panel_shows_the_reports_verdict_findings_costs_and_fixes
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, _done(app, records))
         await pilot.pause()
-        assert "ERROR" in _text(app, "#verdict") and f"3 problems found. Most important: 1 graph failed to compile. ({records} records)" in \
-            _text(app, "#verdict")  # the report's own headline
+        # The report's own headline: the graph that failed to compile ran out of memory.
+        assert "ERROR" in _text(app, "#verdict") and "3 problems found. Most important: The device ran out of " \
+            f"memory: graph deadbeefdeadbeef at " in _text(app, "#verdict")
+        assert f"conformer_encoder.py:214. ({records} records)" in _text(app, "#verdict")
         entries = [" ".join(text.split()) for text in option_texts(app, "#findings")]
         assert len(entries) == len(report.findings)
         for entry, finding in zip(entries, report.findings):  # in the report's order, with its words
@@ -81,7 +83,7 @@ async def test_findings_update_while_the_run_goes_on():
         assert "ERROR" not in _text(app, "#verdict")
         source.push(lines[first_failure:])  # ends with the end record: diagnosed again at once
         await wait_for(pilot, lambda: "ERROR" in _text(app, "#verdict"))
-        assert "1 graph failed to compile" in option_texts(app, "#findings")[0]
+        assert "The device ran out of memory: graph deadbeefdeadbeef" in option_texts(app, "#findings")[0]
 
 
 @async_test

@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from xladev.schema import memory as memory_sizes
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns, format_bytes
 from xladev_tui.run_view import GraphRow, RunView
@@ -14,8 +15,6 @@ from xladev_tui.widgets.common import fit_rows, sync_rows, table_width
 
 COLUMNS = ("Graph", "Nodes", "In/Out", "Compile", "Runs", "Site")
 
-MEMORY_LABELS = {"argument": "inputs", "output": "outputs", "alias": "aliased", "temp": "temporaries",
-                 "generated_code": "program"}
 
 
 class GraphBrowser(Horizontal):
@@ -146,8 +145,12 @@ def detail_text(graph: GraphRow, compiling: bool = False) -> Text:
         text.append(f"recompiled (vs graph {graph.recompile.previous_hash[:12]}): ", style="bold red")
         text.append("; ".join(graph.recompile.changes) + "\n", style="yellow")
     if graph.memory:
-        memory = ", ".join(f"{MEMORY_LABELS.get(k, k)} {format_bytes(v)}" for k, v in graph.memory)
-        text.append(f"memory: {memory}\n")
+        # XLA's memory analysis in PyTorch/XLA's order, then what the graph holds while it runs.
+        sizes = dict(graph.memory)
+        shown = [f"{size.label} {format_bytes(sizes[key])}" for key, size in memory_sizes.SIZES.items()
+                 if key in sizes]
+        need = memory_sizes.need_bytes(sizes)
+        text.append(f"memory: {', '.join(shown)}" + (f"; needs {format_bytes(need)}" if need is not None else "") + "\n")
     mean = graph.execute_ns / graph.executions if graph.executions else None
     text.append(f"executed {graph.executions} times, {compact_time_ns(graph.execute_ns)} in total"
                 + (f" ({compact_time_ns(mean)} each)" if mean is not None else "") + "\n")

@@ -14,12 +14,14 @@ from collections.abc import Callable
 
 from xladev import rules
 from xladev.rules import wall_time
+from xladev.schema.memory import SIZES
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
 MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
+MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
@@ -40,8 +42,7 @@ _FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _GENERIC_FALLBACK_TAG = "xla_fallback"
-_POST_SIZE_RE = re.compile(r"(Graph input|Graph output|Aliased Input|Intermediate tensor|Compiled program) size: "
-                           r"([\d.eE+-]+|nan) GB")
+_POST_SIZE_RE = re.compile("(" + "|".join(size.printed for size in SIZES.values()) + r"): ([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 # Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
@@ -54,9 +55,8 @@ _VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
 _PROGRAM_CAUSE_RE = re.compile(r"dynamo is executing a compiled program|dynamo processing input graphs|"
                                r"torch_xla\.compile clear the pending graph")
 
-POST_COMPILE_FIELDS = {"Graph input": "input_bytes", "Graph output": "output_bytes",
-                       "Aliased Input": "aliased_bytes", "Intermediate tensor": "temp_bytes",
-                       "Compiled program": "program_bytes"}
+# A Post Compilation Analysis line's words -> the column its size is kept under.
+POST_COMPILE_FIELDS = {size.printed: size.column for size in SIZES.values()}
 
 
 @dataclasses.dataclass
@@ -158,6 +158,9 @@ class DebugLog:
         message, hlo_path, site and line.
       graph_breaks: torch.compile graph breaks: (site, by, reason) -> times seen.
       dynamo_recompiles: TorchDynamo recompilations: (function, failed guard) -> times seen.
+      out_of_memory: XLA's (or xladev's budget's) out-of-memory messages, one dict per distinct message (see
+        `rules.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
+        where the failure names them.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -185,6 +188,9 @@ class DebugLog:
         self.run_summary: dict | None = None
         self.graph_breaks: dict[tuple[str, str, str], int] = {}
         self.dynamo_recompiles: dict[tuple[str, str], int] = {}
+        self.out_of_memory: list[dict] = []
+        self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
+        self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
         self._summary_section = ""
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
@@ -195,14 +201,23 @@ class DebugLog:
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
         return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures
-                    or self.run_summary)
+                    or self.run_summary or self.out_of_memory)
 
     def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
-                    site: str = "") -> None:
-        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``)."""
+                    site: str = "", details: tuple[str, ...] = ()) -> None:
+        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``); one that ran
+        out of memory is also an out-of-memory message, with the explainer's `details` lines."""
+        found = rules.parse_out_of_memory(message)
+        self._oom_open = None if found is None else self.add_out_of_memory(
+            lineno, found, hash=graph_hash, site=site, details=details, hlo_path=hlo_path)
+        self._failed_oom = self._oom_open  # its HLO path may follow (xladev's "its HLO is saved at" line)
         if len(self.failures) < 1000:
             self.failures.append({"kind": kind, "hash": graph_hash, "message": message, "hlo_path": hlo_path,
-                                  "site": site, "line": lineno})
+                                  "site": site, "line": lineno, "out_of_memory": found is not None})
+
+    def add_out_of_memory(self, lineno: int, found: dict, **known) -> dict | None:
+        """Records an out-of-memory message (`rules.add_out_of_memory`); returns its entry."""
+        return rules.add_out_of_memory(self.out_of_memory, lineno, found, known, MAX_OUT_OF_MEMORY)
 
     def feed(self, lineno: int, text: str) -> bool:
         """Reads one line.
@@ -214,6 +229,14 @@ class DebugLog:
         Returns:
           True when the line was PT_XLA_DEBUG output (so no other reader needs it).
         """
+        if self._oom_open is not None:
+            # The indented lines after xladev's out-of-memory failure are its explainer (runtime/execute/memory_budget.py).
+            if text.startswith("  "):
+                details = self._oom_open.setdefault("details", ())
+                if len(details) < 40:
+                    self._oom_open["details"] = (*details, text.strip())
+                return True
+            self._oom_open = None
         if _SUMMARY_PREFIX in text:
             self._feed_run_summary(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
             return True
@@ -241,6 +264,10 @@ class DebugLog:
             if match and self._last_compile is not None and not self._last_compile.computation_hash:
                 self._last_compile.computation_hash = match.group(1)
             return bool(match)
+        found = rules.parse_out_of_memory(text)
+        if found is not None:  # XLA's own out-of-memory lines, as PyTorch/XLA logs and raises them
+            self.add_out_of_memory(lineno, found)
+            return True
         return False
 
     def _feed_run_summary(self, lineno: int, body: str) -> None:
@@ -341,6 +368,8 @@ class DebugLog:
             saved = _FAILURE_HLO_RE.search(stripped)
             if saved and self.failures and not self.failures[-1]["hlo_path"]:
                 self.failures[-1]["hlo_path"] = saved.group(1).strip()
+                if self._failed_oom is not None:
+                    self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
                 return
             if stripped in ("Compilation Cause", "Execution Cause"):
                 event = self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)

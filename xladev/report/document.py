@@ -12,7 +12,7 @@ from typing import Callable
 
 from xladev import rules
 from xladev.rules import wall_time
-from xladev.schema import units
+from xladev.schema import memory as memory_sizes, units
 from xladev.schema.sites import short_site
 from xladev.report import jsonout
 from xladev.report.run_findings import auto_metrics_lines
@@ -216,12 +216,56 @@ def _debug_tables(report) -> list:
                 for row in sites.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Compiles and executions by Python site", ["Site", "Compiles", "Graphs", "Executions"],
                            rows, ["l", "r", "r", "r"]))
+    graphs = _graphs_table(report)
+    if graphs is not None:
+        items.append(graphs)
     causes = report.causes
     if len(causes):
         rows = [[row.cause, _count(row.compiles), _count(row.executions)]
                 for row in causes.head(MAX_TABLE_ROWS).itertuples(index=False)]
         items.append(Table("Causes (PT_XLA_DEBUG)", ["Cause", "Compiles", "Executions"], rows, ["l", "r", "r"]))
     return items
+
+
+# The table's columns: XLA's memory analysis in PyTorch/XLA's order, under the debug-log reader's column names.
+_SHORT_LABELS = {"temporaries": "Temps", "program": "Code"}  # so a row with its site fits 80 columns
+_MEMORY_COLUMNS = tuple((size.column, _SHORT_LABELS.get(size.label, size.label.capitalize()))
+                        for size in memory_sizes.SIZES.values())
+
+
+def _size(value) -> str:
+    # Compact, so the row fits 80 columns: 64MB, 8.16MB, 0B.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return units.format_bytes(value).replace(".00", "")
+
+
+def _graphs_table(report) -> Table | None:
+    """One row per graph compiled: where, and XLA's memory analysis of it (its latest compile), the
+    graphs that need most device memory first."""
+    events = report.compile_events
+    if not len(events):
+        return None
+    graphs: dict[str, dict] = {}
+    for row in events.itertuples(index=False):
+        graph = graphs.setdefault(row.graph_hash or "?", {"site": row.site})
+        for column, _ in _MEMORY_COLUMNS:
+            value = getattr(row, column)
+            if value is not None and not math.isnan(value):
+                graph[column] = value
+    for graph in graphs.values():
+        graph["need"] = memory_sizes.need_bytes({key: graph[size.column] for key, size in memory_sizes.SIZES.items()
+                                                 if graph.get(size.column) is not None})
+    ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
+    rows = [[graph_hash[:12], short_site(graph["site"])]
+            + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]
+            for graph_hash, graph in ranked[:MAX_TABLE_ROWS]]
+    note = (f"{len(graphs) - MAX_TABLE_ROWS} more graphs not shown. " if len(graphs) > MAX_TABLE_ROWS else "")
+    return Table("Graphs: device memory at compile (XLA's memory analysis)",
+                 ["Graph", "Site"] + [label for _, label in _MEMORY_COLUMNS] + ["Needs"], rows,
+                 ["l", "l"] + ["r"] * (len(_MEMORY_COLUMNS) + 1),
+                 note + "Needs = inputs + outputs - aliased + temporaries + generated code: what the graph holds while it "
+                 "runs.")
 
 
 def _share(share: float | None) -> str:

@@ -27,7 +27,7 @@ from xladev.report.marks import MarkLog, graph_stat
 from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev.schema import records as rec
+from xladev.schema import memory as memory_sizes, records as rec
 from xladev.schema import record_wording
 from xladev.schema import log_header
 from xladev.schema.counters import updates
@@ -42,8 +42,6 @@ MAX_PROFILES = 1000
 # Bounds of what is kept to compare ranks: executions and compiles, and graph texts (count, characters each).
 MAX_TRACE_RUNS = 200_000
 MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
-_POST_COMPILE_SIZES = {"argument": "input_bytes", "output": "output_bytes", "alias": "aliased_bytes",
-                       "temp": "temp_bytes", "generated_code": "program_bytes"}
 
 
 class _Metric:
@@ -168,8 +166,8 @@ class EventLogReplay:
         event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
                            inputs=record.inputs, outputs=record.outputs,
                            frames=[record.site] if record.site else [], site=site, function=function,
-                           sizes={_POST_COMPILE_SIZES[k]: float(v) for k, v in record.memory.items()
-                                  if k in _POST_COMPILE_SIZES and isinstance(v, (int, float))},
+                           sizes={memory_sizes.SIZES[k].column: float(v) for k, v in record.memory.items()
+                                  if k in memory_sizes.SIZES and isinstance(v, (int, float))},
                            steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
@@ -251,8 +249,9 @@ class EventLogReplay:
         self.last_graph = (record.hash, record.site or "", "failed")
         if kind == "execute" and len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
-        self.source.debug.add_failure(self.line, kind, record.hash, record.message.split("\n", 1)[0],
-                                      record.hlo_path, split_site(record.site)[0])
+        first, *details = record.message.split("\n")
+        self.source.debug.add_failure(self.line, kind, record.hash, first, record.hlo_path,
+                                      split_site(record.site)[0], tuple(details))
 
     def _on_profile(self, record: rec.Profile) -> None:
         if len(self.source.profiles) < MAX_PROFILES:

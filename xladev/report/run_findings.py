@@ -19,7 +19,7 @@ from xladev.rules import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
 
-_RULE_ORDER = ["unfinished-run", "rank-lost", "compile-failure", "execute-failure", "graph-divergence", "graph-growing",
+_RULE_ORDER = ["unfinished-run", "rank-lost", "out-of-memory", "compile-failure", "execute-failure", "graph-divergence", "graph-growing",
                "recompilation", "rank-recompiles", "straggler", "host-transfers", "cpu-fallback", "early-sync",
                "rank-divergence", "slow-compile", "slow-execute", "huge-graph", "graph-growth", "graph-breaks",
                "dynamo-recompiles", "device-data-cache-miss", "compile-time", "no-complete-record", "damaged-input",
@@ -167,12 +167,22 @@ def _failure_findings(primary: SourceResult | None, sources: list[SourceResult])
     """Compile and execution failures, from the counters (metrics) and each failure's details (logs)."""
     counters = primary.final.counters if primary is not None and primary.final is not None else {}
     found = []
+    memory = rules.out_of_memory_finding([e for source in sources if source.has_debug
+                                          for e in source.debug.out_of_memory], units.format_bytes)
+    if memory is not None:
+        memory.sources.extend(f"{source.name}:{e['line']}" for source in sources if source.has_debug
+                              for e in source.debug.out_of_memory)
+        found.append(memory)
     for kind, counter in (("compile", "CompileFailed"), ("execute", "ExecuteFailed")):
-        failures = [f for source in sources if source.has_debug for f in source.debug.failures if f["kind"] == kind]
-        finding = rules.failure_finding(kind=kind, count=int(counters.get(counter, 0)), failures=failures)
+        # A graph that ran out of memory is the out-of-memory finding's, not a failure to report twice.
+        failures = [f for source in sources if source.has_debug for f in source.debug.failures
+                    if f["kind"] == kind and not f.get("out_of_memory")]
+        oom = sum(1 for source in sources if source.has_debug for f in source.debug.failures
+                  if f["kind"] == kind and f.get("out_of_memory"))
+        finding = rules.failure_finding(kind=kind, count=int(counters.get(counter, 0)) - oom, failures=failures)
         if finding is not None:
             finding.sources.extend(f"{source.name}:{f['line']}" for source in sources if source.has_debug
-                                   for f in source.debug.failures if f["kind"] == kind)
+                                   for f in source.debug.failures if f["kind"] == kind and not f.get("out_of_memory"))
             if counter in counters and primary is not None:
                 finding.sources.append(where(primary, primary.final.counter_lines.get(counter)))
             found.append(finding)

@@ -58,7 +58,7 @@ def _table(table: Table) -> RichTable:
                            caption=table.note or None, caption_justify="left", pad_edge=False, expand=False)
     for column, align in zip(table.columns, table.align):
         rich_table.add_column(column, justify="right" if align == "r" else "left", overflow="fold",
-                              no_wrap=align == "r" or column in ("Metric", "Counter", "Per report", "Rank"))
+                              no_wrap=align == "r" or column in ("Metric", "Counter", "Per report", "Rank", "Graph"))
     for row in table.rows:
         rich_table.add_row(*row)
     return rich_table

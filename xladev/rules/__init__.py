@@ -10,6 +10,7 @@ they take plain numbers (counts, steps, durations in nanoseconds, counter maps) 
 - `recompile_rules`: recompilation told apart from warm-up;
 - `compile_rules`: torch.compile's graph breaks and recompilations;
 - `diagnoses`: xladev's other diagnoses, each a `Finding` with evidence and a concrete fix, or None;
+- `memory_rules`: out of device memory: XLA's out-of-memory messages read, and the finding;
 - `input_rules`: findings about the inputs themselves (nothing complete to judge, a damaged file);
 - `rank_rules`: diagnoses across the ranks of a job (diverging graphs, a rank recompiling alone, a straggler);
 - `api_names`: the advice in the run's own API names;
@@ -46,6 +47,9 @@ from xladev.rules.general_rules import (  # noqa: F401
     host_transfer_finding, huge_graph_finding, never_marked_finding, parse_graph_growing, pending_ops_threshold,
     parse_steady_transfers_line, persistent_cache_advice, rank_divergence_finding, slow_compile_finding,
     slow_execute_finding, steady_transfers_line, undetermined_finding, without_hints,
+)
+from xladev.rules.memory_rules import (  # noqa: F401
+    OUT_OF_MEMORY, add_out_of_memory, out_of_memory_finding, parse_out_of_memory,
 )
 from xladev.rules.input_rules import (  # noqa: F401
     NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,

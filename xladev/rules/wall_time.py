@@ -363,7 +363,7 @@ def price(findings: list, facts: CostFacts) -> list:
 def ranked(findings: list, order: list[str]) -> list:
     """Findings in the order to act on them.
 
-    Failures and a job that stopped first; then the problems (warnings and errors) by the time they cost, most first, and
+    Failures (a graph that failed, or ran out of memory) and a job that stopped first; then the problems (warnings and errors) by the time they cost, most first, and
     those whose cost the input does not measure by severity; then the notes the same way.
 
     Args:
@@ -374,7 +374,8 @@ def ranked(findings: list, order: list[str]) -> list:
       A new sorted list.
     """
     def key(finding):
-        failed = finding.rule.endswith("-failure") or finding.rule in rules.STOPPED_RULES
+        failed = (finding.rule.endswith("-failure") or finding.rule in rules.STOPPED_RULES
+                  or finding.rule == rules.OUT_OF_MEMORY)
         severity = rules.severity_rank(finding.severity)
         cost = finding.cost_ns or 0.0
         share = finding.numbers.get("cost_share")

@@ -32,6 +32,8 @@ __all__ = [
     "format_kind",
     "parse_time",
     "parse_bytes",
+    "parse_memory_size",
+    "MEMORY_SIZE_FORMS",
     "parse_value",
     "parse_kind",
     "detect_kind",
@@ -266,6 +268,34 @@ def parse_bytes(text: str) -> float:
     number, unit = match.groups()
     scale = 1024.0 ** BYTE_UNITS.index(unit.upper())
     return float(number) * scale
+
+
+# A memory size written by a user (XLADEV_DEVICE_MEMORY_LIMIT): plain bytes, or a number with a unit. KB, MB, GB
+# and TB are powers of 1024, as PyTorch/XLA's metrics and "Post Compilation Analysis" print them; KiB... the same.
+MEMORY_SIZE_FORMS = "plain bytes (2147483648), or a number with B, KB, MB, GB, TB or KiB, MiB, GiB, TiB (2GB, 512MiB, 1.5GB)"
+_MEMORY_SIZE_RE = re.compile(r"(" + _NUMBER + r")\s*(?:([KMGT])I?B|B)?", re.IGNORECASE)
+
+
+def parse_memory_size(text: str) -> int:
+    """Parses a memory size such as ``2GB``, ``512MiB`` or ``1073741824`` into bytes.
+
+    Args:
+      text: the size; blanks around it and between number and unit are ignored, units are case-insensitive.
+
+    Returns:
+      The number of bytes, rounded down to a whole byte.
+
+    Raises:
+      UnitParseError: the text is not a size in one of `MEMORY_SIZE_FORMS`, or it is zero.
+    """
+    match = _MEMORY_SIZE_RE.fullmatch(text.strip())
+    if match is None:
+        raise UnitParseError(f"not a memory size: {text!r}; expected {MEMORY_SIZE_FORMS}")
+    number, prefix = match.groups()
+    size = int(float(number) * 1024 ** ("KMGT".index(prefix.upper()) + 1 if prefix else 0))
+    if size <= 0:
+        raise UnitParseError(f"a memory size must be at least one byte, got {text!r}; expected {MEMORY_SIZE_FORMS}")
+    return size
 
 
 def parse_value(text: str) -> float:

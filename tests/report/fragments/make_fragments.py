@@ -127,8 +127,29 @@ def read_before_barrier() -> str:
     return ("".join(f"{p}{row}\n" for row in rows) + "\n" + "".join(f"{post}{row}\n" for row in sizes))
 
 
+def out_of_memory() -> str:
+    """A PT_XLA_DEBUG_LEVEL=1 log of PyTorch/XLA 2.x on a TPU: a step graph compiles (its Post Compilation Analysis
+    shows 12 GB of intermediates), then the next, larger graph runs out of HBM at compile time and the script dies with
+    XLA's RESOURCE_EXHAUSTED, as PyTorch/XLA raises it and its C++ logger repeats it."""
+    block = read_before_barrier().replace("most likely user code trying to access tensor value before mark_step",
+                                          "user mark_step")
+    sizes = block.replace("1.273420 GB", "1.548000 GB").replace("0.000000 GB\nPost Compilation Analysis: Aliased",
+                                                                 "7.922460 GB\nPost Compilation Analysis: Aliased")
+    sizes = sizes.replace("Aliased Input size: 0.000000 GB", "Aliased Input size: 1.547871 GB")
+    sizes = sizes.replace("3.118404 GB", "12.124478 GB").replace("0.010624 GB", "0.028210 GB")
+    status = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 29.80G "
+              "of 15.48G hbm. Exceeded hbm capacity by 14.32G.")
+    return (sizes + "epoch 0 step 48 loss 2.3187\n"
+            + f"2024-05-02 10:41:07.118220: E torch_xla/csrc/runtime/pjrt_computation_client.cc:620] {status}\n"
+            + "Traceback (most recent call last):\n"
+            + "  File \"/home/user/project/train.py\", line 160, in <module>\n"
+            + "    xm.mark_step()\n"
+            + f"RuntimeError: Bad StatusOr access: {status}\n")
+
+
 FRAGMENTS = {"compile_burst.metrics.txt": compile_burst, "growing_compiles.stdout.txt": growing_compiles,
-             "unlowered_summary.debug.txt": unlowered_summary, "read_before_barrier.debug.txt": read_before_barrier}
+             "unlowered_summary.debug.txt": unlowered_summary, "read_before_barrier.debug.txt": read_before_barrier,
+             "out_of_memory.debug.txt": out_of_memory}
 
 if __name__ == "__main__":
     for name, make in FRAGMENTS.items():

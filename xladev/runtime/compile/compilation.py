@@ -25,6 +25,7 @@ from xladev.runtime.lowering.graph_lowering import compiler_options, program, re
 from xladev.runtime.graph.ir import Graph
 from xladev.runtime.graph.irtext import graph_to_text, node_attributes
 from xladev.runtime.compile.recompilation import SiteHistory, publish as publish_recompilation
+from xladev.schema import memory as memory_sizes
 from xladev.schema.ranks import per_rank_path
 
 
@@ -252,14 +253,9 @@ def _memory_analysis(compiled) -> dict[str, int]:
         return {}
     if m is None:
         return {}
-    fields = {
-        "argument": "argument_size_in_bytes",
-        "output": "output_size_in_bytes",
-        "alias": "alias_size_in_bytes",
-        "temp": "temp_size_in_bytes",
-        "generated_code": "generated_code_size_in_bytes",
-    }
-    return {k: int(getattr(m, v, 0) or 0) for k, v in fields.items()}
+    # A size XLA does not give is left out (printed as PyTorch/XLA's "Unknown"), never taken as 0.
+    return {key: int(value) for key, size in memory_sizes.SIZES.items()
+            if (value := getattr(m, size.attribute, None)) is not None}
 
 
 # XLA's persistent compilation cache, once turned on: {"path": ..., "readonly": ...}.

@@ -18,6 +18,24 @@ from xladev.runtime.graph.sharding_text import sharding_text
 _DIALECTS = ("hlo", "stablehlo")
 
 
+def node_location(node) -> str | None:
+    """The user's line that recorded an IR node.
+
+    Args:
+      node: an IR node.
+
+    Returns:
+      `fn@file.py:LINE`: its own (XLA_IR_DEBUG), else the line where an op of its signature was first recorded;
+      None when neither is known.
+    """
+    if node.location:
+        return node.location
+    try:
+        return recorder.first_seen_at.get((node.op.name, node.template))
+    except TypeError:  # an unhashable template was never located
+        return None
+
+
 class RuntimeGraphInfo:
     """A read-only view of one runtime graph (implements `xladev.events.GraphInfo`)."""
 
@@ -34,14 +52,6 @@ class RuntimeGraphInfo:
         nodes = []
         inputs = []
         donated = frozenset(self._graph.donated)
-        first_seen = recorder.first_seen_at
-
-        def located(node):
-            try:
-                return first_seen.get((node.op.name, node.template))
-            except TypeError:  # an unhashable template was never located
-                return None
-
         for node in self._graph.nodes:
             if node.op is DATA_OP or node.op is SCALAR_OP:
                 inputs.append(InputSummary("scalar" if node.op is SCALAR_OP else "data", tuple(node.meta.shape),
@@ -49,7 +59,7 @@ class RuntimeGraphInfo:
                                            len(inputs) in donated))
                 continue
             nodes.append(NodeSummary(node.op.name, tuple(node_attributes(node)), shape_text(node.meta),
-                                     node.location or located(node)))
+                                     node_location(node)))
         return GraphSummary(self.hash, tuple(nodes), tuple(inputs), self._graph.user_outputs)
 
     def ir_text(self) -> str:

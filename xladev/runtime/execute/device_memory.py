@@ -13,15 +13,40 @@ from __future__ import annotations
 import os
 import threading
 
+from xladev._flags import config
 from xladev.runtime.graph import backend
 
 _peaks: dict[int, int] = {}
 _lock = threading.Lock()
 
 
-def _live_bytes(device) -> int:
-    # Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's
-    # own buffer for a graph of collectives, a shard's view of its array): each buffer counts once.
+def buffer_key(data) -> int:
+    """What identifies a single-device jax array's buffer (several arrays may share one).
+
+    Args:
+      data: a jax array on one device.
+
+    Returns:
+      Its buffer's address, or the array's `id` where the backend does not give one.
+    """
+    try:
+        return data.unsafe_buffer_pointer()
+    except Exception:  # a backend that does not expose it, or a deleted array: the array on its own
+        return id(data)
+
+
+def live_buffers(device) -> dict[int, int]:
+    """The live buffers on a jax device.
+
+    Several jax arrays may hold one buffer (the global array over the replica mesh that wraps a process's own
+    buffer for a graph of collectives, a shard's view of its array): each buffer is listed once.
+
+    Args:
+      device: the jax device.
+
+    Returns:
+      `buffer_key` -> bytes of every buffer of a live, undeleted jax array on it.
+    """
     jax = backend.jax_module()
     buffers: dict[int, int] = {}
     for array in jax.live_arrays():
@@ -30,12 +55,13 @@ def _live_bytes(device) -> int:
         for shard in array.addressable_shards:
             if shard.device == device:
                 data = shard.data
-                try:
-                    key = data.unsafe_buffer_pointer()
-                except Exception:  # a backend that does not expose it: count the array on its own
-                    key = id(data)
+                key = buffer_key(data)
                 buffers[key] = max(buffers.get(key, 0), data.nbytes)
-    return sum(buffers.values())
+    return buffers
+
+
+def _live_bytes(device) -> int:
+    return sum(live_buffers(device).values())
 
 
 def _host_memory() -> int:
@@ -53,7 +79,8 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
 
     Returns:
       `{'bytes_used', 'bytes_limit', 'peak_bytes_used'}`: from the allocator where the backend keeps statistics
-      (GPU), else from the live arrays (CPU; see the module's docstring).
+      (GPU), else from the live arrays (CPU; see the module's docstring). With a device memory budget
+      (XLADEV_DEVICE_MEMORY_LIMIT) below the device's limit, `bytes_limit` is the budget: what graphs are held to.
 
     Raises:
       ValueError: this process has no such device.
@@ -62,9 +89,15 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats:
         used = int(stats.get("bytes_in_use", 0))
-        return {"bytes_used": used, "bytes_limit": int(stats.get("bytes_limit", 0)),
+        return {"bytes_used": used, "bytes_limit": _budgeted(int(stats.get("bytes_limit", 0))),
                 "peak_bytes_used": int(stats.get("peak_bytes_in_use", used))}
     used = _live_bytes(device)
     with _lock:
         peak = _peaks[device_index] = max(_peaks.get(device_index, 0), used)
-    return {"bytes_used": used, "bytes_limit": _host_memory(), "peak_bytes_used": peak}
+    return {"bytes_used": used, "bytes_limit": _budgeted(_host_memory()), "peak_bytes_used": peak}
+
+
+def _budgeted(limit: int) -> int:
+    """The device's limit, or the device memory budget where one is set below it (0: no limit known)."""
+    budget = config.device_memory_limit
+    return limit if budget is None else min(limit, budget) if limit else budget

@@ -25,6 +25,7 @@ from xladev.runtime.compile.compilation import (
 from xladev.runtime.compile.graph_info import RuntimeGraphInfo
 from xladev.runtime.lowering.graph_lowering import lowered
 from xladev.runtime.execute.inflight import Dispatched, InFlight
+from xladev.runtime.execute.memory_budget import MemoryBudgetExceeded, check as check_memory_budget
 from xladev.runtime.graph.ir import DataNode, Graph, Node, ScalarNode
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.span_clock import spent
@@ -214,6 +215,12 @@ class Execution:
         """
         step = steps.current()
         wait_ns = 0
+        if config.device_memory_limit is not None:
+            try:
+                check_memory_budget(graph, entry.memory, arrays, backend.jax_devices()[graph.device_index],
+                                    frames or stack.capture_frames(), name)
+            except MemoryBudgetExceeded as exc:
+                self._execution_failed(graph, entry, exc, step, cause, frames)
         if entry.replicated:
             wait_ns = self._before_replicated(graph, entry, step, cause, frames)
             arrays = _as_replicated(arrays, entry.sharding)
@@ -313,7 +320,8 @@ class Execution:
         if isinstance(exc, DistributedError):
             raise exc
         path = save_failed(graph, lowered(graph), exc)
-        message = f"{type(exc).__name__}: {error_summary(exc)}"
+        # The budget's explainer is read whole (it starts with XLA's RESOURCE_EXHAUSTED); XLA's errors by their summary.
+        message = str(exc) if isinstance(exc, MemoryBudgetExceeded) else f"{type(exc).__name__}: {error_summary(exc)}"
         if bus.active:
             bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
         if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):

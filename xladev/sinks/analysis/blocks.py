@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xladev.rules import fallback_reasons
 from xladev.events import Cause, CauseKind
+from xladev.schema.memory import SIZES
 from xladev.schema.sites import first_user_index, shown_frames
 
 RULE_EQ = "=" * 80
@@ -133,19 +134,24 @@ def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_i
     return "\n".join(lines) + "\n"
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1024 ** 3:.6f} GB"
+def _gb(memory: dict, key: str) -> str:
+    # PyTorch/XLA prints "Unknown " before the unit where XLA's memory analysis has no such size: never a 0 it
+    # did not measure.
+    n = memory.get(key)
+    return "Unknown  GB" if n is None else f"{n / 1024 ** 3:.6f} GB"
 
 
 def post_compilation_block(memory: dict) -> str:
+    """PyTorch/XLA's "Post Compilation Analysis" block of a compiled graph: its sizes in GB, in its order.
+
+    Args:
+      memory: XLA's memory analysis in bytes (`argument`, `output`, `alias`, `temp`, `generated_code`); a size
+        missing from it prints as `Unknown`.
+
+    Returns:
+      The block's text.
+    """
     p = "Post Compilation Analysis: "
-    lines = [
-        "", f"{p}{RULE_EQ}",
-        f"{p}Graph input size: {_gb(memory.get('argument', 0))}",
-        f"{p}Graph output size: {_gb(memory.get('output', 0))}",
-        f"{p}Aliased Input size: {_gb(memory.get('alias', 0))}",
-        f"{p}Intermediate tensor size: {_gb(memory.get('temp', 0))}",
-        f"{p}Compiled program size: {_gb(memory.get('generated_code', 0))}",
-        f"{p}{RULE_DASH}", f"{p}{RULE_EQ}",
-    ]
+    lines = ["", f"{p}{RULE_EQ}", *(f"{p}{size.printed}: {_gb(memory, key)}" for key, size in SIZES.items()),
+             f"{p}{RULE_DASH}", f"{p}{RULE_EQ}"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,154 @@
+"""Out of device memory: reading XLA's out-of-memory messages and the finding that explains them.
+
+XLA says a device ran out of memory in a few wordings, all under the status RESOURCE_EXHAUSTED, which PyTorch/XLA
+passes on (``RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: ...``) and logs again line by line:
+
+- a GPU (PJRT's allocator): ``Out of memory while trying to allocate 58982400 bytes.``;
+- a TPU at run time: ``Attempting to allocate 6.48G. That was not possible. There are 6.78G free, ...`` (or
+  ``to reserve ... at the bottom of memory``);
+- a TPU at compile time: ``Ran out of memory in memory space hbm. Used 29.80G of 7.98G hbm. Exceeded hbm capacity
+  by 21.82G.``;
+- xladev's device memory budget (XLADEV_DEVICE_MEMORY_LIMIT): ``RESOURCE_EXHAUSTED: graph H needs 72.39MB of device
+  memory, over the device memory limit of 64.00MB ...``, followed by its explainer's lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from xladev.rules.finding_model import ERROR, Finding
+
+OUT_OF_MEMORY = "out-of-memory"
+MARKERS = ("RESOURCE_EXHAUSTED", "Resource exhausted", "Out of memory while trying to allocate",
+           "That was not possible", "Ran out of memory in memory space")
+
+_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|[KMGT]i?B?|B)"
+_NEED_RES = (
+    re.compile(r"Out of memory while trying to allocate " + _SIZE, re.IGNORECASE),
+    re.compile(r"Attempting to (?:allocate|reserve) " + _SIZE),
+    re.compile(r"\bneeds " + _SIZE + r" of device memory"),
+    re.compile(r"\bUsed " + _SIZE + r" of"),
+)
+_LIMIT_RES = (
+    re.compile(r"device memory limit of " + _SIZE),
+    re.compile(r"\bUsed \S+ of " + _SIZE),
+)
+_FREE_RE = re.compile(r"There are " + _SIZE + r" free")
+_START_RE = re.compile(r"RESOURCE_EXHAUSTED|Resource exhausted|Out of memory while|Attempting to|Ran out of memory")
+_BATCH_RE = re.compile(r"try a batch of (\d+)")
+
+
+def _bytes(number: str, unit: str) -> int:
+    prefix = unit[:1].upper()
+    return int(float(number) * 1024 ** ("KMGT".index(prefix) + 1 if prefix in "KMGT" else 0))
+
+
+def _first(patterns, text: str) -> int | None:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            return _bytes(*match.groups())
+    return None
+
+
+def parse_out_of_memory(text: str) -> dict | None:
+    """Reads one line of XLA's (or xladev's budget's) out-of-memory message.
+
+    Args:
+      text: a line of output.
+
+    Returns:
+      None when the line says nothing of running out of memory; else ``message`` (the line from its status or
+      first out-of-memory words on, without the log's prefix), and the sizes it names, in bytes, where it names
+      them: ``need`` (what was asked for or used), ``limit`` (the capacity) and ``free``.
+    """
+    if not any(marker in text for marker in MARKERS):
+        return None
+    start = _START_RE.search(text)
+    message = text[start.start():].strip() if start else text.strip()
+    found: dict = {"message": message}
+    for key, value in (("need", _first(_NEED_RES, message)), ("limit", _first(_LIMIT_RES, message)),
+                       ("free", _first((_FREE_RE,), message))):
+        if value is not None:
+            found[key] = value
+    return found
+
+
+def add_out_of_memory(entries: list[dict], line: int, found: dict, known: Mapping, limit: int) -> dict | None:
+    """Adds one sighting of an out-of-memory message to `entries` (one dict per distinct message).
+
+    Args:
+      entries: the messages so far; changed in place.
+      line: where it was read.
+      found: what `parse_out_of_memory` read of it.
+      known: what the sighting knows of its graph (``hash``, ``site``, ``details``); empty values are left out.
+      limit: the most distinct messages kept (PyTorch/XLA logs each one several times: those count again).
+
+    Returns:
+      Its entry (``count`` and first ``line`` added to `found`), or None past `limit`.
+    """
+    known = {key: value for key, value in known.items() if value}
+    for entry in entries:
+        if entry["message"] == found["message"]:
+            entry["count"] += 1
+            entry.update({key: value for key, value in known.items() if not entry.get(key)})
+            return entry
+    if len(entries) >= limit:
+        return None
+    entry = {**found, "count": 1, "line": line, **known}
+    entries.append(entry)
+    return entry
+
+
+def out_of_memory_finding(events: Sequence[Mapping], format_bytes) -> Finding | None:
+    """The device ran out of memory: always an error, with what each message says and the fix.
+
+    Args:
+      events: each distinct out-of-memory message: ``message``, ``count`` (times seen), optional ``need``,
+        ``limit``, ``free`` (bytes), ``hash`` and ``site`` (the graph and user line, where known), ``hlo_path`` (its
+        saved HLO) and ``details`` (the explainer's lines: biggest values with their lines, what else is live, the
+        batch that fits).
+      format_bytes: formats a byte count (`xladev.schema.units.format_bytes`).
+
+    Returns:
+      The finding, or None when there is no event.
+    """
+    if not events:
+        return None
+    first = events[0]
+    sizes = []
+    if first.get("need") is not None:
+        sizes.append(f"needs {format_bytes(first['need'])}")
+    if first.get("limit") is not None:
+        sizes.append(f"limit {format_bytes(first['limit'])}")
+    if first.get("free") is not None:
+        sizes.append(f"{format_bytes(first['free'])} free")
+    graph = f"graph {first['hash'][:16]}" if first.get("hash") else "a graph"
+    title = f"The device ran out of memory: {graph}" + (f" ({', '.join(sizes)})" if sizes else "")
+    if first.get("site"):
+        title += f" at {first['site']}"
+    evidence = []
+    for event in events[:5]:
+        count = event.get("count", 1)
+        evidence.append(event["message"][:300] + (f" (seen {count} times)" if count > 1 else "")
+                        + (f"; HLO: {event['hlo_path']}" if event.get("hlo_path") else ""))
+        evidence.extend(line.strip() for line in event.get("details", ())[:12])
+    batch = next((m.group(1) for e in events for line in e.get("details", ()) if (m := _BATCH_RE.search(line))), None)
+    fix = ((f"Lower the batch to {batch} (the explainer's estimate from what scales with the batch), " if batch
+            else "Lower the batch size (activations and their temporaries scale with it), ")
+           + "free what stays live between steps (tensors kept in Python lists, e.g. losses: keep `loss.item()` "
+             "read after the step instead), and sync more often so one graph does not hold several steps' "
+             "activations. Run with XLADEV_DEVICE_MEMORY_LIMIT set to the device's memory to get the biggest "
+             "buffers with their lines on any machine.")
+    numbers: dict = {"events": len(events)}
+    for key in ("need", "limit", "free"):
+        if first.get(key) is not None:
+            numbers[f"{key}_bytes"] = first[key]
+    if batch:
+        numbers["batch_that_fits"] = int(batch)
+    return Finding(OUT_OF_MEMORY, ERROR, title,
+                   "A graph needed more device memory than there was, so the step that ran it raised and computed "
+                   "nothing. What it needs is its inputs, outputs and temporaries (XLA's memory analysis: the Post "
+                   "Compilation Analysis) plus every other tensor still live on the device.",
+                   fix, evidence=evidence, numbers=numbers, subject=first.get("hash", ""))
