@@ -93,10 +93,11 @@ def get_tensors_text(tensors) -> str:
 def get_tensors_hlo(tensors) -> str:
     """HLO text of the graph computing these tensors. Nothing runs; the pending graph is unchanged."""
     from xladev.runtime.api.introspect import graph_of, lowered
+    from xladev.runtime.lowering.graph_lowering import hlo_module_text
 
     from xladev._flags import config
 
-    return lowered(graph_of(tensors)).as_text(dialect="hlo", debug_info=config.hlo_debug)
+    return hlo_module_text(lowered(graph_of(tensors)), config.hlo_debug)
 
 
 def get_stablehlo(tensors=None) -> str:

@@ -21,7 +21,7 @@ from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, b
 from xladev.runtime.graph import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph.span_clock import spent
 from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of
-from xladev.runtime.lowering.graph_lowering import compiler_options, program, replica_sharding
+from xladev.runtime.lowering.graph_lowering import compiler_options, hlo_module_text, program, replica_sharding
 from xladev.runtime.graph.ir import Graph
 from xladev.runtime.graph.irtext import graph_to_text, node_attributes
 from xladev.runtime.compile.recompilation import SiteHistory, publish as publish_recompilation
@@ -213,7 +213,7 @@ def save_failed(graph: Graph, lowered, exc) -> str:
     A failure to save must not replace the compile or execution error the user needs to see.
     """
     try:
-        text = lowered.as_text(dialect="hlo") if lowered is not None else None
+        text = hlo_module_text(lowered) if lowered is not None else None
     except Exception:
         text = None
     if text is None:

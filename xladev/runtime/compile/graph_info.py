@@ -7,7 +7,7 @@ are made when asked for (a subscriber that writes no dump never pays for one).
 from __future__ import annotations
 
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
-from xladev.runtime.lowering.graph_lowering import lowered
+from xladev.runtime.lowering.graph_lowering import hlo_module_text, lowered
 from xladev.runtime.graph.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
 from xladev.runtime.graph.irtext import (
     dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
@@ -77,7 +77,7 @@ class RuntimeGraphInfo:
             raise ValueError(f"unknown HLO dialect {dialect!r}; expected one of {', '.join(_DIALECTS)}")
         lowering = self.lower()
         if dialect == "hlo":
-            return lowering.as_text(dialect="hlo", debug_info=debug_info)
+            return hlo_module_text(lowering, debug_info)
         return lowering.as_text(debug_info=debug_info)
 
     def root_hashes(self) -> list[str]:

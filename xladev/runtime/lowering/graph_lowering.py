@@ -222,3 +222,30 @@ def lowered(graph: Graph):
 
     fn, avals, _ = program(graph)
     return jax.jit(fn, donate_argnums=graph.donated).lower(*avals)
+
+
+def hlo_module_text(lowering, debug_info: bool = False) -> str:
+    """A lowered graph's HLO module as XLA prints it, which is PyTorch/XLA's `_get_xla_tensors_hlo` format: each
+    operand with its shape (`convert(bf16[16,10]{1,0} %p0)`), `%` names, and the source lines only with debug_info.
+
+    jax's own `as_text(dialect="hlo")` leaves operand shapes out, so a check such as "a convert from bf16 to f32"
+    cannot read one line; jaxlib's printer is used instead, and jax's text where jaxlib lacks it.
+
+    Args:
+      lowering: jax's Lowered (`lowered(graph)`).
+      debug_info: print each instruction's metadata (op name, source line).
+
+    Returns:
+      The module's text.
+    """
+    try:
+        from jaxlib import _hlo
+
+        options = _hlo.HloPrintOptions()
+        options.print_operand_shape = True
+        options.print_metadata = debug_info
+        # Reprinted from jax's own text: its metadata carries xladev's op names with the user's line (XLA_HLO_DEBUG).
+        module = _hlo.hlo_module_from_text(lowering.as_text(dialect="hlo", debug_info=debug_info))
+        return module.to_string(options)
+    except (ImportError, AttributeError, TypeError, ValueError, RuntimeError):  # no printer, or text it cannot read
+        return lowering.as_text(dialect="hlo", debug_info=debug_info)
