@@ -136,7 +136,8 @@ def test_slice_length_numbers_agree_across_inputs():
     firsts = {kinds: _problems(_load("slice_length", kinds))[0] for kinds in COMBINATIONS}
     assert {(f.numbers["compiles"], f.numbers["steps"]) for f in firsts.values()} == {(12, 12)}
     costs = {kinds: f.cost_ns for kinds, f in firsts.items() if f.cost_ns is not None}
-    assert costs[("metrics",)] == costs[("metrics", "debug")]  # the debug log adds the cause, not another price
+    # Every step compiled, warm-up included: the step records price it as a single report does.
+    assert len(set(costs.values())) == 1, costs
     assert firsts[("metrics",)].saving == firsts[("metrics", "debug")].saving
 
 
