@@ -158,3 +158,12 @@ def test_dynamo_input_sync_is_not_a_user_read():
     report = _load("healthy_compile", ("debug",))
     assert not any("<eval_with_key>" in _text(f) for f in report.findings)
     assert not any(f.rule == "early-sync" for f in report.findings)
+
+
+@pytest.mark.parametrize("name", ["slice_length", "dynamic_shape"])
+def test_a_run_compiling_every_step_has_one_recompilation_cost(name):
+    """Every step compiled, warm-up included: the per-step records and the final report hold the same compile
+    count and time, and price the recompilation alike (all but the first few graphs' share)."""
+    costs = {kinds: next(f for f in _load(name, kinds).findings if f.rule == "recompilation").cost_ns
+             for kinds in [("metrics",), ("stdout",), ("metrics", "debug")]}
+    assert None not in costs.values() and len(set(costs.values())) == 1, costs
