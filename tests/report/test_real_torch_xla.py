@@ -96,6 +96,7 @@ def test_bool_of_a_tensor_counts_as_local_scalar_dense():
     """`if loss > 10:` calls aten::_local_scalar_dense like .item(): 12 of them in 12 steps."""
     first = _problems(_load("branch_on_loss", ("metrics",)))[0]
     assert first.numbers["item_calls"] == 12
+    assert first.title.endswith("from .item() or bool()"), first.title  # the script never calls .item()
     first = _problems(_load("print_loss", ("metrics",)))[0]
     assert first.numbers["item_calls"] == 0  # print(tensor) reads the tensor without _local_scalar_dense
 
