@@ -33,6 +33,11 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
     return sites, first_lines
 
 
+def _same_input_size(sizes: set) -> bool:
+    """True when every graph of a site printed one and the same ``Graph input size``."""
+    return len(sizes) == 1 and None not in sizes
+
+
 def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: int) -> list[Finding]:
     """Adds where-from evidence of the debug logs to findings, or makes debug-only findings."""
     extra: list[Finding] = []
@@ -55,13 +60,14 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
             text = f"{site}: {_count(count, 'compile')}, {_count(len(hashes), 'different graph')}"
             if len(signatures) == 1 and len(hashes) > 1:
                 inputs, outputs = next(iter(signatures))
-                text += (f", all with {inputs} inputs and {outputs} outputs: the same code traced with "
-                         "different shapes")
+                # Inputs of one size every time: not new shapes, a constant (`same_inputs_recompile` below).
+                changed = "again" if _same_input_size(input_sizes) else "with different shapes"
+                text += f", all with {inputs} inputs and {outputs} outputs: the same code traced {changed}"
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
         site, (count, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, ()))
         # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
-        if len(hashes) > 1 and len(signatures) == 1 and len(input_sizes) == 1 and None not in input_sizes:
+        if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
             rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
                                         inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)))
         # xladev's debug logs say what changed at each recompilation: quote the latest per site.
