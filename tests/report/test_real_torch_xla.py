@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.report.helpers import fixture_path
+from tests.report.helpers import FIXTURES, MISTAKES, fixture_path
 from xladev import rules
 from xladev.report import load
+from xladev.report.inputs import read_source
 
 # What each run wrote: PyTorch/XLA writes XLA_METRICS_FILE at a sync only, so a run with none has no metrics file
 # and its final metrics_report() (stdout) stands in for it.
@@ -169,3 +170,19 @@ def test_a_run_compiling_every_step_has_one_recompilation_cost(name):
     costs = {kinds: next(f for f in _load(name, kinds).findings if f.rule == "recompilation").cost_ns
              for kinds in [("metrics",), ("stdout",), ("metrics", "debug")]}
     assert None not in costs.values() and len(set(costs.values())) == 1, costs
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_every_output_is_read_whole(name):
+    """Each real output reads without a warning: every debug block, every step record, the printed report."""
+    for path in sorted(FIXTURES.glob(f"{name}.*.txt")):
+        source = read_source(str(path))
+        assert source.warnings == [], (path.name, source.warnings)
+        text = path.read_text()
+        if path.name.endswith(".debug.txt"):
+            assert source.debug.compiles == text.count("Compilation Analysis: Compilation Cause")
+            assert source.debug.execution_count == text.count("Execution Analysis: Execution Cause")
+        elif path.name.endswith(".metrics.txt"):
+            assert len(load(str(path)).steps) == text.count("[MetricsData; step=")
+        else:
+            assert source.final is not None and source.final.counters  # the final metrics_report()
