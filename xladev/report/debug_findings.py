@@ -65,8 +65,8 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                 text += f", all with {inputs} inputs and {outputs} outputs: the same code traced {changed}"
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
-        site, (count, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, ()))
         # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
+        site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
         if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
             rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
                                         inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)))

@@ -308,8 +308,8 @@ def same_inputs_recompile(finding: Finding, *, site: str, graphs: int, inputs: i
     finding.numbers.update(graphs_with_same_inputs=graphs)
 
 
-_SAME_INPUTS_FIX = ("Pad or bucket the changing length: find the Python number that changes every step (the step "
-                    "counter, a length) where it sets a shape: a slice bound, a view or reshape size, a pad width. Use a fixed "
-                    "length (slice a constant length and mask past the real one) or pad to a few bucket lengths. "
-                    "A changing Python float in arithmetic does not recompile on PyTorch/XLA (it is sent as "
-                    "device data), unless it takes the values 0 or 1.")
+_SAME_INPUTS_FIX = ("Pad or bucket the changing length: find the Python number that changes every step "
+                    "(the step counter, a length) where it sets a shape: a slice bound, a view or reshape size, "
+                    "a pad width. Use a fixed length (slice a constant length and mask past the real one) or pad "
+                    "to a few bucket lengths. A changing Python float in arithmetic does not recompile on "
+                    "PyTorch/XLA (it is sent as device data), unless it takes the values 0 or 1.")
