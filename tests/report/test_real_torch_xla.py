@@ -186,3 +186,19 @@ def test_every_output_is_read_whole(name):
             assert len(load(str(path)).steps) == text.count("[MetricsData; step=")
         else:
             assert source.final is not None and source.final.counters  # the final metrics_report()
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_the_pre_2_8_wording_gets_the_same_diagnosis(name, tmp_path):
+    """PyTorch/XLA before 2.8 printed `mark_step` where 2.9 prints `torch_xla.sync` in every cause ("user
+    mark_step", "mark_step in parallel loader at step end", "... before mark_step"); the same log in that
+    wording is diagnosed the same."""
+    text = fixture_path(f"{name}.debug.txt").read_text()
+    old = "\n".join(line.replace("torch_xla.sync", "mark_step") if line.startswith(("Compilation Analysis:   ",
+                    "Execution Analysis:   ")) and "(" not in line else line for line in text.splitlines())
+    assert old != text
+    path = tmp_path / f"{name}.debug.txt"
+    path.write_text(old)
+    new_report, old_report = _load(name, ("debug",)), load(str(path))
+    assert old_report.verdict() == new_report.verdict()
+    assert [(f.rule, f.numbers) for f in old_report.findings] == [(f.rule, f.numbers) for f in new_report.findings]
