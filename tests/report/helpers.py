@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Real PyTorch/XLA 2.9 outputs, kept in the repository so that every checkout (CI included) tests against them.
 FIXTURES = ROOT / "tests" / "fixtures" / "torch_xla"
 SCENARIOS = ("healthy", "dynamic_shape", "fallback", "item_every_step")
+# mistakes.py's runs (12 steps each); no_barrier has no metrics file: PyTorch/XLA writes XLA_METRICS_FILE at a sync.
+MISTAKES = ("no_barrier", "branch_on_loss", "print_loss", "scalar_lr", "slice_length", "healthy_loader",
+            "healthy_compile")
 
 
 def fixture_path(name: str) -> Path:

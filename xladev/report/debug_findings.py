@@ -33,6 +33,11 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
     return sites, first_lines
 
 
+def _same_input_size(sizes: set) -> bool:
+    """True when every graph of a site printed one and the same ``Graph input size``."""
+    return len(sizes) == 1 and None not in sizes
+
+
 def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: int) -> list[Finding]:
     """Adds where-from evidence of the debug logs to findings, or makes debug-only findings."""
     extra: list[Finding] = []
@@ -43,20 +48,28 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
     compile_sites: dict[str, list] = {}
     for source in logs:
         for event in source.debug.compile_events:
-            entry = compile_sites.setdefault(event.where, [0, set(), set(), source.name, event.line])
+            entry = compile_sites.setdefault(event.where, [0, set(), set(), source.name, event.line, set()])
             entry[0] += 1
             entry[1].add(event.graph_hash)
             entry[2].add((event.inputs, event.outputs))
+            entry[5].add(event.sizes.get("input_bytes"))
     recompile = by_rule.get("recompilation")
     if recompile is not None:
-        for site, (count, hashes, signatures, name, line) in sorted(compile_sites.items(), key=lambda kv: -kv[1][0])[:3]:
+        ranked = sorted(compile_sites.items(), key=lambda kv: -kv[1][0])[:3]
+        for site, (count, hashes, signatures, name, line, input_sizes) in ranked:
             text = f"{site}: {_count(count, 'compile')}, {_count(len(hashes), 'different graph')}"
             if len(signatures) == 1 and len(hashes) > 1:
                 inputs, outputs = next(iter(signatures))
-                text += (f", all with {inputs} inputs and {outputs} outputs: the same code traced with "
-                         "different shapes")
+                # Inputs of one size every time: not new shapes, a constant (`same_inputs_recompile` below).
+                changed = "again" if _same_input_size(input_sizes) else "with different shapes"
+                text += f", all with {inputs} inputs and {outputs} outputs: the same code traced {changed}"
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
+        # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
+        site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
+        if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
+            rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
+                                        inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)))
         # xladev's debug logs say what changed at each recompilation: quote the latest per site.
         latest: dict[str, list[str]] = {}
         for source in logs:

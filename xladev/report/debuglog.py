@@ -46,14 +46,19 @@ _POST_SIZE_RE = re.compile("(" + "|".join(size.printed for size in SIZES.values(
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 # Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
-                              r"|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen ")
+                              r"|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen |^<eval_with_key>")
 _STEP_CAUSE_RE = re.compile(r"\b(?:mark_step|torch_xla\.sync|sync|StepTrace|parallel loader)\b|^\s*torch_xla\.compile\s*$",
                             re.IGNORECASE)
 _VALUE_READ_RE = re.compile(r"access tensor value|\bbefore\b", re.IGNORECASE)
+# torch_xla's dynamo bridge runs a compiled graph's pending (lazy) inputs before the graph
+# (`DynamoSyncInputExecuteTime`), under PyTorch/XLA's catch-all cause "most likely user code trying to access
+# tensor value": no user read, but part of the torch.compile program. Its innermost frame is the bridge.
+DYNAMO_INPUT_SYNC = "dynamo syncing the pending inputs of a compiled graph"
+_DYNAMO_BRIDGE_RE = re.compile(r"[/\\]torch_xla[/\\]_dynamo[/\\]dynamo_bridge\.py:")
 # Executions that are the program itself, neither a step barrier nor a value read: torch.compile's graphs and
 # their inputs, and the sync that opens a compiled region.
 _PROGRAM_CAUSE_RE = re.compile(r"dynamo is executing a compiled program|dynamo processing input graphs|"
-                               r"torch_xla\.compile clear the pending graph")
+                               r"torch_xla\.compile clear the pending graph|" + re.escape(DYNAMO_INPUT_SYNC))
 
 # A Post Compilation Analysis line's words -> the column its size is kept under.
 POST_COMPILE_FIELDS = {size.printed: size.column for size in SIZES.values()}
@@ -421,6 +426,8 @@ class DebugLog:
             self._warn(lineno, f"unreadable {key.lower()} {value!r}")
 
     def _emit(self, event: GraphEvent) -> None:
+        if event.frames and _DYNAMO_BRIDGE_RE.search(event.frames[0]) and _VALUE_READ_RE.search(event.cause):
+            event.cause = f"{DYNAMO_INPUT_SYNC} (PyTorch/XLA printed: {event.cause})"
         marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
         event.site, event.function = user_site(marked or event.frames)
         named = RECOMPILED_IN_STEP_RE.match(event.recompilation[0]) if event.recompilation else None

@@ -57,6 +57,19 @@ _MARKER_RE = re.compile(r"\[MetricsData; step=(-?\d+)\]")
 _CUMULATIVE = ("steps", "compiles", "executions")
 
 
+def _new_run(previous: dict[str, float], row: dict[str, float]) -> bool:
+    """True when a report's cumulative numbers drop below the report before it: a new run appended to the file.
+
+    A drop of the MarkStep counter alone, while the compile and execution samples kept growing, is not one:
+    `met.clear_counters()` ran inside the process (torch_xla's dynamo bridge calls it while it partitions a
+    torch.compile graph) and clears counters, never metrics. A new process starts its metrics from zero too.
+    """
+    dropped = [name for name in _CUMULATIVE if row.get(name, 0.0) < previous.get(name, 0.0)]
+    if dropped == ["steps"] and row.get("compiles", 0.0) > 0 and row.get("executions", 0.0) > 0:
+        return False
+    return bool(dropped)
+
+
 class _RawSnapshot:
     """One report's blocks as raw bytes: name -> {field: (line, raw value)} plus "_line".
 
@@ -271,7 +284,7 @@ class TextReader:
     def _commit(self, raw: _RawSnapshot, row: dict[str, float]) -> None:
         previous = self._pending_row
         self._before_restart = None
-        if previous is not None and any(row.get(name, 0.0) < previous.get(name, 0.0) for name in _CUMULATIVE):
+        if previous is not None and _new_run(previous, row):
             # Counters only grow within a process: a drop is a new run appended to the same file. Its
             # reports start a fresh series, so no rule mixes two runs (a false "graphs keep growing").
             self.source.restarts.append(raw.line)

@@ -35,7 +35,7 @@ from xladev.rules.auto_metrics import (  # noqa: F401
 )
 from xladev.rules.recompile_rules import (  # noqa: F401
     COMPILE_BURST, REPEATED_RECOMPILES, RepeatedRecompiles, compile_burst_finding, recompilation_finding,
-    recompilation_without_steps,
+    recompilation_without_steps, same_inputs_recompile,
 )
 from xladev.rules.compile_rules import (  # noqa: F401
     DYNAMO_RECOMPILE, GRAPH_BREAK, break_advice, dynamo_recompile_finding, dynamo_recompile_message,

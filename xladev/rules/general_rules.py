@@ -52,14 +52,15 @@ def host_transfer_finding(*, steps: int, transfers: int, item_calls: int = 0, fa
                     f"{transfers - counted} more in set-up (the first {SETUP_STEPS} steps) or after the last step: "
                     "one-time"]
     if item_calls:
-        evidence.append(f"{ITEM_COUNTER} (.item()): {item_calls} ({item_calls / steps:.2f} per step)")
+        evidence.append(f"{ITEM_COUNTER} (.item(), bool(), int()): {item_calls} ({item_calls / steps:.2f} per step)")
     if fallback_calls:
         evidence.append(f"CPU fallback ops: {fallback_calls} calls, each copies its inputs to the host")
     if executions >= 1.5 * steps:
         evidence.append(f"each step runs as {executions / steps:.1f} graphs ({executions} executions in {steps} "
                         "steps): every read cuts the step's graph")
     if item_calls and item_calls * 2 >= transfers:
-        title = f"A device→host transfer {_every(per_step)}, from .item()"
+        # The counter counts every Python read of a scalar: .item(), and bool()/int() of a tensor (`if loss > x:`).
+        title = f"A device→host transfer {_every(per_step)}, from .item() or bool()"
         fix = ("Keep the value on the device: accumulate the loss in a tensor and read it every N steps, "
                "or log it in xm.add_step_closure(...) so the read happens after the step; avoid "
                "if tensor: and bool(tensor) in the step.")

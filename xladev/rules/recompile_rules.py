@@ -281,3 +281,35 @@ def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[
 
 # Where the fix points to the tool that says what changed: dropped when the input already says it.
 CHANGE_HINT = " with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input or constant)"
+
+
+def same_inputs_recompile(finding: Finding, *, site: str, graphs: int, inputs: int, input_bytes: float) -> None:
+    """Tells a recompilation whose graphs all took the same inputs as one from a constant inside the graph.
+
+    PyTorch/XLA's debug blocks give each graph's input count and input size but no diff: graphs of one site
+    with the same inputs and the same input size were not fed new shapes, so what changed is a number traced
+    into the graph (a slice length, a view's size, a Python int from the step counter). The dumps do not name
+    the op, so the finding says so, and the input-shape fix (pad the batch, drop_last) is replaced by one for
+    a constant.
+
+    Args:
+      finding: the recompilation finding, changed in place.
+      site: where the graphs compiled (the sync or read that ran them), ``file:line``.
+      graphs: how many different graphs compiled there.
+      inputs: their input count (the same for all).
+      input_bytes: their input size in bytes (the same for all).
+    """
+    finding.evidence.append(
+        f"the {graphs} graphs at {site} all take the same {inputs} inputs of the same size "
+        f"({units.format_bytes(input_bytes)}): no input changed shape, so what changes is a constant inside the "
+        "graph, such as a slice length or a view's size taken from a Python number; PyTorch/XLA's debug "
+        "blocks do not name the op or the constant (xladev run on a CPU or GPU names them)")
+    finding.fix = finding.fix.replace(_recompile_fix(True, ()), _SAME_INPUTS_FIX)
+    finding.numbers.update(graphs_with_same_inputs=graphs)
+
+
+_SAME_INPUTS_FIX = ("Pad or bucket the changing length: find the Python number that changes every step "
+                    "(the step counter, a length) where it sets a shape: a slice bound, a view or reshape size, "
+                    "a pad width. Use a fixed length (slice a constant length and mask past the real one) or pad "
+                    "to a few bucket lengths. A changing Python float in arithmetic does not recompile on "
+                    "PyTorch/XLA (it is sent as device data), unless it takes the values 0 or 1.")

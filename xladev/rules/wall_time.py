@@ -272,7 +272,11 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     mean = compile_ns / facts.compiles
     cost = facts.compile_ns_after_warmup
     graphs = facts.compiles_at_warmup
-    if cost is None:  # no warm-up boundary: everything beyond a few graphs is recompilation
+    steps = facts.breakdown.steps
+    # No warm-up boundary, or one that tells nothing: a run that compiled in every step (warm-up included)
+    # recompiled all along, so everything beyond a few graphs is recompilation, from any input that holds the
+    # compile count and time (a single report prices it so too).
+    if cost is None or (steps and facts.compiles >= steps):
         graphs = min(facts.compiles, SHAPE_BUCKETS)
         cost = mean * (facts.compiles - graphs)
     burst = float(finding.numbers.get("burst_compile_ns", 0))
