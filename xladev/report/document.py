@@ -22,6 +22,8 @@ from xladev.report.glance import run_view
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 48
 MAX_TABLE_ROWS = 15
+# The memory table shows the graphs that need most: the ones an out-of-memory question is about (JSON has them all).
+MAX_MEMORY_ROWS = 5
 MAX_WARNINGS_SHOWN = 10
 
 
@@ -259,8 +261,9 @@ def _graphs_table(report) -> Table | None:
     ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
     rows = [[graph_hash[:12], short_site(graph["site"])]
             + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]
-            for graph_hash, graph in ranked[:MAX_TABLE_ROWS]]
-    note = (f"{len(graphs) - MAX_TABLE_ROWS} more graphs not shown. " if len(graphs) > MAX_TABLE_ROWS else "")
+            for graph_hash, graph in ranked[:MAX_MEMORY_ROWS]]
+    note = (f"{len(graphs) - MAX_MEMORY_ROWS} graphs that need less not shown (all in --format json). "
+            if len(graphs) > MAX_MEMORY_ROWS else "")
     return Table("Graphs: device memory at compile (XLA's memory analysis)",
                  ["Graph", "Site"] + [label for _, label in _MEMORY_COLUMNS] + ["Needs"], rows,
                  ["l", "l"] + ["r"] * (len(_MEMORY_COLUMNS) + 1),
