@@ -98,3 +98,30 @@ def test_the_script_runs_without_torch_xla_and_says_not_installed(tmp_path):
     assert mlp["ratio_vs_torch_xla"] == {}
     assert mlp["first_loss_mismatches"] == {}
     assert set(mlp["first_loss"]) == {"eager CPU", "xladev lazy", "xladev compiled"}
+
+
+def test_skip_if_absent_writes_only_the_reason(tmp_path):
+    out = tmp_path / "figures.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_torch_xla.py"), "--torch-xla-python",
+         str(tmp_path / "absent"), "--skip-if-absent", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text()) == {"torch_xla": f"not installed (no interpreter at {tmp_path / 'absent'})",
+                                           "workloads": {}}
+
+
+def test_make_bench_rows_show_the_ratios_or_why_there_are_none():
+    import run_all
+
+    absent = run_all.rows_for("torch_xla", {"torch_xla": "not installed (no interpreter at /x)", "workloads": {}})
+    assert absent == [("torch_xla 2.9 column", "not installed (no interpreter at /x)", "")]
+    data = {"torch_xla": "torch_xla 2.9.0", "workloads": {"mlp": {
+        "ratio_vs_torch_xla": {"xladev lazy": {"median": 0.5, "min": 0.45, "max": 0.55},
+                               "xladev compiled": {"median": 0.6, "min": 0.5, "max": 0.7}},
+        "first_loss_mismatches": {"torch_xla": 3.0}}}}
+    assert run_all.rows_for("torch_xla", data) == [
+        ("mlp step: xladev lazy / torch_xla", "0.50x [0.45-0.55]", "<= 0.8x"),
+        ("mlp step: xladev compiled / torch_xla", "0.60x [0.50-0.70]", "<= 0.8x"),
+        ("mlp: first loss differs from eager", "torch_xla", "none"),
+    ]

@@ -8,8 +8,8 @@ stderr):
 - {"cmd": "setup", "spec": PATH, "warmup": W} -> {"first_loss": float}: builds the workload that PATH (a
   torch.save of plain data and tensors, see bench_torch_xla.workload_spec) describes on the xla device, with the
   parent's weights, computes the first loss (before any step), then runs W untimed steps (they compile);
-- {"cmd": "block", "steps": K} -> {"seconds": s}: K steps, each ending in `torch_xla.sync()`, then waits for the
-  device; s is the wall time per step;
+- {"cmd": "block", "steps": K} -> {"seconds": s, "compiles": n}: K steps, each ending in `torch_xla.sync()`,
+  then waits for the device; s is the wall time per step, n the graphs torch_xla compiled meanwhile;
 - {"cmd": "quit"} -> exits.
 A failure answers {"error": message} and the worker keeps reading, so the parent can report it.
 """
@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import os
 import sys
 import time
 import traceback
@@ -113,6 +114,14 @@ def wait() -> None:
     xm.wait_device_ops()
 
 
+def compile_count() -> int:
+    """Graphs torch_xla has compiled so far (its CompileTime metric): a steady step compiles none."""
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return data[0] if data else 0
+
+
 def serve(lines, out) -> None:
     workload = None
     for line in lines:
@@ -131,11 +140,13 @@ def serve(lines, out) -> None:
                 workload, first_loss = setup(request["spec"], request["warmup"])
                 answer = {"first_loss": first_loss}
             elif request["cmd"] == "block":
+                compiles = compile_count()
                 start = time.perf_counter()
                 for _ in range(request["steps"]):
                     workload.step()
                 wait()
-                answer = {"seconds": (time.perf_counter() - start) / request["steps"]}
+                answer = {"seconds": (time.perf_counter() - start) / request["steps"],
+                          "compiles": compile_count() - compiles}
             else:
                 answer = {"error": f"unknown command {request['cmd']!r}"}
         except Exception as exc:  # the parent names the failure; the traceback goes to stderr for a developer
@@ -146,4 +157,9 @@ def serve(lines, out) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.stdin, sys.stdout)
+    # Answers go to the real stdout; anything else written to file descriptor 1 (torch_xla's C++ side, a print)
+    # goes to stderr, so it cannot break a JSON line.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin, answers)

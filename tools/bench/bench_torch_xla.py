@@ -18,7 +18,8 @@ rounds) and the ratios xladev / torch_xla with their spread over the rounds. The
 equal eager's within float32 rounding (bench_runtime.first_loss_mismatches), else the run fails.
 
 torch_xla's interpreter: --torch-xla-python, else $XLADEV_TORCH_XLA_PYTHON, else ~/txla/bin/python. Where it is
-absent or cannot import torch_xla, the column says "not installed" and the rest still runs.
+absent or cannot import torch_xla, the column says "not installed" and the rest still runs (with
+--skip-if-absent, nothing else runs).
 """
 
 from __future__ import annotations
@@ -290,6 +291,7 @@ class Result:
     ratios: dict[str, dict[str, float]]
     first_loss: dict[str, float]
     mismatches: dict[str, float]
+    reference_compiles: int | None  # graphs torch_xla compiled in the timed blocks (None: not installed)
 
 
 def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
@@ -300,7 +302,7 @@ def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
     first_loss = {}
     with torch.no_grad():
         first_loss["eager CPU"] = w.loss(convert(w.base, "cpu", torch.float32), w.batch).item()
-    blocks = {}
+    blocks, reference_compiles = {}, []
     for column, (step, wait) in columns.items():
         step()
         first_loss[column] = _last_loss(wait)
@@ -313,13 +315,21 @@ def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
             spec = os.path.join(tmp, f"{name}.pt")
             worker_spec(w, spec)
             first_loss[REFERENCE] = worker.request({"cmd": "setup", "spec": spec, "warmup": args.warmup})["first_loss"]
-        blocks[REFERENCE] = lambda n: worker.request({"cmd": "block", "steps": n})["seconds"]
+        blocks[REFERENCE] = lambda n: _reference_block(worker, n, reference_compiles)
     for _ in range(args.warmup):
         eager[0]()
     blocks["eager CPU"] = block_timer(*eager)
     samples = time_rounds(blocks, args.rounds, args.block, args.settle)
     return Result(name, w.sizes, {k: Timing.of(v, args.rounds * args.block) for k, v in samples.items()}, samples,
-                  ratio_summary(samples), first_loss, br.first_loss_mismatches(first_loss, "eager CPU"))
+                  ratio_summary(samples), first_loss, br.first_loss_mismatches(first_loss, "eager CPU"),
+                  sum(reference_compiles) if worker is not None else None)
+
+
+def _reference_block(worker: TorchXla, steps: int, compiles: list) -> float:
+    """One timed block in the torch_xla process; notes the graphs it compiled meanwhile."""
+    answer = worker.request({"cmd": "block", "steps": steps})
+    compiles.append(answer["compiles"])
+    return answer["seconds"]
 
 
 def _compiled_parts(w: Workload):
@@ -350,6 +360,8 @@ def print_report(results: list[Result], args, torch_xla: str) -> None:
     for r in results:
         print(f"\n{r.name}: {r.sizes}")
         print("  first loss (same weights, same batch): " + ", ".join(f"{k} {v:.6f}" for k, v in r.first_loss.items()))
+        if r.reference_compiles:
+            print(f"  note: torch_xla compiled {r.reference_compiles} graphs during the timed steps")
         for column, value in r.mismatches.items():
             print(f"  MISMATCH: {column}'s first loss {value} is not eager's {r.first_loss['eager CPU']}: "
                   "its times do not compare")
@@ -376,7 +388,8 @@ def to_json(results: list[Result], args, torch_xla: str) -> dict:
         "torch_xla": torch_xla,
         "workloads": {r.name: {"sizes": r.sizes, "ms_per_step": {k: dataclasses.asdict(t) for k, t in r.timings.items()},
                                "seconds_per_round": r.samples, "ratio_vs_torch_xla": r.ratios,
-                               "first_loss": r.first_loss, "first_loss_mismatches": r.mismatches}
+                               "first_loss": r.first_loss, "first_loss_mismatches": r.mismatches,
+                               "torch_xla_compiles_while_timed": r.reference_compiles}
                       for r in results},
         "config": {"devices": br.devices_line(), "rounds": args.rounds, "block": args.block, "warmup": args.warmup,
                    "cpus": os.cpu_count(), "torch": torch.__version__, "load_average_before": args.load_before,
@@ -395,6 +408,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per column first (compiles; default 5)")
     parser.add_argument("--settle", type=float, default=0.3, help="pause before each block, s (default 0.3)")
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON to OUT")
+    parser.add_argument("--skip-if-absent", action="store_true",
+                        help="without torch_xla, only say so (make bench: the other columns are bench_compile's)")
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -410,6 +425,10 @@ def main(argv=None) -> int:
     if worker is None:
         print(f"torch_xla column: {why}", file=sys.stderr)
         torch_xla = why
+        if args.skip_if_absent:
+            if args.json:
+                Path(args.json).write_text(json.dumps({"torch_xla": why, "workloads": {}}, indent=2) + "\n")
+            return 0
     else:
         torch_xla = f"torch_xla {worker.info['torch_xla']} (torch {worker.info['torch']}), {worker.info['device']}"
     try:
