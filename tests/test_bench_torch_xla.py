@@ -125,3 +125,15 @@ def test_make_bench_rows_show_the_ratios_or_why_there_are_none():
         ("mlp step: xladev compiled / torch_xla", "0.60x [0.50-0.70]", "<= 0.8x"),
         ("mlp: first loss differs from eager", "torch_xla", "none"),
     ]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--only", "mlp,bert"], "unknown workloads ['bert']; choose from mlp, transformer, gpt2"),
+    (["--warmup", "2"], "--warmup must be at least 3"),
+    (["--rounds", "0"], "--rounds and --block must be at least 1"),
+])
+def test_bad_arguments_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

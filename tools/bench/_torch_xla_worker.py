@@ -86,6 +86,15 @@ def make_optimizer(spec: dict, params):
 
 
 def setup(spec_path: str, warmup: int) -> tuple[Workload, float]:
+    """Builds the workload of a spec file on the xla device, with the parent's weights and batch.
+
+    Args:
+      spec_path: the torch.save file (bench_torch_xla.worker_spec).
+      warmup: untimed steps to run (they compile).
+
+    Returns:
+      the workload, and its loss before any step.
+    """
     import torch
     import torch_xla
 
@@ -123,6 +132,7 @@ def compile_count() -> int:
 
 
 def serve(lines, out) -> None:
+    """Answers each JSON request line of `lines` with one JSON line on `out`, until "quit" or the end of input."""
     workload = None
     for line in lines:
         request = json.loads(line)

@@ -295,6 +295,19 @@ class Result:
 
 
 def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
+    """Times one workload in every column (see the module's docstring).
+
+    Args:
+      name: one of WORKLOADS.
+      worker: the torch_xla process, or None when it is not installed (no torch_xla column).
+      args: the parsed command line (warmup, rounds, block, settle).
+
+    Returns:
+      the figures, ratios and first losses.
+
+    Raises:
+      WorkerError: the torch_xla process failed.
+    """
     w = workload(name)
     columns = {"xladev lazy": lazy_step(w),
                "xladev compiled": compiled_training_step(*_compiled_parts(w))}
@@ -349,6 +362,7 @@ def _last_loss(wait) -> float:
 # ---------------------------------------------------------------------------------------------
 
 def heading(args, torch_xla: str) -> str:
+    """The report's first lines: versions, the timing scheme, the load, and where each column ran."""
     return (f"xladev against PyTorch/XLA ({platform.python_implementation()} {platform.python_version()}, torch "
             f"{torch.__version__}, {os.cpu_count()} CPUs; {args.warmup} untimed steps per column, then {args.rounds} "
             f"rounds of one {args.block}-step block per column in turn; load average before {args.load_before})\n"
@@ -356,6 +370,7 @@ def heading(args, torch_xla: str) -> str:
 
 
 def print_report(results: list[Result], args, torch_xla: str) -> None:
+    """Prints the first losses, the ms/step table and the ratios to stdout."""
     print("\n" + heading(args, torch_xla))
     for r in results:
         print(f"\n{r.name}: {r.sizes}")
@@ -384,6 +399,7 @@ def _ratio_cell(ratio: dict | None) -> str:
 
 
 def to_json(results: list[Result], args, torch_xla: str) -> dict:
+    """The figures as JSON data (--json; tools/bench/run_all.py reads "workloads" and "torch_xla")."""
     return {
         "torch_xla": torch_xla,
         "workloads": {r.name: {"sizes": r.sizes, "ms_per_step": {k: dataclasses.asdict(t) for k, t in r.timings.items()},
@@ -399,6 +415,7 @@ def to_json(results: list[Result], args, torch_xla: str) -> dict:
 
 
 def main(argv=None) -> int:
+    """Runs the benchmark; returns 0, or 1 when torch_xla failed or a column's first loss differs from eager's."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-xla-python", metavar="PATH",
                         help=f"the interpreter with torch_xla (default ${PYTHON_ENV}, else {DEFAULT_PYTHON})")
