@@ -5,7 +5,7 @@
 It reads one JSON command a line on stdin and answers one JSON line on stdout (torch_xla's own messages go to
 stderr):
 - {"cmd": "hello"} -> {"torch_xla": version, "torch": version, "device": the xla device's hardware};
-- {"cmd": "setup", "spec": PATH, "warmup": W} -> {"first_loss": float}: builds the workload that PATH (a
+- {"cmd": "setup", "spec": PATH, "warmup": W} -> {"first_loss": float, "ignored_settings": {name: repr}}: builds the workload that PATH (a
   torch.save of plain data and tensors, see bench_torch_xla.workload_spec) describes on the xla device, with the
   parent's weights, computes the first loss (before any step), then runs W untimed steps (they compile);
 - {"cmd": "block", "steps": K} -> {"seconds": s, "compiles": n}: K steps, each ending in `torch_xla.sync()`,
@@ -76,16 +76,22 @@ def loss_function(spec: dict):
 
 
 def make_optimizer(spec: dict, params):
-    """torch.optim.<name>(params, **settings), keeping the settings this torch's optimizer accepts (a setting
-    another torch version added, left at its default, does not change the arithmetic)."""
+    """torch.optim.<name>(params, **settings), with the settings this torch's optimizer accepts.
+
+    Returns:
+      (the optimizer, the settings it has no parameter for): a setting a later torch added (AdamW's
+      decoupled_weight_decay=True, which torch 2.9's AdamW always does) is left out, and the parent prints it.
+    """
     import torch
 
     kind = getattr(torch.optim, spec["optimizer"])
     accepted = inspect.signature(kind).parameters
-    return kind(params, **{k: v for k, v in spec["optimizer_settings"].items() if k in accepted})
+    settings = spec["optimizer_settings"]
+    ignored = {k: v for k, v in settings.items() if k not in accepted}
+    return kind(params, **{k: v for k, v in settings.items() if k in accepted}), ignored
 
 
-def setup(spec_path: str, warmup: int) -> tuple[Workload, float]:
+def setup(spec_path: str, warmup: int) -> tuple[Workload, float, dict]:
     """Builds the workload of a spec file on the xla device, with the parent's weights and batch.
 
     Args:
@@ -93,7 +99,7 @@ def setup(spec_path: str, warmup: int) -> tuple[Workload, float]:
       warmup: untimed steps to run (they compile).
 
     Returns:
-      the workload, and its loss before any step.
+      the workload, its loss before any step, and the optimizer settings left out (see make_optimizer).
     """
     import torch
     import torch_xla
@@ -106,14 +112,15 @@ def setup(spec_path: str, warmup: int) -> tuple[Workload, float]:
     batch = spec["batch"]
     batch = ({k: v.to(device) for k, v in batch.items()} if isinstance(batch, dict)
              else tuple(t.to(device) for t in batch))
-    workload = Workload(model, make_optimizer(spec, model.parameters()), batch, loss_function(spec))
+    optimizer, ignored = make_optimizer(spec, model.parameters())
+    workload = Workload(model, optimizer, batch, loss_function(spec))
     torch_xla.sync()
     with torch.no_grad():
         first_loss = workload.loss(model, batch).item()
     for _ in range(warmup):
         workload.step()
     wait()
-    return workload, first_loss
+    return workload, first_loss, ignored
 
 
 def wait() -> None:
@@ -147,8 +154,8 @@ def serve(lines, out) -> None:
                 answer = {"torch_xla": torch_xla.__version__, "torch": torch.__version__,
                           "device": xm.xla_device_hw(torch_xla.device())}
             elif request["cmd"] == "setup":
-                workload, first_loss = setup(request["spec"], request["warmup"])
-                answer = {"first_loss": first_loss}
+                workload, first_loss, ignored = setup(request["spec"], request["warmup"])
+                answer = {"first_loss": first_loss, "ignored_settings": {k: repr(v) for k, v in ignored.items()}}
             elif request["cmd"] == "block":
                 compiles = compile_count()
                 start = time.perf_counter()

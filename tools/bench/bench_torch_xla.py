@@ -292,6 +292,7 @@ class Result:
     first_loss: dict[str, float]
     mismatches: dict[str, float]
     reference_compiles: int | None  # graphs torch_xla compiled in the timed blocks (None: not installed)
+    ignored_settings: dict[str, str]  # optimizer settings torch_xla's torch has no parameter for
 
 
 def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
@@ -315,7 +316,7 @@ def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
     first_loss = {}
     with torch.no_grad():
         first_loss["eager CPU"] = w.loss(convert(w.base, "cpu", torch.float32), w.batch).item()
-    blocks, reference_compiles = {}, []
+    blocks, reference_compiles, ignored = {}, [], {}
     for column, (step, wait) in columns.items():
         step()
         first_loss[column] = _last_loss(wait)
@@ -327,7 +328,8 @@ def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
         with tempfile.TemporaryDirectory() as tmp:
             spec = os.path.join(tmp, f"{name}.pt")
             worker_spec(w, spec)
-            first_loss[REFERENCE] = worker.request({"cmd": "setup", "spec": spec, "warmup": args.warmup})["first_loss"]
+            answer = worker.request({"cmd": "setup", "spec": spec, "warmup": args.warmup})
+        first_loss[REFERENCE], ignored = answer["first_loss"], answer["ignored_settings"]
         blocks[REFERENCE] = lambda n: _reference_block(worker, n, reference_compiles)
     for _ in range(args.warmup):
         eager[0]()
@@ -335,7 +337,7 @@ def bench_workload(name: str, worker: TorchXla | None, args) -> Result:
     samples = time_rounds(blocks, args.rounds, args.block, args.settle)
     return Result(name, w.sizes, {k: Timing.of(v, args.rounds * args.block) for k, v in samples.items()}, samples,
                   ratio_summary(samples), first_loss, br.first_loss_mismatches(first_loss, "eager CPU"),
-                  sum(reference_compiles) if worker is not None else None)
+                  sum(reference_compiles) if worker is not None else None, ignored)
 
 
 def _reference_block(worker: TorchXla, steps: int, compiles: list) -> float:
@@ -375,6 +377,9 @@ def print_report(results: list[Result], args, torch_xla: str) -> None:
     for r in results:
         print(f"\n{r.name}: {r.sizes}")
         print("  first loss (same weights, same batch): " + ", ".join(f"{k} {v:.6f}" for k, v in r.first_loss.items()))
+        if r.ignored_settings:
+            print("  note: torch_xla's torch has no optimizer setting " +
+                  ", ".join(f"{k}={v}" for k, v in r.ignored_settings.items()) + " (left out there)")
         if r.reference_compiles:
             print(f"  note: torch_xla compiled {r.reference_compiles} graphs during the timed steps")
         for column, value in r.mismatches.items():
@@ -405,7 +410,8 @@ def to_json(results: list[Result], args, torch_xla: str) -> dict:
         "workloads": {r.name: {"sizes": r.sizes, "ms_per_step": {k: dataclasses.asdict(t) for k, t in r.timings.items()},
                                "seconds_per_round": r.samples, "ratio_vs_torch_xla": r.ratios,
                                "first_loss": r.first_loss, "first_loss_mismatches": r.mismatches,
-                               "torch_xla_compiles_while_timed": r.reference_compiles}
+                               "torch_xla_compiles_while_timed": r.reference_compiles,
+                               "torch_xla_ignored_optimizer_settings": r.ignored_settings}
                       for r in results},
         "config": {"devices": br.devices_line(), "rounds": args.rounds, "block": args.block, "warmup": args.warmup,
                    "cpus": os.cpu_count(), "torch": torch.__version__, "load_average_before": args.load_before,
