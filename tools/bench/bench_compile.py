@@ -94,6 +94,35 @@ def _compiled_step(module, cfg, x, y):
     return step, (lambda: last[0].cpu()), forward
 
 
+def compiled_training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss, batch):
+    """A training step whose loss (the model's forward with it) and optimizer step go through
+    torch.compile(backend="xladev") (docs/compile.md), the barrier ending it as on the lazy path.
+
+    Args:
+      model: the model, on the xla device.
+      optimizer: its optimizer, not yet stepped (Adam-family ones are made capturable, see _capturable).
+      loss: (model, batch) -> the scalar loss.
+      batch: the batch, on the xla device.
+
+    Returns:
+      (step, wait) for bench_runtime.time_interleaved: wait returns once the last step's graph has run.
+    """
+    optimizer = _capturable(optimizer)
+    compiled_loss = torch.compile(lambda b: loss(model, b), backend="xladev")
+    opt_step = torch.compile(optimizer.step, backend="xladev")
+    last: list = []
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        value = compiled_loss(batch)
+        value.backward()
+        opt_step()
+        last[:] = [value.detach()]
+        xladev.mark_step()
+
+    return step, (lambda: last[0].cpu())
+
+
 def _lazy_step(module, cfg, x, y):
     dev = xladev.device()
     model = module.build(0, cfg).to(dev)
@@ -302,22 +331,9 @@ def _bench_zoo_case(name: str, args, remedy, stack: contextlib.ExitStack) -> Zoo
     if remedy is not None:
         stack.enter_context(remedy[1](model))
         name = f"{name}, {remedy[0]}"
-    optimizer = _capturable(case.make_optimizer(model.parameters()))
-    compiled_loss = torch.compile(lambda b: case.loss(model, b), backend="xladev")
-    opt_step = torch.compile(optimizer.step, backend="xladev")
-    device_batch = to_device(batch, dev, torch.float32)
-    last: list = []
-
-    def compiled_step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = compiled_loss(device_batch)
-        loss.backward()
-        opt_step()
-        last[:] = [loss.detach()]
-        xladev.mark_step()
-
-    samples = br.time_interleaved({"compiled": (compiled_step, lambda: last[0].cpu()),
-                                   "eager": (eager.step, eager.wait)},
+    compiled = compiled_training_step(model, case.make_optimizer(model.parameters()), case.loss,
+                                      to_device(batch, dev, torch.float32))
+    samples = br.time_interleaved({"compiled": compiled, "eager": (eager.step, eager.wait)},
                                   args.warmup, args.steps, args.block, args.settle)
     return ZooCase(name, br.Timing.of(samples["compiled"], args.steps), br.Timing.of(samples["eager"], args.steps))
 

@@ -45,6 +45,8 @@ if __package__ in (None, ""):  # run as a script: make `examples` importable
 import numpy as np
 import torch
 
+from _timing import Timing, first_loss_mismatches, time_interleaved  # noqa: F401  (the other benchmarks take them from here)
+
 import xladev  # noqa: F401  (registers the device; turns on jax_enable_x64, so jax code below says float32)
 from examples import mlp, transformer
 from examples._common import train_step
@@ -61,52 +63,6 @@ STEP_RATIO_TARGET = 1.3
 MLP_CFG = mlp.Config(in_features=1024, hidden=1024, depth=2, classes=10, batch=256, lr=0.01, momentum=0.9)
 TLM_CFG = transformer.Config(vocab=256, d_model=128, heads=4, layers=2, seq=128, batch=8, dropout=0.0,
                              lr=1e-3, weight_decay=0.01)
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing helpers
-# ---------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Timing:
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    samples: int
-
-    @classmethod
-    def of(cls, seconds: list[float], steps: int | None = None) -> "Timing":
-        ms = sorted(s * 1e3 for s in seconds)
-        q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
-        return cls(statistics.median(ms), q(0.1), q(0.9), steps or len(ms))
-
-
-def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], None]]], warmup: int, total: int,
-                     block: int = 5, settle: float = 0.3) -> dict[str, list[float]]:
-    """Seconds per step of each implementation: the mean of each block of `block` steps, blocks alternating.
-
-    `steps` maps a name to (step, wait): `wait` returns once every dispatched step has finished, so a
-    runtime that returns from a step before the device is done is still charged in full. Alternating
-    blocks spread any drift in machine load (other processes, frequency scaling) over all columns
-    alike, instead of charging it to whichever ran during the disturbance. A pause of `settle` seconds
-    before each block lets the previous column's worker threads (XLA's pool, torch's OpenMP team)
-    stop spinning; on a small machine they otherwise slow the next column down severalfold.
-    """
-    for step, wait in steps.values():
-        for _ in range(warmup):
-            step()
-        wait()
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    gc.collect()
-    for _ in range(max(1, total // block)):
-        for name, (step, wait) in steps.items():
-            time.sleep(settle)
-            start = time.perf_counter()
-            for _ in range(block):
-                step()
-            wait()
-            samples[name].append((time.perf_counter() - start) / block)
-    return samples
 
 
 # ---------------------------------------------------------------------------------------------
@@ -604,10 +560,9 @@ def main(argv=None) -> int:
         models.append(bench_transformer(args))
     costs, eager_ops = bench_recording(args.ops) if args.only in (None, "recording") else ([], [])
     for m in models:  # the three implementations must compute the same thing
-        ref = m.first_loss["eager"]
-        for k, v in m.first_loss.items():
-            if abs(v - ref) > 1e-4 * max(1.0, abs(ref)):
-                print(f"warning: {m.name} first loss of {k} ({v}) differs from eager ({ref})", file=sys.stderr)
+        for k, v in first_loss_mismatches(m.first_loss).items():
+            print(f"warning: {m.name} first loss of {k} ({v}) differs from eager ({m.first_loss['eager']})",
+                  file=sys.stderr)
     print_report(models, costs, eager_ops, args)
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(models, costs, eager_ops, args), indent=2) + "\n")

@@ -25,6 +25,9 @@ SUITE = [
     ("runtime", "bench_runtime.py", ["--steps", "15"], ["--steps", "30"]),
     ("models", "bench_models.py", ["--quick", "--steps", "10"], ["--steps", "20"]),
     ("torch.compile", "bench_compile.py", ["--quick", "--steps", "15"], ["--steps", "30"]),
+    # optional: real PyTorch/XLA in its own virtualenv (docs/performance.md); without it, one "not installed" row
+    ("torch_xla", "bench_torch_xla.py", ["--skip-if-absent", "--rounds", "3", "--block", "5"],
+     ["--skip-if-absent", "--rounds", "3", "--block", "10"]),
     # instrumentation costs are timed inside the sinks; wall-clock differences are printed by each script
     ("instrumentation", "bench_instrumentation.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "5", "--steps", "20"]),
     ("event log", "bench_eventlog_overhead.py", ["--rounds", "3", "--steps", "10"], ["--rounds", "7", "--steps", "30"]),
@@ -67,6 +70,8 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         if rec:
             rows.append(("recording: elementwise op", f"{_num(rec.get('elementwise_us'))} us", "<= 10 us"))
             rows.append(("recording: matmul", f"{_num(rec.get('matmul_us'))} us", ""))
+    elif name == "torch_xla":
+        rows.extend(torch_xla_rows(data))
     elif name == "torch.compile":
         for model, m in (_get(data, "training") or {}).items():
             rows.append((f"{model} step: torch.compile / jax.jit", f"{_num(m.get('compiled_over_jax'))}x", "<= 1.10x"))
@@ -122,6 +127,23 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
         flat = {k: v for k, v in data.items() if isinstance(v, (int, float, str))}
         for key, value in list(flat.items())[:6]:
             rows.append((f"{name}: {key}", _num(value) if isinstance(value, float) else str(value), ""))
+    return rows
+
+
+def torch_xla_rows(data: dict) -> list[tuple[str, str, str]]:
+    """bench_torch_xla.py's rows: per workload, xladev lazy and compiled over torch_xla (median [min-max] over the
+    rounds); one row saying why when torch_xla is not installed."""
+    workloads = data.get("workloads") or {}
+    if not workloads:
+        return [("torch_xla 2.9 column", str(data.get("torch_xla", "?")), "")]
+    rows = []
+    for model, m in workloads.items():
+        for column in ("xladev lazy", "xladev compiled"):
+            r = _get(m, "ratio_vs_torch_xla", column) or {}
+            rows.append((f"{model} step: {column} / torch_xla",
+                         f"{_num(r.get('median'))}x [{_num(r.get('min'))}-{_num(r.get('max'))}]", "<= 0.8x"))
+        if m.get("first_loss_mismatches"):
+            rows.append((f"{model}: first loss differs from eager", ", ".join(m["first_loss_mismatches"]), "none"))
     return rows
 
 
