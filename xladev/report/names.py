@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from xladev.rules import ITEM_COUNTER
-from xladev.schema.metric_names import COUNTER_ALIASES, METRIC_ALIASES, metric_names  # noqa: F401  (re-exported)
+from xladev.schema.metric_names import COUNTER_ALIASES, METRIC_ALIASES
 
 SAMPLES = "samples"
 ACCUMULATOR = "accumulator"

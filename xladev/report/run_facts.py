@@ -8,7 +8,7 @@ from collections import Counter
 from xladev import graphdiff, rules
 from xladev.rules import wall_time
 from xladev.report.model import MetricBlock, SourceResult
-from xladev.report.names import metric_names
+from xladev.schema.metric_names import metric_names
 from xladev.schema.counters import SCALAR_READS
 from xladev.schema.sites import short_site
 
@@ -44,7 +44,7 @@ def where(source: SourceResult, line: float | int | None) -> str:
 
 
 def metric_block(source: SourceResult | None, name: str) -> MetricBlock | None:
-    """The last report's block of metric `name`, under whichever of its names (names.metric_names) it has."""
+    """The last report's block of metric `name`, under whichever of its names (schema.metric_names) it has."""
     if source is None or source.final is None:
         return None
     for name in metric_names(name):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from xladev.rules import wall_time
 from xladev.report.model import SourceResult
-from xladev.report.names import metric_names
+from xladev.schema.metric_names import metric_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.report.run_facts import RunFacts
