@@ -25,6 +25,8 @@ LAYERS = {
     "report": (LEAVES + ("xladev.dumps",), False),
     "tui": (LEAVES + ("xladev.report",), False),  # the report's reading and diagnosis: the same findings
     "dumps": (LEAVES, False),
+    # The adapter for a real torch_xla: a source of events like the runtime, writing through the event-log sink.
+    "attach": (("xladev.events", "xladev.sinks", "xladev.dumps") + LEAVES, True),
 }
 
 
@@ -33,7 +35,8 @@ def layer_of(module: str) -> str | None:
     if module.startswith(LEAVES):
         return "leaf"
     for prefix, layer in (("xladev.runtime", "runtime"), ("xladev.events", "events"), ("xladev.sinks", "sinks"),
-                          ("xladev.report", "report"), ("xladev_tui", "tui"), ("xladev.dumps", "dumps")):
+                          ("xladev.report", "report"), ("xladev_tui", "tui"), ("xladev.dumps", "dumps"),
+                          ("xladev.attach", "attach")):
         if module == prefix or module.startswith(prefix + "."):
             return layer
     return None

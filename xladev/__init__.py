@@ -15,6 +15,7 @@ The file readers (`xladev.report`, `xladev.schema`, the TUI) never start it.
 
 from __future__ import annotations
 
+import os as _os
 import sys as _sys
 import threading as _threading
 from typing import TYPE_CHECKING
@@ -164,7 +165,9 @@ class _ThenStart:
         return getattr(self._loader, name)
 
 
-if "torch" in _sys.modules:
+if _os.environ.get("XLADEV_ATTACH"):
+    pass  # this process observes a real torch_xla (`xladev.attach`): xladev's own runtime does not start with torch
+elif "torch" in _sys.modules:
     _load_runtime()
 else:
     _StartWithTorch.install()

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("xladev.cli.capture", "capture profiles from a profiler server (xp.start_server) for TensorBoard"),
     "doctor": ("xladev.cli.doctor", "check the profiling stack: versions, duplicate plugins, a real capture"),
     "run": ("xladev.cli.run", "run an unchanged PyTorch/XLA script on xladev (torch_xla alias)"),
+    "attach": ("xladev.cli.attach", "write xladev's event log for a job on a real torch_xla"),
 }
 
 

@@ -64,7 +64,10 @@ def make_source(args: argparse.Namespace):
     if not target:
         raise UsageError("give an event log to follow, or -- and the command to run")
     if dashed or len(target) > 1:
-        return ChildProcessSource(target, log_path=args.log)
+        from xladev.attach.job_environment import child_environment
+
+        # A job on a real torch_xla gets the adapter, which writes the same event log (xladev.attach).
+        return ChildProcessSource(target, log_path=args.log, env=child_environment(os.environ))
     path = target[0]
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory, not an event log")

@@ -121,6 +121,9 @@ class OpsRecorded(Event):
     tracing_samples: list[int] = dataclasses.field(default_factory=list)
     tensors_created: int = 0  # device tensors created meanwhile (PyTorch/XLA's CreateXlaTensor)
     tensors_destroyed: int = 0  # device tensors freed meanwhile (PyTorch/XLA's DestroyXlaTensor)
+    # How many traces `tracing_ns` sums when their samples are not kept (a real torch_xla's, `xladev.attach`);
+    # None: one per sample.
+    tracing_count: int | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -7,7 +7,7 @@ from collections import Counter
 
 from xladev import rules
 from xladev.rules import fallback_reasons
-from xladev.report.debuglog import is_program_cause, is_step_cause, user_site
+from xladev.dumps.debug_analysis import is_program_cause, is_step_cause, user_site
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from xladev import rules
 from xladev.rules import wall_time
-from xladev.report.debuglog import DebugLog, GraphEvent
+from xladev.dumps.debug_analysis import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.marks import MarkLog, graph_stat
 from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from xladev.errors import XladevError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from xladev.report.debuglog import DebugLog
+    from xladev.dumps.debug_analysis import DebugLog
     from xladev.report.marks import GraphStat, MarkLog
     from xladev.report.series import StepSeries
     from xladev.rules.wall_time import TimeBreakdown

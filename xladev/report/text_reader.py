@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from xladev.report import fastpath
 from xladev.schema import units
-from xladev.report.debuglog import DebugLog
+from xladev.dumps.debug_analysis import DebugLog
 from xladev.report.metric_blocks import parse_metric
 from xladev.report.model import ReportSnapshot, SourceResult
 from xladev.report.names import (

@@ -158,6 +158,7 @@ class Header(Record):
     """The first line. Only `schema` identifies a log; the rest describes the run and may be null."""
 
     TYPE: ClassVar[str] = "header"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("runtime", "absent")
     schema: str = SCHEMA
     version: int = SCHEMA_VERSION
     command: str | None = ""
@@ -174,6 +175,10 @@ class Header(Record):
     clock: str | None = "perf_counter_ns"
     clock_start_ns: int | None = 0
     api: str | None = None  # "xladev", or "torch_xla" through xladev's alias (xladev run); null in older logs
+    # Who ran the graphs: "torch_xla" for a real torch_xla observed by `xladev.attach`; left out for xladev's own.
+    runtime: str | None = None
+    # What this log cannot hold (an adapter's: no IR text...), in words, so that an absence is not read as a zero.
+    absent: list | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -65,7 +65,8 @@ class RecordBuilder:
                              frame),)
 
     def _ops(self, event: OpsRecorded, t: int) -> tuple[rec.Record, ...]:
-        return (rec.Ops(t, event.step, event.counts, event.tracing_ns, len(event.tracing_samples),
+        count = len(event.tracing_samples) if event.tracing_count is None else event.tracing_count
+        return (rec.Ops(t, event.step, event.counts, event.tracing_ns, count,
                         event.tracing_samples, event.tensors_created, event.tensors_destroyed),)
 
     def _compiled(self, event: GraphCompiled, t: int) -> tuple[rec.Record, ...]:

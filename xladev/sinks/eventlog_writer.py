@@ -76,7 +76,7 @@ class EventLog(Sink):
             versions={"python": sys.version.split()[0], **runtime.get("versions", {})},
             device=runtime.get("device", "unknown (no runtime started)"), start_unix=now,
             start_iso=datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
-            clock_start_ns=self.clock0, api=bus.api)
+            clock_start_ns=self.clock0, api=bus.api, runtime=runtime.get("runtime"), absent=runtime.get("absent"))
         if not self.file.write((rec.dumps(header) + "\n").encode()):
             self._closed = True
 

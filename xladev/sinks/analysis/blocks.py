@@ -67,7 +67,9 @@ def exact_cause(cause: Cause) -> str:
     """What xladev knows of the cause: the access (`.item()`, `print`...) or the fallback op and why."""
     kind = cause.kind
     if kind is CauseKind.VALUE_ACCESS:
-        return f"user code trying to access tensor value before torch_xla.sync: {cause.detail}"
+        # A real torch_xla's (`xladev.attach`) names no access: PyTorch/XLA's own words, without a detail.
+        text = "user code trying to access tensor value before torch_xla.sync"
+        return f"{text}: {cause.detail}" if cause.detail else text
     if kind is CauseKind.FALLBACK:
         return f"CPU fallback op {cause.detail} needs its inputs on the host ({fallback_reasons.reason(cause.detail)})"
     if kind is CauseKind.COLLECTIVE and cause.detail:

@@ -1,0 +1,132 @@
+"""xladev's event log for a run of real torch_xla (2.5 to 2.9), on a TPU or wherever PyTorch/XLA runs.
+
+    xladev tui -- python train.py          # live, as for a run on xladev
+    xladev attach -- python train.py       # writes run.events.jsonl (--log PATH), then `xladev report` it
+    XLADEV_EVENT_LOG=run.events.jsonl python train.py   # with `import xladev.attach` as the script's first line
+
+When the job imports a real torch_xla, xladev attaches to it instead of running anything itself: its step
+barriers are wrapped (`torch_xla.sync`, `xm.mark_step`, and through them `MpDeviceLoader`, `StepTrace`,
+`torch_xla.compile`, `xm.optimizer_step`), and at each one it turns what PyTorch/XLA exposes into the same
+records xladev's runtime writes: the step, counter and metric deltas, each compile and execution with its
+graph hash, cause and frames (from PT_XLA_DEBUG analysis, which the adapter turns on into a file beside the
+log), transfers and CPU fallbacks. The header names the runtime (`torch_xla`) and its version, and lists what
+such a log cannot hold (`absent`). A torch_xla version the adapter does not know gets one line, and the
+run goes on unobserved.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from xladev.errors import XladevError
+
+# The versions whose barriers, metrics and analysis blocks the adapter reads (their names did not change in them).
+SUPPORTED = ((2, 5), (2, 6), (2, 7), (2, 8), (2, 9))
+# Set in a process (and so in its children) that observes a real torch_xla: xladev's own runtime is not started
+# there when torch is imported (`xladev/__init__.py`).
+ATTACH_ENV = "XLADEV_ATTACH"
+# The PT_XLA_DEBUG_FILE the adapter chose (not the user's): a child process picks its own instead of sharing it.
+_OWN_DEBUG_FILE_ENV = "XLADEV_ATTACH_DEBUG_FILE"
+
+# What an adapter's log cannot hold, named in its header so a reader does not take an absence for a zero.
+ABSENT = (
+    "graph node counts at compile (executions carry torch_xla's TensorsGraphSize)",
+    "IR text of graphs",
+    "a compile's start (a compile is seen when its step ends)",
+    "per-op tracing samples (the count and total are exact)",
+    "sites of reads of data already on the device",
+    "what changed at a recompilation",
+)
+
+
+class AttachError(XladevError, RuntimeError):
+    """The adapter cannot observe this run (its message says why); the run itself goes on."""
+
+
+def version_of(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``2.9.0+git1a2b``; None when it is not one."""
+    parts = text.split("+", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def is_alias(module) -> bool:
+    """True for xladev's own torch_xla alias (`xladev run`), which needs no adapter."""
+    path = getattr(module, "__file__", None) or ""
+    return "torch_xla_alias" in path.replace("\\", "/").split("/")
+
+
+def prepare_environment() -> str | None:
+    """Turns on PyTorch/XLA's analysis into a file the adapter reads, before torch_xla reads its settings.
+
+    The user's own PT_XLA_DEBUG settings win: their file is read where they chose one; where they send the
+    analysis to stderr, the log has no per-graph hashes or frames (and says so).
+
+    Returns:
+      The file the analysis blocks go to, or None when they cannot be read.
+    """
+    os.environ[ATTACH_ENV] = "1"
+    env = os.environ
+    user_level = env.get("PT_XLA_DEBUG_LEVEL") or env.get("PT_XLA_DEBUG")
+    own = env.get(_OWN_DEBUG_FILE_ENV)
+    if user_level and not own:
+        return env.get("PT_XLA_DEBUG_FILE") or None
+    log = env.get("XLADEV_EVENT_LOG")
+    if not log:
+        return None
+    path = f"{log}.pt_xla_debug.{os.getpid()}.txt"
+    env["PT_XLA_DEBUG_LEVEL"] = "2"
+    env["PT_XLA_DEBUG_FILE"] = path
+    env[_OWN_DEBUG_FILE_ENV] = path
+    return path
+
+
+_attached = None
+
+
+def attach(torch_xla, debug_file: str | None) -> bool:
+    """Starts observing the imported torch_xla: wraps its barriers, starts the event log.
+
+    Args:
+      torch_xla: the real torch_xla module, just imported.
+      debug_file: where its analysis blocks go (`prepare_environment`).
+
+    Returns:
+      True when attached; False (after one line on stderr) for a version the adapter does not know, or when
+      no event log is asked for.
+    """
+    global _attached
+    if _attached is not None or is_alias(torch_xla):
+        return _attached is not None
+    version = getattr(torch_xla, "__version__", "?")
+    if version_of(version) not in SUPPORTED:
+        print(f"xladev attach: torch_xla {version} is not a version the adapter knows "
+              f"({SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[-1][0]}.{SUPPORTED[-1][1]}); "
+              "the run goes on unobserved", file=sys.stderr, flush=True)
+        return False
+    from xladev.attach import _start
+
+    _attached = _start.start(torch_xla, version, debug_file)
+    return _attached is not None
+
+
+def install() -> None:
+    """Attaches now if a real torch_xla is imported, else when it is; xladev's runtime stays off."""
+    import xladev
+
+    xladev._StartWithTorch.remove()
+    module = sys.modules.get("torch_xla")
+    if module is not None:
+        if not is_alias(module):
+            attach(module, prepare_environment())
+        return
+    from xladev.attach._hook import TorchXlaHook
+
+    TorchXlaHook.install()
+
+
+if __name__ != "__main__":
+    install()

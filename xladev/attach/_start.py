@@ -1,0 +1,58 @@
+"""Starting the adapter on an imported torch_xla: its barriers wrapped, the event log on, the run described."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from xladev.events import bus, ending
+from xladev.attach._barriers import Steps
+from xladev.attach._harvest import DebugFileTail, Harvester, MetricsSource
+
+
+def describe(version: str, debug_file: str | None) -> dict:
+    """What the event log's header says of a torch_xla run. Reads no device: on a TPU, asking for one now
+    would start PyTorch/XLA's runtime before the script chose its mode (`xr.use_spmd()`)."""
+    from xladev.attach import ABSENT
+
+    import torch
+
+    absent = list(ABSENT)
+    if not debug_file:
+        absent.insert(0, "graph hashes, causes and frames (PT_XLA_DEBUG's analysis goes to stderr, not to a file)")
+    return {"device": f"{os.environ.get('PJRT_DEVICE', 'unknown')} (torch_xla {version})",
+            "versions": {"torch": torch.__version__.split("+")[0], "torch_xla": version},
+            "runtime": "torch_xla", "absent": absent}
+
+
+def start(torch_xla, version: str, debug_file: str | None) -> Steps | None:
+    """Wraps torch_xla's barriers and starts the event log (XLADEV_EVENT_LOG).
+
+    Returns:
+      The step counter, or None when no event log is asked for (nothing to observe into).
+    """
+    from xladev._flags import config
+
+    if not config.event_log:
+        return None
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    steps = Steps(Harvester(MetricsSource(met), DebugFileTail(debug_file)))
+    bus.api = "torch_xla"
+    bus.describe_runtime = lambda: describe(version, debug_file)
+    wrapped = steps.wrap(xm.mark_step)
+    xm.mark_step = wrapped
+    inner = sys.modules.get("torch_xla.torch_xla")
+    if hasattr(torch_xla, "sync"):
+        sync = steps.wrap(torch_xla.sync)
+        torch_xla.sync = sync
+        if inner is not None and hasattr(inner, "sync"):
+            inner.sync = sync  # torch_xla.compile calls it by this module's global
+    from xladev.sinks import eventlog_writer
+
+    log = eventlog_writer.start_from_flags()
+    if log is None:
+        return None
+    ending.at_end(steps.finish, early=True)
+    return steps
