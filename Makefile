@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser demo test test-slow test-models opinfo-full coverage bench clean
+.PHONY: install browser demo test test-slow test-models test-torch-xla opinfo-full coverage bench clean
 
 # torch goes in first and alone: pip then takes the local CPU wheel, and nothing later can pull a CUDA build.
 $(STAMP): pyproject.toml
@@ -36,6 +36,20 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Real torch_xla 2.9 (a CUDA build of torch 2.9, several GB; it runs on the CPU with PJRT_DEVICE=CPU) in its own
+# virtualenv, for the adapter's live tests (tests/attach/test_real_torch_xla_attach.py): `xladev attach` on real
+# runs of the common mistakes, then the report and the TUI on their logs. `make test` reads recorded logs instead.
+# An existing one: make test-torch-xla TORCH_XLA_VENV=~/txla
+TORCH_XLA_VENV ?= .venv-torch-xla
+
+$(TORCH_XLA_VENV)/.xladev-installed:
+	test -x $(TORCH_XLA_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_XLA_VENV)
+	$(TORCH_XLA_VENV)/bin/python -m pip install -q torch==2.9.0 torch_xla==2.9.0
+	touch $@
+
+test-torch-xla: $(STAMP) $(TORCH_XLA_VENV)/.xladev-installed
+	XLADEV_TORCH_XLA_PYTHON=$(abspath $(TORCH_XLA_VENV))/bin/python $(PY) -m pytest -q -m torch_xla tests/attach
 
 test-models: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow" tests/models

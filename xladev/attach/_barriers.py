@@ -62,6 +62,10 @@ class Steps:
     def __init__(self, harvester: Harvester) -> None:
         self.harvester = harvester
         self.step = 0
+        # Published one step late: a step's records go out once each of its executions has its time (torch_xla
+        # records it when the execution ends, after the barrier returned), so that a reader counting per step
+        # finds each execution in its own step, as in a log of xladev's runtime.
+        self._held: list = []
         self._lock = threading.Lock()
         self._inside = threading.local()
         self.finished = False
@@ -99,11 +103,11 @@ class Steps:
         with self._lock:
             if self.finished:
                 return
-            for event in self.harvester.collect(self.step, end):
-                bus.emit(event)
+            self._held += self.harvester.collect(self.step, end)
             if ok:
-                bus.emit(StepMarked(end, self.step, cause, end - start, frames))
+                self._held.append(StepMarked(end, self.step, cause, end - start, frames))
                 self.step += 1
+            self._publish(self.harvester.first_waiting_step())
 
     def finish(self) -> None:
         """The end of the run: what happened since the last barrier, and executions still waiting for their time."""
@@ -111,6 +115,16 @@ class Steps:
             if self.finished:
                 return
             self.finished = True
-            if bus.active:
-                for event in self.harvester.collect(self.step, time.perf_counter_ns(), final=True):
-                    bus.emit(event)
+            self._held += self.harvester.collect(self.step, time.perf_counter_ns(), final=True)
+            self._publish(None)
+
+    def _publish(self, waiting: int | None) -> None:
+        """Emits the held events of the steps before `waiting` (all when None): by step, each step's barrier last."""
+        ready = [e for e in self._held if waiting is None or e.step < waiting]
+        if not ready:
+            return
+        self._held = [e for e in self._held if not (waiting is None or e.step < waiting)]
+        ready.sort(key=lambda e: (e.step, isinstance(e, StepMarked), e.time_ns))
+        if bus.active:
+            for event in ready:
+                bus.emit(event)

@@ -139,6 +139,10 @@ class MetricsSource:
         return int(count), float(total), list(rest[0]) if rest else []
 
 
+# How far apart torch_xla may stamp a read and the execution it forced, beyond that execution's own duration.
+_PAIRING_SLACK_NS = 50_000_000
+# Barriers a compile or execution block waits for its metric sample before it goes out without it.
+MAX_WAIT_STEPS = 3
 # The metrics whose samples become events, one sample each.
 _SAMPLED = ("CompileTime", "ExecuteTime", "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
             "TransferToDeviceTime", "OutboundData")
@@ -163,6 +167,7 @@ class Harvester:
         self._samples: dict[str, deque] = {name: deque() for name in _SAMPLED}
         self._compiles: deque[tuple[int, GraphEvent]] = deque()  # (step, block) waiting for its sample
         self._executions: deque[tuple[int, GraphEvent]] = deque()
+        self._step = 0
         self.lost_samples = 0  # samples torch_xla no longer kept when read (more than it keeps in one step)
 
     def collect(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
@@ -176,6 +181,7 @@ class Harvester:
         Returns:
           Ops, compile, execute, transfer and fallback events (the barrier's own StepMarked is the caller's).
         """
+        self._step = step
         now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
         to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
         self.debug.read()
@@ -200,6 +206,11 @@ class Harvester:
         events.sort(key=lambda event: event.time_ns)  # stable: ops first among events of the barrier's time
         return events
 
+    def first_waiting_step(self) -> int | None:
+        """The earliest step with a compile or execution still waiting for its time; None when none waits."""
+        steps = [queue[0][0] for queue in (self._compiles, self._executions) if queue]
+        return min(steps) if steps else None
+
     def _take_samples(self, name: str) -> None:
         count, _, samples = self.source.metric(name)
         new = count - self._seen[name] if count >= self._seen[name] else count  # cleared: `met.clear_metrics()`
@@ -223,7 +234,10 @@ class Harvester:
     def _graphs(self, to_perf, at_ns: int, final: bool) -> list[Event]:
         events: list[Event] = []
         compile_times = self._samples["CompileTime"]
-        while self._compiles and (compile_times or final):
+        # A block still without its sample after MAX_WAIT_STEPS barriers never gets one (a compile that failed):
+        # it goes out without, so that the steps after it are not held back for ever.
+        stale = lambda queue: queue[0][0] < self._step - MAX_WAIT_STEPS  # noqa: E731
+        while self._compiles and (compile_times or final or stale(self._compiles)):
             step, block = self._compiles.popleft()
             when, ns = compile_times.popleft() if compile_times else (None, 0)
             self._compiled.add(block.graph_hash)
@@ -235,7 +249,7 @@ class Harvester:
                                         cause_of(block.cause), frames_of(block.frames), None,
                                         graph_name=block.name or None))
         execute_times, sizes = self._samples["ExecuteTime"], self._samples["TensorsGraphSize"]
-        while self._executions and (execute_times or final):
+        while self._executions and (execute_times or final or stale(self._executions)):
             step, block = self._executions.popleft()
             when, ns = execute_times.popleft() if execute_times else (None, 0)
             nodes = int(sizes.popleft()[1]) if sizes else 0
@@ -250,22 +264,27 @@ class Harvester:
         return events
 
     def _transfers(self, step: int, to_perf, item_reads: int, graphs: list[Event]) -> list[Event]:
-        """Reads and uploads. A read that made a graph run takes that execution's frames (PyTorch/XLA's
-        block names the user's line); a read of data already on the device has none to take."""
+        """Reads and uploads. A read that made a graph run takes that execution's frames (PyTorch/XLA's block names
+        the user's line): each such execution goes to the read nearest it in time, within the execution's own
+        duration (torch_xla stamps the two samples at slightly different moments, either first). A read of data
+        already on the device has no execution, and no frames."""
         events: list[Event] = []
-        forced = deque(sorted((e.time_ns, e.frames) for e in graphs
-                              if isinstance(e, GraphExecuted) and e.cause.kind is CauseKind.VALUE_ACCESS))
         reads, inbound = self._samples["TransferFromDeviceTime"], self._samples["InboundData"]
         while reads:
             when, ns = reads.popleft()
-            t = to_perf(when)
-            frames = None
-            while forced and forced[0][0] <= t:
-                frames = forced.popleft()[1]
             nbytes = int(inbound.popleft()[1]) if inbound else 0
             kind = ".item()" if item_reads > 0 else "to host"
             item_reads -= 1
-            events.append(TransferFromDevice(t, step, nbytes, int(ns), kind, frames))
+            events.append(TransferFromDevice(to_perf(when), step, nbytes, int(ns), kind, None))
+        for forced in graphs:
+            if not isinstance(forced, GraphExecuted) or forced.cause.kind is not CauseKind.VALUE_ACCESS:
+                continue
+            free = [read for read in events if read.frames is None]
+            if not free:
+                break
+            nearest = min(free, key=lambda read: abs(read.time_ns - forced.time_ns))
+            if abs(nearest.time_ns - forced.time_ns) <= forced.execute_ns + _PAIRING_SLACK_NS:
+                nearest.frames = forced.frames
         inbound.clear()
         uploads, outbound = self._samples["TransferToDeviceTime"], self._samples["OutboundData"]
         while uploads:

@@ -20,7 +20,7 @@ def describe(version: str, debug_file: str | None) -> dict:
     absent = list(ABSENT)
     if not debug_file:
         absent.insert(0, "graph hashes, causes and frames (PT_XLA_DEBUG's analysis goes to stderr, not to a file)")
-    return {"device": f"{os.environ.get('PJRT_DEVICE', 'unknown')} (torch_xla {version})",
+    return {"device": f"{os.environ.get('PJRT_DEVICE', 'unknown')} (torch_xla {version}, attached)",
             "versions": {"torch": torch.__version__.split("+")[0], "torch_xla": version},
             "runtime": "torch_xla", "absent": absent}
 

@@ -114,6 +114,9 @@ def _count(value: float) -> str:
 def _summary(report) -> list[tuple[str, str]]:
     inputs = [f"{source.name} ({'; '.join(source.describe_kinds())})" for source in report.sources]
     summary = [("Input" if len(inputs) == 1 else "Inputs", "; ".join(inputs))]
+    absent = list(dict.fromkeys(item for source in report.sources for item in source.absent))
+    if absent:
+        summary.append(("Not recorded", "; ".join(absent)))
     primary = report.primary_metrics(report.sources)
     if primary is not None:
         if sum(source.has_metrics for source in report.sources) > 1:

@@ -152,6 +152,10 @@ class EventLogReplay:
             self.source.run_id = record_wording.run_identity(record.host, record.pid, record.start_unix)
             self.source.run_label = record_wording.run_label(record.host, record.pid, record.start_unix)
             self.source.api = record.api
+            if record.runtime and record.runtime != "xladev":
+                version = (record.versions or {}).get(record.runtime)
+                self.source.runtime = f"{record.runtime} {version}" if version else record.runtime
+            self.source.absent = [str(item) for item in record.absent or []]
             if self.source.rank is None and (record.world_size or 1) > 1:
                 self.source.rank = record.rank
         else:

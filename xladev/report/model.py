@@ -226,6 +226,10 @@ class SourceResult:
     run_label: str = ""
     # The API the run's script used (`xladev.rules.api_names`), when the input says: an event log's header.
     api: str | None = None
+    # Who ran the graphs when not xladev (`torch_xla 2.9.0` for a log `xladev attach` wrote), and what such a log
+    # cannot hold (the header's `absent`): said with the input, so that an absence is not read as a zero.
+    runtime: str | None = None
+    absent: list[str] = dataclasses.field(default_factory=list)
     # Device→host reads by (kind, user site) -> [count, first line], from an event log's transfer records (xladev's
     # PT_XLA_DEBUG summary lists its own as `debug.run_summary["hot_spots"]`).
     hot_spots: dict[tuple[str, str], list[int]] = dataclasses.field(default_factory=dict)
@@ -291,7 +295,8 @@ class SourceResult:
     def _record_kinds(self) -> list[str]:
         kinds = []
         if self.input_kind == "event-log":
-            return [f"xladev event log, {self.snapshots} steps" if self.snapshots else "xladev event log"]
+            log = f"xladev attach log of {self.runtime}" if self.runtime else "xladev event log"
+            return [f"{log}, {self.snapshots} steps" if self.snapshots else log]
         if self.step_records:
             kinds.append(f"XLA_METRICS_FILE, {self.step_records} step records")
         elif self.snapshots > 1:

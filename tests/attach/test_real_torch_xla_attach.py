@@ -1,0 +1,59 @@
+"""The adapter on real torch_xla (`make test-torch-xla`; not part of `make test`, which reads recorded logs).
+
+Each test runs one of tests/fixtures/torch_xla's scenarios (real PyTorch/XLA runs of common mistakes, with the
+ground truth in that folder's README) on torch_xla's own Python under `xladev attach`, then checks the log
+with `xladev report` and with the TUI, headless. The interpreter: $XLADEV_TORCH_XLA_PYTHON (make test-torch-xla
+sets it to its virtualenv's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.attach.expectations import EXPECTED, check_report, check_tui
+from xladev.report import load
+
+pytestmark = pytest.mark.torch_xla
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_xla"
+
+
+@pytest.fixture(scope="module")
+def torch_xla_python() -> str:
+    python = os.environ.get("XLADEV_TORCH_XLA_PYTHON", "")
+    if not python or not os.access(python, os.X_OK):
+        pytest.fail("XLADEV_TORCH_XLA_PYTHON names no interpreter: run these tests through make test-torch-xla")
+    return python
+
+
+def _run(python: str, name: str, tmp_path: Path, *script_args: str) -> Path:
+    script = EXPECTED[name].script
+    shutil.copy(FIXTURES / script, tmp_path)
+    log = tmp_path / f"{name}.events.jsonl"
+    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--", python,
+                           script, name, *script_args], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, PJRT_DEVICE="CPU"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"event log {log}" in done.stderr
+    return log
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_the_adapters_log_is_diagnosed_as_pytorch_xlas_own_outputs_are(torch_xla_python, tmp_path, name):
+    log = _run(torch_xla_python, name, tmp_path)
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["runtime"] == "torch_xla" and header["versions"]["torch_xla"].startswith("2.")
+    assert header["api"] == "torch_xla" and json.loads(lines[-1])["type"] == "end"
+    check_report(name, load(str(log)))
+
+
+@pytest.mark.parametrize("name", ["dynamic_shape", "item_every_step"])
+def test_the_tui_shows_the_adapters_log(torch_xla_python, tmp_path, name):
+    check_tui(name, _run(torch_xla_python, name, tmp_path))
