@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for proc in (plain, adapted):
                 proc.stdin.write("\n")
+                proc.stdin.flush()
+            own = adapted.stdout.readline().strip()
+            for proc in (plain, adapted):
                 proc.stdin.close()
                 proc.wait(timeout=120)
         lines = sum(1 for _ in open(Path(tmp) / "bench.events.jsonl"))
@@ -78,10 +81,14 @@ def main(argv: list[str] | None = None) -> int:
               "plain_ms": statistics.median(samples["plain"]) * 1e3,
               "attached_ms": statistics.median(samples["attached"]) * 1e3,
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-              "log_lines": lines}
+              "log_lines": lines, "adapter_ms_per_step": float(own) * 1e3 if own else None}
     print(f"plain {result['plain_ms']:.2f} ms/step, attached {result['attached_ms']:.2f} ms/step: "
           f"attached/plain {result['ratio_median']:.4f} (range {result['ratio_min']:.4f}-{result['ratio_max']:.4f},"
           f" {args.rounds} rounds of {args.steps} steps; the log has {lines} lines)")
+    if own:
+        share = result["adapter_ms_per_step"] / result["plain_ms"]
+        print(f"the adapter's own time at the barriers: {result['adapter_ms_per_step']:.3f} ms per step "
+              f"({share:.2%} of a plain step)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -69,6 +69,7 @@ class Steps:
         self._lock = threading.Lock()
         self._inside = threading.local()
         self.finished = False
+        self.own_ns = 0  # time spent here at the barriers (harvest and records), for `bench_attach.py`
 
     def wrap(self, barrier):
         """`barrier` (torch_xla.sync, xm.mark_step), ending a step in the log each time it returns."""
@@ -98,6 +99,12 @@ class Steps:
     def ended(self, start: int, caller, ok: bool) -> None:
         """Publishes the step's events and, when the barrier returned, the step itself."""
         end = time.perf_counter_ns()
+        try:
+            self._ended(start, end, caller, ok)
+        finally:
+            self.own_ns += time.perf_counter_ns() - end
+
+    def _ended(self, start: int, end: int, caller, ok: bool) -> None:
         cause = barrier_cause(caller)
         frames = frames_from(caller) if bus.wants_frames else None
         with self._lock:
