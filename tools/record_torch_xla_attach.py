@@ -23,13 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "torch_xla"
 OUT = FIXTURES / "attach"
-# name -> script: the scenarios whose debug-log and metrics outputs are fixtures already, so the two paths
-# (a report of PyTorch/XLA's own outputs, a report of the adapter's log) can be compared on the same runs.
-SCENARIOS = {
-    "healthy": "scenarios.py", "dynamic_shape": "scenarios.py", "item_every_step": "scenarios.py",
-    "fallback": "scenarios.py", "no_barrier": "mistakes.py", "print_loss": "mistakes.py",
-    "healthy_loader": "mistakes.py", "slice_length": "mistakes.py",
-}
+# The scenarios and what a right diagnosis of each says: tests/attach/expectations.py (the runs whose debug-log and
+# metrics outputs are fixtures already, so the two paths can be compared on the same scenarios).
+sys.path.insert(0, str(ROOT))
+from tests.attach.expectations import EXPECTED as SCENARIOS  # noqa: E402
+
 RUN_DIR = "/home/user/run"
 VENV_DIR = "/opt/venv"
 
@@ -40,15 +38,17 @@ def record(python: str, name: str, out: Path, timeout: float) -> Path:
     Raises:
       RuntimeError: the run failed (its output is in the message).
     """
-    script = SCENARIOS[name]
+    expected = SCENARIOS[name]
+    script = expected.script
     venv = str(Path(python).resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="xladev_attach_") as tmp:
         shutil.copy(FIXTURES / script, tmp)
         log = Path(tmp) / f"{name}.events.jsonl"
         env = dict(os.environ, PJRT_DEVICE="CPU")
-        done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
-                               python, script, name], cwd=tmp, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        flags = ["--graphs"] if expected.graphs else []
+        done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", *flags, "--log", str(log), "--",
+                               python, script, expected.scenario or name], cwd=tmp, env=env, capture_output=True,
+                              text=True, timeout=timeout)
         if done.returncode != 0 or not log.exists():
             raise RuntimeError(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
         text = log.read_text()

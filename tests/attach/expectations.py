@@ -24,6 +24,9 @@ class Expected:
       numbers: numbers the first problem (or, when healthy, the healthy finding) must hold.
       site: the user's line the first problem names.
       also: rule -> how many findings of that rule the report also has.
+      scenario: the script's argument, when not the entry's name.
+      graphs: run with `xladev attach --graphs` (PyTorch/XLA's graph dumps: what changed at a recompilation).
+      changed: what the first problem says changed at the recompilation (with `graphs`).
     """
 
     script: str
@@ -32,6 +35,9 @@ class Expected:
     numbers: dict
     site: str | None = None
     also: dict = dataclasses.field(default_factory=dict)
+    scenario: str | None = None
+    graphs: bool = False
+    changed: str | None = None
 
 
 EXPECTED = {
@@ -53,6 +59,14 @@ EXPECTED = {
     # The loader also syncs before its first batch and at its end (MarkStep 14), and the final `loss.item()` reads.
     "healthy_loader": Expected("mistakes.py", "healthy", None, {"steps": 14, "compiles": 1, "transfers": 1}),
     "slice_length": Expected("mistakes.py", "error", "recompilation", {"compiles": 12, "steps": 12}),
+    # With PyTorch/XLA's graph dumps, what changed is named: the slice's output width (x[:, :20 + step]), and the
+    # batch size of the input made on the device (torch.randn(8 + step, 32, device=dev)).
+    "slice_length_graphs": Expected("mistakes.py", "error", "recompilation", {"compiles": 12, "steps": 12},
+                                    scenario="slice_length", graphs=True,
+                                    changed="output shape of xla::select changed: f32[16,30]{1,0} -> f32[16,31]{1,0}"),
+    "dynamic_shape_graphs": Expected("scenarios.py", "error", "recompilation", {"compiles": 24, "steps": 24},
+                                     scenario="dynamic_shape", graphs=True,
+                                     changed="output shape of aten::expand changed: f32[30,32]{1,0} -> f32[31,32]{1,0}"),
 }
 
 
@@ -80,6 +94,11 @@ def check_report(name: str, report) -> None:
         assert finding.numbers.get(key) == value, (key, finding.numbers)
     if expected.site:
         assert expected.site in _text(finding), _text(finding)
+    if expected.changed:
+        assert expected.changed in _text(finding), _text(finding)
+        assert "do not name" not in _text(finding)
+    elif expected.rule == "recompilation":  # without the dumps, the report says it cannot name the change
+        assert "what changed at" not in _text(finding)
     for rule, count in expected.also.items():
         assert sum(f.rule == rule for f in report.findings) == count, findings
     assert "xladev.mark_step" not in finding.fix  # a torch_xla run is told torch_xla's API

@@ -10,7 +10,7 @@ import pytest
 
 from tests.attach.expectations import EXPECTED, check_report, check_tui
 from tests.report.helpers import FIXTURES
-from xladev.attach import ABSENT
+from xladev.attach import ABSENT, ABSENT_WITHOUT_GRAPHS
 from xladev.report import load
 from xladev.report.document import report_document
 
@@ -37,13 +37,15 @@ def test_the_header_names_the_runtime_and_what_the_log_cannot_hold():
     header = json.loads(_log("healthy").read_text().splitlines()[0])
     assert header["runtime"] == "torch_xla" and header["api"] == "torch_xla"
     assert header["versions"]["torch_xla"] == "2.9.0" and header["device"] == "CPU (torch_xla 2.9.0, attached)"
-    assert header["absent"] == list(ABSENT)
+    assert header["absent"] == list(ABSENT) + list(ABSENT_WITHOUT_GRAPHS)
+    graphs_header = json.loads(_log("slice_length_graphs").read_text().splitlines()[0])
+    assert graphs_header["absent"] == list(ABSENT)  # with the dumps: IR text, node counts and the changes are there
     report = load(str(_log("healthy")))
     [source] = report.sources
     assert source.runtime == "torch_xla 2.9.0"
     assert source.describe_kinds() == ["xladev attach log of torch_xla 2.9.0, 24 steps"]
     summary = dict(report_document(report).summary)
-    assert summary["Not recorded"] == "; ".join(ABSENT)
+    assert summary["Not recorded"] == "; ".join(ABSENT + ABSENT_WITHOUT_GRAPHS)
 
 
 def test_each_execution_has_its_time_and_graph_and_each_compile_its_cause():
@@ -60,3 +62,22 @@ def test_each_execution_has_its_time_and_graph_and_each_compile_its_cause():
     reads = [r for r in records if r["type"] == "transfer" and r["dir"] == "from_device"]
     assert len(reads) == 24 and {r["kind"] for r in reads} == {".item()"}
     assert {r["site"].split(" ")[0] for r in reads} == {"/home/user/run/scenarios.py:19"}
+
+
+def test_with_the_graph_dumps_each_compile_has_its_ir_and_each_recompile_says_what_changed():
+    records = [json.loads(line) for line in _log("slice_length_graphs").read_text().splitlines()]
+    compiles = [r for r in records if r["type"] == "compile"]
+    graphs = {r["hash"]: r for r in records if r["type"] == "graph"}
+    assert len(compiles) == 12 and set(graphs) == {r["hash"] for r in compiles}
+    assert all(r["nodes"] == graphs[r["hash"]]["nodes"] > 0 and graphs[r["hash"]]["ir"].startswith("IR {")
+               for r in compiles)
+    # The sync's line compiles 12 graphs: the first is new, each later one is compared with the closest before it.
+    assert [bool(r.get("recompile")) for r in compiles] == [False] + [True] * 11
+    for r in compiles[1:]:
+        assert r["recompile"]["previous"] in graphs and r["recompile"]["graphs_at_site"] >= 2
+    # Step 1's graph differs from step 0's in its ops (the first step's differs in what the optimizer reads); from
+    # step 2 on, each differs from the one before in the slice's width alone: 20 + step columns.
+    assert any(change.startswith("op sequence differs") for change in compiles[1]["recompile"]["changes"])
+    for step, r in enumerate(compiles[2:], start=2):
+        assert r["recompile"]["changes"] == [f"output shape of xla::select changed: f32[16,{19 + step}]{{1,0}} -> "
+                                             f"f32[16,{20 + step}]{{1,0}}"], r["recompile"]

@@ -33,12 +33,13 @@ def torch_xla_python() -> str:
 
 
 def _run(python: str, name: str, tmp_path: Path, *script_args: str) -> Path:
-    script = EXPECTED[name].script
-    shutil.copy(FIXTURES / script, tmp_path)
+    expected = EXPECTED[name]
+    shutil.copy(FIXTURES / expected.script, tmp_path)
     log = tmp_path / f"{name}.events.jsonl"
-    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--", python,
-                           script, name, *script_args], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, PJRT_DEVICE="CPU"))
+    flags = ["--graphs"] if expected.graphs else []
+    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", *flags, "--log", str(log), "--",
+                           python, expected.script, expected.scenario or name, *script_args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900, env=dict(os.environ, PJRT_DEVICE="CPU"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"event log {log}" in done.stderr
     return log

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10, help="steps per block")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--graphs", action="store_true", help="the adapter with PyTorch/XLA's graph dumps "
+                                                               "(xladev attach --graphs)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if not os.access(args.torch_xla_python, os.X_OK):
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     base = dict(os.environ, PJRT_DEVICE="CPU")
     with tempfile.TemporaryDirectory(prefix="bench_attach_") as tmp:
         attached = dict(base, **child_environment(base), XLADEV_EVENT_LOG=str(Path(tmp) / "bench.events.jsonl"))
+        if args.graphs:
+            attached["XLADEV_ATTACH_GRAPHS"] = "1"
         plain, adapted = _worker(args.torch_xla_python, args, base), _worker(args.torch_xla_python, args, attached)
         samples = {"plain": [], "attached": []}
         try:
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(timeout=120)
         lines = sum(1 for _ in open(Path(tmp) / "bench.events.jsonl"))
     ratios = [a / p for a, p in zip(samples["attached"], samples["plain"])]
-    result = {"width": args.width, "batch": args.batch, "rounds": args.rounds, "steps_per_block": args.steps,
+    result = {"graphs": args.graphs, "width": args.width, "batch": args.batch, "rounds": args.rounds, "steps_per_block": args.steps,
               "plain_ms": statistics.median(samples["plain"]) * 1e3,
               "attached_ms": statistics.median(samples["attached"]) * 1e3,
               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NamedTuple
 
 from xladev.errors import XladevError
 
@@ -28,15 +29,19 @@ SUPPORTED = ((2, 5), (2, 6), (2, 7), (2, 8), (2, 9))
 ATTACH_ENV = "XLADEV_ATTACH"
 # The PT_XLA_DEBUG_FILE the adapter chose (not the user's): a child process picks its own instead of sharing it.
 _OWN_DEBUG_FILE_ENV = "XLADEV_ATTACH_DEBUG_FILE"
+_OWN_DUMP_ENV = "XLADEV_ATTACH_DUMP_FILE"  # the same for XLA_SAVE_TENSORS_FILE
 
 # What an adapter's log cannot hold, named in its header so a reader does not take an absence for a zero.
 ABSENT = (
-    "graph node counts at compile (executions carry torch_xla's TensorsGraphSize)",
-    "IR text of graphs",
     "a compile's start (a compile is seen when its step ends)",
     "per-op tracing samples (the count and total are exact)",
-    "sites of reads of data already on the device",
-    "what changed at a recompilation",
+    "sites of reads of data already on the device, and of CPU fallbacks",
+)
+# ...and what it holds only with XLADEV_ATTACH_GRAPHS (PyTorch/XLA's graph dumps).
+ABSENT_WITHOUT_GRAPHS = (
+    "graph node counts at compile (executions carry torch_xla's TensorsGraphSize)",
+    "IR text of graphs",
+    "what changed at a recompilation (XLADEV_ATTACH_GRAPHS=1 has torch_xla dump its graphs to say it)",
 )
 
 
@@ -59,40 +64,58 @@ def is_alias(module) -> bool:
     return "torch_xla_alias" in path.replace("\\", "/").split("/")
 
 
-def prepare_environment() -> str | None:
-    """Turns on PyTorch/XLA's analysis into a file the adapter reads, before torch_xla reads its settings.
+class Outputs(NamedTuple):
+    """Where PyTorch/XLA writes what the adapter reads: its analysis blocks, and (XLADEV_ATTACH_GRAPHS) its graph
+    dumps; None for what cannot be read."""
 
-    The user's own PT_XLA_DEBUG settings win: their file is read where they chose one; where they send the
-    analysis to stderr, the log has no per-graph hashes or frames (and says so).
+    debug_file: str | None
+    graph_dump: str | None
+
+
+def prepare_environment() -> Outputs:
+    """Turns on PyTorch/XLA's outputs the adapter reads, before torch_xla reads its settings.
+
+    The user's own settings win: their PT_XLA_DEBUG_FILE is read where they chose one; where they send the
+    analysis to stderr, the log has no per-graph hashes or frames (and says so); their XLA_SAVE_TENSORS_FILE is
+    read when it is in text format.
 
     Returns:
-      The file the analysis blocks go to, or None when they cannot be read.
+      The files.
     """
-    os.environ[ATTACH_ENV] = "1"
     env = os.environ
-    user_level = env.get("PT_XLA_DEBUG_LEVEL") or env.get("PT_XLA_DEBUG")
-    own = env.get(_OWN_DEBUG_FILE_ENV)
-    if user_level and not own:
-        return env.get("PT_XLA_DEBUG_FILE") or None
+    env[ATTACH_ENV] = "1"
     log = env.get("XLADEV_EVENT_LOG")
-    if not log:
-        return None
-    path = f"{log}.pt_xla_debug.{os.getpid()}.txt"
-    env["PT_XLA_DEBUG_LEVEL"] = "2"
-    env["PT_XLA_DEBUG_FILE"] = path
-    env[_OWN_DEBUG_FILE_ENV] = path
-    return path
+    user_level = env.get("PT_XLA_DEBUG_LEVEL") or env.get("PT_XLA_DEBUG")
+    if user_level and not env.get(_OWN_DEBUG_FILE_ENV):
+        debug = env.get("PT_XLA_DEBUG_FILE") or None
+    elif log:
+        debug = f"{log}.pt_xla_debug.{os.getpid()}.txt"
+        env.update({"PT_XLA_DEBUG_LEVEL": "2", "PT_XLA_DEBUG_FILE": debug, _OWN_DEBUG_FILE_ENV: debug})
+    else:
+        debug = None
+    from xladev._flags import config
+
+    dump = None
+    if env.get("XLA_SAVE_TENSORS_FILE") and not env.get(_OWN_DUMP_ENV):
+        if env.get("XLA_SAVE_TENSORS_FMT", "text").strip().lower() == "text":
+            dump = env["XLA_SAVE_TENSORS_FILE"]
+    elif config.attach_graphs and log:
+        from xladev.attach._graphs import dump_path
+
+        dump = dump_path(log)
+        env.update({"XLA_SAVE_TENSORS_FILE": dump, "XLA_SAVE_TENSORS_FMT": "text", _OWN_DUMP_ENV: dump})
+    return Outputs(debug, dump)
 
 
 _attached = None
 
 
-def attach(torch_xla, debug_file: str | None) -> bool:
+def attach(torch_xla, outputs: Outputs) -> bool:
     """Starts observing the imported torch_xla: wraps its barriers, starts the event log.
 
     Args:
       torch_xla: the real torch_xla module, just imported.
-      debug_file: where its analysis blocks go (`prepare_environment`).
+      outputs: where its analysis blocks and graph dumps go (`prepare_environment`).
 
     Returns:
       True when attached; False (after one line on stderr) for a version the adapter does not know, or when
@@ -109,7 +132,7 @@ def attach(torch_xla, debug_file: str | None) -> bool:
         return False
     from xladev.attach import _start
 
-    _attached = _start.start(torch_xla, version, debug_file)
+    _attached = _start.start(torch_xla, version, outputs)
     return _attached is not None
 
 

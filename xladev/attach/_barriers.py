@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from xladev.events import Cause, CauseKind, Frame, StepMarked, bus
+from xladev.events import Cause, CauseKind, Frame, StepMarked, bus, ending
 from xladev.attach._harvest import Harvester
 
 _MAX_FRAMES = 64
@@ -124,6 +124,11 @@ class Steps:
             self.finished = True
             self._held += self.harvester.collect(self.step, time.perf_counter_ns(), final=True)
             self._publish(None)
+            lost = self.harvester.lost_samples
+            if lost:
+                ending.say(f"attach: torch_xla dropped {lost} metric samples before the adapter read them (more than "
+                           "XLA_METRICS_SAMPLES in one step): some compile, execution or transfer times in the "
+                           "event log belong to other graphs; raise XLA_METRICS_SAMPLES")
 
     def _publish(self, waiting: int | None) -> None:
         """Emits the held events of the steps before `waiting` (all when None): by step, each step's barrier last."""

@@ -24,6 +24,7 @@ from xladev.events import (
     Cause, CauseKind, Event, FallbackOp, Frame, GraphCompiled, GraphExecuted, OpsRecorded, TransferFromDevice,
     TransferToDevice,
 )
+from xladev.attach._graphs import GraphDumps
 from xladev.dumps.debug_analysis import DebugLog, GraphEvent
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.schema.memory import SIZES
@@ -154,21 +155,24 @@ class Harvester:
     Args:
       source: the metrics (`MetricsSource`).
       debug: the tail of PyTorch/XLA's debug file, or one with no path when its output cannot be read.
+      graphs: PyTorch/XLA's graph dumps (XLADEV_ATTACH_GRAPHS), for each compile's IR and what changed; None: off.
     """
 
-    def __init__(self, source: MetricsSource, debug: DebugFileTail) -> None:
+    def __init__(self, source: MetricsSource, debug: DebugFileTail, graphs: GraphDumps | None = None) -> None:
         self.source = source
         self.debug = debug
+        self.graphs = graphs
         self._counters = source.counters()
         self._seen = {name: source.metric(name)[0] for name in _SAMPLED}
         self._seen_tracing = source.metric("LazyTracing")[:2]
-        self._compiled: set[str] = set()
         self._executed: set[str] = set()  # graphs run since their compile: a later run is a cache hit
         self._samples: dict[str, deque] = {name: deque() for name in _SAMPLED}
         self._compiles: deque[tuple[int, GraphEvent]] = deque()  # (step, block) waiting for its sample
         self._executions: deque[tuple[int, GraphEvent]] = deque()
         self._step = 0
-        self.lost_samples = 0  # samples torch_xla no longer kept when read (more than it keeps in one step)
+        # Samples torch_xla no longer kept when read (more than XLA_METRICS_SAMPLES in one step): the blocks after
+        # them get the wrong times, so the end of the run says how many (`Steps.finish`).
+        self.lost_samples = 0
 
     def collect(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
         """The events since the last call, in time order, all stamped with `step` except late executions.
@@ -185,6 +189,8 @@ class Harvester:
         now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
         to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
         self.debug.read()
+        if self.graphs is not None:
+            self.graphs.read()
         for _ in range(len(self.debug.blocks)):
             block = self.debug.blocks.popleft()
             (self._compiles if block.kind == "compile" else self._executions).append((step, block))
@@ -240,13 +246,17 @@ class Harvester:
         while self._compiles and (compile_times or final or stale(self._compiles)):
             step, block = self._compiles.popleft()
             when, ns = compile_times.popleft() if compile_times else (None, 0)
-            self._compiled.add(block.graph_hash)
             self._executed.discard(block.graph_hash)
             memory = {_MEMORY_KEYS[column]: int(size) for column, size in block.sizes.items()
                       if column in _MEMORY_KEYS}
-            events.append(GraphCompiled(to_perf(when) if when else at_ns, step, block.graph_hash, 0,
+            t, frames = to_perf(when) if when else at_ns, frames_of(block.frames)
+            graph, recompiled = (self.graphs.compiled(block.graph_hash, frames, step, t, int(ns), block.name or None)
+                                 if self.graphs is not None else (None, None))
+            if recompiled is not None:
+                events.append(recompiled)
+            events.append(GraphCompiled(t, step, block.graph_hash, graph.nodes if graph is not None else 0,
                                         block.inputs or 0, block.outputs or 0, int(ns), memory,
-                                        cause_of(block.cause), frames_of(block.frames), None,
+                                        cause_of(block.cause), frames, None, graph=graph,
                                         graph_name=block.name or None))
         execute_times, sizes = self._samples["ExecuteTime"], self._samples["TensorsGraphSize"]
         while self._executions and (execute_times or final or stale(self._executions)):

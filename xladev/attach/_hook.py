@@ -43,9 +43,9 @@ def wrapped_spec():
 class _ThenAttach:
     """A loader running the wrapped one, then attaching the adapter to the module it has just executed."""
 
-    def __init__(self, loader, debug_file: str | None) -> None:
+    def __init__(self, loader, outputs) -> None:
         self._loader = loader
-        self._debug_file = debug_file
+        self._outputs = outputs
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -55,7 +55,7 @@ class _ThenAttach:
         from xladev.attach import attach
 
         try:
-            attach(module, self._debug_file)
+            attach(module, self._outputs)
         except Exception as exc:  # the job runs unobserved rather than not at all
             print(f"xladev attach: cannot observe this run ({type(exc).__name__}: {exc}); it goes on unobserved",
                   file=sys.stderr, flush=True)

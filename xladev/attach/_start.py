@@ -7,25 +7,26 @@ import sys
 
 from xladev.events import bus, ending
 from xladev.attach._barriers import Steps
+from xladev.attach._graphs import GraphDumps
 from xladev.attach._harvest import DebugFileTail, Harvester, MetricsSource
 
 
-def describe(version: str, debug_file: str | None) -> dict:
+def describe(version: str, outputs) -> dict:
     """What the event log's header says of a torch_xla run. Reads no device: on a TPU, asking for one now
     would start PyTorch/XLA's runtime before the script chose its mode (`xr.use_spmd()`)."""
-    from xladev.attach import ABSENT
+    from xladev.attach import ABSENT, ABSENT_WITHOUT_GRAPHS
 
     import torch
 
-    absent = list(ABSENT)
-    if not debug_file:
+    absent = list(ABSENT) + ([] if outputs.graph_dump else list(ABSENT_WITHOUT_GRAPHS))
+    if not outputs.debug_file:
         absent.insert(0, "graph hashes, causes and frames (PT_XLA_DEBUG's analysis goes to stderr, not to a file)")
     return {"device": f"{os.environ.get('PJRT_DEVICE', 'unknown')} (torch_xla {version}, attached)",
             "versions": {"torch": torch.__version__.split("+")[0], "torch_xla": version},
             "runtime": "torch_xla", "absent": absent}
 
 
-def start(torch_xla, version: str, debug_file: str | None) -> Steps | None:
+def start(torch_xla, version: str, outputs) -> Steps | None:
     """Wraps torch_xla's barriers and starts the event log (XLADEV_EVENT_LOG).
 
     Returns:
@@ -38,9 +39,10 @@ def start(torch_xla, version: str, debug_file: str | None) -> Steps | None:
     import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 
-    steps = Steps(Harvester(MetricsSource(met), DebugFileTail(debug_file)))
+    graphs = GraphDumps(outputs.graph_dump) if outputs.graph_dump else None
+    steps = Steps(Harvester(MetricsSource(met), DebugFileTail(outputs.debug_file), graphs))
     bus.api = "torch_xla"
-    bus.describe_runtime = lambda: describe(version, debug_file)
+    bus.describe_runtime = lambda: describe(version, outputs)
     wrapped = steps.wrap(xm.mark_step)
     xm.mark_step = wrapped
     inner = sys.modules.get("torch_xla.torch_xla")

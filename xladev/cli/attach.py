@@ -30,6 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", metavar="PATH", default=DEFAULT_LOG,
                         help=f"where the event log goes (default {DEFAULT_LOG})")
+    parser.add_argument("--graphs", action="store_true",
+                        help="have torch_xla dump each graph's IR, to say what changed at each recompilation "
+                             "(XLADEV_ATTACH_GRAPHS=1; it costs IR text per sync)")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="the job to run")
     parser.set_defaults(command="attach")
     return parser
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env.update(child_environment(env))
     env["XLADEV_EVENT_LOG"] = log
+    if args.graphs:
+        env["XLADEV_ATTACH_GRAPHS"] = "1"
     if command[0] in ("python", "python3"):  # as `xladev tui` does: this Python, the one xladev is installed in
         command[0] = sys.executable
     try:

@@ -83,6 +83,16 @@ def read_records(path: str, warnings: list[str]) -> list[Record]:
     return records
 
 
+def parse_records(lines, warnings: list[str]) -> Iterator[Record]:
+    """The complete records of dump lines, in order (also for a file read on as it grows: `xladev.attach`).
+
+    Args:
+      lines: the lines, with or without their newlines.
+      warnings: where a truncated or hash-less record is told (it is skipped).
+    """
+    return _parse(lines, warnings)
+
+
 def _parse(lines, warnings: list[str]) -> Iterator[Record]:
     state = None
     current: dict = {}

@@ -65,18 +65,19 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                 text += f", all with {inputs} inputs and {outputs} outputs: the same code traced {changed}"
             recompile.evidence.append(text)
             recompile.sources.append(f"{name}:{line}")
-        # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
-        site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
-        if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
-            rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
-                                        inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)))
-        # xladev's debug logs say what changed at each recompilation: quote the latest per site.
+        # xladev's debug logs and event logs say what changed at each recompilation: the latest per site.
         latest: dict[str, list[str]] = {}
         for source in logs:
             for event in source.debug.compile_events:
                 changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
                 if changes:
                     latest[event.where] = changes
+        # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
+        site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
+        if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
+            rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
+                                        inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)),
+                                        changes_named=site in latest)
         for site, changes in list(latest.items())[:3]:
             recompile.evidence.append(f"what changed at {site} (last recompile): " + "; ".join(changes[:2]))
     transfers = by_rule.get("host-transfers")

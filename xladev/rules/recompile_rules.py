@@ -283,7 +283,8 @@ def _recompile_fix(stable_graph_size: bool | None, data_dependent_ops: Sequence[
 CHANGE_HINT = " with PT_XLA_DEBUG_LEVEL=2 (xladev names the changed input or constant)"
 
 
-def same_inputs_recompile(finding: Finding, *, site: str, graphs: int, inputs: int, input_bytes: float) -> None:
+def same_inputs_recompile(finding: Finding, *, site: str, graphs: int, inputs: int, input_bytes: float,
+                          changes_named: bool = False) -> None:
     """Tells a recompilation whose graphs all took the same inputs as one from a constant inside the graph.
 
     PyTorch/XLA's debug blocks give each graph's input count and input size but no diff: graphs of one site
@@ -298,12 +299,15 @@ def same_inputs_recompile(finding: Finding, *, site: str, graphs: int, inputs: i
       graphs: how many different graphs compiled there.
       inputs: their input count (the same for all).
       input_bytes: their input size in bytes (the same for all).
+      changes_named: the input names what changed too (xladev's recompilation records, or PyTorch/XLA's graph
+        dumps read by `xladev attach --graphs`): the evidence then does not say the input cannot name it.
     """
+    unnamed = ("; PyTorch/XLA's debug blocks do not name the op or the constant (xladev run on a CPU or GPU, or "
+               "xladev attach --graphs, names them)")
     finding.evidence.append(
         f"the {graphs} graphs at {site} all take the same {inputs} inputs of the same size "
         f"({units.format_bytes(input_bytes)}): no input changed shape, so what changes is a constant inside the "
-        "graph, such as a slice length or a view's size taken from a Python number; PyTorch/XLA's debug "
-        "blocks do not name the op or the constant (xladev run on a CPU or GPU names them)")
+        f"graph, such as a slice length or a view's size taken from a Python number{'' if changes_named else unnamed}")
     finding.fix = finding.fix.replace(_recompile_fix(True, ()), _SAME_INPUTS_FIX)
     finding.numbers.update(graphs_with_same_inputs=graphs)
 
