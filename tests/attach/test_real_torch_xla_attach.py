@@ -58,3 +58,20 @@ def test_the_adapters_log_is_diagnosed_as_pytorch_xlas_own_outputs_are(torch_xla
 @pytest.mark.parametrize("name", ["dynamic_shape", "item_every_step"])
 def test_the_tui_shows_the_adapters_log(torch_xla_python, tmp_path, name):
     check_tui(name, _run(torch_xla_python, name, tmp_path))
+
+
+def test_each_barrier_is_named_in_pytorch_xlas_words(torch_xla_python, tmp_path):
+    shutil.copy(Path(__file__).with_name("barriers_job.py"), tmp_path)
+    log = tmp_path / "barriers.events.jsonl"
+    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
+                           torch_xla_python, "barriers_job.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, PJRT_DEVICE="CPU"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    steps = [(r["cause"]["kind"], r["site"].rsplit("/", 1)[-1]) for r in records if r["type"] == "step"]
+    # torch_xla.compile syncs twice (the pending graph, then the region), StepTrace once, optimizer_step once.
+    assert steps == ([("COMPILE_PENDING", "barriers_job.py:12 (<module>)"),
+                      ("COMPILE_REGION", "barriers_job.py:12 (<module>)")] * 3
+                     + [("STEP_TRACE", "barriers_job.py:15 (<module>)")] * 3
+                     + [("OPTIMIZER_STEP", "barriers_job.py:19 (<module>)")] * 3)
+    assert [r.get("name") for r in records if r["type"] == "compile"][0] == "train_step"
