@@ -75,3 +75,35 @@ def test_each_barrier_is_named_in_pytorch_xlas_words(torch_xla_python, tmp_path)
                      + [("STEP_TRACE", "barriers_job.py:15 (<module>)")] * 3
                      + [("OPTIMIZER_STEP", "barriers_job.py:19 (<module>)")] * 3)
     assert [r.get("name") for r in records if r["type"] == "compile"][0] == "train_step"
+
+
+def test_xladev_tui_follows_a_real_torch_xla_job_live(torch_xla_python, tmp_path):
+    # `xladev tui -- python train.py` as a TPU user types it, torch_xla's Python in place of `python`.
+    import asyncio
+
+    from tests.tui.helpers import wait_for
+    from xladev.cli import tui as tui_command
+    from xladev.cli.main import _build_parser
+    from xladev_tui import run_model as m
+    from xladev_tui.app import XladevTUI
+
+    shutil.copy(FIXTURES / "scenarios.py", tmp_path)
+    argv = ["tui", "--log", str(tmp_path / "live.events.jsonl"), "--", torch_xla_python,
+            str(tmp_path / "scenarios.py"), "dynamic_shape"]
+    parser, _ = _build_parser(argv)
+    source = tui_command.make_source(parser.parse_args(argv))
+    source.env["PJRT_DEVICE"] = "CPU"
+    source.cwd = str(tmp_path)
+
+    async def follow():
+        app = XladevTUI(source)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.shown.state == m.EXITED, timeout=600, step=0.2)
+            await wait_for(pilot, lambda: app.shown.diagnosis.records == app.shown.records, timeout=30)
+            return app.shown
+
+    shown = asyncio.run(follow())
+    assert shown.state_text == "exited 0" and shown.steps == 24 and shown.compiles == 24
+    assert "torch_xla 2.9" in shown.device and "attached" in shown.device
+    assert shown.diagnosis.findings[0].rule == "recompilation"
+    assert any(line.startswith("step") or "Metric" in line for line in shown.log)  # the job's own output
