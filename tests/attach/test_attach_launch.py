@@ -43,6 +43,23 @@ def test_a_torch_xla_version_it_does_not_know_gets_one_line_and_the_run_goes_on(
     assert "no event log was written" in done.stderr
 
 
+def test_an_installed_version_it_does_not_know_is_told_before_torch_xla_runs(tmp_path):
+    # Installed with its metadata, as pip leaves it: the version is read before the import, so the job's own
+    # PyTorch/XLA settings are left as they were (no analysis file turned on for a run nobody reads).
+    (tmp_path / "torch_xla").mkdir()
+    (tmp_path / "torch_xla" / "__init__.py").write_text('__version__ = "3.1.0"\n')
+    info = tmp_path / "torch_xla-3.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_xla\nVersion: 3.1.0\n")
+    (tmp_path / "job.py").write_text("import os, torch_xla\nprint(os.environ.get('PT_XLA_DEBUG_LEVEL'))\n")
+    done = _attach(tmp_path, "python", "job.py", env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"
+    assert [line for line in done.stderr.splitlines() if "3.1.0" in line] == [
+        "xladev attach: torch_xla 3.1.0 is not a version the adapter knows (2.5 to 2.9); the run goes on unobserved"]
+    assert not list(tmp_path.glob("run.events.jsonl*"))
+
+
 def test_a_job_on_xladevs_own_runtime_writes_its_own_log_untouched(tmp_path):
     # `import torch, xladev` then the device by name: xladev's runtime must still start with torch (the hook
     # only acts on a torch_xla import, and only then keeps xladev's runtime off).

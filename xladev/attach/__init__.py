@@ -58,6 +58,16 @@ def version_of(text: str) -> tuple[int, int] | None:
         return None
 
 
+def known_version(version: str) -> bool:
+    """True for a torch_xla version the adapter reads; else says so in one line on stderr (the run goes on)."""
+    if version_of(version) in SUPPORTED:
+        return True
+    print(f"xladev attach: torch_xla {version} is not a version the adapter knows "
+          f"({SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[-1][0]}.{SUPPORTED[-1][1]}); "
+          "the run goes on unobserved", file=sys.stderr, flush=True)
+    return False
+
+
 def is_alias(module) -> bool:
     """True for xladev's own torch_xla alias (`xladev run`), which needs no adapter."""
     path = getattr(module, "__file__", None) or ""
@@ -125,10 +135,7 @@ def attach(torch_xla, outputs: Outputs) -> bool:
     if _attached is not None or is_alias(torch_xla):
         return _attached is not None
     version = getattr(torch_xla, "__version__", "?")
-    if version_of(version) not in SUPPORTED:
-        print(f"xladev attach: torch_xla {version} is not a version the adapter knows "
-              f"({SUPPORTED[0][0]}.{SUPPORTED[0][1]} to {SUPPORTED[-1][0]}.{SUPPORTED[-1][1]}); "
-              "the run goes on unobserved", file=sys.stderr, flush=True)
+    if not known_version(version):
         return False
     from xladev.attach import _start
 

@@ -29,15 +29,28 @@ class TorchXlaHook:
 
 def wrapped_spec():
     """torch_xla's spec, its loader attaching the adapter after it ran; unchanged for xladev's alias."""
-    from xladev.attach import is_alias, prepare_environment
+    from xladev.attach import known_version, prepare_environment
 
     spec = importlib.util.find_spec("torch_xla")
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return spec
     if "torch_xla_alias" in (spec.origin or "").replace("\\", "/").split("/"):
         return spec
+    installed = _installed_version()
+    if installed is not None and not known_version(installed):
+        return spec  # told before torch_xla runs: its settings stay the job's own
     spec.loader = _ThenAttach(spec.loader, prepare_environment())
     return spec
+
+
+def _installed_version() -> str | None:
+    """torch_xla's version from its installed metadata, before importing it; None where it has none."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class _ThenAttach:
