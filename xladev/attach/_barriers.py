@@ -69,6 +69,7 @@ class Steps:
         self._lock = threading.Lock()
         self._inside = threading.local()
         self.finished = False
+        self._told_failure = False
         self.own_ns = 0  # time spent here at the barriers (harvest and records), for `bench_attach.py`
 
     def wrap(self, barrier):
@@ -91,10 +92,19 @@ class Steps:
             finally:
                 inside.depth = 0
                 if bus.active:
-                    self.ended(start, sys._getframe(1), ok)
+                    try:
+                        self.ended(start, sys._getframe(1), ok)
+                    except Exception as exc:  # reading torch_xla's outputs must never break the user's step
+                        self._failed(exc)
 
         step_barrier.__xladev_barrier__ = True
         return step_barrier
+
+    def _failed(self, exc: Exception) -> None:
+        if not self._told_failure:
+            self._told_failure = True
+            ending.say(f"attach: reading torch_xla's metrics at a barrier failed ({type(exc).__name__}: {exc}); "
+                       "the run goes on, and this step's records may be missing")
 
     def ended(self, start: int, caller, ok: bool) -> None:
         """Publishes the step's events and, when the barrier returned, the step itself."""
