@@ -46,6 +46,8 @@ def test_the_header_names_the_runtime_and_what_the_log_cannot_hold():
     assert source.describe_kinds() == ["xladev attach log of torch_xla 2.9.0, 24 steps"]
     summary = dict(report_document(report).summary)
     assert summary["Not recorded"] == "; ".join(ABSENT + ABSENT_WITHOUT_GRAPHS)
+    [data] = report_document(report).data()["inputs"]  # what `xladev report -f json` writes
+    assert data["runtime"] == "torch_xla 2.9.0" and data["not_recorded"] == list(ABSENT + ABSENT_WITHOUT_GRAPHS)
 
 
 def test_each_execution_has_its_time_and_graph_and_each_compile_its_cause():

@@ -50,7 +50,9 @@ def _inputs(report) -> list[dict]:
              "reports": source.snapshots, "step_records": source.step_records,
              "debug_compiles": source.debug.compiles if source.debug else 0,
              "debug_executions": source.debug.execution_count if source.debug else 0,
-             "warning_count": source.warning_count, "damage": source.damage, "problem": source.problem}
+             "warning_count": source.warning_count, "damage": source.damage, "problem": source.problem,
+             # Who ran the graphs when not xladev (an `xladev attach` log's torch_xla), and what its log cannot hold.
+             "runtime": source.runtime, "not_recorded": list(source.absent)}
             for source in report.sources]
 
 
