@@ -298,11 +298,11 @@ _DEFINITIONS = [
          "device memory budget (2GB, 512MiB, bytes): a graph whose memory analysis needs more, with what else is "
          "live on the device, fails before it runs as XLA's RESOURCE_EXHAUSTED would; unset: no budget"),
     Flag("event_log", "XLADEV_EVENT_LOG", _parse_str, "", "write the JSONL event log to this path"),
-    # Read by `xladev/__init__.py` straight from the environment (it imports no module to start): declared here to
-    # be one of the registry's, documented and checked like the others.
     Flag("attach_graphs", "XLADEV_ATTACH_GRAPHS", _parse_bool, False,
          "with xladev attach: have torch_xla dump each graph's IR (XLA_SAVE_TENSORS_FILE) to say what changed at a "
          "recompilation; costs IR text per sync"),
+    # Read by `xladev/__init__.py` straight from the environment (it imports no module to start): declared here to
+    # be one of the registry's, documented and checked like the others.
     Flag("attach", "XLADEV_ATTACH", _parse_bool, False,
          "set by xladev's adapter in a process that imports a real torch_xla: xladev's own runtime is not started "
          "there"),

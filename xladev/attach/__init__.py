@@ -68,10 +68,9 @@ def known_version(version: str) -> bool:
     return False
 
 
-def is_alias(module) -> bool:
-    """True for xladev's own torch_xla alias (`xladev run`), which needs no adapter."""
-    path = getattr(module, "__file__", None) or ""
-    return "torch_xla_alias" in path.replace("\\", "/").split("/")
+def is_alias(path: str | None) -> bool:
+    """True for a module file of xladev's own torch_xla alias (`xladev run`), which needs no adapter."""
+    return "torch_xla_alias" in (path or "").replace("\\", "/").split("/")
 
 
 class Outputs(NamedTuple):
@@ -132,7 +131,7 @@ def attach(torch_xla, outputs: Outputs) -> bool:
       no event log is asked for.
     """
     global _attached
-    if _attached is not None or is_alias(torch_xla):
+    if _attached is not None or is_alias(getattr(torch_xla, "__file__", None)):
         return _attached is not None
     version = getattr(torch_xla, "__version__", "?")
     if not known_version(version):
@@ -150,7 +149,7 @@ def install() -> None:
     xladev._StartWithTorch.remove()
     module = sys.modules.get("torch_xla")
     if module is not None:
-        if not is_alias(module):
+        if not is_alias(getattr(module, "__file__", None)):
             attach(module, prepare_environment())
         return
     from xladev.attach._hook import TorchXlaHook

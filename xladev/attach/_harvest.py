@@ -15,7 +15,6 @@ without the missing part, never with an invented one.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,27 +24,20 @@ from xladev.events import (
     TransferToDevice,
 )
 from xladev.attach._graphs import GraphDumps
-from xladev.dumps.debug_analysis import DebugLog, GraphEvent
+from xladev.dumps.debug_analysis import FRAME_RE, DebugLog, GraphEvent
 from xladev.schema.counters import ITEM_COUNTER
+from xladev.sinks.analysis.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema.memory import SIZES
 
 # Sizes of the Post Compilation Analysis, by the debug-log reader's column -> the compile record's key.
 _MEMORY_KEYS = {size.column: key for key, size in SIZES.items()}
-_FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
 
-# PyTorch/XLA's cause lines, in either era's words (2.8 said `torch_xla.sync` where 2.5 to 2.7 said
-# `mark_step`), matched after that one word is made the same.
-_CAUSES = (
-    ("most likely user code trying to access tensor value", CauseKind.VALUE_ACCESS),
-    ("torch_xla.compile clear the pending graph", CauseKind.COMPILE_PENDING),
-    ("in parallel loader at step end", CauseKind.DEVICE_LOADER),
-    ("when exiting a profiler steptrace region", CauseKind.STEP_TRACE),
-    ("when dynamo processing input graphs", CauseKind.DYNAMO_INPUTS),
-    ("dynamo is compiling a fx graph", CauseKind.DYNAMO_COMPILE),
-    ("dynamo is executing a compiled program", CauseKind.DYNAMO_EXECUTE),
-    ("torch_xla.compile", CauseKind.COMPILE_REGION),
-    ("user torch_xla.sync", CauseKind.USER_MARK_STEP),
-)
+# PyTorch/XLA's cause lines as xladev writes them (`PT_XLA_CAUSES`, 2.8+'s words), read in either era's words (2.5 to
+# 2.7 said `mark_step` where 2.8 says `torch_xla.sync`) once that one word is made the same. Its guess at a value read
+# comes first: a line xladev's parser rewrote (dynamo's input sync) still holds it. Where two kinds share a line
+# (`optimizer_step`'s barrier prints as the user's), the first one is the line's.
+_CAUSES = ((GUESSED_VALUE_ACCESS.lower(), CauseKind.VALUE_ACCESS),
+           *((text.lower(), kind) for kind, text in PT_XLA_CAUSES.items()))
 
 
 def cause_of(text: str) -> Cause:
@@ -68,7 +60,7 @@ def frames_of(lines: list[str]) -> tuple[Frame, ...]:
     """The frames of an analysis block (``fn (file:line)``, innermost first) as xladev's frames."""
     frames = []
     for line in lines:
-        match = _FRAME_RE.match(line)
+        match = FRAME_RE.match(line)
         if match:
             frames.append(Frame(match.group(1), match.group(2), int(match.group(3))))
     return tuple(frames)

@@ -29,12 +29,12 @@ class TorchXlaHook:
 
 def wrapped_spec():
     """torch_xla's spec, its loader attaching the adapter after it ran; unchanged for xladev's alias."""
-    from xladev.attach import known_version, prepare_environment
+    from xladev.attach import is_alias, known_version, prepare_environment
 
     spec = importlib.util.find_spec("torch_xla")
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return spec
-    if "torch_xla_alias" in (spec.origin or "").replace("\\", "/").split("/"):
+    if is_alias(spec.origin):
         return spec
     installed = _installed_version()
     if installed is not None and not known_version(installed):

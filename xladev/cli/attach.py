@@ -19,8 +19,6 @@ import os
 import subprocess
 import sys
 
-from xladev.errors import UsageError
-
 DEFAULT_LOG = "run.events.jsonl"
 
 
@@ -45,11 +43,9 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.target)
     if command and command[0] == "--":
         command = command[1:]
-    try:
-        if not command:
-            raise UsageError("give the command to run after --, e.g. xladev attach -- python train.py")
-    except UsageError as exc:
-        print(f"xladev attach: {exc}", file=sys.stderr)
+    if not command:
+        print("xladev attach: give the command to run after --, e.g. xladev attach -- python train.py",
+              file=sys.stderr)
         return 2
     log = os.path.abspath(args.log)
     env = dict(os.environ)
@@ -73,6 +69,6 @@ def run(args: argparse.Namespace) -> int:
     if os.path.exists(log):
         print(f"xladev attach: event log {log}; read it with: xladev report {log}", file=sys.stderr)
     else:
-        print(f"xladev attach: no event log was written: the job imported no torch_xla (nor xladev)",
+        print("xladev attach: no event log was written: the job imported no torch_xla (nor xladev)",
               file=sys.stderr)
     return status

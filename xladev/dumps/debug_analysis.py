@@ -38,7 +38,7 @@ _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
 _FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
 _SLOW_RE = re.compile(r"(\w+) too slow: longest instance took (\S+?)\.(?:\s|$)")
 _NOT_LOWERED_RE = re.compile(r"Op\(s\) not lowered: (.*?)\s*Please open")
-_FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")
+FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")  # a frame line, ``fn (file:line)``
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _GENERIC_FALLBACK_TAG = "xla_fallback"
@@ -126,7 +126,7 @@ def user_site(frames: list[str]) -> tuple[str, str]:
       ``(file:line, function)``; empty strings when no frame parses or all are library frames (the user's
       was cut off): a frame of torch or xladev is never given as the user's line.
     """
-    parsed = [match for match in map(_FRAME_RE.match, frames) if match]
+    parsed = [match for match in map(FRAME_RE.match, frames) if match]
     for match in parsed:
         if not _LIBRARY_PATH_RE.search(match.group(2)):
             return f"{match.group(2)}:{match.group(3)}", match.group(1)
@@ -495,7 +495,7 @@ class DebugLog:
             self.fallback_sites.append(self._summary_entry)
         elif (match := _SUMMARY_OP_RE.search(stripped)) is not None and self._summary_entry is not None:
             self._summary_entry["op"] = match.group(1)
-        elif _FRAME_RE.match(stripped) and self._summary_entry is not None:
+        elif FRAME_RE.match(stripped) and self._summary_entry is not None:
             self._summary_entry["frames"].append(stripped)
         elif stripped and not stripped.startswith(("Note:", "-----", "=====", "Python Frames:")):
             self._in_summary = False
