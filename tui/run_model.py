@@ -128,6 +128,8 @@ class RunModel:
         self.last_step: int | None = None
         self.step_times: collections.deque = collections.deque(maxlen=MAX_STEP_TIMES)
         self.step_ns_total = 0
+        # (step, live device bytes, peak bytes) of the steps the runtime sampled.
+        self.memory: collections.deque = collections.deque(maxlen=MAX_STEP_TIMES)
         self.compiles = 0
         self.compile_ns = 0
         self.sites: dict[str, _Site] = {}
@@ -356,6 +358,9 @@ class RunModel:
         self.last_step = record.step
         self.step_times.append(record.interval_ns)
         self.step_ns_total += record.interval_ns
+        if record.device_bytes is not None:
+            peak = record.peak_device_bytes if record.peak_device_bytes is not None else record.device_bytes
+            self.memory.append((record.step, record.device_bytes, peak))
 
     def _on_profile(self, record: rec.Profile) -> None:
         row = ProfileRow(record.window(), record.path, record.how, record.open_command())
@@ -401,7 +406,7 @@ class RunModel:
             log_total=self.log_total, records=self.records, bad_lines=self.bad_lines, truncated=self.truncated,
             elapsed_ns=self.last_t, compile_failures=tuple(self.compile_failures[-20:]),
             compiling=tuple(self.compiling.values()), diagnosis=self.diagnosis.current,
-            output_lines=self.output_lines, profiles=tuple(self.profiles))
+            output_lines=self.output_lines, profiles=tuple(self.profiles), memory=tuple(self.memory))
         self._snapshot = snapshot
         return snapshot
 

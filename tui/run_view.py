@@ -281,6 +281,8 @@ class RunView:
     diagnosis: Diagnosis = NO_DIAGNOSIS
     output_lines: int = 0  # lines of the job's own output seen (stdout and stderr)
     profiles: tuple[ProfileRow, ...] = ()  # profiles the run wrote, oldest first
+    # (step, live device bytes, peak bytes) of the steps the runtime sampled, oldest first; empty when none was.
+    memory: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def ended(self) -> bool:

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from xladev.schema.units import compact_time_ns
+from xladev.schema.units import compact_time_ns, format_bytes
 from xladev_tui.run_view import DISCONNECTED, ERROR, EXITED, FINISHED, RUNNING, WAITING, RunView
 
 # How often the compile line's elapsed time is redrawn, in seconds (no record arrives while XLA compiles).
@@ -24,9 +24,9 @@ STATE_STYLES = {WAITING: "bold black on yellow", RUNNING: "bold black on green",
 
 
 class RunHeader(Vertical):
-    """Three lines: what runs where; its state and numbers; the step-time sparkline. A fourth while
-    a graph compiles (or when the job died compiling one), and one for the latest profile once the run
-    wrote one.
+    """Three lines: what runs where; its state and numbers; the step-time sparkline. One more for the device
+    memory once the run sampled it, one while a graph compiles (or when the job died compiling one), and one for
+    the latest profile once the run wrote one.
 
     Args:
       clock: the model's clock (seconds), for the elapsed compile time.
@@ -44,6 +44,9 @@ class RunHeader(Vertical):
     RunHeader #spark-row { height: 1; }
     RunHeader #spark-label { width: auto; padding-right: 1; color: $text-muted; }
     RunHeader Sparkline { height: 1; width: 1fr; }
+    RunHeader #memory-row { height: 1; display: none; }
+    RunHeader #memory-row.shown { display: block; }
+    RunHeader #memory-label { width: auto; padding-right: 1; color: $text-muted; }
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
@@ -57,6 +60,9 @@ class RunHeader(Vertical):
         with Horizontal(id="spark-row"):
             yield Static("step time", id="spark-label")
             yield Sparkline([], id="step-spark", summary_function=max)
+        with Horizontal(id="memory-row"):
+            yield Static("memory", id="memory-label")
+            yield Sparkline([], id="memory-spark", summary_function=max)
         yield Static(id="compile-line")
         yield Static(id="profile-line")
 
@@ -125,7 +131,23 @@ class RunHeader(Vertical):
         data = [t / 1e6 for t in snap.step_times[-200:]]
         if list(spark.data or []) != data:
             spark.data = data
+        self._show_memory(snap)
         self._show_profile(snap)
+
+    def _show_memory(self, snap: RunView) -> None:
+        """The device memory live at each sampled step's end, with the latest and the highest peak."""
+        row = self.query_one("#memory-row", Horizontal)
+        row.set_class(bool(snap.memory), "shown")
+        if not snap.memory:
+            return
+        step, live, _ = snap.memory[-1]
+        peak = max(sample[2] for sample in snap.memory)
+        self.query_one("#memory-label", Static).update(
+            f"memory {format_bytes(live)} at step {step} (peak {format_bytes(peak)})")
+        spark = self.query_one("#memory-spark", Sparkline)
+        data = [sample[1] / 1e6 for sample in snap.memory[-200:]]
+        if list(spark.data or []) != data:
+            spark.data = data
 
     def _show_profile(self, snap: RunView) -> None:
         line = self.query_one("#profile-line", Static)

@@ -150,6 +150,47 @@ def memory_info(device=None) -> dict:
     return _memory_info(0 if device is None else device_index(device))
 
 
+def memory_report(device=None):
+    """What holds device memory now: each live buffer's kind and the user line that made it, biggest holders first.
+
+    A census of the live device tensors, optimizers and autograd graphs (a walk of the Python heap: a fraction of a
+    second, so call it between steps, not per op). `print(xladev.debug.memory_report())` shows the table; the
+    object's `buffers`, `rows()` and `by_kind()` give the figures. Kinds: parameter, gradient, optimizer state,
+    saved activation, batch, other (a loss kept in a list...), runtime (live arrays no tensor holds).
+
+    Args:
+      device: an xla device (`xla:0` when None).
+
+    Returns:
+      A `MemoryReport` (`xladev.runtime.api.memory_census`).
+
+    Raises:
+      ValueError: not an xla device of this process.
+    """
+    from xladev.runtime.api.memory_census import census
+    from xladev.runtime.graph.backend import device_index
+
+    return census(0 if device is None else device_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    """Device memory in use now, in bytes (`memory_info(device)['bytes_used']`, as `torch.cuda.memory_allocated`).
+
+    Raises:
+      ValueError: not an xla device of this process.
+    """
+    return memory_info(device)["bytes_used"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """The most device memory in use seen so far, in bytes (`memory_info(device)['peak_bytes_used']`).
+
+    Raises:
+      ValueError: not an xla device of this process.
+    """
+    return memory_info(device)["peak_bytes_used"]
+
+
 def num_cached_graphs() -> int:
     """How many compiled graphs the in-memory cache holds (PyTorch/XLA's
     `xr.get_num_cached_compilation_graph()`)."""
@@ -189,7 +230,8 @@ class allow_execution:
 
 __all__ += ["allow_execution"]
 __all__ += ["get_tensors_text", "get_tensors_hlo", "get_stablehlo", "get_graph_hash", "get_tensors_dot",
-            "get_tensor_debug_info", "memory_info", "num_cached_graphs"]
+            "get_tensor_debug_info", "memory_info", "memory_report", "memory_allocated", "max_memory_allocated",
+            "num_cached_graphs"]
 
 
 _SUBMODULES = ("metrics", "profiler", "event_log")

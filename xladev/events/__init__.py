@@ -25,6 +25,7 @@ from xladev.events._types import (
     DeviceDataCacheMiss,
     GraphGrowing,
     GraphInfo,
+    MemoryGrowing,
     Recompiled,
     DynamoGraphBreak,
     DynamoRecompiled,
@@ -36,6 +37,6 @@ from xladev.events._types import (
 __all__ = [
     "ending", "Bus", "PropagatingError", "bus", "Subscription", "Cause", "CauseKind", "Frame", "Event", "OpsRecorded", "CompileStarted", "GraphCompiled",
     "GraphExecuted", "TransferToDevice", "TransferFromDevice", "FallbackOp", "StepMarked", "CompileFailed", "ExecutionFailed",
-    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
+    "DeviceDataCacheMiss", "GraphGrowing", "GraphInfo", "MemoryGrowing", "Recompiled", "DynamoGraphBreak", "DynamoRecompiled",
     "ProfileWritten", "RankLost", "CollectivesExecuted",
 ]

@@ -263,11 +263,17 @@ class FallbackOp(Event):
 
 @dataclasses.dataclass(slots=True)
 class StepMarked(Event):
-    """A step barrier finished; `step` is the number of the step that just ended."""
+    """A step barrier finished; `step` is the number of the step that just ended.
+
+    `device_bytes` is the device memory live at its end and `peak_device_bytes` the most the step held while a graph
+    ran (an estimate from XLA's memory analysis), both in bytes; None for a step the runtime did not sample.
+    """
 
     cause: Cause
     duration_ns: int
     frames: tuple[Frame, ...] | None
+    device_bytes: int | None = None
+    peak_device_bytes: int | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -288,6 +294,22 @@ class GraphGrowing(Event):
     ops: int
     site: str
     frames: tuple[Frame, ...] | None
+
+
+@dataclasses.dataclass(slots=True)
+class MemoryGrowing(Event):
+    """Live device memory rose at every step sampled since `from_step` (`step` is the latest).
+
+    `holders` says what grew, biggest first: dicts with `kind` (parameter, gradient, optimizer state, saved
+    activation, batch, other, runtime), `line` (the user line that made those buffers), `per_step_bytes` and
+    `buffers` (how many more there are), from two censuses of the live buffers.
+    """
+
+    from_step: int
+    from_bytes: int
+    to_bytes: int
+    per_step_bytes: float
+    holders: tuple[dict, ...]
 
 
 @dataclasses.dataclass(slots=True)

@@ -11,6 +11,7 @@ from xladev.dumps.debug_analysis import is_program_cause, is_step_cause, user_si
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.rules import Finding
+from xladev.schema import units
 from xladev.schema.sites import short_site
 
 
@@ -254,6 +255,22 @@ def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
         finding.sources.append(where(source, seen[0]))
         findings.append(finding)
     return findings
+
+
+def memory_growth_findings(sources: list[SourceResult]) -> list[Finding]:
+    """Live device memory that rose at every sampled step: the runtime's warning, from a debug log or an event log.
+
+    Returns:
+      At most one finding: the latest warning's (its figures cover the longest growth).
+    """
+    for source in sources:
+        seen = source.debug.profiler.get(rules.MEMORY_GROWING) if source.has_debug else None
+        numbers = rules.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
+        if numbers is not None:
+            finding = rules.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
+            finding.sources.append(where(source, seen[0]))
+            return [finding]
+    return []
 
 
 def dynamo_findings(sources: list[SourceResult]) -> list[Finding]:

@@ -140,6 +140,7 @@ def _summary(report) -> list[tuple[str, str]]:
         compiles = sum(source.debug.compiles for source in logs)
         executions = sum(source.debug.execution_count for source in logs)
         summary.append(("Debug log", f"{compiles} compile and {executions} execution analyses"))
+    summary += _memory_rows(report)
     if len(report.time_breakdowns) == 1:
         summary.append(("Wall time", next(iter(report.time_breakdowns.values())).headline()))
     summary += _profile_rows(report)
@@ -149,6 +150,21 @@ def _summary(report) -> list[tuple[str, str]]:
 
 
 MAX_PROFILE_ROWS = 5
+
+
+def _memory_rows(report) -> list[tuple[str, str]]:
+    """A summary row per input that sampled device memory: live at the last sample, and the highest peak."""
+    rows = []
+    for source in report.sources:
+        samples = source.device_memory
+        if not samples:
+            continue
+        last_step, last_live, _ = samples[-1]
+        peak_step, _, peak = max(samples, key=lambda sample: sample[2])
+        rank = f"rank {source.rank}: " if source.rank is not None and len(report.sources) > 1 else ""
+        rows.append(("Device memory", f"{rank}{units.format_bytes(last_live)} live after step {last_step}, peak "
+                                      f"{units.format_bytes(peak)} in step {peak_step} ({len(samples)} steps sampled)"))
+    return rows
 
 
 def _profile_rows(report) -> list[tuple[str, str]]:

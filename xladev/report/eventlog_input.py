@@ -27,7 +27,7 @@ from xladev.report.marks import MarkLog, graph_stat
 from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev.schema import memory as memory_sizes, records as rec
+from xladev.schema import memory as memory_sizes, records as rec, units
 from xladev.schema import record_wording
 from xladev.schema import log_header
 from xladev.schema.counters import updates
@@ -229,6 +229,12 @@ class EventLogReplay:
         self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=record.ops, step=record.step,
                                                                                    site=site))
 
+    def _on_memory_growing(self, record: rec.MemoryGrowing) -> None:
+        # The runtime's PT_XLA_DEBUG line for it, so one reader and one rule serve both inputs (as for graph growth).
+        self.source.debug.add_profiler_line(self.line, rules.memory_growing_message(
+            from_step=record.from_step, from_bytes=record.from_bytes, to_step=record.step, to_bytes=record.to_bytes,
+            per_step_bytes=record.per_step_bytes, holders=record.holders, format_bytes=units.format_bytes))
+
     def _on_graph_break(self, record: rec.GraphBreak) -> None:
         self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
         # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
@@ -242,6 +248,9 @@ class EventLogReplay:
     def _on_step(self, record: rec.Step) -> None:
         if len(self.step_times) < MAX_STEP_TIMES:
             self.step_times.append(wall_time.StepTime(record.step, float(record.interval_ns), self._step_parts))
+        if record.device_bytes is not None and len(self.source.device_memory) < MAX_STEP_TIMES:
+            peak = record.peak_device_bytes if record.peak_device_bytes is not None else record.device_bytes
+            self.source.device_memory.append((record.step, record.device_bytes, peak))
         self._step_parts = {}
         self.steps += 1
         self.source.debug.step_syncs = self.steps
@@ -347,6 +356,7 @@ _HANDLERS = {
     rec.CompileStart: EventLogReplay._on_compile_start,
     rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
     rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
+    rec.MemoryGrowing: EventLogReplay._on_memory_growing,
     rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Ops: EventLogReplay._on_ops,
     rec.Transfer: EventLogReplay._on_transfer, rec.Profile: EventLogReplay._on_profile,

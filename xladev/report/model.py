@@ -248,6 +248,9 @@ class SourceResult:
     # bounded by bucketing steps) and each graph's compiles and executions: the HTML report's timeline and table.
     marks: MarkLog | None = None
     graphs: dict[str, GraphStat] = dataclasses.field(default_factory=dict)
+    # Device memory at the steps the runtime sampled (an event log's step records): (step, live bytes at its end,
+    # the step's peak bytes), oldest first, bounded as the step times are.
+    device_memory: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
 
     def warn(self, line: int, message: str, always: bool = False, at_end: bool = False) -> None:
         """Records a warning (keeps the first MAX_STORED_WARNINGS, counts all).

@@ -11,7 +11,9 @@ from xladev import rules
 from xladev.rules import fallback_reasons
 from xladev.rules import wall_time
 from xladev.report import across_ranks, timing
-from xladev.report.debug_findings import debug_evidence, debug_only_findings, dynamo_findings, growth_findings
+from xladev.report.debug_findings import (
+    debug_evidence, debug_only_findings, dynamo_findings, growth_findings, memory_growth_findings,
+)
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
                                      repeated_in_series, repeated_recompiles, where)
@@ -151,6 +153,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         # barrier's evidence, not a habit of its steps.
         findings[:] = [f for f in findings if f.rule != "early-sync"]
     findings.extend(growth)
+    findings.extend(memory_growth_findings(sources))
     findings.extend(dynamo_findings(sources))
     findings.extend(_failure_findings(primary, sources))
     breakdown = timing.group_breakdown(sources, primary)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from xladev.rules.finding_model import ERROR, Finding
+from xladev.rules.finding_model import ERROR, WARNING, Finding
 
 OUT_OF_MEMORY = "out-of-memory"
 MARKERS = ("RESOURCE_EXHAUSTED", "Resource exhausted", "Out of memory while trying to allocate",
@@ -152,3 +152,98 @@ def out_of_memory_finding(events: Sequence[Mapping], format_bytes) -> Finding | 
                    "nothing. What it needs is its inputs, outputs and temporaries (XLA's memory analysis: the Post "
                    "Compilation Analysis) plus every other tensor still live on the device.",
                    fix, evidence=evidence, numbers=numbers, subject=first.get("hash", ""))
+
+
+# Live device memory that grows step over step (the runtime's check, `runtime/api/memory_growth.py`): the words of its
+# warning and PT_XLA_DEBUG line, which the report reads back.
+MEMORY_GROWING = "Device memory keeps growing"
+_NO_HOLDER = "no tensor's buffers (the runtime's own state)"
+_GROWING_MEMORY_RE = re.compile(re.escape(MEMORY_GROWING) + r": (\S+) at step (\d+) -> (\S+) at step (\d+) "
+                                r"\(\+(\S+) per step\)\. What grew: (.*?)\. Tensors that stay alive")
+_HOLDER_RE = re.compile(r"(.+?) made at (.+) \+(\S+) per step in (\d+) buffer\(s\)$")
+
+
+def memory_growing_message(*, from_step: int, from_bytes: int, to_step: int, to_bytes: int, per_step_bytes: float,
+                           holders: Sequence[Mapping], format_bytes) -> str:
+    """The runtime's warning (and PT_XLA_DEBUG line) when live device memory grew at every step sampled.
+
+    Args:
+      from_step, from_bytes: the first step of the growth and what was live at its end.
+      to_step, to_bytes: the latest.
+      per_step_bytes: the growth per step.
+      holders: what grew, biggest first: ``kind``, ``line``, ``per_step_bytes``, ``buffers`` (new buffers).
+      format_bytes: formats a byte count (`xladev.schema.units.format_bytes`).
+
+    Returns:
+      One line.
+    """
+    grew = "; ".join(f"{h['kind']} made at {h['line']} +{format_bytes(h['per_step_bytes'])} per step in "
+                     f"{h['buffers']} buffer(s)" for h in holders) or _NO_HOLDER
+    return (f"{MEMORY_GROWING}: {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at step "
+            f"{to_step} (+{format_bytes(per_step_bytes)} per step). What grew: {grew}. Tensors that stay alive from "
+            "step to step (a loss appended to a list, a metric summed on the device) keep their buffers for good: "
+            "keep a Python number read after the step (loss.item()), or drop the reference.")
+
+
+def parse_memory_growing(message: str, parse_bytes) -> dict | None:
+    """The numbers of a `memory_growing_message`, or None for another line.
+
+    Args:
+      message: a line.
+      parse_bytes: reads a formatted byte count (`xladev.schema.units.parse_bytes`).
+
+    Returns:
+      ``from_step``, ``from_bytes``, ``to_step``, ``to_bytes``, ``per_step_bytes`` and ``holders`` (dicts as the
+      message's), or None.
+    """
+    match = _GROWING_MEMORY_RE.search(message)
+    if match is None:
+        return None
+    holders = []
+    if match.group(6) != _NO_HOLDER:
+        for part in match.group(6).split("; "):
+            held = _HOLDER_RE.match(part)
+            if held:
+                holders.append({"kind": held.group(1), "line": held.group(2),
+                                "per_step_bytes": parse_bytes(held.group(3)), "buffers": int(held.group(4))})
+    return {"from_bytes": parse_bytes(match.group(1)), "from_step": int(match.group(2)),
+            "to_bytes": parse_bytes(match.group(3)), "to_step": int(match.group(4)),
+            "per_step_bytes": parse_bytes(match.group(5)), "holders": holders}
+
+
+def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, to_bytes: float,
+                           per_step_bytes: float, holders: Sequence[Mapping], format_bytes) -> Finding:
+    """The report's finding for live device memory that grew at every sampled step (a leak, or data that grows).
+
+    Args:
+      as `memory_growing_message`'s.
+
+    Returns:
+      A warning naming the line whose tensors grew most.
+    """
+    top = holders[0] if holders else None
+    where = f": {top['kind']} made at {top['line']}" if top else ""
+    title = f"Device memory keeps growing, +{format_bytes(per_step_bytes)} per step{where}"
+    evidence = [f"live device memory {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at "
+                f"step {to_step}, rising at every step sampled"]
+    evidence += [f"{h['kind']} made at {h['line']}: +{format_bytes(h['per_step_bytes'])} per step in "
+                 f"{h['buffers']} new buffer(s)" for h in holders[:5]]
+    if not holders:
+        evidence.append(f"what grew: {_NO_HOLDER}")
+    if top and top["kind"] in ("other", "batch"):
+        fix = (f"The tensors made at {top['line']} stay alive from step to step: something keeps a reference "
+               "(a list of losses, a running sum on the device). Keep a Python number instead (`loss.item()` "
+               "after the step, or in a step closure), or drop the reference.")
+    elif top:
+        fix = (f"The {top['kind']} made at {top['line']} grows each step. If that is not meant (new parameters or "
+               "optimizer state every step, an autograd graph kept across steps), keep one set and reuse it.")
+    else:
+        fix = "Call xladev.debug.memory_report() between steps to see what holds the memory."
+    return Finding("memory-growing", WARNING, title,
+                   "Live device memory rose at every step the runtime sampled. A run that keeps its memory stable "
+                   "after the first steps holds the same buffers each step; this one holds more, and at this rate "
+                   "it runs out of memory some steps later.",
+                   fix + " `xladev.debug.memory_report()` lists every live buffer by kind and line.",
+                   evidence=evidence, numbers={"per_step_bytes": per_step_bytes, "from_step": from_step,
+                                               "to_step": to_step, "to_bytes": to_bytes},
+                   subject=top["line"] if top else "")

@@ -283,7 +283,11 @@ class Execute(_Timed):
 
 @dataclasses.dataclass(slots=True)
 class Step(_Timed):
-    """A step barrier ended; `interval_ns` is the time since the previous one (or the log's start)."""
+    """A step barrier ended; `interval_ns` is the time since the previous one (or the log's start).
+
+    `device_bytes` (live at the step's end) and `peak_device_bytes` (the most the step held) are written for the
+    steps the runtime sampled, and absent otherwise.
+    """
 
     TYPE: ClassVar[str] = "step"
     duration_ns: int = 0
@@ -291,6 +295,10 @@ class Step(_Timed):
     cause: dict = dataclasses.field(default_factory=dict)
     site: str | None = None
     frame: dict | None = None
+    device_bytes: int | None = None
+    peak_device_bytes: int | None = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("device_bytes", "peak_device_bytes")
 
 
 @dataclasses.dataclass(slots=True)
@@ -359,6 +367,19 @@ class GraphGrowing(_Timed):
     ops: int = 0
     site: str | None = None
     frame: dict | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class MemoryGrowing(_Timed):
+    """Live device memory rose at every sampled step from `from_step` to `step`; `holders` says what grew (the
+    runtime's `MemoryGrowing` event: kind, line, per_step_bytes, buffers)."""
+
+    TYPE: ClassVar[str] = "memory_growing"
+    from_step: int = 0
+    from_bytes: int = 0
+    to_bytes: int = 0
+    per_step_bytes: float = 0.0
+    holders: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)
@@ -464,7 +485,7 @@ class End(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
     Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss,
-    GraphGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, End)}
+    GraphGrowing, MemoryGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 

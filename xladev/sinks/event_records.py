@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from xladev.events import (
     CollectivesExecuted, CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled,
-    ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, OpsRecorded, ProfileWritten, RankLost,
+    ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, MemoryGrowing, OpsRecorded, ProfileWritten, RankLost,
     Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
@@ -54,7 +54,8 @@ class RecordBuilder:
         self._last_step_ns = event.time_ns
         self.steps += 1
         interval = event.time_ns - (previous if previous is not None else self.clock0)
-        return (rec.Step(t, event.step, event.duration_ns, interval, self._cause(event.cause), site, frame),)
+        return (rec.Step(t, event.step, event.duration_ns, interval, self._cause(event.cause), site, frame,
+                         event.device_bytes, event.peak_device_bytes),)
 
     def _to_device(self, event: TransferToDevice, t: int) -> tuple[rec.Record, ...]:
         return (rec.Transfer(t, event.step, "to_device", event.nbytes, event.duration_ns, event.count),)
@@ -99,6 +100,10 @@ class RecordBuilder:
     def _growing(self, event: GraphGrowing, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.GraphGrowing(t, event.step, event.ops, site or event.site, frame),)
+
+    def _memory_growing(self, event: MemoryGrowing, t: int) -> tuple[rec.Record, ...]:
+        return (rec.MemoryGrowing(t, event.step, event.from_step, event.from_bytes, event.to_bytes,
+                                  event.per_step_bytes, [dict(h) for h in event.holders]),)
 
     def _graph_break(self, event: DynamoGraphBreak, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
@@ -169,6 +174,7 @@ _BUILDERS = {
     CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
     DynamoGraphBreak: RecordBuilder._graph_break, DynamoRecompiled: RecordBuilder._dynamo_recompiled,
     DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
+    MemoryGrowing: RecordBuilder._memory_growing,
     CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
     ProfileWritten: RecordBuilder._profile,
     CollectivesExecuted: RecordBuilder._collectives, RankLost: RecordBuilder._rank_lost,

@@ -31,7 +31,7 @@ from xladev.sinks.event_records import RecordBuilder
 FLUSH_BYTES = 64 * 1024          # write when this much is buffered...
 FLUSH_INTERVAL_NS = 250_000_000  # ...or when the oldest buffered line is this old (checked on each event)
 # Records worth a write at once: a step ended, a compile (which may be followed by a long pause), a warning.
-_URGENT = (rec.Step, rec.CompileStart, rec.Compile, rec.GraphGrowing, rec.CompileFailed, rec.ExecuteFailed, rec.Profile)
+_URGENT = (rec.Step, rec.CompileStart, rec.Compile, rec.GraphGrowing, rec.MemoryGrowing, rec.CompileFailed, rec.ExecuteFailed, rec.Profile)
 
 
 def log_path(path: str) -> str:

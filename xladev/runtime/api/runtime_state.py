@@ -19,6 +19,8 @@ from xladev.runtime.graph import steps
 from xladev.runtime.execute.barrier import Barrier, barrier
 from xladev.runtime.compile.compilation import CompileCache, compile_cache
 from xladev.runtime.execute.execution import Execution, execution, lock
+from xladev.runtime.execute.step_memory import step_memory
+from xladev.runtime.api import memory_growth
 
 
 class Executor:
@@ -96,6 +98,8 @@ class Executor:
                 self.runner.clear()
                 self.compiler.clear()
                 self.barrier.clear()
+                step_memory.reset()
+                memory_growth.watch.reset()
                 async_closures.discard_error()
                 steps.reset()
 

@@ -13,6 +13,7 @@ from xladev.events import Cause, StepMarked, bus
 from xladev.runtime.graph import annotate, stack, steps
 from xladev.runtime.execute import closures as async_closures
 from xladev.runtime.execute.execution import Execution, execution, lock
+from xladev.runtime.execute.step_memory import step_memory
 from xladev.runtime.graph.storage import pending_storages
 
 
@@ -44,7 +45,9 @@ class Barrier:
             self.runner.flush_ops()
             ended = steps.advance()
         if bus.active:
-            bus.emit(StepMarked(time.perf_counter_ns(), ended, cause, time.perf_counter_ns() - start, frames))
+            end = time.perf_counter_ns()
+            device_bytes, peak_bytes = step_memory.step_ended(ended, self.runner.scalar_bytes)
+            bus.emit(StepMarked(end, ended, cause, end - start, frames, device_bytes, peak_bytes))
         self._run_closures(ended)
         annotate.barrier_end(ended)
 

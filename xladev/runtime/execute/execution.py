@@ -26,7 +26,8 @@ from xladev.runtime.compile.graph_info import RuntimeGraphInfo
 from xladev.runtime.lowering.graph_lowering import lowered
 from xladev.runtime.execute.inflight import Dispatched, InFlight
 from xladev.runtime.execute.memory_budget import MemoryBudgetExceeded, check as check_memory_budget
-from xladev.runtime.graph.ir import DataNode, Graph, Node, ScalarNode
+from xladev.runtime.execute.step_memory import step_memory
+from xladev.runtime.graph.ir import DataNode, Graph, Node, ScalarNode, origin_of
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.span_clock import spent
 from xladev.runtime.graph.storage import pending, pending_storages
@@ -61,6 +62,11 @@ class HostTimings:
         self.unwrap_ns, self.wrap_ns, self.lock_wait_ns = unwrap_ns, wrap_ns, lock_wait_ns
 
 
+# Python scalars kept uploaded, least recently used dropped first: bounded, so that a value that changes every step
+# (a scheduled learning rate, Adam's bias corrections) never holds device memory for good.
+SCALAR_CACHE_SIZE = 4096
+
+
 class Execution:
     """Runs graphs. Holds the scalar upload cache and the graphs dispatched but not yet announced.
 
@@ -73,6 +79,7 @@ class Execution:
     def __init__(self, compiler: CompileCache) -> None:
         self.compiler = compiler
         self.scalars: collections.OrderedDict = collections.OrderedDict()
+        self.scalar_bytes = 0  # what the scalar cache holds on the devices (bounded: not a leak, step_memory.py)
         self.in_flight = InFlight()
 
     # ---- inputs ------------------------------------------------------------------------------
@@ -94,8 +101,9 @@ class Execution:
             # A Python scalar fed as a graph input is uploaded once per value: a transfer, as PyTorch/XLA counts it.
             array = device_put.put(np.asarray(node.value, dtype=backend.to_jnp_dtype(node.meta.dtype)), device_index)
             self.scalars[key] = array
-            if len(self.scalars) > 4096:
-                self.scalars.popitem(last=False)
+            self.scalar_bytes += array.nbytes
+            if len(self.scalars) > SCALAR_CACHE_SIZE:
+                self.scalar_bytes -= self.scalars.popitem(last=False)[1].nbytes
             if bus.active:
                 bus.emit(DeviceDataCacheMiss(time.perf_counter_ns(), steps.current(), float(node.value),
                                              str(node.meta.dtype)))
@@ -170,6 +178,7 @@ class Execution:
                 data = made.get(id(root))
                 if data is None:
                     data = made[id(root)] = DataNode(array, root.meta)
+                    data.origin = origin_of(root)
                 results.append(data)
             timings.wrap_ns = time.perf_counter_ns() - wrap_start
             self._finish(dispatched)
@@ -215,6 +224,8 @@ class Execution:
         """
         step = steps.current()
         wait_ns = 0
+        if bus.active:
+            step_memory.graph_ran(entry.memory)
         if config.device_memory_limit is not None:
             try:
                 check_memory_budget(graph, entry.memory, arrays, backend.jax_devices()[graph.device_index],
@@ -402,6 +413,7 @@ class Execution:
         with lock:
             self.in_flight.forget()
             self.scalars.clear()
+            self.scalar_bytes = 0
 
 
 # How long a failed collective waits for the watchdog to name a rank that is gone.

@@ -28,7 +28,9 @@ _CONSTANT_FACTORIES = frozenset((aten.full.default, aten.zeros.default, aten.one
 def _data_of(seed, device_index: int) -> DataNode:
     args, kwargs = rebuild(seed.template, ())
     value = seed.op.aten(*args, **kwargs)
-    return DataNode(device_put.put(backend.torch_to_numpy(value), device_index), seed.meta)
+    data = DataNode(device_put.put(backend.torch_to_numpy(value), device_index), seed.meta)
+    data.origin = (seed.op.name, seed.template, seed.location)  # the line that created it (memory_census)
+    return data
 
 
 def materialize(storages: list) -> None:

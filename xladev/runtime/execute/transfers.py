@@ -172,4 +172,9 @@ def tensor_repr(t) -> str:
 def upload(cpu: torch.Tensor, device_index: int = 0) -> DataNode:
     """Copies a CPU tensor to the device and returns its data node (counted as a host→device transfer)."""
     array = device_put.put(backend.torch_to_numpy(cpu), device_index)
-    return DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), user_location() if bus.wants_frames else None)
+    # The line always, for the live-memory census (a batch or a parameter is named by it): an upload costs far
+    # more than finding it. `created_at` keeps it only for the sinks that want frames, as before.
+    location = user_location()
+    data = DataNode(array, Meta(tuple(cpu.shape), cpu.dtype), location if bus.wants_frames else None)
+    data.origin = location
+    return data

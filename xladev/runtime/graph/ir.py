@@ -128,9 +128,13 @@ class DataNode(Node):
     Attributes:
       array: the jax array, or None when it is only described (never the case after a sync).
       created_at: frames summary of where the data was created (when frames are captured).
+      origin: where the data comes from, for the live-memory census (`memory_census`): an upload's user line (a
+        str), or the `(op name, template, location)` of the op that computed it, so that its line is found when
+        asked and not on the hot path; a storage updated in place keeps its first data's (`Storage.set_data`).
+        None where unknown.
     """
 
-    __slots__ = ("array", "created_at", "sharding")
+    __slots__ = ("array", "created_at", "sharding", "origin")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
         # Node's fields set here rather than through Node.__init__: every compiled call makes one per output.
@@ -143,6 +147,7 @@ class DataNode(Node):
         self._sig = None
         self.array = array
         self.created_at = created_at
+        self.origin = None
         # SPMD: how the buffer is split over the devices (`{devices=[2,1]0,1}`), None when it is not split.
         # Part of the signature: a graph compiled for one input sharding is not the graph for another.
         self.sharding = sharding_of(array) if sharding_of is not None and array is not None else None
@@ -152,6 +157,21 @@ class DataNode(Node):
             return ("xla::device_data", self.meta, self.sharding)
         return ("xla::device_data", self.meta)
 
+
+
+# Ops whose result is another node's data seen differently: the census names the op that made that data.
+_SAME_DATA = frozenset(("xla::getitem", "xla::view_scatter", "aten::t", "aten::view", "aten::_unsafe_view",
+                        "aten::reshape", "aten::expand", "aten::permute", "aten::transpose", "aten::squeeze",
+                        "aten::unsqueeze", "aten::slice", "aten::select", "aten::alias", "aten::clone"))
+
+
+def origin_of(node: Node) -> tuple:
+    """What made a graph output's data, for `DataNode.origin`: the `(op name, template, location)` of the node,
+    or of the op whose data it passes on (a multi-output op's item, the value a write through a view stores, a
+    view or copy of it), whose user line says more (a gradient's is its backward op's, not a transpose's)."""
+    while node.op.name in _SAME_DATA and node.operands:
+        node = node.operands[1 if node.op.name == "xla::view_scatter" else 0]
+    return (node.op.name, node.template, node.location)
 
 # Set by SPMD mode (spmd.use_spmd): array -> its sharding text, or None for a whole (replicated) buffer.
 sharding_of = None

@@ -44,9 +44,12 @@ class Storage:
       seed: the constant this storage was created with (`torch.zeros_like`...), when it has been written in
         place since, before any sync: a barrier makes it device data first (seeds.py), so that the graph of a
         tensor's first update is the graph of all later ones. None otherwise.
+      viewers: the views that cached a node replayed from the pending value (`id` -> weak reference), or None.
+        When the value becomes data their caches are dropped: a stale cached node would keep the whole graph it
+        was part of alive, and with it that graph's input buffers (the step's batch), until the view is read.
     """
 
-    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "seed", "__weakref__")
+    __slots__ = ("value", "version", "device_index", "sid", "donor", "internal", "seed", "viewers", "__weakref__")
 
     def __init__(self, value: Node, device_index: int):
         self.value = value
@@ -56,6 +59,7 @@ class Storage:
         self.donor = None
         self.internal = False
         self.seed = None
+        self.viewers = None
         if type(value) is not DataNode:
             pending[sid] = weakref.ref(self)
             if len(pending) > _sweep_at:
@@ -78,6 +82,7 @@ class Storage:
                 self.donor = None
                 self.seed = None
                 pending.pop(self.sid, None)
+                _drop_view_caches(self)
 
     def set_data(self, value: DataNode, computed: Node) -> bool:
         """Replaces the pending value `computed` by its data; False if another thread wrote since.
@@ -88,13 +93,27 @@ class Storage:
         with _write_lock:
             if self.value is not computed:
                 return False
+            donor = self.donor
+            if donor is not None:  # updated in place: the data is still the one first made (a parameter's upload)
+                old = donor()
+                if old is not None and old.origin is not None:
+                    value.origin = old.origin
             self.value = value
             self.version += 1
             self.donor = None
             self.seed = None
             pending.pop(self.sid, None)
+            _drop_view_caches(self)
             return True
 
+
+    def cache_view(self, view) -> None:
+        """Remembers that `view` cached a node replayed from this storage's value (see `viewers`)."""
+        viewers = self.viewers
+        if viewers is None:
+            self.viewers = {id(view): weakref.ref(view)}
+        elif id(view) not in viewers:  # a view writing in place again: once is enough (a weak reference costs)
+            viewers[id(view)] = weakref.ref(view)
 
     def release(self, value: Node) -> None:
         """Gives up the storage's buffer (or pending value) for `value`, a placeholder no barrier computes: FSDP's
@@ -133,6 +152,19 @@ def write_data(writes: list) -> None:
             storage.donor = None
             storage.seed = None
             pending.pop(storage.sid, None)
+            if storage.viewers is not None:
+                _drop_view_caches(storage)
+
+
+def _drop_view_caches(storage: Storage) -> None:
+    """Drops the cached nodes of the views that replayed the storage's pending value (it is data now)."""
+    viewers, storage.viewers = storage.viewers, None
+    if viewers:
+        for ref in viewers.values():
+            view = ref()
+            if view is not None and type(view.__dict__.get("_vnode")) is not DataNode:
+                view._vnode = None
+                view._vver = -1
 
 
 def pending_storages() -> list[Storage]:

@@ -13,7 +13,7 @@ import weakref
 
 import torch
 
-from xladev.runtime.graph.ir import Meta, Node
+from xladev.runtime.graph.ir import DataNode, Meta, Node
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.storage import Storage
 from xladev.runtime.execute.transfers import reading, tensor_repr
@@ -91,6 +91,8 @@ class XlaTensor(torch.Tensor):
         node = replay(chain, st.value)
         self._vnode = node
         self._vver = st.version
+        if type(node) is not DataNode:
+            st.cache_view(self)
         return node
 
     def _assign(self, node: Node) -> None:
@@ -103,6 +105,7 @@ class XlaTensor(torch.Tensor):
         st.set(scatter_into_base(chain, st.value, node))
         self._vnode = node
         self._vver = st.version
+        st.cache_view(self)
 
     # ---- value reads: each names its exact cause ---------------------------------------------
     def __repr__(self, *, tensor_contents=None):

@@ -13,7 +13,7 @@ from xladev.rules import wall_time
 from xladev._flags import config
 from xladev.events import (
     CompileFailed, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted,
-    GraphGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
+    GraphGrowing, MemoryGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
 from xladev.schema.record_wording import recompilation_lines, run_identity
@@ -137,6 +137,11 @@ class AnalysisSink(Sink):
             self.growth.append(event)
             self.out.write(f"{rules.PROFILER_PREFIX}"
                            f"{rules.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
+        elif kind is MemoryGrowing:
+            message = rules.memory_growing_message(
+                from_step=event.from_step, from_bytes=event.from_bytes, to_step=event.step, to_bytes=event.to_bytes,
+                per_step_bytes=event.per_step_bytes, holders=event.holders, format_bytes=format_bytes)
+            self.out.write(f"{rules.PROFILER_PREFIX}{message}\n")
         elif kind is DynamoGraphBreak:
             self.out.write(f"{rules.PROFILER_PREFIX}"
                            f"{rules.graph_break_message(site=short_site(site_of(event.frames)), reason=event.reason, by=event.by)}\n")
