@@ -190,3 +190,53 @@ def test_a_run_that_keeps_nothing_is_not_told(healthy_run):
                             text=True, timeout=300)
     assert "memory-growing" not in report.stdout
     assert "Device memory" in report.stdout
+
+
+_CHECKPOINT_SCRIPT = textwrap.dedent("""
+    import sys, torch, xladev
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    remat = sys.argv[1] == "checkpoint"
+    blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                                      torch.nn.Linear(1024, 256)) for _ in range(6)]).to("xla")
+    opt = torch.optim.SGD(blocks.parameters(), lr=1e-3)
+    for step in range(4):
+        h = torch.randn(512, 256).to("xla")
+        for block in blocks:
+            h = checkpoint(block, h, use_reentrant=False) if remat else block(h)
+        h.square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        xladev.mark_step()
+""")
+
+
+def _peaks(tmp_path, mode: str) -> tuple[list[dict], dict]:
+    script = tmp_path / "blocks.py"
+    script.write_text(_CHECKPOINT_SCRIPT)
+    log = tmp_path / f"{mode}.jsonl"
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, XLADEV_EVENT_LOG=str(log)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [compiled] = _records(log, "compile")  # one step graph, compiled once
+    return [r for r in _records(log, "step") if "device_bytes" in r], compiled["memory"]
+
+
+def test_gradient_checkpointing_lowers_the_step_peak(tmp_path):
+    plain, plain_memory = _peaks(tmp_path, "plain")
+    remat, remat_memory = _peaks(tmp_path, "checkpoint")
+    # Each step's peak is what was live when it began plus what its graph adds while it runs (XLA's analysis).
+    checked = 0
+    for steps, memory in ((plain, plain_memory), (remat, remat_memory)):
+        added = memory["output"] - memory["alias"] + memory["temp"] + memory["generated_code"]
+        for before, step in zip(steps, steps[1:]):
+            if step["step"] == before["step"] + 1:
+                assert step["peak_device_bytes"] == max(step["device_bytes"], before["device_bytes"] + added)
+                checked += 1
+    assert checked, "no two consecutive steps were sampled"  # steps this long are each sampled
+    # Recomputing each block's activations in the backward pass keeps fewer of them: XLA's temporaries shrink, and
+    # the peak with them, while what stays live between steps (parameters, gradients) is the same.
+    assert remat_memory["temp"] < plain_memory["temp"]
+    assert max(s["peak_device_bytes"] for s in remat) < max(s["peak_device_bytes"] for s in plain)
+    assert [s["device_bytes"] for s in remat][-1] == [s["device_bytes"] for s in plain][-1]
