@@ -240,3 +240,33 @@ def test_gradient_checkpointing_lowers_the_step_peak(tmp_path):
     assert remat_memory["temp"] < plain_memory["temp"]
     assert max(s["peak_device_bytes"] for s in remat) < max(s["peak_device_bytes"] for s in plain)
     assert [s["device_bytes"] for s in remat][-1] == [s["device_bytes"] for s in plain][-1]
+
+
+_GROWING_SHAPES = textwrap.dedent("""
+    import torch, xladev
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 512).to("xla")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for step in range(16):
+        x = torch.randn(64 + 16 * step, 512).to("xla")  # a batch that grows: a new graph every step
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        xladev.mark_step()
+""")
+
+
+def test_shapes_that_grow_are_not_told_as_kept_memory(tmp_path):
+    """Regression: a batch that grows each step made the same buffers bigger and was told as memory kept from step to
+    step (the demo's broken run); it is the recompilation finding's, and nothing is kept."""
+    script = tmp_path / "grow.py"
+    script.write_text(_GROWING_SHAPES)
+    log = tmp_path / "run.jsonl"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, XLADEV_EVENT_LOG=str(log)), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sampled = [r["device_bytes"] for r in _records(log, "step") if "device_bytes" in r and r["step"] >= 2]
+    assert len(sampled) >= 8 and all(b > a for a, b in zip(sampled, sampled[1:]))  # it did rise at every sample
+    assert _records(log, "memory_growing") == []
+    assert "MemoryGrowthWarning" not in done.stderr

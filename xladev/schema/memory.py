@@ -46,8 +46,23 @@ def need_bytes(memory: Mapping[str, float]) -> float | None:
     Returns:
       The sum, or None when a size is missing (XLA gave none: never counted as 0).
     """
-    sizes = [memory.get(key) for key in SIZES]
+    added = added_bytes(memory)
+    argument = memory.get("argument")
+    return None if added is None or argument is None else argument + added
+
+
+def added_bytes(memory: Mapping[str, float]) -> float | None:
+    """Device memory a graph adds while it runs to what is already live (its arguments are): its outputs less those
+    written into donated inputs, its temporaries and its generated code.
+
+    Args:
+      memory: the sizes in bytes under `SIZES`' keys.
+
+    Returns:
+      The sum, or None when a size is missing.
+    """
+    sizes = [memory.get(key) for key in ("output", "alias", "temp", "generated_code")]
     if any(size is None for size in sizes):
         return None
-    argument, output, alias, temp, code = sizes
-    return argument + output - alias + temp + code
+    output, alias, temp, code = sizes
+    return output - alias + temp + code

@@ -5,7 +5,9 @@ optimizer state. So when the live bytes of `step_memory`'s samples rise at `_BAS
 watcher takes a census of the live buffers (`memory_census`); when they rise at `_CONFIRM_AFTER` more, it takes a
 second one. What grew between the two, by kind and line, is what the warning names: a loss appended to a list shows
 as `other` made at the loss's line. A growing graph (no barrier) is another finding, `GraphGrowing`: its ops are
-pending, not live data, and no step ends while it grows.
+pending, not live data, and no step ends while it grows. Nor is a growth told when no new buffer stays live and new
+graphs compiled meanwhile: the same tensors hold more because the shapes grow (a sequence length that changes every
+step), which the recompilation finding tells.
 
 Each census walks the Python heap (a fraction of a second), and only a run whose memory rises at every sample pays
 for it, and after each pair of censuses the watcher waits until the step count has doubled. What grows is told once
@@ -20,6 +22,7 @@ from xladev.errors import XladevWarning
 from xladev.events import MemoryGrowing, bus
 from xladev.rules import memory_growing_message
 from xladev.runtime.api.memory_census import SCALAR_CACHE, MemoryReport, census
+from xladev.runtime.compile.compilation import compile_cache
 from xladev.runtime.execute import step_memory
 from xladev.runtime.graph import stack
 from xladev.schema.units import format_bytes
@@ -44,7 +47,7 @@ class GrowthWatch:
     def reset(self) -> None:
         self._last: int | None = None
         self._rises = 0
-        self._baseline: tuple[int, int, MemoryReport] | None = None
+        self._baseline: tuple[int, int, MemoryReport, int] | None = None  # step, bytes, census, graphs compiled
         self._told: set[tuple] = set()
         self._quiet_until = 0  # after a census pair, no more before this step: a run that keeps growing pays twice
                                # as rarely each time
@@ -66,7 +69,7 @@ class GrowthWatch:
             return
         self._rises += 1
         if self._rises == _BASELINE_AFTER:
-            self._baseline = (step, live, census(0))
+            self._baseline = (step, live, census(0), len(compile_cache.by_hash))
         elif self._rises == _BASELINE_AFTER + _CONFIRM_AFTER and self._baseline is not None:
             self._tell(step, live, census(0))
             self._rises = 0
@@ -75,9 +78,13 @@ class GrowthWatch:
             self._quiet_until = 2 * step
 
     def _tell(self, step: int, live: int, now: MemoryReport) -> None:
-        from_step, from_bytes, before = self._baseline
+        from_step, from_bytes, before, graphs = self._baseline
         steps = step - from_step
         holders = _grown(before, now, steps)
+        if len(compile_cache.by_hash) > graphs and not any(h["buffers"] > 0 for h in holders):
+            # The same buffers, bigger, while new graphs compiled: the shapes grow (a sequence length that changes
+            # every step), which the recompilation finding tells; nothing is kept from step to step.
+            return
         key = tuple((h["kind"], h["line"]) for h in holders)
         if key in self._told:
             return

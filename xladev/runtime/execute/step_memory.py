@@ -22,6 +22,7 @@ from typing import Callable
 
 from xladev.runtime.execute import device_memory
 from xladev.runtime.graph import backend
+from xladev.schema.memory import added_bytes
 
 # The share of a step's time the sampling may take.
 COST_SHARE = 0.01
@@ -50,11 +51,9 @@ class StepMemory:
         Args:
           memory: XLA's memory analysis of its executable (empty when XLA gave none).
         """
-        if memory:
-            added = (memory.get("output", 0) - memory.get("alias", 0) + memory.get("temp", 0)
-                     + memory.get("generated_code", 0))
-            if added > self._added:
-                self._added = added
+        added = added_bytes(memory) if memory else None
+        if added is not None and added > self._added:
+            self._added = added
 
     def step_ended(self, step: int, cache_bytes: int = 0) -> tuple[int | None, int | None]:
         """Samples the device's memory at the end of `step`, when this step is one to sample.
