@@ -215,18 +215,18 @@ def test_report_reads_the_event_log(training_log, capsys):
         assert any("f32[5,7] -> f32[9,7]" in line for line in recompile.evidence)
 
 
-def test_sink_overhead_is_small_per_event(tmp_path):
-    """A sanity bound (not a benchmark): writing a step's worth of records costs well under 1 ms."""
+def test_a_long_run_of_events_writes_every_record(tmp_path):
+    """2,000 steps' events, each one written. Their cost is `tools/bench/bench_eventlog_overhead.py`'s to measure: a
+    wall-clock bound here failed beside two CPU burners (1.6 ms a step against 1 ms), as a timed test does."""
     from xladev.events import Cause, CauseKind, Frame, StepMarked, TransferToDevice
 
     log = eventlog.EventLog(str(tmp_path / "bench.jsonl"))
     frames = (Frame("step", HERE, 10),)
     cause = Cause(CauseKind.USER_MARK_STEP)
-    start = time.perf_counter()
     for step in range(2000):
         log.on_event(TransferToDevice(time.perf_counter_ns(), step, 1024, 1000))
         log.on_event(StepMarked(time.perf_counter_ns(), step, cause, 1000, frames))
-    per_step = (time.perf_counter() - start) / 2000
     log.close()
-    assert per_step < 1e-3
-    assert len(_records(tmp_path / "bench.jsonl")) == 1 + 4000 + 1
+    records = _records(tmp_path / "bench.jsonl")
+    assert len(records) == 1 + 4000 + 1
+    assert [r["step"] for r in records if r["type"] == "step"] == list(range(2000))
