@@ -358,9 +358,9 @@ class RunModel:
         self.last_step = record.step
         self.step_times.append(record.interval_ns)
         self.step_ns_total += record.interval_ns
-        if record.device_bytes is not None:
-            peak = record.peak_device_bytes if record.peak_device_bytes is not None else record.device_bytes
-            self.memory.append((record.step, record.device_bytes, peak))
+        sample = record.memory_sample()
+        if sample is not None:
+            self.memory.append(sample)
 
     def _on_profile(self, record: rec.Profile) -> None:
         row = ProfileRow(record.window(), record.path, record.how, record.open_command())

@@ -248,9 +248,9 @@ class EventLogReplay:
     def _on_step(self, record: rec.Step) -> None:
         if len(self.step_times) < MAX_STEP_TIMES:
             self.step_times.append(wall_time.StepTime(record.step, float(record.interval_ns), self._step_parts))
-        if record.device_bytes is not None and len(self.source.device_memory) < MAX_STEP_TIMES:
-            peak = record.peak_device_bytes if record.peak_device_bytes is not None else record.device_bytes
-            self.source.device_memory.append((record.step, record.device_bytes, peak))
+        sample = record.memory_sample()
+        if sample is not None and len(self.source.device_memory) < MAX_STEP_TIMES:
+            self.source.device_memory.append(sample)
         self._step_parts = {}
         self.steps += 1
         self.source.debug.step_syncs = self.steps

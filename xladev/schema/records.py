@@ -300,6 +300,14 @@ class Step(_Timed):
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("device_bytes", "peak_device_bytes")
 
+    def memory_sample(self) -> tuple[int, int, int] | None:
+        """(step, live device bytes, peak bytes) of a sampled step (a peak not written is the live figure); None
+        for a step the runtime did not sample."""
+        if self.device_bytes is None:
+            return None
+        peak = self.peak_device_bytes if self.peak_device_bytes is not None else self.device_bytes
+        return self.step, self.device_bytes, peak
+
 
 @dataclasses.dataclass(slots=True)
 class Transfer(_Timed):

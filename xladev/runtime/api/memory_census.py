@@ -166,7 +166,7 @@ def census(device_index: int = 0) -> MemoryReport:
         for node in nodes:
             if type(node) is not DataNode or node.array is None:
                 continue
-            for key, nbytes in _buffers_of(node.array, device):
+            for key, nbytes in device_memory.buffers_on(node.array, device):
                 held = holders.get(key)
                 if held is None:
                     holders[key] = [rank, _line_of(node), 1, nbytes, shape_text(node.meta)]
@@ -240,7 +240,7 @@ def _stale_view_inputs(tensors: list, device) -> set[int]:
         seen.add(id(node))
         if type(node) is DataNode:
             if node.array is not None and not node.array.is_deleted():
-                keys.update(key for key, _ in _buffers_of(node.array, device))
+                keys.update(key for key, _ in device_memory.buffers_on(node.array, device))
             continue
         stack += node.operands
     return keys
@@ -266,11 +266,6 @@ def _saved_tensors(tensors: list) -> list:
             saved += [v for v in values if isinstance(v, XlaTensor)]
         stack += [next_fn for next_fn, _ in fn.next_functions]
     return saved
-
-
-def _buffers_of(array, device) -> list[tuple[int, int]]:
-    """(buffer key, bytes) of the array's buffers on `device`."""
-    return [(device_memory.buffer_key(s.data), s.data.nbytes) for s in array.addressable_shards if s.device == device]
 
 
 def _line_of(node: DataNode) -> tuple[str, bool]:

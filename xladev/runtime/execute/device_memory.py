@@ -52,16 +52,41 @@ def live_buffers(device) -> dict[int, int]:
     for array in jax.live_arrays():
         if array.is_deleted():
             continue
-        for shard in array.addressable_shards:
-            if shard.device == device:
-                data = shard.data
-                key = buffer_key(data)
-                buffers[key] = max(buffers.get(key, 0), data.nbytes)
+        for key, nbytes in buffers_on(array, device):
+            buffers[key] = max(buffers.get(key, 0), nbytes)
     return buffers
 
 
-def _live_bytes(device) -> int:
-    return sum(live_buffers(device).values())
+def buffers_on(array, device) -> list[tuple[int, int]]:
+    """The buffers of a jax array on one device.
+
+    Args:
+      array: a jax array (one device's, or sharded or replicated over several).
+      device: the jax device.
+
+    Returns:
+      (`buffer_key`, bytes) of each of its shards on `device`.
+    """
+    return [(buffer_key(shard.data), shard.data.nbytes) for shard in array.addressable_shards
+            if shard.device == device]
+
+
+def bytes_in_use(device) -> int:
+    """Device memory in use now: the allocator's figure where the backend keeps statistics (a GPU), else the sum
+    of the live arrays' buffers on the device (the CPU).
+
+    Args:
+      device: the jax device.
+
+    Returns:
+      Bytes.
+    """
+    stats = _stats(device)
+    return int(stats["bytes_in_use"]) if stats and "bytes_in_use" in stats else sum(live_buffers(device).values())
+
+
+def _stats(device) -> dict | None:
+    return device.memory_stats() if hasattr(device, "memory_stats") else None
 
 
 def _host_memory() -> int:
@@ -86,12 +111,12 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
       ValueError: this process has no such device.
     """
     device = backend.jax_devices()[backend.check_index(device_index)]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    stats = _stats(device)
     if stats:
         used = int(stats.get("bytes_in_use", 0))
         return {"bytes_used": used, "bytes_limit": _budgeted(int(stats.get("bytes_limit", 0))),
                 "peak_bytes_used": int(stats.get("peak_bytes_in_use", used))}
-    used = _live_bytes(device)
+    used = sum(live_buffers(device).values())
     with _lock:
         peak = _peaks[device_index] = max(_peaks.get(device_index, 0), used)
     return {"bytes_used": used, "bytes_limit": _budgeted(_host_memory()), "peak_bytes_used": peak}

@@ -74,7 +74,7 @@ class StepMemory:
                 return None, None
             added, self._added = self._added, 0
             try:
-                live = _live_bytes()
+                live = device_memory.bytes_in_use(backend.jax_devices()[0])
             except Exception:  # a device that cannot be read (torn down at exit): no figure, never a wrong one
                 return None, None
             cost = time.perf_counter_ns() - now
@@ -96,14 +96,6 @@ class StepMemory:
             self._added = 0
             self._live_before = None
             self._last_end_ns = None
-
-
-def _live_bytes() -> int:
-    device = backend.jax_devices()[0]
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "bytes_in_use" in stats:
-        return int(stats["bytes_in_use"])
-    return sum(device_memory.live_buffers(device).values())
 
 
 step_memory = StepMemory()
