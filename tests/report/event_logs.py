@@ -5,6 +5,8 @@ machine (no clock): the HTML report's tests and its benchmark read it.
 The run (0-based steps): graph A compiles in step 0; new input shapes recompile the step's site in steps 5
 and 13; `.item()` reads the loss in steps 7–9; `aten::nonzero` falls back to the CPU in step 11; torch.compile
 breaks its graph in step 15. Each step runs one graph, traces its ops and ends 1 ms after its last event.
+Each step's end samples device memory (`live_bytes`, and a peak `PEAK_EXTRA` above it), and each compile carries
+XLA's memory analysis (`COMPILE_MEMORY`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ READ_STEPS = (7, 8, 9)
 FALLBACK_STEP = 11
 BREAK_STEP = 15
 TRACING_NS, EXECUTE_NS, OTHER_NS = 2_000_000, 5_000_000, 1_000_000
+MIB = 1 << 20
+# XLA's memory analysis of every graph: it holds 8 + 4 - 4 + 2 MiB and 64 KiB of program while it runs.
+COMPILE_MEMORY = {"argument": 8 * MIB, "output": 4 * MIB, "alias": 4 * MIB, "temp": 2 * MIB,
+                  "generated_code": 64 * 1024}
+# The most a step holds above what is live at its end (its graph's outputs and temporaries).
+PEAK_EXTRA = 6 * MIB
+
+
+def live_bytes(step: int) -> int:
+    """Live at step `step`'s end: 1 MiB more each step over the first 8 (the optimizer's state appearing), then flat."""
+    return (40 + min(step, 8)) * MIB
 
 
 def _graph(step: int, recompile_steps: tuple[int, ...] = RECOMPILE_STEPS) -> str:
@@ -64,7 +77,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
                           "graphs_at_site": len(compiled), "compile_ns_at_site": 0} if len(compiled) > 1 else None)
             t += compile_ns
             lines.append(rec.Compile(t=t, step=step, hash=graph, nodes=40, inputs=3, outputs=2, compile_ns=compile_ns,
-                                     cause={"kind": "USER_MARK_STEP", "text": "user mark_step"}, site=STEP_SITE,
+                                     memory=dict(COMPILE_MEMORY), cause={"kind": "USER_MARK_STEP", "text": "user mark_step"}, site=STEP_SITE,
                                      recompile=recompile))
         if not marks_every and step == FALLBACK_STEP or marks_every and step % (7 * marks_every) == 3:
             t += 300_000
@@ -84,6 +97,7 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
             lines.append(rec.Collective(t=t, step=step, hash=graph, count=1, bytes=4096, wait_ns=wait_ns, ns=100_000,
                                         sites=[STEP_SITE]))
         t += OTHER_NS + slow_ns
-        lines.append(rec.Step(t=t, step=step, duration_ns=100_000, interval_ns=t - start, site=STEP_SITE))
+        lines.append(rec.Step(t=t, step=step, duration_ns=100_000, interval_ns=t - start, site=STEP_SITE,
+                              device_bytes=live_bytes(step), peak_device_bytes=live_bytes(step) + PEAK_EXTRA))
     lines.append(rec.End(t=t + 1000, reason="exit", steps=steps))
     return "".join(rec.dumps(line) + "\n" for line in lines)

@@ -91,8 +91,13 @@ def test_console_errors_are_caught(browser, pages):
 
 def test_svg_elements_in_the_browser(browser, pages):
     browser.load(str(pages["event-log"]))
-    assert _count(browser, "svg.chart") == 2
+    assert _count(browser, "svg.chart") == 3
     assert _count(browser, "#timeline g.bar") == 20
+    # A memory point per sampled step, each laid out in its step's slot under the timeline's bar.
+    assert _count(browser, "#memory g.mem") == 20
+    slots = browser.evaluate("[5, 19].map(s => [document.querySelector('#step-' + s + ' rect').getBoundingClientRect()"
+                             ".x, document.querySelector('#mem-' + s + ' rect').getBoundingClientRect().x])")
+    assert all(abs(bar - point - 0.5) < 1.0 for bar, point in slots)
     assert {kind: _count(browser, f"#timeline a.mark.{kind}") for kind in ("compile", "transfer", "fallback",
                                                                            "graph-break")} == {
         "compile": 3, "transfer": 3, "fallback": 1, "graph-break": 1}

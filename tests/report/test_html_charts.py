@@ -109,7 +109,7 @@ def test_every_chart_has_a_text_alternative_and_the_page_a_print_style(capsys, t
     path = write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20))
     page, text = _page(capsys, path)
     charts = page.having("svg", "chart")
-    assert {c["id"] for c in charts} == {"timeline", "run-bar"}
+    assert {c["id"] for c in charts} == {"timeline", "memory", "run-bar"}
     for chart in charts:
         title, desc = chart["aria-labelledby"].split()
         assert chart["role"] == "img" and {title, desc} <= page.ids()
@@ -125,6 +125,80 @@ def test_run_bar_is_the_wall_time_breakdown(capsys, tmp_path):
             and "part" in page.elements[i - 1][1].get("class", "")]
     # 20 steps: 3 compiles (2 s + 0.8 s + 0.8 s), 20 executions of 5 ms, 20 × 2 ms tracing.
     assert "XLA compile: 3.6 s (96%)" in tips and "execution: 100 ms (3%)" in tips
+
+
+def test_memory_chart_draws_each_sampled_step_on_the_timelines_axis(capsys, tmp_path):
+    from xladev.schema.units import format_bytes
+
+    path = write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20))
+    page, text = _page(capsys, path)
+    points = page.having("g", "mem")
+    assert [int(p["id"].rsplit("-", 1)[1]) for p in points] == list(range(20))
+    # Each point's tooltip: live at the step's end and the step's peak, as the log says them.
+    for step in (0, 7, 19):
+        live = event_logs.live_bytes(step)
+        assert page.title_after(f"mem-{step}") == (f"step {step}: {format_bytes(live)} live at the end, peak "
+                                                   f"{format_bytes(live + event_logs.PEAK_EXTRA)}")
+    # A point is in the same slot as its step's bar: the two charts share the step axis.
+    timeline_rects = re.findall(r'<g class="bar" id="step-(\d+)"><title>[^<]*</title><rect x="([\d.]+)"', text)
+    memory_rects = dict(re.findall(r'<g class="mem" id="mem-(\d+)"><title>[^<]*</title><rect x="([\d.]+)"', text))
+    assert timeline_rects and all(abs(float(x) - float(memory_rects[step]) - 0.5) < 1e-6 for step, x in timeline_rects)
+    desc = page.texts[next(i for i, (t, a) in enumerate(page.elements) if a.get("id") == "memory-d")]
+    top = event_logs.live_bytes(19) + event_logs.PEAK_EXTRA
+    assert "20 sampled steps" in desc and f"Highest peak: {format_bytes(top)} in step 8" in desc
+    assert "Sampled at the end of 20 steps" in text and "The peak is estimated" in text
+
+
+def test_memory_chart_buckets_a_long_run_by_its_most(capsys, tmp_path):
+    steps = 2_000
+    path = write(tmp_path, "long.events.jsonl", event_logs.synthetic_log(steps, marks_every=10))
+    page, text = _page(capsys, path)
+    points, bars = page.having("g", "mem"), page.having("g", "bar")
+    assert len(points) == len(bars) == 400  # buckets of 5 steps, as the timeline's
+    assert "One point per 5 steps" in text
+    # The bucket of steps 5–9 holds the most live of them (step 8 onwards: flat) and says how many it folds.
+    assert page.title_after("mem-5").startswith(f"steps 5–9: {svg_charts.format_bytes(event_logs.live_bytes(8))} "
+                                               "live at the end") and "the most of 5 sampled steps" in \
+        page.title_after("mem-5")
+
+
+def test_inputs_without_memory_samples_say_so_and_draw_no_memory_chart(capsys, tmp_path):
+    lines = [line for line in event_logs.synthetic_log(6).splitlines()]
+    stripped = []
+    for line in lines:
+        record = json.loads(line)
+        record.pop("device_bytes", None), record.pop("peak_device_bytes", None)
+        stripped.append(json.dumps(record))
+    page, text = _page(capsys, write(tmp_path, "old.events.jsonl", "\n".join(stripped) + "\n"))
+    assert "memory" not in {c["id"] for c in page.having("svg", "chart")}
+    assert "holds no device memory per step" in text
+    _, metrics = _page(capsys, fixture_path("dynamic_shape.metrics.txt"))
+    assert "device memory per step are not in it" in metrics and 'id="memory"' not in metrics
+
+
+def test_memory_growing_finding_links_to_the_memory_chart(capsys, tmp_path):
+    from xladev.schema import records as rec
+
+    lines = event_logs.synthetic_log(20).splitlines()
+    growing = rec.MemoryGrowing(t=1, step=12, from_step=6, from_bytes=40 * event_logs.MIB,
+                                to_bytes=46 * event_logs.MIB, per_step_bytes=float(event_logs.MIB),
+                                holders=[{"kind": "batch", "line": event_logs.READ_SITE,
+                                          "per_step_bytes": float(event_logs.MIB), "buffers": 1}])
+    lines.insert(-1, rec.dumps(growing))
+    _, text = _page(capsys, write(tmp_path, "run.events.jsonl", "\n".join(lines) + "\n"))
+    finding = text[text.index("memory-growing</div>"):]
+    assert 'href="#memory"' in finding[:finding.index('class="fix"')]
+
+
+def test_graph_table_says_what_each_graph_holds_while_it_runs(capsys, tmp_path):
+    from xladev.schema import memory
+
+    path = write(tmp_path, "run.events.jsonl", event_logs.synthetic_log(20))
+    page, text = _page(capsys, path)
+    need = memory.need_bytes(event_logs.COMPILE_MEMORY)
+    assert need == 10 * event_logs.MIB + 64 * 1024
+    cells = re.findall(r'<td class="r mono" data-v="(\d+)">([^<]+)</td></tr>', text)
+    assert cells == [(str(need), svg_charts.format_bytes(need))] * 3  # its last column, one row per graph
 
 
 def test_graph_table_sorts_in_the_page_and_links_each_graph_to_its_ir(capsys, tmp_path):
@@ -162,7 +236,7 @@ def test_metrics_file_says_what_is_estimated_and_missing(capsys):
 def test_debug_log_marks_compiles_without_step_times(capsys):
     page, text = _page(capsys, fixture_path("dynamic_shape.debug.txt"))
     assert page.having("g", "bar") == [] and len(page.having("a", "compile")) > 0
-    assert "no times, so the timeline has marks but no step times" in text
+    assert "no times and no device memory, so the timeline has marks but no step times" in text
 
 
 def test_compare_draws_both_runs_on_one_axis(capsys, tmp_path):

@@ -167,11 +167,12 @@ class EventLogReplay:
     def _on_compile(self, record: rec.Compile) -> None:
         self.last_graph = (record.hash, record.site or "", "compiled")
         site, function = split_site(record.site)
+        memory = {key: float(v) for key, v in record.memory.items()
+                  if key in memory_sizes.SIZES and isinstance(v, (int, float))}
         event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
                            inputs=record.inputs, outputs=record.outputs,
                            frames=[record.site] if record.site else [], site=site, function=function,
-                           sizes={memory_sizes.SIZES[k].column: float(v) for k, v in record.memory.items()
-                                  if k in memory_sizes.SIZES and isinstance(v, (int, float))},
+                           sizes={memory_sizes.SIZES[k].column: v for k, v in memory.items()},
                            steps_before=self.steps, name=record.name or "", step_known=True)
         recompile = record.recompile
         if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
@@ -186,6 +187,9 @@ class EventLogReplay:
         if stat is not None:
             stat.compiles += 1
             stat.compile_ns += record.compile_ns
+            need = memory_sizes.need_bytes(memory)
+            if need is not None:
+                stat.memory_bytes = need
         if len(self.trace.compiles) < MAX_TRACE_RUNS:
             self.trace.compiles.append((record.step, record.hash, record.site or "?"))
         debug = self.source.debug

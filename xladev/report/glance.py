@@ -8,6 +8,9 @@ what it holds, and the view says what is estimated or missing (`RunView.notes`):
   transfers) and the new compiles, transfers and fallbacks per report, without sites;
 - a PT_XLA_DEBUG log: each compile's step, site and cause; no times.
 
+Device memory per step (live at the step's end, and the step's peak) comes from an event log's step records, for the
+steps the runtime sampled; no other input has it.
+
 A long run is drawn per bucket of steps (at most `MAX_BARS` bars), so the page stays small however long
 the run: each bar is the mean step of its bucket, with its slowest step, and each mark sums its bucket.
 """
@@ -109,6 +112,30 @@ class MarkGroup:
 
 
 @dataclasses.dataclass
+class MemoryPoint:
+    """Device memory in one bar's steps: the most held at a sampled step's end, and the highest peak.
+
+    Attributes:
+      first: the first step it covers.
+      last: the last step it covers.
+      live: the most bytes live at the end of a sampled step in it.
+      peak: the highest peak in it (the most a step held while its graphs ran; estimated, see
+        `xladev.schema.records.Step`).
+      samples: sampled steps in it.
+    """
+
+    first: int
+    last: int
+    live: int
+    peak: int
+    samples: int = 1
+
+    def steps_text(self) -> str:
+        """``step 4`` or ``steps 4–7``."""
+        return f"step {self.first}" if self.first == self.last else f"steps {self.first}–{self.last}"
+
+
+@dataclasses.dataclass
 class RankSeries:
     """One rank's work per step on the run's axis.
 
@@ -146,6 +173,7 @@ class RunView:
       graphs: per graph: compiles, compile time, executions (an event log's), most compile time first.
       graph_ir: graph hash -> its IR text (cut), for the graphs the page links to.
       ranks: per rank, for a run of several ranks with step times.
+      memory: device memory per bar's steps, for the bars with a sampled step (an event log's).
       notes: what the input does not give, or gives only estimated, in words.
     """
 
@@ -161,6 +189,7 @@ class RunView:
     graphs: list[GraphStat] = dataclasses.field(default_factory=list)
     graph_ir: dict[str, str] = dataclasses.field(default_factory=dict)
     ranks: list[RankSeries] = dataclasses.field(default_factory=list)
+    memory: list[MemoryPoint] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
     def finding_marks(self, finding) -> list[MarkGroup]:
@@ -217,6 +246,19 @@ def _bars_from_steps(step_times: list[wall_time.StepTime], bucket: int) -> list[
         bars.append(StepBar(index * bucket, index * bucket + bucket - 1, sum(s.wall_ns for s in members) / n,
                             max(s.wall_ns for s in members), {part: ns / n for part, ns in parts.items()}, n))
     return bars
+
+
+def _memory_points(samples: list[tuple[int, int, int]], bucket: int) -> list[MemoryPoint]:
+    """The (step, live, peak) samples per bar: the most live and the highest peak of the bar's sampled steps."""
+    points: dict[int, MemoryPoint] = {}
+    for step, live, peak in samples:
+        index = step // bucket
+        point = points.get(index)
+        if point is None:
+            points[index] = MemoryPoint(index * bucket, index * bucket + bucket - 1, live, peak)
+        else:
+            point.live, point.peak, point.samples = max(point.live, live), max(point.peak, peak), point.samples + 1
+    return [points[index] for index in sorted(points)]
 
 
 def _rows_from_series(series) -> list[dict[str, float]]:
@@ -340,6 +382,10 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         view.graph_ir = {g.graph_hash: ir[g.graph_hash][:MAX_IR_CHARS] for g in view.graphs[:MAX_IR_GRAPHS]
                          if g.graph_hash in ir}
         merged = source.marks.marks()
+        view.memory = _memory_points(source.device_memory, view.bucket)
+        if step_times and not view.memory:
+            view.notes.append("The event log holds no device memory per step (the torch_xla adapter and xladev "
+                              "before its memory sampling do not write it), so there is no memory chart.")
         if len(step_times) >= MAX_STEP_TIMES:
             view.notes.append(f"The log keeps the times of its first {MAX_STEP_TIMES:,} steps: later steps have "
                               "marks but no bars.")
@@ -355,7 +401,7 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         view.measured = ("the device time per step (compile + execution), estimated: the metrics' growth between "
                          "two reports, spread evenly over the steps between them")
         view.notes.append("From a metrics file: the wall time per step, the sites and causes of the marks, tracing "
-                          "and transfer times per step are not in it; each mark is the growth of a counter between "
+                          "and transfer times and device memory per step are not in it; each mark is the growth of a counter between "
                           "two reports. An xladev event log (XLADEV_EVENT_LOG) measures them all.")
     else:
         merged = []
@@ -367,8 +413,8 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         if not view.bars:
             steps = [m.step for m in merged]
             view.bucket = bucket_for(min(steps, default=0), max(steps, default=0), max_bars)
-            view.notes.append("From a PT_XLA_DEBUG log: each compile's step, site and cause; no times, so the "
-                              "timeline has marks but no step times.")
+            view.notes.append("From a PT_XLA_DEBUG log: each compile's step, site and cause; no times and no "
+                              "device memory, so the timeline has marks but no step times.")
     view.marks = _group_marks(merged, view.bucket, prefix)
     view.ranks = _rank_series(report, view.bucket, prefix)
     if view.breakdown is not None and not view.breakdown.exact:

@@ -14,7 +14,7 @@ from xladev.report import svg_charts
 from xladev.report.marks import KINDS, LABELS
 from xladev.report.glance import MAX_FINDING_LINKS, RunView
 from xladev.schema.sites import short_site
-from xladev.schema.units import compact_time_ns
+from xladev.schema.units import compact_time_ns, format_bytes
 
 # Marks tables longer than this start folded (a link to a row unfolds it).
 OPEN_MARK_ROWS = 40
@@ -106,13 +106,18 @@ def _graph_table(view: RunView) -> str:
                     f'<td class="r mono" data-v="{graph.compile_ns:.0f}">{_h(compact_time_ns(graph.compile_ns))}</td>'
                     f'<td class="r mono" data-v="{graph.executions}">{graph.executions:,}</td>'
                     f'<td class="r mono" data-v="{graph.execute_ns:.0f}">{_h(compact_time_ns(graph.execute_ns))}</td>'
-                    f'<td class="r mono" data-v="{graph.first_step}">{graph.first_step}</td></tr>')
+                    f'<td class="r mono" data-v="{graph.first_step}">{graph.first_step}</td>'
+                    + (f'<td class="r mono" data-v="{graph.memory_bytes:.0f}">{_h(format_bytes(graph.memory_bytes))}'
+                       f'</td>' if graph.memory_bytes is not None else '<td class="r mono" data-v="-1">-</td>')
+                    + '</tr>')
     more = len(view.graphs) - MAX_GRAPH_ROWS
     note = f'<p class="note">{more} more graphs in --format json.</p>' if more > 0 else ""
     table = ('<table class="sortable graphs"><caption>Click a heading to sort</caption><thead><tr>'
              '<th>Graph</th><th>Site</th><th class="r">IR nodes</th><th class="r">Compiles</th>'
              '<th class="r">Compile time</th><th class="r">Executions</th><th class="r">Execution time</th>'
-             '<th class="r">First step</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+             '<th class="r">First step</th><th class="r" title="What the graph holds on the device while it runs: '
+             'its inputs, outputs not written into donated inputs, temporaries and program (XLA\'s memory '
+             'analysis)">Memory while it runs</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
     return table + note + "".join(dumps)
 
 
@@ -127,6 +132,14 @@ def _run_pictures(view: RunView, straggler: int | None) -> list[str]:
                   svg_charts.legend(svg_charts.parts_drawn(view.bars)) if view.bars else "", timeline,
                   svg_charts.mark_legend([k for k in KINDS if any(g.kind == k for g in view.marks)]),
                   _marks_table(view)]
+    memory = svg_charts.memory_chart(view)
+    if memory:
+        sampled = sum(point.samples for point in view.memory)
+        parts += ["<h3>Device memory</h3>", f'<p class="note">Sampled at the end of {sampled:,} steps (each step, '
+                  "or every few steps where sampling would cost over 1% of one). The peak is estimated: what was "
+                  "live when the step began plus the most its graphs add while they run (XLA's memory analysis)."
+                  + (f" One point per {view.bucket} steps: the most of its sampled steps." if view.bucket > 1 else "")
+                  + "</p>", svg_charts.memory_legend(), memory]
     bar = svg_charts.run_bar(view)
     if bar:
         shown = list(dict.fromkeys(part for _, b in view.breakdowns for part, _, total, _, _ in b.rows() if total))
@@ -196,6 +209,8 @@ def finding_links(finding, views: list[RunView]) -> str:
         rank = finding.numbers.get("rank")
         if isinstance(rank, int) and any(series.rank == rank for series in view.ranks):
             links.append(f'<a href="#{view.prefix}rank-{rank}">rank {rank} on the per-rank chart</a>')
+        if finding.rule == "memory-growing" and view.memory:
+            links.append(f'<a href="#{view.prefix}memory">the device memory chart</a>')
         step = finding.numbers.get("step")
         if finding.rule == "graph-divergence" and isinstance(step, int) and view.ranks:
             links.append(f'<a href="#{view.prefix}ranks">step {step} on the per-rank chart</a>')

@@ -128,6 +128,8 @@ class GraphStat:
       execute_ns: execution time in total.
       first_step: the step it first compiled or ran in.
       first_line: the input line of its first record.
+      memory_bytes: what it holds on the device while it runs (`xladev.schema.memory.need_bytes` of its last
+        compile's memory analysis); None when the log has no analysis of it.
     """
 
     graph_hash: str
@@ -140,6 +142,7 @@ class GraphStat:
     execute_ns: float = 0.0
     first_step: int = 0
     first_line: int = 0
+    memory_bytes: float | None = None
 
 
 def graph_stat(graphs: dict[str, GraphStat], graph_hash: str, *, site: str, name: str, nodes: int, step: int,

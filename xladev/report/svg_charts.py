@@ -6,7 +6,9 @@
   and links to its row in the marks table;
 - `run_bar`: the run's wall time as one stacked bar;
 - `compare_timeline`: two runs' step times on one axis;
-- `ranks_chart`: each rank's step time on one axis, the straggler drawn thickest.
+- `ranks_chart`: each rank's step time on one axis, the straggler drawn thickest;
+- `memory_chart`: device memory per step on the timeline's step axis: live at each sampled step's end as a line,
+  the step's peak as a shaded band above it.
 
 Every chart has a `<title>` and `<desc>` (what a screen reader says, and the text a print of the page keeps);
 the parts differ in lightness and pattern, the marks in shape, so the pictures hold in grey.
@@ -18,8 +20,8 @@ import html
 
 from xladev.rules import wall_time
 from xladev.report.marks import KINDS, LABELS
-from xladev.report.glance import MarkGroup, RankSeries, RunView, StepBar, steps_axis
-from xladev.schema.units import compact_time_ns
+from xladev.report.glance import MarkGroup, MemoryPoint, RankSeries, RunView, StepBar, steps_axis
+from xladev.schema.units import compact_time_ns, format_bytes
 
 WIDTH = 960
 LEFT, RIGHT, TOP = 112, 12, 14
@@ -161,13 +163,13 @@ class _Axis:
         return TOP + PLOT_H - min(1.0, ns / self.top_ns) * PLOT_H
 
 
-def _frame(axis: _Axis, first: int, last: int, label: str) -> list[str]:
-    """Axes: the y range in time, a few step numbers along x."""
+def _frame(axis: _Axis, first: int, last: int, label: str, top_text: str | None = None) -> list[str]:
+    """Axes: the y range (in time unless `top_text` says the top otherwise), a few step numbers along x."""
     bottom = TOP + PLOT_H
+    top_text = compact_time_ns(axis.top_ns) if top_text is None else top_text
     out = [f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}"/>',
            f'<line class="axis" x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}"/>',
-           f'<text class="tick" x="{LEFT - 4}" y="{TOP + 9}" text-anchor="end">{_h(compact_time_ns(axis.top_ns))}'
-           f'</text>', f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
+           f'<text class="tick" x="{LEFT - 4}" y="{TOP + 9}" text-anchor="end">{_h(top_text)}</text>', f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
            f'<text class="tick" x="{LEFT - 4}" y="{TOP + PLOT_H // 2}" text-anchor="end">{_h(label)}</text>']
     ticks = sorted({first, last} | {first + (last - first) * i // 4 for i in range(1, 4)})
     for step in ticks:  # the last number ends at the plot's edge rather than past it
@@ -409,3 +411,58 @@ def ranks_chart(view: RunView, straggler: int | None) -> str:
         desc = f"Rank {straggler} is the straggler. " + desc
     return _open(f"{view.prefix}ranks", int(y + 8), "Work per step and compiles of each rank", desc, "ranks") \
         + "".join(body) + "</svg>"
+
+
+def memory_legend() -> str:
+    """The HTML legend of `memory_chart`: its line and its band."""
+    return ('<div class="legend"><span class="key"><svg width="22" height="14" aria-hidden="true"><line x1="1" y1="7" '
+            'x2="21" y2="7" stroke="#08306b" stroke-width="2"/><circle cx="11" cy="7" r="2.5" fill="#08306b"/></svg> '
+            'live at the step\'s end</span><span class="key"><svg width="14" height="14" aria-hidden="true"><rect '
+            'width="14" height="14" fill="#c6dbef" stroke="#4a90c8"/></svg> up to the step\'s peak (estimated)'
+            '</span></div>')
+
+
+def _memory_desc(view: RunView) -> str:
+    points = view.memory
+    first, last = points[0], points[-1]
+    peak = max(points, key=lambda p: p.peak)
+    samples = sum(p.samples for p in points)
+    return (f"{samples:,} sampled steps" + (f" in {len(points)} bars of {view.bucket} steps" if view.bucket > 1 else "")
+            + f". Live at the step's end: {format_bytes(first.live)} in {first.steps_text()}, "
+            f"{format_bytes(last.live)} in {last.steps_text()}; highest {format_bytes(max(p.live for p in points))}. "
+            f"Highest peak: {format_bytes(peak.peak)} in {peak.steps_text()}.")
+
+
+def memory_chart(view: RunView) -> str:
+    """Device memory per step, on the step timeline's axis: live at each sampled step's end (a line with a dot per
+    bar), and each step's peak (a shaded band from the live line up). A bar's hover says its numbers.
+
+    Args:
+      view: the run's `RunView` with its `MemoryPoint`s.
+
+    Returns:
+      The `<svg>` element, or "" when the run sampled no device memory.
+    """
+    points: list[MemoryPoint] = view.memory
+    if not points:
+        return ""
+    first, last = steps_axis([view])
+    first, last = min(first, points[0].first), max(last, points[-1].first)
+    axis = _Axis(first, last, view.bucket, max(p.peak for p in points))
+    body = _frame(axis, first, last, "device memory", format_bytes(axis.top_ns))
+    band_top = " ".join(f"{axis.centre(p.first):.1f},{axis.y(p.peak):.1f}" for p in points)
+    band_foot = " ".join(f"{axis.centre(p.first):.1f},{axis.y(p.live):.1f}" for p in reversed(points))
+    body.append(f'<polygon class="mem-peak" points="{band_top} {band_foot}" fill="#c6dbef" stroke="#4a90c8" '
+                f'stroke-width="0.8"/>')
+    body.append(f'<polyline class="mem-live" points="{band_foot}" fill="none" stroke="#08306b" stroke-width="2"/>')
+    for point in points:
+        x = axis.centre(point.first)
+        counted = "" if point.samples == 1 else f" (the most of {point.samples} sampled steps)"
+        body.append(f'<g class="mem" id="{view.prefix}mem-{point.first}"><title>{_h(point.steps_text())}: '
+                    f'{_h(format_bytes(point.live))} live at the end, peak {_h(format_bytes(point.peak))}{counted}'
+                    f'</title><rect x="{axis.x(point.first):.1f}" y="{TOP}" width="{max(0.6, axis.slot_w):.1f}" '
+                    f'height="{PLOT_H}" fill="transparent"/>'
+                    f'<circle cx="{x:.1f}" cy="{axis.y(point.live):.1f}" r="{2.5 if axis.slot_w >= 4 else 1.2}" '
+                    f'fill="#08306b"/></g>')
+    return _open(f"{view.prefix}memory", TOP + PLOT_H + 26, f"Device memory of {view.name}", _memory_desc(view),
+                 "memory") + "".join(body) + "</svg>"
