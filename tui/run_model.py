@@ -19,6 +19,7 @@ from typing import Callable
 from xladev.schema import records as rec
 from xladev.schema import log_header
 from xladev.schema.counters import updates
+from xladev.schema.record_wording import layout_lines
 from xladev.schema.records import RecordError, parse_line
 from xladev.schema.sites import UNKNOWN_SITE, short_site
 from xladev.schema.units import COUNT
@@ -48,7 +49,7 @@ DIAGNOSIS_INTERVAL = 1.0
 
 class _Graph:
     __slots__ = ("hash", "nodes", "inputs", "outputs", "compile_ns", "compiled_step", "site", "cause", "memory",
-                 "executions", "execute_ns", "ranges", "ir", "recompile", "order", "failure")
+                 "executions", "execute_ns", "ranges", "ir", "recompile", "order", "failure", "shardings")
 
     def __init__(self, graph_hash: str, order: int):
         self.hash = graph_hash
@@ -58,6 +59,7 @@ class _Graph:
         self.site = ""
         self.cause = ""
         self.memory: dict = {}
+        self.shardings: tuple[str, ...] = ()  # an SPMD graph's layout, in words (`record_wording.layout_lines`)
         self.executions = 0
         self.execute_ns = 0
         self.ranges: list[list[int]] = []
@@ -82,7 +84,7 @@ class _Graph:
     def row(self) -> GraphRow:
         return GraphRow(self.hash, self.nodes, self.inputs, self.outputs, self.compile_ns, self.compiled_step,
                         self.site, self.cause, tuple(sorted(self.memory.items())), self.executions, self.execute_ns,
-                        self.steps_text(), self.ir, self.recompile, self.failure)
+                        self.steps_text(), self.ir, self.recompile, self.failure, self.shardings)
 
 
 class _Site:
@@ -298,6 +300,7 @@ class RunModel:
         graph.site = site
         graph.cause = cause
         graph.memory = dict(record.memory)
+        graph.shardings = tuple(layout_lines(record.shardings)) if isinstance(record.shardings, dict) else ()
         entry = self.sites.get(site)
         if entry is None:
             entry = self.sites[site] = _Site(record.step)

@@ -92,6 +92,7 @@ class GraphRow:
     ir: str
     recompile: Alert | None
     failure: str = ""  # why it failed to compile or to run, when it did
+    shardings: tuple[str, ...] = ()  # an SPMD graph's inputs and outputs as split over the devices, in words
 
 
 @dataclasses.dataclass(frozen=True)

@@ -151,6 +151,9 @@ def detail_text(graph: GraphRow, compiling: bool = False) -> Text:
                  if key in sizes]
         need = memory_sizes.need_bytes(sizes)
         text.append(f"memory: {', '.join(shown)}" + (f"; needs {format_bytes(need)}" if need is not None else "") + "\n")
+    if graph.shardings:
+        # SPMD: XLA's memory analysis above is one device's; this says how each input and output is split.
+        text.append("sharding over the devices:\n" + "".join(f"  {line}\n" for line in graph.shardings))
     mean = graph.execute_ns / graph.executions if graph.executions else None
     text.append(f"executed {graph.executions} times, {compact_time_ns(graph.execute_ns)} in total"
                 + (f" ({compact_time_ns(mean)} each)" if mean is not None else "") + "\n")

@@ -146,7 +146,10 @@ class CompileStarted(Event):
 class GraphCompiled(Event):
     """A graph missed the in-memory cache and was compiled.
 
-    `graph` describes the graph (see `GraphInfo`); `memory` holds XLA's memory analysis in bytes.
+    `graph` describes the graph (see `GraphInfo`); `memory` holds XLA's memory analysis in bytes (per device, for
+    an SPMD graph: XLA analyses the partitioned program). `shardings`, for an SPMD graph only, is how each input and
+    output is split over the devices (`{"inputs": [...], "outputs": [...]}`, entries `{"shape", "sharding",
+    "device_bytes"}`).
     """
 
     graph_hash: str
@@ -161,6 +164,7 @@ class GraphCompiled(Event):
     graph: GraphInfo | None = None
     donated: int = 0  # input buffers donated to the executable (PyTorch/XLA's InputOutputAliasCount)
     graph_name: str | None = None  # the compiled region's name (PyTorch/XLA's "Graph Name"), if any
+    shardings: dict | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import time
 
+from xladev.schema.units import format_bytes
+
 
 def step_window(first: int | None, last: int | None) -> str:
     """`steps 5–7`, `step 5`, or `steps ?`: a profile's step window as the report and the TUI write it."""
@@ -49,3 +51,35 @@ def run_label(host: str | None, pid: int | None, started_unix: float | None) -> 
     """The identity for people: ``pid 1176 on vm, started 2026-11-23 06:29:32``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_unix)) if started_unix else "?"
     return f"pid {pid} on {host or '?'}, started {started}"
+
+
+# Inputs and outputs a sharding layout lists each; the rest are counted (a model has hundreds of parameters).
+SHARDING_LINES = 12
+
+
+def layout_lines(shardings: dict, limit: int = SHARDING_LINES) -> list[str]:
+    """A compile record's `shardings` in words, as the PT_XLA_DEBUG analysis's `Sharding:` section and the TUI's
+    graph view show it: each input and output with its shape, sharding and bytes on one device (split ones first),
+    then what one device holds of them in all.
+
+    Args:
+      shardings: ``{"inputs": [...], "outputs": [...]}``, entries ``{"shape", "sharding", "device_bytes"}``.
+      limit: entries listed per side; the rest are counted.
+
+    Returns:
+      The lines.
+    """
+    lines = []
+    totals = {}
+    for side in ("inputs", "outputs"):
+        entries = [e for e in shardings.get(side) or [] if isinstance(e, dict)]
+        totals[side] = sum(e.get("device_bytes") or 0 for e in entries)
+        # Split ones first (those a user marked, or XLA's partitioner chose), each in its place's order.
+        ordered = sorted(enumerate(entries), key=lambda e: (e[1].get("sharding") == "{replicated}", e[0]))
+        for index, entry in ordered[:limit]:
+            lines.append(f"{side[:-1]} {index}: {entry.get('shape', '?')} {entry.get('sharding', '?')}, "
+                         f"{format_bytes(entry.get('device_bytes') or 0)} per device")
+        if len(entries) > limit:
+            lines.append(f"... and {len(entries) - limit} more {side}")
+    lines.append(f"per device: inputs {format_bytes(totals['inputs'])}, outputs {format_bytes(totals['outputs'])}")
+    return lines

@@ -214,8 +214,10 @@ class Compile(_Timed):
     recompile: dict | None = None  # present only on a recompilation
     donated: int | None = None  # input buffers donated to the executable (InputOutputAliasCount); None in older logs
     name: str | None = None  # the compiled region's graph name (PyTorch/XLA's "Graph Name"), when there is one
+    # SPMD only: each input's and output's shape, sharding and bytes per device (`GraphCompiled.shardings`).
+    shardings: dict | None = None
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("recompile", "name")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("recompile", "name", "shardings")
 
 
 @dataclasses.dataclass(slots=True)

@@ -75,7 +75,7 @@ class RecordBuilder:
         record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
                              event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
                              event.persistent_cache_hit, self._recompiles.pop(event.graph_hash, None),
-                             event.donated, event.graph_name)
+                             event.donated, event.graph_name, event.shardings)
         return self._with_graph(event, t, record)
 
     def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:

@@ -20,7 +20,7 @@ from xladev.errors import XladevError
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime.graph import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph.span_clock import spent
-from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of
+from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of, sharding_layout
 from xladev.runtime.lowering.graph_lowering import compiler_options, hlo_module_text, program, replica_sharding
 from xladev.runtime.graph.ir import Graph
 from xladev.runtime.graph.irtext import graph_to_text, node_attributes
@@ -192,7 +192,7 @@ class CompileCache:
                 time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,
                 compile_ns, memory, cause, frames,
                 (self.persistent_hits > hits_before) if _persistent_cache else None, info, len(graph.donated),
-                graph_names.current(),
+                graph_names.current(), _spmd_layout(graph, compiled, replicated),
             ))
         return entry
 
@@ -256,6 +256,17 @@ def _memory_analysis(compiled) -> dict[str, int]:
     # A size XLA does not give is left out (printed as PyTorch/XLA's "Unknown"), never taken as 0.
     return {key: int(value) for key, size in memory_sizes.SIZES.items()
             if (value := getattr(m, size.attribute, None)) is not None}
+
+
+def _spmd_layout(graph: Graph, compiled, replicated: bool) -> dict | None:
+    """The inputs' and outputs' shardings of a graph compiled for SPMD (`graph_info.sharding_layout`); None for any
+    other graph, or when jax cannot say them (the compile record then has no layout rather than a wrong one)."""
+    if replicated or backend.spmd_replicated is None or graph.device_index != 0:
+        return None
+    try:
+        return sharding_layout(graph, compiled)
+    except Exception:
+        return None
 
 
 # XLA's persistent compilation cache, once turned on: {"path": ..., "readonly": ...}.

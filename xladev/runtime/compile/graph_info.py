@@ -100,6 +100,35 @@ class RuntimeGraphInfo:
         return f"GraphInfo({self.hash}, {len(self._graph.nodes)} nodes)"
 
 
+def sharding_layout(graph: Graph, compiled) -> dict:
+    """How an SPMD graph's inputs and outputs are split over the devices, as its compile record keeps it.
+
+    Args:
+      graph: the graph, compiled for SPMD (its program partitioned over the mesh).
+      compiled: its jax `Compiled`, whose input and output shardings XLA's partitioner settled.
+
+    Returns:
+      ``{"inputs": [...], "outputs": [...]}``, one entry per input and per output (`graph.roots`) in order:
+      ``{"shape": "f32[16,8]", "sharding": "{devices=[4,1]0,1,2,3}", "device_bytes": 128}``, where
+      `device_bytes` is what one device holds of it (the largest shard).
+    """
+    import jax
+
+    def entries(nodes, shardings) -> list[dict]:
+        out = []
+        for node, sharding in zip(nodes, shardings):
+            shape = tuple(node.meta.shape)
+            numel = 1
+            for size in sharding.shard_shape(shape):
+                numel *= size
+            out.append({"shape": plain_shape(node.meta), "sharding": sharding_text(sharding, len(shape)),
+                        "device_bytes": numel * node.meta.dtype.itemsize})
+        return out
+
+    return {"inputs": entries(graph.inputs, jax.tree.leaves(compiled.input_shardings[0])),
+            "outputs": entries(graph.roots, jax.tree.leaves(compiled.output_shardings))}
+
+
 def collectives_of(graph: Graph) -> list[tuple[str, int, str | None]]:
     """(op, bytes from this rank, the user's line) of each collective of `graph`, in order."""
     out = []

@@ -16,7 +16,7 @@ from xladev.events import (
     GraphGrowing, MemoryGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
-from xladev.schema.record_wording import recompilation_lines, run_identity
+from xladev.schema.record_wording import layout_lines, recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
@@ -171,7 +171,8 @@ class AnalysisSink(Sink):
             # The graphs TorchDynamo compiles after a failed guard say which guard, as a recompile says what changed.
             extra.insert(0, ("Dynamo Recompilation Cause", [
                 f"{guard.function} compiled again (compile {guard.compiles}): guard failed: {guard.guard}"]))
-        extra = self.process + extra + _collective_section(event.graph) + _recompute_section(event.graph)
+        extra = (self.process + extra + _collective_section(event.graph) + _recompute_section(event.graph)
+                 + _sharding_section(event.shardings))
         self.out.write(analysis_block("Compilation Analysis: ", "Compilation Cause", event.cause, event.graph_hash,
                                       event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame, extra,
                                       event.graph_name))
@@ -297,6 +298,11 @@ def _collective_section(graph) -> list[tuple[str, list[str]]]:
         lines.append(f"... and {len(found) - 8} more")
     lines.append("the graph runs on every rank at once: each waits for the others to reach it")
     return [("Collectives: ", lines)]
+
+
+def _sharding_section(shardings: dict | None) -> list[tuple[str, list[str]]]:
+    """The block's `Sharding:` section for an SPMD graph (none for others)."""
+    return [("Sharding: ", layout_lines(shardings))] if shardings else []
 
 
 def _recompute_section(graph) -> list[tuple[str, list[str]]]:
