@@ -14,6 +14,7 @@ from xladev.errors import XladevError
 from xladev.runtime.graph import backend
 from xladev.runtime.graph.ir import DATA_OP, SCALAR_OP, Graph, Meta, rebuild
 from xladev.runtime.lowering.registry import LoweringContext
+from xladev.runtime.lowering.hlo_names import opcode_names
 
 
 class LoweringError(XladevError, RuntimeError):
@@ -229,7 +230,8 @@ def hlo_module_text(lowering, debug_info: bool = False) -> str:
     operand with its shape (`convert(bf16[16,10]{1,0} %p0)`), `%` names, and the source lines only with debug_info.
 
     jax's own `as_text(dialect="hlo")` leaves operand shapes out, so a check such as "a convert from bf16 to f32"
-    cannot read one line; jaxlib's printer is used instead, and jax's text where jaxlib lacks it.
+    cannot read one line; jaxlib's printer is used instead, and jax's text where jaxlib lacks it. Instructions are
+    named after their opcodes, as PyTorch/XLA's are (`hlo_names.opcode_names`).
 
     Args:
       lowering: jax's Lowered (`lowered(graph)`).
@@ -246,6 +248,12 @@ def hlo_module_text(lowering, debug_info: bool = False) -> str:
         options.print_metadata = debug_info
         # Reprinted from jax's own text: its metadata carries xladev's op names with the user's line (XLA_HLO_DEBUG).
         module = _hlo.hlo_module_from_text(lowering.as_text(dialect="hlo", debug_info=debug_info))
-        return module.to_string(options)
+        text = module.to_string(options)
     except (ImportError, AttributeError, TypeError, ValueError, RuntimeError):  # no printer, or text it cannot read
         return lowering.as_text(dialect="hlo", debug_info=debug_info)
+    renamed = opcode_names(text)
+    try:  # names PyTorch/XLA's way, checked by XLA's own parser: a text it rejects is not handed out
+        _hlo.hlo_module_from_text(renamed)
+    except (TypeError, ValueError, RuntimeError):
+        return text
+    return renamed
