@@ -56,9 +56,16 @@ UNSUPPORTED: dict[str, str] = {
     "torch_xla.stablehlo": "StableHLO export is not available; xm.get_stablehlo(tensors) gives a graph's StableHLO text",
     "torch_xla.utils": ("of torch_xla.utils, xladev provides utils.utils (PyTorch/XLA's helpers), "
                         "serialization (save/load) and checkpoint (gradient checkpointing)"),
-    "torch_xla.core.xla_builder": ("building XLA computations by hand (xb.Op, create_computation...) is not "
-                                   "available; xb.call_jax runs a jax function in the graph"),
-    "torch_xla.core.functions": "torch_xla.core.functions is not provided; use the torch operators directly",
+    "torch_xla.core.xla_builder": ("xb.Op builds a computation from XLA's operations inside a function that "
+                                   "torch_xla.core.xla_op_registry.register runs; an XLA computation object of its "
+                                   "own (create_computation, mkop, computation_from_module_proto, Op.build, an XLA "
+                                   "computation handed to an op) is not available: a computation is a jax function "
+                                   "here (xb.call_jax)"),
+    "torch_xla.core.functions": ("of torch_xla.core.functions, xladev provides all_reduce and all_gather "
+                                 "(differentiable); distributed_mm and SyncBatchNorm are not provided"),
+    "torch_xla.distributed.data_parallel.DataParallel": ("PyTorch/XLA's deprecated multi-thread DataParallel is not "
+                                                         "provided; run one process per device (torch_xla.launch, "
+                                                         "xmp.spawn) or SPMD. " + _DISTRIBUTED),
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
     "torch_xla.distributed.spmd.enable_manual_sharding": _MANUAL,
     "torch_xla.distributed.spmd.disable_manual_sharding": _MANUAL,
@@ -66,10 +73,9 @@ UNSUPPORTED: dict[str, str] = {
                                    "checkpoint_module, consolidate_sharded_model_checkpoints and "
                                    "consolidate_sharded_state_dicts, the wrap module's policies and "
                                    "XlaFlattenParamsWrapper (docs/distributed.md)"),
-    "torch_xla.distributed.fsdp.utils": ("of fsdp.utils, xladev provides checkpoint_module; PyTorch/XLA's patched "
-                                         "Linear and bucketed reduce-scatter are internal to its FSDP (here each "
-                                         "parameter has its own collective, and autograd's saved views read the "
-                                         "gathered parameter)"),
+    "torch_xla.distributed.fsdp.utils": ("of fsdp.utils, xladev provides checkpoint_module and "
+                                         "apply_xla_patch_to_nn_linear; PyTorch/XLA's bucketed reduce-scatter is "
+                                         "internal to its FSDP (here each parameter has its own collective)"),
     "torch_xla.distributed.zero_redundancy_optimizer": ("of zero_redundancy_optimizer, xladev provides "
                                                         "ZeroRedundancyOptimizer"),
     "torch_xla.runtime.get_master_ip": ("there is no TPU metadata server to ask; the job's master is MASTER_ADDR "
