@@ -341,3 +341,12 @@ def test_functional_foreach_copy_gives_each_self_s_shape_and_dtype_with_src_s_va
         assert g.device.type == "xla" and g.dtype == w.dtype
         torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)
     assert all(float(s.abs().sum()) == 0 for s in on_device)  # functional: the inputs are left as they were
+
+
+@pytest.mark.parametrize("bounds", [(-5, float("nan")), (float("nan"), 5.5), (float("-inf"),), (0, float("inf"), 2)])
+def test_arange_of_a_non_finite_bound_raises_eagers_error(dev, bounds):
+    with pytest.raises(RuntimeError) as eager:
+        torch.arange(*bounds)
+    with pytest.raises(RuntimeError) as lazy:
+        torch.arange(*bounds, device=dev)
+    assert str(lazy.value) == str(eager.value) and str(eager.value).startswith("unsupported range: ")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from xladev.runtime.graph import fork_guard, stack
@@ -245,6 +247,8 @@ def create(func, args, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory")}
     if "layout" in kwargs and kwargs["layout"] in (None, torch.strided):
         kwargs.pop("layout")
+    if func in _ARANGES:
+        _check_range(func, args)
     special_factory = FACTORY_HANDLERS.get(func)
     if special_factory is not None:
         return special_factory(args, kwargs, index)
@@ -254,6 +258,17 @@ def create(func, args, kwargs):
         except MetaUnsupported:
             pass
     return run_on_cpu(func, args, kwargs)
+
+
+_ARANGES = frozenset((aten.arange.start_step, aten.arange.start, aten.arange.default))
+
+
+def _check_range(func, args) -> None:
+    """Eager's first check of an arange: finite bounds (torch's shape function checks the step's sign first, and
+    would say that instead)."""
+    start, end = (0, args[0]) if func is aten.arange.default else (args[0], args[1])
+    if not all(math.isfinite(float(v)) for v in (start, end) if isinstance(v, (int, float))):
+        raise RuntimeError(f"unsupported range: {start} -> {end}")
 
 
 FACTORY_OPS = [
