@@ -1,6 +1,7 @@
 """The rest of the surface PyTorch/XLA's test_operations.py imports, through the alias, in-process on the real
 device: `xb.Op` operations run by `xla_op_registry.register`, DLPack exchange, the model comparator,
-`torch_xla.core.functions`' differentiable collectives and `apply_xla_patch_to_nn_linear`. Values are checked
+`torch_xla.core.functions`' differentiable collectives, `apply_xla_patch_to_nn_linear` and custom_kernel's
+`repeat_with_fixed_output_size`. Values are checked
 against eager CPU torch computing the same thing."""
 
 from __future__ import annotations
@@ -150,3 +151,19 @@ def test_the_patched_linear_trains_as_nn_linear(tx, mods):
 def test_the_old_data_parallel_imports_and_says_what_to_use(tx, mods):
     with pytest.raises(AttributeError, match="one process per device"):
         mods.dp.DataParallel(lambda: torch.nn.Linear(2, 2), device_ids=["xla:0"])
+
+
+@pytest.mark.parametrize("length", [0, 7, 20, 45])
+def test_repeat_with_fixed_output_size_is_repeat_interleave_cut_or_padded(tx, length):
+    from torch_xla.experimental.custom_kernel import repeat_with_fixed_output_size
+
+    device = tx.torch_xla.device()
+    values = torch.arange(10, dtype=torch.int32) * 3
+    repeats = torch.tensor([0, 1, 2, 0, 4, 0, 6, 7, 8, 0])  # 28 in all
+    whole = torch.repeat_interleave(values, repeats)
+    want = whole[:length] if length <= len(whole) else torch.cat(
+        [whole, values[-1].repeat(length - len(whole))])  # past the blocks: the last element
+    tx.met.clear_all()
+    got = repeat_with_fixed_output_size(values.to(device), repeats.to(device), length)
+    assert torch.equal(got.cpu(), want)
+    assert not [name for name in tx.met.counter_names() if name.startswith("aten::")]  # no CPU fallback

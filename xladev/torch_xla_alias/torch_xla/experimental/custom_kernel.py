@@ -18,7 +18,7 @@ from torch_xla import _xladev
 from torch_xla._internal.jax_workarounds import jax_import_guard, requires_jax  # noqa: F401  (PyTorch/XLA's names)
 
 __all__ = ["DEFAULT_MASK_VALUE", "convert_torch_dtype_to_jax", "flash_attention", "jax_import_guard",
-           "make_kernel_from_pallas", "requires_jax", "to_jax_shape_dtype_struct"]
+           "make_kernel_from_pallas", "repeat_with_fixed_output_size", "requires_jax", "to_jax_shape_dtype_struct"]
 
 
 def convert_torch_dtype_to_jax(dtype: torch.dtype):
@@ -31,6 +31,28 @@ def to_jax_shape_dtype_struct(tensor: torch.Tensor):
     import jax
 
     return jax.ShapeDtypeStruct(tuple(tensor.shape), convert_torch_dtype_to_jax(tensor.dtype))
+
+
+def repeat_with_fixed_output_size(input: torch.Tensor, repeats: torch.Tensor, total_repeat_length: int):
+    """`torch.repeat_interleave(input, repeats)` cut or padded to `total_repeat_length` elements, with no
+    data-dependent shape (so no host read and no recompile): position j holds the element whose block of repeats
+    covers j; past the last block, the last element.
+
+    Args:
+      input: a 1-D tensor.
+      repeats: a 1-D tensor of non-negative counts, one per element of `input`.
+      total_repeat_length: the output's length.
+
+    Returns:
+      A 1-D tensor of `total_repeat_length` elements.
+    """
+    torch._check(input.dim() == 1 and repeats.dim() == 1,
+                 lambda: "repeat_with_fixed_output_size: input and repeats must be 1-D")
+    ends = torch.cumsum(repeats, dim=0)
+    positions = torch.arange(total_repeat_length, device=input.device, dtype=ends.dtype)
+    # How many blocks end at or before each position: the index of the block that covers it.
+    index = torch.searchsorted(ends, positions, right=True).clamp(max=input.shape[0] - 1)
+    return input.index_select(0, index)
 
 
 __getattr__ = _xladev.module_getattr(__name__)
