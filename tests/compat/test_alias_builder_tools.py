@@ -90,8 +90,8 @@ def test_dlpack_shares_values_both_ways(tx, mods):
     assert torch.equal(torch.utils.dlpack.from_dlpack(mods.dlpack.to_dlpack(t)), torch.arange(6.0).reshape(2, 3) * 2)
     assert torch.equal(torch.utils.dlpack.from_dlpack(mods.dlpack.to_dlpack(t[:, 1])), torch.tensor([2.0, 8.0]))
     back = mods.dlpack.from_dlpack(torch.full((3,), 5, dtype=torch.int32))
-    assert back.device.type == "xla" and back.dtype == torch.int32 and torch.equal((back + 1).cpu(),
-                                                                                   torch.full((3,), 6, dtype=torch.int32))
+    assert back.device.type == "xla" and back.dtype == torch.int32
+    assert torch.equal((back + 1).cpu(), torch.full((3,), 6, dtype=torch.int32))
     with pytest.raises(TypeError, match="to_dlpack needs a tensor on an xla device"):
         mods.dlpack.to_dlpack(torch.ones(2))
 

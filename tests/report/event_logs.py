@@ -77,7 +77,8 @@ def synthetic_log(steps: int = 20, *, rank: int = 0, world_size: int = 1, slow_n
                           "graphs_at_site": len(compiled), "compile_ns_at_site": 0} if len(compiled) > 1 else None)
             t += compile_ns
             lines.append(rec.Compile(t=t, step=step, hash=graph, nodes=40, inputs=3, outputs=2, compile_ns=compile_ns,
-                                     memory=dict(COMPILE_MEMORY), cause={"kind": "USER_MARK_STEP", "text": "user mark_step"}, site=STEP_SITE,
+                                     memory=dict(COMPILE_MEMORY),
+                                     cause={"kind": "USER_MARK_STEP", "text": "user mark_step"}, site=STEP_SITE,
                                      recompile=recompile))
         if not marks_every and step == FALLBACK_STEP or marks_every and step % (7 * marks_every) == 3:
             t += 300_000

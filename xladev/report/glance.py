@@ -23,6 +23,7 @@ import math
 from xladev.rules import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
 from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
+from xladev.schema.record_wording import step_window
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
 
@@ -132,7 +133,7 @@ class MemoryPoint:
 
     def steps_text(self) -> str:
         """``step 4`` or ``steps 4–7``."""
-        return f"step {self.first}" if self.first == self.last else f"steps {self.first}–{self.last}"
+        return step_window(self.first, self.last)
 
 
 @dataclasses.dataclass
@@ -401,8 +402,8 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
         view.measured = ("the device time per step (compile + execution), estimated: the metrics' growth between "
                          "two reports, spread evenly over the steps between them")
         view.notes.append("From a metrics file: the wall time per step, the sites and causes of the marks, tracing "
-                          "and transfer times and device memory per step are not in it; each mark is the growth of a counter between "
-                          "two reports. An xladev event log (XLADEV_EVENT_LOG) measures them all.")
+                          "and transfer times and device memory per step are not in it; each mark is the growth of a "
+                          "counter between two reports. An xladev event log (XLADEV_EVENT_LOG) measures them all.")
     else:
         merged = []
     debug = [s for s in report.sources if s.has_debug and s.marks is None]

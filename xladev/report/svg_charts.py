@@ -169,7 +169,8 @@ def _frame(axis: _Axis, first: int, last: int, label: str, top_text: str | None 
     top_text = compact_time_ns(axis.top_ns) if top_text is None else top_text
     out = [f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}"/>',
            f'<line class="axis" x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}"/>',
-           f'<text class="tick" x="{LEFT - 4}" y="{TOP + 9}" text-anchor="end">{_h(top_text)}</text>', f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
+           f'<text class="tick" x="{LEFT - 4}" y="{TOP + 9}" text-anchor="end">{_h(top_text)}</text>',
+           f'<text class="tick" x="{LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
            f'<text class="tick" x="{LEFT - 4}" y="{TOP + PLOT_H // 2}" text-anchor="end">{_h(label)}</text>']
     ticks = sorted({first, last} | {first + (last - first) * i // 4 for i in range(1, 4)})
     for step in ticks:  # the last number ends at the plot's edge rather than past it
