@@ -36,6 +36,7 @@ SUITE = [
     ("report html", "bench_report_html.py", ["--steps", "20000"], ["--steps", "100000"]),
     ("tui", "bench_tui.py", [], []),
     ("graph build", "bench_graph_build.py", ["--ops", "4000"], ["--ops", "10000"]),
+    ("memory tracking", "bench_memory_tracking.py", ["--ops", "5000"], ["--ops", "20000"]),
     ("donation", "bench_donation.py", ["--steps", "6"], ["--steps", "12"]),
     ("distributed", "bench_distributed.py", ["--steps", "8"], ["--steps", "16"]),
 ]
@@ -118,6 +119,11 @@ def rows_for(name: str, data: dict) -> list[tuple[str, str, str]]:
     elif name == "graph build" and "ratio_vs_jax" in data:
         rows.append((f"graph build: {data['ops']}-op chain, xladev / jax.jit", f"{_num(data['ratio_vs_jax'])}x "
                      f"({_num(data['xladev']['total_s'])} s vs {_num(data['jax']['total_s'])} s)", "<= 3x"))
+    elif name == "memory tracking" and "origin_us" in data:
+        rows.append(("memory census tracking per op (a graph output's origin)", f"{_num(data['origin_us'])} us "
+                     f"(recording the op: {_num(data['record_op_us'])} us)", "<= 1 us"))
+        rows.append(("memory census tracking: an upload's line, a view write", f"{_num(data['user_location_us'])} us, "
+                     f"{_num(data['cache_view_us'])} us (an upload: {_num(data['upload_us'])} us)", ""))
     elif name == "donation" and "on" in data:
         on, off = data["on"], data["off"]
         for label, key in (("live device buffers", "live_peak_bytes"), ("XLA plan", "xla_plan_bytes")):
