@@ -101,7 +101,7 @@ class MarkGroup:
 
     def steps_text(self) -> str:
         """``step 4`` or ``steps 4–7``."""
-        return f"step {self.first}" if self.first == self.last else f"steps {self.first}–{self.last}"
+        return step_window(self.first, self.last)
 
     def tooltip(self) -> str:
         """What hovering the mark shows: its steps, kind, count and time, then each site and cause."""
