@@ -6,6 +6,8 @@ are made when asked for (a subscriber that writes no dump never pays for one).
 
 from __future__ import annotations
 
+import math
+
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
 from xladev.runtime.lowering.graph_lowering import hlo_module_text, lowered
 from xladev.runtime.graph.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
@@ -118,11 +120,8 @@ def sharding_layout(graph: Graph, compiled) -> dict:
         out = []
         for node, sharding in zip(nodes, shardings):
             shape = tuple(node.meta.shape)
-            numel = 1
-            for size in sharding.shard_shape(shape):
-                numel *= size
             out.append({"shape": plain_shape(node.meta), "sharding": sharding_text(sharding, len(shape)),
-                        "device_bytes": numel * node.meta.dtype.itemsize})
+                        "device_bytes": math.prod(sharding.shard_shape(shape)) * node.meta.dtype.itemsize})
         return out
 
     return {"inputs": entries(graph.inputs, jax.tree.leaves(compiled.input_shardings[0])),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from xladev.errors import XladevError
-from xladev.runtime.graph.backend import to_jnp_dtype
+from xladev.runtime.graph.backend import to_jnp_dtype, to_torch_dtype
 from xladev.runtime.graph.irtext import dtype_short
 
 # XLA's primitive types by PyTorch/XLA's names: the short names XLA prints (`f32`, `bf16`, `pred`, ...).
@@ -106,14 +106,7 @@ def _jnp_type(name: str | None):
 def _shape_of(value) -> Shape:
     if isinstance(value, tuple):
         return Shape(None, (), tuple(_shape_of(v) for v in value))
-    return Shape(PT_XLA_TYPE_MAP[_torch_type(value.dtype)], value.shape)
-
-
-def _torch_type(jnp_dtype) -> torch.dtype:
-    for dtype in _TORCH_TYPES:
-        if to_jnp_dtype(dtype) == jnp_dtype:
-            return dtype
-    raise TypeError(f"xb.Op: no torch dtype for {jnp_dtype}")
+    return Shape(PT_XLA_TYPE_MAP[to_torch_dtype(value.dtype)], value.shape)
 
 
 def _value(x):
