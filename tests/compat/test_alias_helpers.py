@@ -199,8 +199,12 @@ def test_send_cpu_data_to_device_and_the_arena(tx):
     assert torch.equal(single[0].cpu(), torch.ones(2, 2))
     nested = xm.send_cpu_data_to_device({"x": (torch.arange(3), "tag"), "n": 4}, device)
     assert nested["x"][0].device == device and nested["x"][0].cpu().tolist() == [0, 1, 2] and nested["x"][1] == "tag"
-    with pytest.raises(ValueError, match="input_sharding"):
+    with pytest.raises(TypeError, match="input_sharding takes a ShardingSpec"):
         xm.send_cpu_data_to_device(leaf, device, input_sharding=object())
+    import torch_xla.distributed.spmd as xs
+
+    with pytest.raises(RuntimeError, match="input_sharding needs SPMD mode"):  # this process is not in SPMD mode
+        xm.send_cpu_data_to_device(leaf, device, input_sharding=xs.ShardingSpec(xs.Mesh([0], (1,)), (0, None)))
 
     calls = []
 

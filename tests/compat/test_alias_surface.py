@@ -178,8 +178,12 @@ def test_loaders_take_pytorch_xlas_arguments(tx):
         pl.MpDeviceLoader(batches, device, prefetch_size=3)
     with pytest.raises(ValueError, match="batches_per_execution=2"):
         pl.MpDeviceLoader(batches, device, batches_per_execution=2)
-    with pytest.raises(ValueError, match="input_sharding"):
+    with pytest.raises(TypeError, match="input_sharding takes a ShardingSpec"):
         pl.MpDeviceLoader(batches, device, input_sharding=object())
+    import torch_xla.distributed.spmd as xs
+
+    with pytest.raises(RuntimeError, match="input_sharding needs SPMD mode"):  # this process is not in SPMD mode
+        pl.MpDeviceLoader(batches, device, input_sharding=xs.ShardingSpec(xs.Mesh([0], (1,)), (0,)))
 
     per_device = pl.ParallelLoader(batches, [device]).per_device_loader(device)
     assert len(per_device) == 4 and iter(per_device) is per_device

@@ -132,6 +132,10 @@ class DeviceLoader:
             return {k: self._to_device(v) for k, v in batch.items()}
         return batch
 
+    def _deliver(self, batch):
+        """A host batch as the loop gets it: on the device (a subclass may mark it too)."""
+        return self._to_device(batch)
+
     def __iter__(self):
         # Host-side loading runs ahead on a thread; device copies happen on this thread, in order.
         q: queue.Queue = queue.Queue(maxsize=self._prefetch)
@@ -152,7 +156,7 @@ class DeviceLoader:
                     if errors:
                         raise errors[0]
                     return
-                yield self._to_device(batch)
+                yield self._deliver(batch)
         finally:  # also on `break` or garbage collection: GeneratorExit arrives at the yield
             _stop_producer(producer, q, stop)
 

@@ -22,7 +22,9 @@ from xladev.runtime.graph import backend
 from xladev.runtime.execute.execution import lock as _execution_lock
 from xladev.runtime.graph.ir import DataNode
 from xladev.runtime.graph.spmd_mesh import Mesh
-from xladev.runtime.distributed.spmd_sharding import get_sharding_spec, parse_sharding_text, shard_tensor, unshard_tensor
+from xladev.runtime.distributed.spmd_sharding import (
+    get_sharding_spec, padded_shape, parse_sharding_text, shard_tensor, split_counts, unshard_tensor,
+)
 from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.execute.transfers import arrays_of, current_cause, reading
 
@@ -127,9 +129,12 @@ class XLAShardedTensor(torch.Tensor):
     @property
     def local_shards(self) -> list[XLAShard]:
         """Each device's piece, copied to the CPU, in device order (syncs a pending value first)."""
-        array = _array_of(self.global_tensor, "local_shards")
-        return [XLAShard(backend.numpy_to_torch(np.asarray(s.data), self.global_tensor.dtype), indices,
-                         f"xla:{number}", replica)
+        t = self.global_tensor
+        array = _array_of(t, "local_shards")
+        uneven = t._node().uneven
+        if uneven is not None:
+            return _padded_shards(t, array, uneven)
+        return [XLAShard(backend.numpy_to_torch(np.asarray(s.data), t.dtype), indices, f"xla:{number}", replica)
                 for s, (number, replica, indices) in zip(*_places(array))]
 
     def load_local_shards_(self, shards: list[XLAShard]) -> None:
@@ -143,6 +148,9 @@ class XLAShardedTensor(torch.Tensor):
 
         t = self.global_tensor
         array = _array_of(t, "load_local_shards_")
+        uneven = t._node().uneven
+        if uneven is not None:
+            return _load_padded_shards(t, array, uneven, shards)
         if array.sharding.is_fully_replicated:
             raise RuntimeError("load_local_shards_: the tensor is replicated, not sharded: copy a whole value "
                                "into it instead")
@@ -261,7 +269,64 @@ def shard_places(t: torch.Tensor) -> list[tuple[int, int, Union[type(Ellipsis), 
       are a slice per dimension, or Ellipsis when the tensor is replicated (PyTorch/XLA's
       `_get_local_shard_replica_and_indices`).
     """
-    return _places(_array_of(unwrap(t), "shard_places"))[1]
+    t = unwrap(t)
+    array = _array_of(t, "shard_places")
+    uneven = t._node().uneven
+    return _places(array)[1] if uneven is None else _padded_places(uneven, tuple(array.shape))
+
+
+def _padded_places(uneven, shape: tuple) -> list[tuple[int, int, list]]:
+    """(device number, replica id, indices) per device, in device order, of a split that does not divide
+    `shape`: the pieces of the shape padded up to a multiple of each dimension's pieces, cut back to `shape`
+    (the last pieces shorter, or empty), as PyTorch/XLA places them."""
+    order = _device_order()
+    by_device = uneven.devices_indices_map(padded_shape(uneven, shape))
+    places, copies = [], {}
+    for device in sorted(by_device, key=lambda d: order[d.id]):
+        indices = [slice(min(i.start or 0, dim), min(dim if i.stop is None else i.stop, dim), 1)
+                   for i, dim in zip(by_device[device], shape)]
+        key = tuple((i.start, i.stop) for i in indices)
+        replica = copies[key] = copies.get(key, -1) + 1
+        places.append((order[device.id], replica, indices))
+    return places
+
+
+def _load_padded_shards(t: XlaTensor, array, uneven, shards: list[XLAShard]) -> None:
+    """`load_local_shards_` of a split that does not divide the shape: the pieces, padding cut off, make the
+    whole value, which goes to every device (the split stays a constraint, as before)."""
+    import jax
+
+    whole = np.empty(array.shape, dtype=array.dtype)
+    piece = tuple(-(-size // count) for size, count in zip(array.shape, split_counts(uneven, len(array.shape))))
+    by_device = {s.shard_device: s for s in shards}
+    for number, _, indices in _padded_places(uneven, tuple(array.shape)):
+        shard = by_device.get(f"xla:{number}")
+        if shard is None:
+            raise RuntimeError(f"load_local_shards_: no shard for xla:{number}: give one for each of the "
+                               f"{len(backend.jax_devices())} devices")
+        if tuple(shard.data.shape) != piece:
+            raise RuntimeError(f"load_local_shards_: the shard for xla:{number} has shape "
+                               f"{tuple(shard.data.shape)}, the device's piece {piece} (padded)")
+        whole[tuple(indices)] = backend.torch_to_numpy(shard.unpadded_data.detach().to(t.dtype).contiguous())
+    loaded = jax.device_put(whole, array.sharding)
+    with _execution_lock:
+        node = t._st.value
+        data = DataNode(loaded, node.meta)
+        data.sharding, data.uneven = node.sharding, node.uneven
+        t._st.set(data)
+
+
+def _padded_shards(t: XlaTensor, array, uneven) -> list[XLAShard]:
+    """`local_shards` of a split that does not divide the shape: each device's piece cut from the whole value
+    it holds and padded with zeros to the full piece's shape, as PyTorch/XLA's pieces are."""
+    whole = np.asarray(array.addressable_shards[0].data)
+    piece = [-(-size // count) for size, count in zip(whole.shape, split_counts(uneven, whole.ndim))]
+    shards = []
+    for number, replica, indices in _padded_places(uneven, whole.shape):
+        part = whole[tuple(indices)]
+        padded = np.pad(part, [(0, p - n) for p, n in zip(piece, part.shape)])
+        shards.append(XLAShard(backend.numpy_to_torch(padded, t.dtype), indices, f"xla:{number}", replica))
+    return shards
 
 
 def _places(array) -> tuple[list, list]:

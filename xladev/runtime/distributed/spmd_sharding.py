@@ -14,12 +14,13 @@ print as HLO sharding text (`{devices=[2,1]0,1}`) in the IR, the HLO dumps and t
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from xladev.runtime.graph import backend, ir
+from xladev.runtime.graph import backend, ir, storage
 from xladev.runtime.execute.execution import lock as _execution_lock
 from xladev.runtime.graph.ir import SLOT, DataNode, Meta, Node, OpDef
 from xladev.runtime.graph.op_ledger import recorder
@@ -41,6 +42,7 @@ def use_spmd() -> None:
     mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
     backend.spmd_replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     ir.sharding_of = _sharding_text_of
+    storage.mark_keeper = _keep_mark
 
 
 def is_spmd() -> bool:
@@ -91,6 +93,26 @@ def _partition_spec(mesh: Mesh, partition_spec: Sequence, ndim: int):
     return jax.sharding.PartitionSpec(*entries)
 
 
+def split_counts(sharding, ndim: int) -> tuple[int, ...]:
+    """How many pieces a jax NamedSharding cuts each of `ndim` dimensions into."""
+    sizes = dict(zip(sharding.mesh.axis_names, sharding.mesh.devices.shape))
+    counts = []
+    for entry in tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec)):
+        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        counts.append(math.prod(sizes[n] for n in names))
+    return tuple(counts)
+
+
+def divides(sharding, shape: tuple) -> bool:
+    """Whether `sharding` cuts every dimension of `shape` into equal pieces (what a jax buffer needs)."""
+    return all(size % count == 0 for size, count in zip(shape, split_counts(sharding, len(shape))))
+
+
+def padded_shape(sharding, shape: tuple) -> tuple[int, ...]:
+    """`shape` with each split dimension rounded up to a multiple of its pieces (PyTorch/XLA's padding)."""
+    return tuple(-(-size // count) * count for size, count in zip(shape, split_counts(sharding, len(shape))))
+
+
 def _lower_custom_sharding(ctx, x, mesh_key, spec):
     import jax
 
@@ -103,13 +125,16 @@ CUSTOM_SHARDING = OpDef("xla::custom_sharding", _lower_custom_sharding, params=(
 
 
 class ShardingNode(Node):
-    """A sharding annotation's node: `sharding` is its text, printed in the IR as PyTorch/XLA prints it."""
+    """A sharding annotation's node: `sharding` is its text, printed in the IR as PyTorch/XLA prints it;
+    `uneven` the jax sharding when the split does not divide the shape (the result then comes back whole on
+    each device, and keeps the mark as `DataNode.uneven`), else None."""
 
-    __slots__ = ("sharding",)
+    __slots__ = ("sharding", "uneven")
 
-    def __init__(self, operand: Node, template, meta: Meta, sharding: str):
+    def __init__(self, operand: Node, template, meta: Meta, sharding: str, uneven=None):
         super().__init__(CUSTOM_SHARDING, (operand,), template, meta, *recorder.debug_info())
         self.sharding = sharding
+        self.uneven = uneven
 
 
 def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
@@ -149,13 +174,47 @@ def _place(t: XlaTensor, sharding, text: str, template) -> None:
     with _execution_lock:
         node = t._st.value
         if type(node) is DataNode:
-            data = DataNode(jax.device_put(node.array, sharding), node.meta)
+            shape = tuple(node.meta.shape)
+            if divides(sharding, shape):
+                data = DataNode(jax.device_put(node.array, sharding), node.meta)
+            else:
+                # jax holds no buffer split unevenly (PyTorch/XLA pads the last pieces): the value stays whole
+                # on each device, and each graph that reads it constrains it to the split, so XLA's
+                # partitioner still splits the work; `local_shards` shows the padded pieces.
+                whole = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+                data = DataNode(jax.device_put(node.array, whole), node.meta)
+                data.uneven = sharding
             # A replicated mark is a sharding of its own ({replicated}), which the buffer alone does not tell.
             data.sharding = text or None
             t._st.set(data)
         else:
             recorder.count(CUSTOM_SHARDING.name)
-            t._assign(ShardingNode(node, template, Meta(tuple(t.shape), t.dtype), text))
+            shape = tuple(t.shape)
+            t._assign(ShardingNode(node, template, Meta(shape, t.dtype), text,
+                                   None if divides(sharding, shape) else sharding))
+
+
+def _keep_mark(old: Node, new: Node) -> Node:
+    """`new` (a tensor's value written in place over `old`) constrained to the split `old` had, if any: a
+    split buffer's (marked, or as XLA's partitioner made it) or a pending mark's. Other values pass as they are."""
+    import jax
+
+    if type(new) is ShardingNode or new.meta.shape != old.meta.shape:
+        return new
+    if type(old) is ShardingNode:
+        if old.template[0][2] == ():  # a cleared mark (replicated again): nothing to keep
+            return new
+        return ShardingNode(new, old.template, new.meta, old.sharding, old.uneven)
+    if type(old) is not DataNode or old.sharding is None:
+        return new
+    sharding = old.uneven if old.uneven is not None else old.array.sharding
+    if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.is_fully_replicated:
+        return new
+    order = {d.id: i for i, d in enumerate(backend.jax_devices())}
+    mesh = sharding.mesh
+    key = (tuple(order[d.id] for d in mesh.devices.flat), tuple(mesh.devices.shape), tuple(mesh.axis_names))
+    spec = tuple(sharding.spec) + (None,) * (len(new.meta.shape) - len(sharding.spec))
+    return ShardingNode(new, ((SLOT, key, spec), ()), new.meta, old.sharding, old.uneven)
 
 
 def unshard_tensor(t: XlaTensor) -> None:

@@ -180,6 +180,8 @@ class Execution:
                     data = made[id(root)] = DataNode(array, root.meta)
                     data.origin = origin_of(root)
                 results.append(data)
+            if backend.spmd_replicated is not None:
+                _keep_uneven_marks(roots, results)
             timings.wrap_ns = time.perf_counter_ns() - wrap_start
             self._finish(dispatched)
             return results
@@ -422,6 +424,16 @@ _LOST_WAIT_S = 3.0
 
 def _replicated_what(entry: CacheEntry) -> str:
     return f"graph {entry.hash}'s collectives"
+
+
+def _keep_uneven_marks(roots, results: list) -> None:
+    """SPMD: a result marked with a split that does not divide its shape comes back whole on each device (jax
+    holds no uneven buffer); it keeps the mark, as PyTorch/XLA's tensor keeps its sharding."""
+    for root, data in zip(roots, results):
+        uneven = getattr(root, "uneven", None)
+        if uneven is not None:
+            data.sharding = root.sharding
+            data.uneven = uneven
 
 
 def _spmd_placed(arrays: list) -> list:

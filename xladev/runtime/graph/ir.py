@@ -132,9 +132,11 @@ class DataNode(Node):
         str), or the `(op name, template, location)` of the op that computed it, so that its line is found when
         asked and not on the hot path; a storage updated in place keeps its first data's (`Storage.set_data`).
         None where unknown.
+      sharding: SPMD: the split's sharding text, None when the buffer is not split.
+      uneven: SPMD: the jax sharding of a split that does not divide the shape, None otherwise.
     """
 
-    __slots__ = ("array", "created_at", "sharding", "origin")
+    __slots__ = ("array", "created_at", "sharding", "origin", "uneven")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
         # Node's fields set here rather than through Node.__init__: every compiled call makes one per output.
@@ -151,6 +153,9 @@ class DataNode(Node):
         # SPMD: how the buffer is split over the devices (`{devices=[2,1]0,1}`), None when it is not split.
         # Part of the signature: a graph compiled for one input sharding is not the graph for another.
         self.sharding = sharding_of(array) if sharding_of is not None and array is not None else None
+        # SPMD: a split that does not divide the shape (jax holds no such buffer, so `array` is whole on each
+        # device): the jax sharding each graph constrains this input to, so that XLA still splits the work.
+        self.uneven = None
 
     def signature(self) -> tuple:
         if self.sharding is not None:

@@ -28,6 +28,11 @@ _SWEEP_FLOOR = 1 << 16
 _sweep_at = _SWEEP_FLOOR
 
 
+# SPMD (set by `use_spmd`): (old value, new value) -> the new value, constrained to the old one's sharding when
+# it had one: a tensor updated in place keeps its sharding, as PyTorch/XLA's does.
+mark_keeper = None
+
+
 class Storage:
     """The value of a base tensor, shared by all its views.
 
@@ -69,6 +74,8 @@ class Storage:
         # Under the lock: a barrier on another thread must not replace this write by older data.
         with _write_lock:
             old = self.value
+            if mark_keeper is not None and type(value) is not DataNode:
+                value = mark_keeper(old, value)
             self.value = value
             if self.version == 0 and type(old) is Node and not old.operands:
                 self.seed = old  # the first write over the constant this storage was created with

@@ -53,9 +53,13 @@ def graph_function(graph: Graph):
     index = graph.index
     plan = []
     input_pos = {id(n): i for i, n in enumerate(graph.inputs)}
+    # SPMD inputs split unevenly: held whole, constrained to their split here (`DataNode.uneven`).
+    uneven = {}
     for node in nodes:
         if node.op is DATA_OP or node.op is SCALAR_OP:
             plan.append((None, input_pos[id(node)], node.op is SCALAR_OP))
+            if getattr(node, "uneven", None) is not None:
+                uneven[len(plan) - 1] = node.uneven
         else:
             plan.append((node, tuple(index[id(o)] for o in node.operands), False))
     roots = tuple(index[id(r)] for r in graph.roots)
@@ -71,6 +75,8 @@ def graph_function(graph: Graph):
         for i, (node, operands, is_scalar) in enumerate(plan):
             if node is None:
                 values[i] = _weak(inputs[operands]) if is_scalar else inputs[operands]
+                if i in uneven:
+                    values[i] = jax.lax.with_sharding_constraint(values[i], uneven[i])
                 continue
             operand_values = [values[j] for j in operands]
             if node.op.collective:

@@ -211,7 +211,7 @@ class SPMDLoadPlanner(LoadPlanner):
         if pieces is None:
             pieces = self.sharded_state_dict[index.fqn].local_shards
             self._local_shards[index.fqn] = pieces
-            self._pending_elements[index.fqn] = sum(p.data.numel() for p in pieces)
+            self._pending_elements[index.fqn] = sum(p.unpadded_data.numel() for p in pieces)  # padding is not read
         return pieces[index.index].data
 
     def transform_tensor(self, read_item: ReadItem, tensor: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 import xladev
 import xladev.debug
 from xladev.runtime.distributed.collectives import fetch_gradients as _fetch_gradients  # noqa: F401  (PyTorch/XLA's AMP scripts)
+from xladev.runtime.distributed.input_sharding import check_input_sharding, shard_inputs
 
 import torch_xla
 from torch_xla import _xladev
@@ -427,21 +428,30 @@ def send_cpu_data_to_device(datas: Any, device: str | torch.device, input_shardi
     Args:
       datas: a tensor (the result is then a one-element list, as PyTorch/XLA's) or a nesting holding tensors.
       device: the xla device.
-      input_sharding: SPMD input sharding; not supported here.
+      input_sharding: SPMD: a `ShardingSpec` to mark each copied tensor it applies to with (`xs.ShardingSpec`).
 
     Returns:
       The same structure (lists for tuples) with xla tensors in place of the CPU ones.
 
     Raises:
-      ValueError: `input_sharding` was given.
+      RuntimeError: SPMD mode is off while `input_sharding` is given, or its minibatch check fails.
+      TypeError: `input_sharding` is not a ShardingSpec.
     """
     if input_sharding is not None:
-        raise ValueError("send_cpu_data_to_device(input_sharding=...) is not supported by xladev: copy the data, "
-                         "then xs.mark_sharding the tensors")
+        check_input_sharding(input_sharding)  # before any copy
     if type(datas) is torch.Tensor:
         datas = [datas]
-    return ToXlaTensorArena(lambda tensors: _tensors_to_device(tensors, device),
-                            lambda v: type(v) is torch.Tensor and v.device.type == "cpu").transform(datas)
+    copied = []
+
+    def to_device(tensors):
+        moved = _tensors_to_device(tensors, device)
+        copied.extend(moved)
+        return moved
+
+    result = ToXlaTensorArena(to_device, lambda v: type(v) is torch.Tensor and v.device.type == "cpu").transform(datas)
+    if input_sharding is not None:
+        shard_inputs(copied, input_sharding)
+    return result
 
 
 def broadcast_master_param(model: torch.nn.Module) -> None:

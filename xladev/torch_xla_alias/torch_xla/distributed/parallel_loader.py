@@ -4,7 +4,8 @@
 step at every `next()` (and once at the end), as `MpDeviceLoader` does. PyTorch/XLA's tuning arguments are
 accepted: `loader_prefetch_size` is DeviceLoader's `prefetch` (host batches read ahead); `device_prefetch_size`,
 `host_to_device_transfer_threads` and `batchdim` change nothing here (xladev copies each batch on the training
-thread as it is used); `batches_per_execution` other than 1 and `input_sharding` are refused.
+thread as it is used); `batches_per_execution` other than 1 is refused. `input_sharding` (a `ShardingSpec`, or
+for dict batches a dict of them by key) marks each batch's tensors as they reach the device, in SPMD mode.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import xladev
 
 from torch_xla import _xladev
+from xladev.runtime.distributed.input_sharding import check_input_sharding, shard_inputs, tensors_in
 
 # PyTorch/XLA's default host-side queue, kept so a script reads as far ahead as it does there.
 _LOADER_PREFETCH_SIZE = 16
@@ -27,18 +29,43 @@ def _prefetch(batchdim: int = 0, batches_per_execution: int = 1, loader_prefetch
 
     Raises:
       TypeError: an argument ParallelLoader does not have (Python's own message, from this signature).
-      ValueError: `batches_per_execution` other than 1, or an `input_sharding`.
+      ValueError: `batches_per_execution` other than 1.
     """
     if batches_per_execution != 1:
         raise ValueError(f"batches_per_execution={batches_per_execution} is not supported by xladev: its loader "
                          "marks the step at every batch; leave it at 1")
-    if input_sharding is not None:
-        raise ValueError("input_sharding is not supported by xladev: SPMD sharding is not available "
-                         "(one replica on one device)")
     return loader_prefetch_size
 
 
-class MpDeviceLoader(xladev.DeviceLoader):
+class _ShardingLoader(xladev.DeviceLoader):
+    """A DeviceLoader that marks each batch's tensors with `input_sharding` as they reach the device."""
+
+    def __init__(self, loader: Iterable, device: torch.device, prefetch: int, input_sharding=None) -> None:
+        check_input_sharding(input_sharding)
+        super().__init__(loader, device, prefetch=prefetch)
+        self._input_sharding = input_sharding
+
+    def _deliver(self, batch):
+        spec = self._input_sharding
+        if spec is None:
+            return self._to_device(batch)
+        if not isinstance(spec, dict):
+            moved = self._to_device(batch)
+            shard_inputs(tensors_in(moved), spec)
+            return moved
+        if not isinstance(batch, dict):
+            raise ValueError(f"input_sharding is a dict, so each batch must be a dict too; got a "
+                             f"{type(batch).__name__}")
+        missing = [key for key in batch if key not in spec]
+        if missing:
+            raise KeyError(f"Keys: {missing} are missing from input_sharding.")
+        moved = self._to_device(batch)
+        for key, value in moved.items():
+            shard_inputs(tensors_in(value), spec[key])
+        return moved
+
+
+class MpDeviceLoader(_ShardingLoader):
     """Wraps a data loader: batches arrive on `device`, and each `next()` marks the step.
 
     Args:
@@ -49,10 +76,11 @@ class MpDeviceLoader(xladev.DeviceLoader):
 
     Raises:
       TypeError, ValueError: an argument ParallelLoader does not take, or one xladev cannot honour.
+      RuntimeError: `input_sharding` while SPMD mode is off.
     """
 
     def __init__(self, loader: Iterable, device: torch.device, **kwargs) -> None:
-        super().__init__(loader, device, prefetch=_prefetch(**kwargs))
+        super().__init__(loader, device, _prefetch(**kwargs), kwargs.get("input_sharding"))
 
 
 class ParallelLoader:
@@ -79,7 +107,7 @@ class ParallelLoader:
                              host_to_device_transfer_threads, input_sharding)
         self._cpu_loader = cpu_loader
         self._device = devices[0]
-        self._loader = xladev.DeviceLoader(cpu_loader, devices[0], prefetch=prefetch)
+        self._loader = _ShardingLoader(cpu_loader, devices[0], prefetch, input_sharding)
         self._iterator = None
 
     def per_device_loader(self, device: torch.device) -> "PerDeviceLoader":

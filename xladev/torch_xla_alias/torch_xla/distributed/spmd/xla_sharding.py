@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch_xla.distributed.spmd import *  # noqa: F401,F403
 from torch_xla.distributed.spmd import (  # noqa: F401
-    HybridMesh, Mesh, ShardingType, XLAPatchedLinear, clear_sharding, get_1d_mesh, get_global_mesh, mark_sharding,
+    HybridMesh, Mesh, ShardingSpec, ShardingType, XLAPatchedLinear, clear_sharding, get_1d_mesh, get_global_mesh, mark_sharding,
     mark_sharding_with_gradients, set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor,
     xla_patched_nn_linear_forward,
 )
