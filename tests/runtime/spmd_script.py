@@ -71,6 +71,7 @@ text = io.StringIO()
 with contextlib.redirect_stdout(text):
     xs.visualize_tensor_sharding(c, use_color=False)
     xs.visualize_sharding("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}", use_color=False)
+    xs.visualize_sharding("{replicated}", use_color=False)
 out["visual"] = text.getvalue()
 try:
     xs.mark_sharding(xa, mesh, ("data", "data"))
