@@ -192,7 +192,19 @@ fsdp = {"specs": {name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in
         "no_fsdp": error(lambda: FSDPv2(Net(), mesh=mesh22)),
         "twice": error(lambda: FSDPv2(net, mesh=fsdp_mesh)),
         "module_list": error(lambda: FSDPv2(nn.ModuleList([nn.Linear(2, 2)]), mesh=fsdp_mesh)),
-        "policy": error(lambda: FSDPv2(Net(), mesh=fsdp_mesh, auto_wrap_policy=lambda *a: True))}
+        "callable_alone": error(lambda: FSDPv2(Net(), mesh=fsdp_mesh, auto_wrapper_callable=lambda m, **k: m))}
+# auto_wrap_policy: the Linear layers wrapped first (each its own FSDPv2 on the same mesh), or by the callable.
+import functools  # noqa: E402
+
+from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy  # noqa: E402
+
+linears = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={nn.Linear})
+auto = FSDPv2(Net(), mesh=fsdp_mesh, auto_wrap_policy=linears)
+by_callable = FSDPv2(Net(), mesh=fsdp_mesh, auto_wrap_policy=linears, auto_wrapper_callable=lambda m, *a, **k: m)
+fsdp["policy"] = {"wrapped": [type(auto.fc1).__name__, type(auto.fc2).__name__],
+                  "same_mesh": auto.fc1._mesh is fsdp_mesh,
+                  "fc1_weight": torch_xla._XLAC._get_xla_sharding_spec(auto.fc1.weight),
+                  "by_callable": [type(by_callable.fc1).__name__, type(by_callable.fc2).__name__]}
 opt, cpu_opt = torch.optim.SGD(net.parameters(), lr=0.1), torch.optim.SGD(cpu_net.parameters(), lr=0.1)
 g = torch.Generator().manual_seed(5)
 losses, grad_scale = [], 0.0

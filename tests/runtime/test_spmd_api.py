@@ -190,7 +190,10 @@ def test_fsdp_v2_splits_parameters_and_output_and_trains_as_the_cpu(seen):
     assert f["no_fsdp"] == ["ValueError", "The mesh must have an axis named 'fsdp'."]
     assert f["twice"][0] == "RuntimeError" and "already wrapped" in f["twice"][1]
     assert f["module_list"][0] == "RuntimeError" and "ModuleList has none" in f["module_list"][1]
-    assert f["policy"][0] == "ValueError" and "auto_wrap_policy is not supported" in f["policy"][1]
+    assert f["policy"] == {"wrapped": ["SpmdFullyShardedDataParallel"] * 2, "same_mesh": True,
+                           "fc1_weight": "{devices=[4,1]0,1,2,3}", "by_callable": ["Linear", "Linear"]}
+    assert f["callable_alone"] == ["ValueError", "auto_wrapper_callable wraps the submodules auto_wrap_policy "
+                                                 "picks: give a policy too"]
     for cpu_loss, xla_loss in f["losses"]:
         assert xla_loss == pytest.approx(cpu_loss, rel=loss_rtol())
     steps, lr = 3, 0.1

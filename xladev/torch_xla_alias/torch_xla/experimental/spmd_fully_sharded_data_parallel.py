@@ -1,8 +1,8 @@
-"""`torch_xla.experimental.spmd_fully_sharded_data_parallel` on xladev: FSDPv2 (`xladev.runtime.distributed.spmd_fsdp`)."""
+"""`torch_xla.experimental.spmd_fully_sharded_data_parallel` on xladev: FSDPv2 (`xladev.runtime.parallel.spmd_fsdp`)."""
 
 from __future__ import annotations
 
-from xladev.runtime.distributed.spmd_fsdp import SpmdFullyShardedDataParallel  # noqa: F401
+from xladev.runtime.parallel.spmd_fsdp import SpmdFullyShardedDataParallel  # noqa: F401
 
 from torch_xla import _xladev
 

@@ -5,13 +5,18 @@ along its batch dimension; XLA's partitioner gathers the parameters where they a
 gradients again, so no code here runs collectives.
 
 Unlike PyTorch/XLA, which pads an uneven split, a parameter (or output) whose dimension the `fsdp` axis does
-not divide stays replicated here (jax splits only evenly): the values are the same, that tensor is not saved
-memory. PyTorch/XLA's backward optimization barrier (a scheduling hint) and `auto_wrap_policy` are not
-provided.
+not divide stays replicated here: jax holds no uneven buffer (an uneven mark is held whole on each device, see
+`spmd_sharding`), so such a split would save no memory. The values are the same. PyTorch/XLA's backward
+optimization barrier (a scheduling hint) is not provided.
+
+`auto_wrap_policy` (`torch_xla.distributed.fsdp.wrap`'s policies, as for FSDP over processes) wraps the
+submodules it picks, innermost first, each with this class on the same mesh (or with `auto_wrapper_callable`),
+before the module itself is wrapped.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -20,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from xladev.runtime.distributed.sharded_tensor import mark_sharding
+from xladev.runtime.parallel.fsdp.wrap import recursive_wrap
 from xladev.runtime.graph.spmd_mesh import Mesh, get_global_mesh
 from xladev.runtime.distributed.spmd_sharding import get_sharding_spec
 
@@ -48,13 +54,15 @@ class SpmdFullyShardedDataParallel(nn.Module):
       mesh: a mesh with an `fsdp` axis (default: the global mesh, `xs.set_global_mesh`).
       shard_output: `(output, mesh) -> None` marking the output; default: the output tensor (or a tuple's
         first) split along its first dimension.
-      auto_wrap_policy: not supported (None).
-      auto_wrapper_callable: not supported (None).
+      auto_wrap_policy: picks submodules to wrap first (`transformer_auto_wrap_policy`...), or None.
+      auto_wrapper_callable: `(module, **kwargs) -> module` wrapping each picked submodule; default this class
+        with the same mesh, `shard_output` and `extra_data_axis`.
       extra_data_axis: a mesh axis the output's batch is split over too, before `fsdp`.
 
     Raises:
       RuntimeError: `module` is already wrapped, or has no `forward` of its own (a ModuleList).
-      ValueError: no mesh, a mesh without `fsdp`, an `extra_data_axis` it lacks, or an auto-wrap policy.
+      ValueError: no mesh, a mesh without `fsdp`, an `extra_data_axis` it lacks, or `auto_wrapper_callable`
+        without `auto_wrap_policy`.
     """
 
     def __init__(self, module: nn.Module, *, mesh: Mesh | None = None, shard_output: Callable | None = None,
@@ -74,9 +82,12 @@ class SpmdFullyShardedDataParallel(nn.Module):
             raise ValueError("The mesh must have an axis named 'fsdp'.")
         if extra_data_axis and extra_data_axis not in mesh.axis_names:
             raise ValueError(f"The provided {extra_data_axis} axis is not in the mesh.")
-        if auto_wrap_policy is not None or auto_wrapper_callable is not None:
-            raise ValueError("auto_wrap_policy is not supported by xladev: wrap the submodules with "
-                             "SpmdFullyShardedDataParallel yourself, inner ones first")
+        if auto_wrapper_callable is not None and auto_wrap_policy is None:
+            raise ValueError("auto_wrapper_callable wraps the submodules auto_wrap_policy picks: give a policy too")
+        if auto_wrap_policy is not None:
+            wrapper = auto_wrapper_callable or functools.partial(
+                SpmdFullyShardedDataParallel, mesh=mesh, shard_output=shard_output, extra_data_axis=extra_data_axis)
+            recursive_wrap(module, auto_wrap_policy, wrapper, only_wrap_children=True)
         super().__init__()
         self._orig_module = module.to("xla")
         self._mesh = mesh
