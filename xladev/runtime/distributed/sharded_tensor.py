@@ -22,6 +22,7 @@ from xladev.runtime.graph import backend
 from xladev.runtime.execute.execution import lock as _execution_lock
 from xladev.runtime.graph.ir import DataNode
 from xladev.runtime.graph.spmd_mesh import Mesh
+from xladev.runtime.distributed.dtensor_placements import dtensor_spec, redistribute_spec
 from xladev.runtime.distributed.spmd_sharding import (
     get_sharding_spec, padded_shape, parse_sharding_text, shard_tensor, split_counts, unshard_tensor,
 )
@@ -111,6 +112,7 @@ class XLAShardedTensor(torch.Tensor):
         r.global_tensor = elem.detach() if r.requires_grad else elem
         r.mesh_shape = mesh_shape or getattr(elem, "mesh_shape", None)
         r.partition_spec = partition_spec or getattr(elem, "partition_spec", None)
+        r.mesh = getattr(elem, "mesh", None)  # the mark's Mesh (mark_sharding sets it): device ids, axis names
         return r
 
     def __init__(self, *args, **kwargs):
@@ -176,6 +178,44 @@ class XLAShardedTensor(torch.Tensor):
             data.sharding = node.sharding
             t._st.set(data)
 
+    # DTensor's view of the mark (PyTorch/XLA's class is a DTensor; this one answers the same questions).
+    @property
+    def _spec(self):
+        """The mark as a DTensorSpec (a DeviceMesh of type `xla`, placements, tensor meta).
+
+        Raises:
+          ValueError: the wrapper knows no mesh shape or partition spec (wrap it with them, or mark it).
+        """
+        return dtensor_spec(self)
+
+    @property
+    def placements(self) -> tuple:
+        """The mark as DTensor placements, one per mesh dimension: `Shard(d)` or `Replicate()`.
+
+        Raises:
+          ValueError: as `_spec`.
+        """
+        return self._spec.placements
+
+    def redistribute(self, device_mesh, placements, *, async_op: bool = False) -> "XLAShardedTensor":
+        """The tensor split over `device_mesh` as `placements` say (DTensor's `redistribute`).
+
+        Args:
+          device_mesh: an SPMD `Mesh` or a DeviceMesh of type `xla`.
+          placements: one `Shard(d)` or `Replicate()` per mesh dimension.
+          async_op: split a copy (a new tensor) instead of this one in place.
+
+        Returns:
+          A wrapper of the tensor (or of the copy) with the new mark.
+
+        Raises:
+          ValueError: another number of placements than mesh dimensions. IndexError: `Shard` of a dimension
+          the tensor lacks. NotImplementedError: a `Partial` placement.
+        """
+        whole = self.global_tensor
+        mesh, spec = redistribute_spec(whole, device_mesh, placements)
+        return mark_sharding(whole.clone() if async_op else whole, mesh, spec)
+
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"XLAShardedTensor({self.global_tensor!r})"
 
@@ -203,7 +243,9 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAS
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     shard_tensor(unwrap(t), mesh, partition_spec)
-    return wrap(t, mesh.mesh_shape, tuple(partition_spec))
+    wrapper = wrap(t, mesh.mesh_shape, tuple(partition_spec))
+    wrapper.mesh = mesh
+    return wrapper
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:

@@ -53,8 +53,9 @@ def use_spmd(auto: bool = False) -> None:
       ValueError: `auto=True` (XLA's auto-sharding is not available).
     """
     if auto:
-        raise ValueError("use_spmd(auto=True): XLA's auto-sharding is not available in xladev; mark the shardings "
-                         "with torch_xla.distributed.spmd.mark_sharding")
+        raise ValueError("use_spmd(auto=True): XLA's auto-sharding is not available in xladev: jax 0.10.2 no longer "
+                         "offers it (jax.sharding.AUTO was removed); mark the shardings with "
+                         "torch_xla.distributed.spmd.mark_sharding")
     import xladev.spmd
 
     xladev.spmd.use_spmd()

@@ -15,6 +15,10 @@ from xladev.runtime.graph.spmd_mesh import get_global_mesh, set_global_mesh  # n
 from xladev.runtime.distributed.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
 from xladev.runtime.distributed.sharded_tensor import wrap_if_sharded  # noqa: F401
 
+from xladev.runtime.distributed.dtensor_bridge import (  # noqa: F401  (torch's distribute_tensor/module on xla)
+    auto_policy, convert_to_xla_mesh, convert_to_xla_partition_spec, xla_distribute_module, xla_distribute_tensor,
+)
+
 from torch_xla import _xladev
 
 
@@ -31,4 +35,4 @@ def is_spmd() -> bool:
     return _spmd.is_spmd()
 
 
-__getattr__ = _xladev.module_getattr(__name__, submodules=("debugging", "xla_sharding"))
+__getattr__ = _xladev.module_getattr(__name__, submodules=("api", "debugging", "xla_sharding"))
