@@ -4,6 +4,7 @@ computed here in eager PyTorch; the bounds are the test's."""
 
 import json
 import os
+import re
 import sys
 import types
 
@@ -229,6 +230,12 @@ fsdp.update(losses=losses, grad_scale=grad_scale,
             params={k: v.detach().cpu().tolist() for k, v in cpu_net.state_dict().items()},
             got={k.replace("_orig_module.", ""): v.detach().cpu().tolist() for k, v in net.state_dict().items()},
             specs_after={name: torch_xla._XLAC._get_xla_sharding_spec(p) for name, p in net.named_parameters()})
+# The backward optimization barrier FSDPv2 puts on each wrapped module: fc2's gradients and its input's, in one.
+opt.zero_grad()
+((net(torch.randn(8, 16, generator=g).to("xla")) ** 2).mean()).backward()
+barrier_hlo = torch_xla._XLAC._get_xla_tensors_hlo([net.fc2._orig_module.weight.grad])
+fsdp["barriers"] = re.findall(r"= (\([^)]*\)) opt-barrier\(", barrier_hlo)
+torch_xla.sync()
 out["fsdp"] = fsdp
 
 # The last graph (XLA_SAVE_TENSORS_FMT=hlo): its record ends with its output's sharding.

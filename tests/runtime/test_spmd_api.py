@@ -194,6 +194,10 @@ def test_fsdp_v2_splits_parameters_and_output_and_trains_as_the_cpu(seen):
                            "fc1_weight": "{devices=[4,1]0,1,2,3}", "by_callable": ["Linear", "Linear"]}
     assert f["callable_alone"] == ["ValueError", "auto_wrapper_callable wraps the submodules auto_wrap_policy "
                                                  "picks: give a policy too"]
+    # Each wrapped module's backward passes through one optimization barrier (PyTorch/XLA's FSDPv2 does the
+    # same): fc2's weight and bias gradients and the gradient of its 8x32 input, as PyTorch/XLA's
+    # test_fsdp_v2_basic finds them.
+    assert f["barriers"] == ["(f32[1,32]{1,0}, f32[1]{0}, f32[8,32]{1,0})"]
     for cpu_loss, xla_loss in f["losses"]:
         assert xla_loss == pytest.approx(cpu_loss, rel=loss_rtol())
     steps, lr = 3, 0.1

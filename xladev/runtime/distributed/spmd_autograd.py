@@ -1,5 +1,5 @@
-"""SPMD helpers that act through autograd (PyTorch/XLA's `xs.mark_sharding_with_gradients` and
-`xs.xla_patched_nn_linear_forward`).
+"""SPMD helpers that act through autograd (PyTorch/XLA's `xs.mark_sharding_with_gradients`,
+`xs.xla_patched_nn_linear_forward` and `xs.xla_sharding.apply_backward_optimization_barrier`).
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from typing import Sequence
 import torch
 
 from xladev.runtime.graph.spmd_mesh import Mesh
+from xladev.runtime.record.opt_barrier import optimization_barrier_
+from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.distributed.sharded_tensor import mark_sharding
 
 
@@ -85,3 +87,24 @@ def xla_patched_nn_linear_forward(m: torch.nn.Linear, input: torch.Tensor) -> to
       `input @ m.weight.T + m.bias`.
     """
     return XLAPatchedLinear.apply(input, m.weight, m.bias)
+
+
+def apply_backward_optimization_barrier(module: torch.nn.Module) -> None:
+    """Registers a backward hook on `module` that passes its parameters' gradients (those already computed)
+    and the gradients of its inputs through one optimization barrier (PyTorch/XLA's
+    `xs.xla_sharding.apply_backward_optimization_barrier`, which FSDPv2 applies to every module it wraps).
+
+    The values are unchanged; XLA cannot fuse the module's backward with the rest, which keeps the buffers of
+    a gradient's synchronization small.
+
+    Args:
+      module: the module.
+    """
+
+    def barrier(mod, grad_input, grad_output) -> None:
+        grads = [p.grad for p in mod.parameters() if p.grad is not None]
+        tensors = [t for t in grads + list(grad_input) if isinstance(t, XlaTensor)]
+        if tensors:
+            optimization_barrier_(tensors)
+
+    module.register_full_backward_hook(barrier)

@@ -161,9 +161,19 @@ def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
 
 def _check_base(t, name: str) -> None:
     if not isinstance(t, XlaTensor):
-        raise TypeError(f"{name} takes an xla tensor, got one on {t.device}")
-    if t._chain is not None:
+        raise TypeError(f"{name} takes an xla tensor, got a {type(t).__name__} on {t.device}")
+    if t._chain is not None and not _whole_view(t):
         raise ValueError(f"{name} of a view: give it the tensor it views (its base) instead")
+
+
+# View ops that, at the base's own shape, see all of it as it is (autograd's backward hooks return such views).
+_WHOLE_VIEW_OPS = frozenset(("aten::view", "aten::alias", "aten::_unsafe_view", "aten::reshape"))
+
+
+def _whole_view(t: XlaTensor) -> bool:
+    """Whether view `t` is all of its base, as it is (a mark on it is a mark on the base)."""
+    shape = tuple(t._st.value.meta.shape)
+    return all(step.opdef.name in _WHOLE_VIEW_OPS and tuple(step.meta.shape) == shape for step in t._chain)
 
 
 def _place(t: XlaTensor, sharding, text: str, template) -> None:
@@ -190,7 +200,8 @@ def _place(t: XlaTensor, sharding, text: str, template) -> None:
         else:
             recorder.count(CUSTOM_SHARDING.name)
             shape = tuple(t.shape)
-            t._assign(ShardingNode(node, template, Meta(shape, t.dtype), text,
+            # On the storage: `t` is a base, or a whole view of one (`_whole_view`).
+            t._st.set(ShardingNode(node, template, Meta(shape, t.dtype), text,
                                    None if divides(sharding, shape) else sharding))
 
 
@@ -237,7 +248,7 @@ def get_sharding_spec(t: torch.Tensor) -> str:
     t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
     if not isinstance(t, XlaTensor):
         return ""
-    node = t._node()
+    node = t._st.value if t._chain is not None and _whole_view(t) else t._node()
     return getattr(node, "sharding", None) or ""
 
 

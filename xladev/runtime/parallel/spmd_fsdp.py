@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from xladev.runtime.distributed.sharded_tensor import mark_sharding
+from xladev.runtime.distributed.spmd_autograd import apply_backward_optimization_barrier
 from xladev.runtime.parallel.fsdp.wrap import recursive_wrap
 from xladev.runtime.graph.spmd_mesh import Mesh, get_global_mesh
 from xladev.runtime.distributed.spmd_sharding import get_sharding_spec
@@ -97,6 +98,9 @@ class SpmdFullyShardedDataParallel(nn.Module):
             spec = _fsdp_spec(param.shape, mesh, shard_maximal=True)
             if spec is not None:
                 mark_sharding(param, mesh, spec)
+        # The module's backward through one barrier, so XLA does not fuse the gradients' synchronization across
+        # modules into one gigantic buffer (as PyTorch/XLA's FSDPv2 does).
+        apply_backward_optimization_barrier(module)
 
         def shard_output_impl(output, mesh):
             real = output

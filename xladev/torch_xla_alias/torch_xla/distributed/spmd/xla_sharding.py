@@ -8,7 +8,9 @@ from torch_xla.distributed.spmd import (  # noqa: F401
     mark_sharding_with_gradients, set_global_mesh, unwrap_sharded_tensor, wrap_as_sharded_tensor,
     xla_patched_nn_linear_forward,
 )
-from xladev.runtime.distributed.spmd_autograd import MarkShardingFunction  # noqa: F401
+from xladev.runtime.distributed.spmd_autograd import (  # noqa: F401
+    MarkShardingFunction, apply_backward_optimization_barrier,
+)
 
 from torch_xla import _xladev
 
