@@ -79,3 +79,22 @@ def test_visualize_draws_the_tiles_and_their_devices(seen):
 
 def test_pytorch_xlas_names_are_xladevs(seen):
     assert seen["alias"] == {"is_spmd": True, "mark_sharding": True, "visualize": True, "mesh": {"data": 4}}
+
+
+def test_mesh_checks_hold_under_python_dash_o():
+    """`python -O` drops assert statements: the mesh's checks are raised, so a bad mesh is refused there too
+    (before, Mesh(range(3), (3,)) on one device passed under -O and failed later inside jax)."""
+    code = ("import xladev.spmd as xs\n"
+            "for args in [(range(3), (3,)), ([0], (1,), ('a', 'b'))]:\n"
+            "    try:\n"
+            "        xs.Mesh(*args)\n"
+            "    except AssertionError as exc:\n"
+            "        print('refused:', exc)\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("CPU_NUM_DEVICES", None)
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, "-O", "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "refused: Number of device IDs (3) must match the global number of devices (1)",
+        "refused: Number of axis names (2) must match mesh dimensions (1)"]

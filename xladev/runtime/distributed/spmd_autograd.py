@@ -44,8 +44,9 @@ def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh, partition_spec: Se
       AssertionError: the spec has another length than `t`'s rank (PyTorch/XLA asserts it).
       RuntimeError, TypeError, ValueError: as `mark_sharding`.
     """
-    assert len(t.shape) == len(partition_spec), \
-        f"Partition spec length ({len(partition_spec)}) should be equal to the input rank ({len(t.shape)})."
+    if len(t.shape) != len(partition_spec):
+        raise AssertionError(f"Partition spec length ({len(partition_spec)}) should be equal to the input rank "
+                             f"({len(t.shape)}).")
     return MarkShardingFunction.apply(t, mesh, tuple(partition_spec))
 
 

@@ -1,7 +1,8 @@
 """Device meshes for SPMD (PyTorch/XLA's `xs.Mesh`, `xs.HybridMesh`), and the jax `Mesh` each maps to.
 
 PyTorch/XLA checks a mesh with `assert`s: a bad mesh raises AssertionError with its message, and scripts
-(and PyTorch/XLA's own tests) catch that type, so the same checks raise the same type here.
+(and PyTorch/XLA's own tests) catch that type, so the same checks raise the same type here, raised rather
+than asserted so that `python -O` (which drops asserts) still checks.
 """
 
 from __future__ import annotations
@@ -37,15 +38,21 @@ class Mesh:
         ids = np.asarray(list(device_ids) if not isinstance(device_ids, np.ndarray) else device_ids).flatten()
         count = len(backend.jax_devices())
         # An SPMD program runs on every device of the process, so a mesh must hold them all.
-        assert count == len(ids), f"Number of device IDs ({len(ids)}) must match the global number of devices ({count})"
+        if count != len(ids):
+            raise AssertionError(f"Number of device IDs ({len(ids)}) must match the global number of devices ({count})")
         if axis_names is not None:
-            assert len(mesh_shape) == len(axis_names), \
-                f"Number of axis names ({len(axis_names)}) must match mesh dimensions ({len(mesh_shape)})"
-            assert len(set(axis_names)) == len(axis_names), f"Axis names must be unique, got: {tuple(axis_names)}"
+            if len(mesh_shape) != len(axis_names):
+                raise AssertionError(f"Number of axis names ({len(axis_names)}) must match mesh dimensions "
+                                     f"({len(mesh_shape)})")
+            if len(set(axis_names)) != len(axis_names):
+                raise AssertionError(f"Axis names must be unique, got: {tuple(axis_names)}")
         expected = int(np.prod(mesh_shape))
-        assert len(ids) == expected, f"Number of device IDs ({len(ids)}) must match mesh size ({expected})"
-        assert len(ids) == len(np.unique(ids)), f"Device IDs must be unique, got: {ids}"
-        assert all(0 <= d < expected for d in ids), f"Device IDs must be less than mesh size ({expected}), got: {ids}"
+        if len(ids) != expected:
+            raise AssertionError(f"Number of device IDs ({len(ids)}) must match mesh size ({expected})")
+        if len(ids) != len(np.unique(ids)):
+            raise AssertionError(f"Device IDs must be unique, got: {ids}")
+        if not all(0 <= d < expected for d in ids):
+            raise AssertionError(f"Device IDs must be less than mesh size ({expected}), got: {ids}")
         self.device_ids = ids
         self.mesh_shape = tuple(int(n) for n in mesh_shape)
         self.axis_names = tuple(axis_names) if axis_names is not None else None
@@ -119,8 +126,9 @@ class HybridMesh(Mesh):
                  axis_names: tuple[str, ...] | None = None) -> None:
         if dcn_mesh_shape is None:
             dcn_mesh_shape = (1,) * len(ici_mesh_shape)
-        assert len(ici_mesh_shape) == len(dcn_mesh_shape), \
-            f"ici_mesh_shape {tuple(ici_mesh_shape)} and dcn_mesh_shape {tuple(dcn_mesh_shape)} differ in length"
+        if len(ici_mesh_shape) != len(dcn_mesh_shape):
+            raise AssertionError(f"ici_mesh_shape {tuple(ici_mesh_shape)} and dcn_mesh_shape {tuple(dcn_mesh_shape)} "
+                                 "differ in length")
         if int(np.prod(dcn_mesh_shape)) > 1:
             raise ValueError("Invalid dcn_mesh_shape for single slice mesh")
         count = len(backend.jax_devices())

@@ -216,7 +216,8 @@ def shape(inputs: Any) -> list[int]:
     if not isinstance(inputs, (list, tuple)):
         return []
     shapes = [shape(item) for item in inputs]
-    assert all(s == shapes[0] for s in shapes), f"ragged nesting: element shapes {shapes}"
+    if not all(s == shapes[0] for s in shapes):
+        raise AssertionError(f"ragged nesting: element shapes {shapes}")
     return [len(inputs)] + (shapes[0] if shapes else [])
 
 
