@@ -156,6 +156,23 @@ def send_recv(rank: int, dev, data) -> dict:
     return {"received": got.cpu(), "received_async": back.cpu(), "mismatch": mismatch}
 
 
+def profiled(rank: int, dev, data, out) -> list:
+    """One all_reduce of a [4, 3] float32 tensor and one all_gather of it, captured by the profiler: the args of
+    each `xladev.execute` span of this rank's trace."""
+    import xladev.debug.profiler as xp
+    from xladev.debug._profiler_common import load_trace, trace_events
+
+    x = data["x"].to(dev)
+    torch_xla.sync()
+    xp.start_trace(f"{out}/profile{rank}")
+    reduced = xm.all_reduce(xm.REDUCE_SUM, x * 1)
+    gathered = xm.all_gather(x * 1, dim=0)
+    torch_xla.sync()
+    reduced.cpu(), gathered.cpu()
+    path = xp.stop_trace()
+    return [dict(e["args"]) for e in trace_events(load_trace(path)) if e["name"].startswith("xladev.execute")]
+
+
 def _mp_fn(index, out):
     dev = torch_xla.device()
     rank = xr.global_ordinal()
@@ -165,6 +182,7 @@ def _mp_fn(index, out):
     seen["groups"] = replica_groups(dev, data)
     seen["rendezvous"] = rendezvous(rank)
     seen["compiled"] = compiled(dev, data)
+    seen["profile"] = profiled(rank, dev, data, out)
     dist.init_process_group("xla", init_method="xla://")
     seen["functional"] = functional(rank, dev, data)
     seen["send_recv"] = send_recv(rank, dev, data)

@@ -149,3 +149,15 @@ def test_send_and_recv_as_pairs(job, data):
         assert got["mismatch"].startswith(f"CollectiveMismatchError: rank {rank}: the ranks are about to run different "
                                           "graphs holding collectives"), got["mismatch"]
         assert "xla::collective_permute" in got["mismatch"]
+
+
+def test_the_profile_carries_each_graphs_collectives_and_their_bytes(job, data):
+    """Each rank's capture around one graph holding an all_reduce and an all_gather of a [4, 3] float32 tensor:
+    its `xladev.execute` span says 2 collectives moving 96 bytes from this rank (48 bytes of operand each)."""
+    _, seen, _ = job
+    nbytes = data[0]["x"].numel() * data[0]["x"].element_size()
+    for rank in RANKS:
+        spans = seen[rank]["profile"]
+        assert len(spans) == 1, spans
+        assert (spans[0]["collectives"], spans[0]["collective_bytes"]) == ("2", str(2 * nbytes))
+        assert spans[0]["hlo_module"].startswith("jit_xladev_")

@@ -243,7 +243,8 @@ class Execution:
                 # A capture records: the run shows once, as this span, linked to its HLO module.
                 if entry.link is None:
                     entry.link = traced_call.link(entry.executable) or ()
-                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name):
+                moved = entry.collective_stats[:2] if entry.replicated else None
+                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name, moved):
                     outputs = traced_call.call(entry.executable, arrays)
             else:
                 outputs = entry.executable(*arrays)

@@ -114,7 +114,8 @@ def compile_span(graph_hash: str, step: int, nodes: int, frames=None, name: str 
     return _Annotation(title, graph=graph_hash, step=step, nodes=nodes, site=_text(user_site(frames)), **extra)
 
 
-def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None = None, name: str | None = None):
+def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None = None, name: str | None = None,
+                 collectives: tuple[int, int] | None = None):
     """Context manager around running graph `graph_hash` during step `step`; `NULL` when no capture records.
 
     Args:
@@ -123,6 +124,8 @@ def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None
         graph viewer; None leaves it out.
       name: the graph's name (a compiled region's, a torch.compile graph's): the span is then
         `xladev.execute <name>`, so each compiled graph shows by name on the timeline.
+      collectives: (count, bytes) of the collectives the graph runs across the processes, or None: the span
+        then carries `collectives` and `collective_bytes` (what this rank's collectives move per run).
     """
     if _forced_off or not _is_enabled():
         return _NULL
@@ -131,6 +134,8 @@ def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None
     extra = {"graph_name": _text(name)} if name else {}
     if link is not None:
         extra.update(hlo_module=link[0], hlo_op=link[1])
+    if collectives is not None:
+        extra.update(collectives=collectives[0], collective_bytes=collectives[1])
     return _Annotation(title, graph=graph_hash, step=step, cause=_text(why), **extra)
 
 
