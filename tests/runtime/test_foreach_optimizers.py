@@ -121,6 +121,40 @@ def test_a_foreach_op_is_one_recorded_op_with_the_per_tensor_results(dev):
         torch.testing.assert_close(have.cpu(), expect, rtol=8 * 2.0 ** -24, atol=8 * 2.0 ** -24)
 
 
+@pytest.mark.parametrize("order", [2, 1, 3.5, float("inf"), float("-inf"), 0])
+def test_foreach_norm_is_one_recorded_op_with_eagers_norms(dev, order):
+    """clip_grad_norm_'s `_foreach_norm` over N tensors records one node (before: a power, a sum and a root per
+    tensor, 3N ops), and each norm is eager's. The terms |x|^p are nonnegative, each within a couple of ulps
+    (two libraries' pow); their sum in another order within n·u of itself; the p-th root (p >= 1) divides
+    that relative error by p and adds an ulp or two: (n + 4)·u bounds it. The largest, smallest and count
+    norms are exact."""
+    gen = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(*shape, generator=gen) * 3 for shape in [(64, 64), (7,), (3, 5, 2), (1,)]]
+    cpu.append(torch.randn(10, generator=gen, dtype=torch.float64))
+    xla = [t.to(dev) for t in cpu]
+    xladev.mark_step()
+    seen: list[OpsRecorded] = []
+    with bus.subscribe(seen.append, (OpsRecorded,)):
+        norms = torch._foreach_norm(xla, order)
+        as_double = torch._foreach_norm(xla[:2], order, dtype=torch.float64)
+        xladev.mark_step()
+    assert {k: v for e in seen for k, v in e.counts.items()} == {"xla::call_jax": 2}
+    for have, want, t in zip(norms + as_double, torch._foreach_norm(cpu, order)
+                             + torch._foreach_norm(cpu[:2], order, dtype=torch.float64), cpu + cpu[:2]):
+        assert (have.dtype, have.shape) == (want.dtype, want.shape)
+        unit = 2.0 ** -24 if have.dtype == torch.float32 else 2.0 ** -53
+        torch.testing.assert_close(have.cpu(), want, rtol=(t.numel() + 4) * unit, atol=0)
+
+
+def test_foreach_norm_is_differentiated_as_eager_differentiates_it(dev):
+    cpu = [torch.randn(4, 3, generator=torch.Generator().manual_seed(1)).requires_grad_() for _ in range(2)]
+    xla = [t.detach().to(dev).requires_grad_() for t in cpu]
+    for ts in (cpu, xla):
+        sum(torch._foreach_norm(ts)).backward()
+    for have, want in zip(xla, cpu):  # x/|x|: a norm of 12 terms and a division, a few ulps of order 1
+        torch.testing.assert_close(have.grad.cpu(), want.grad, rtol=0, atol=16 * 2.0 ** -24)
+
+
 def test_a_list_written_then_read_by_a_later_element_reads_the_new_value(dev):
     """Eager runs a foreach op element by element: element 1 reads element 0's result."""
     cpu = [torch.ones(2), torch.full((2,), 2.0)]

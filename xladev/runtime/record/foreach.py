@@ -14,6 +14,8 @@ already names the PrivateUse1 backend, `xla`); the device's tensor subclass is a
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from xladev.runtime.record.fallback import run_on_cpu
@@ -198,6 +200,10 @@ def _foreach(func, args, kwargs):
         return [getattr(torch, op)(args[0], t) for t in args[1]]
     if not args or not isinstance(args[0], (list, tuple)):
         return run_on_cpu(func, args, kwargs)
+    if op == "norm":
+        norms = _norms(*args, **kwargs)
+        if norms is not None:
+            return norms
     keyword = _FOREACH_KEYWORD.get(op)
 
     # The `.Tensor` overloads pass per-tensor scalars as one 1-D tensor: read them as numbers.
@@ -239,6 +245,39 @@ def _foreach(func, args, kwargs):
         else:  # no in-place method (maximum_, minimum_...): compute, then write into the tensor
             results.append(call[0].copy_(getattr(torch, each)(*call, **call_kwargs)))
     return None if inplace else results
+
+
+_FLOATING = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+
+
+def _norms(tensors, ord=2, dtype=None):
+    """`_foreach_norm` (clip_grad_norm_'s) as one node: every tensor's vector norm in one jax function, where the
+    per-tensor path records a power, a sum and a root for each. None for what that path handles instead
+    (an empty tensor, a dtype other than a floating one, tensors of several devices).
+    """
+    tensors = list(tensors)
+    if (not tensors or not isinstance(ord, (int, float)) or isinstance(ord, bool)
+            or (dtype is not None and dtype not in _FLOATING)
+            or not all(isinstance(t, XlaTensor) and t.dtype in _FLOATING and t.numel() for t in tensors)
+            or len({t.device for t in tensors}) != 1):
+        return None
+    from xladev.runtime.record.jax_call import call_jax
+
+    with torch.no_grad():  # below autograd: torch's own formula differentiates _foreach_norm above this
+        if dtype is not None:  # cast here: the jax function's precision follows its inputs' (float64 turns x64 on)
+            tensors = [t if t.dtype == dtype else t.to(dtype) for t in tensors]
+        return list(call_jax(_norm_function(float(ord)), tuple(tensors), name="foreach_norm"))
+
+
+@functools.lru_cache(maxsize=64)
+def _norm_function(ord: float):
+    """The jax function of `_foreach_norm` at one order (cached: its traces are reused every step)."""
+    import jax.numpy as jnp
+
+    def foreach_norm(*xs):
+        return tuple(jnp.linalg.vector_norm(x, ord=ord) for x in xs)
+
+    return foreach_norm
 
 
 def _register() -> None:
