@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from tests.runtime.spmd_child import error
 from xladev.cli.run import ALIAS_DIR
 
 sys.path.insert(0, ALIAS_DIR)
@@ -17,14 +18,6 @@ import torch_xla  # noqa: E402
 import torch_xla.distributed.spmd as xs  # noqa: E402
 from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_module, distribute_tensor  # noqa: E402
-
-
-def error(fn):
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the type and message are what is checked
-        return [type(exc).__name__, str(exc)]
-    return None
 
 
 spec_of = torch_xla._XLAC._get_xla_sharding_spec

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from tests.runtime.spmd_child import error
 from xladev.cli.run import ALIAS_DIR
 
 sys.path.insert(0, ALIAS_DIR)
@@ -19,14 +20,6 @@ import torch_xla  # noqa: E402
 import torch_xla.distributed.spmd as xs  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 from torch_xla.distributed.spmd.debugging import construct_v1_sharding_str  # noqa: E402
-
-
-def error(fn):
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - the type and message are what is checked
-        return [type(exc).__name__, str(exc)]
-    return None
 
 
 out = {}

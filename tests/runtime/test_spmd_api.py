@@ -8,10 +8,6 @@ differ by at most n·u times the sum of their magnitudes).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +15,10 @@ import torch
 
 from tests.models.tolerances import U
 from tests.parity_bounds import GRAD_REL, PARAM_REL, loss_rtol
+from tests.runtime.spmd_child import run_on_four_devices
 from xladev.dumps.dump_file import read_records
 
 SCRIPT = Path(__file__).with_name("spmd_api_script.py")
-REPO = SCRIPT.parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +28,7 @@ def dump(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def seen(dump) -> dict:
-    env = dict(os.environ, CPU_NUM_DEVICES="4", PYTHONPATH=str(REPO), XLA_SAVE_TENSORS_FILE=str(dump),
-               XLA_SAVE_TENSORS_FMT="hlo")
-    env.pop("XLA_FLAGS", None)
-    env.pop("XLA_USE_SPMD", None)
-    done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_on_four_devices(SCRIPT, XLA_SAVE_TENSORS_FILE=str(dump), XLA_SAVE_TENSORS_FMT="hlo")
 
 
 def close(got, want, atol):

@@ -8,30 +8,20 @@ and `input_sharding` was refused. Bounds: float32 rounding (parity_bounds) and S
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.parity_bounds import GRAD_REL, PARAM_REL, loss_rtol
+from tests.runtime.spmd_child import run_on_four_devices
 
 SCRIPT = Path(__file__).with_name("uneven_sharding_script.py")
-REPO = SCRIPT.parents[2]
 
 
 @pytest.fixture(scope="module")
 def seen() -> dict:
-    env = dict(os.environ, CPU_NUM_DEVICES="4", PYTHONPATH=str(REPO))
-    env.pop("XLA_FLAGS", None)
-    env.pop("XLA_USE_SPMD", None)
-    done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_on_four_devices(SCRIPT)
 
 
 def test_an_uneven_split_pads_the_last_pieces_as_pytorch_xla_does(seen):
