@@ -121,3 +121,16 @@ def test_a_checkpoint_of_an_uneven_split_loads_into_another_uneven_split(seen):
     # Saved from 7 rows over 4 devices, loaded into 9 columns over 4: before, the load waited for the padding's
     # elements too, never wrote the pieces, and left zeros.
     assert seen["checkpoint"] == {"equal": True, "spec": "{devices=[1,4]0,1,2,3}"}
+
+
+def test_a_sharded_tensor_is_made_from_cpu_pieces_as_checkpoint_loaders_make_it(seen):
+    f = seen["from_shards"]
+    assert f["tiled"] == [list(range(16)), "{devices=[4]0,1,2,3}"]
+    # 13 of the 16 values: the last piece's 3 are padding (less than a piece, PyTorch/XLA's rule).
+    assert f["trimmed"] == [list(range(13)), "{devices=[4]0,1,2,3}"]
+    assert f["replicated"] == [7.0]  # a replicated sharding takes pieces of any rank
+    assert f["remade"] and f["remade_spec"] == "{devices=[2,2]0,1,2,3}"  # an uneven tensor's own padded pieces
+    assert f["too_few"] == ["RuntimeError", "_global_tensor_from_cpu_shards: 3 shards for 4 devices: give one per "
+                                            "device, in device order"]
+    for case in ("too_big", "too_small", "replicated_smaller"):  # 17 > 16; 12 leaves a piece of padding only
+        assert f[case][0] == "RuntimeError" and "cannot make a tensor of shape" in f[case][1], f[case]

@@ -125,6 +125,25 @@ dist_cp.save(state_dict={"w": src}, storage_writer=dist_cp.FileSystemWriter(fold
 dist_cp.load(state_dict={"w": dst}, storage_reader=dist_cp.FileSystemReader(folder), planner=SPMDLoadPlanner())
 out["checkpoint"] = {"equal": torch.equal(src.cpu(), dst.cpu()), "spec": spec_of(dst)}
 
+# A sharded tensor made of CPU pieces (torch_xla._XLAC._global_tensor_from_cpu_shards), as checkpoint loaders
+# make one: tiled, with padding left over, replicated, from an uneven tensor's own pieces, and what cannot fit.
+from_shards = torch_xla._XLAC._global_tensor_from_cpu_shards
+tiled = mesh4.get_op_sharding((0,))
+pieces4 = [torch.arange(4.0) + 4 * i for i in range(4)]
+made = from_shards(pieces4, tiled)
+trimmed = from_shards(pieces4, tiled, torch.Size((13,)))
+uneven_pieces = [s.data for s in xs.wrap_as_sharded_tensor(pending).local_shards]
+remade = from_shards(uneven_pieces, mesh22.get_op_sharding((0, 1)), torch.Size((3, 5)))
+out["from_shards"] = {
+    "tiled": [made.cpu().tolist(), spec_of(made)], "trimmed": [trimmed.cpu().tolist(), spec_of(trimmed)],
+    "replicated": from_shards([torch.tensor([7.0])] * 4, mesh22.get_op_sharding((None, None))).cpu().tolist(),
+    "remade": remade.cpu().tolist() == pending.cpu().tolist(), "remade_spec": spec_of(remade),
+    "too_few": error(lambda: from_shards(pieces4[:3], tiled)),
+    "too_big": error(lambda: from_shards(pieces4, tiled, torch.Size((17,)))),
+    "too_small": error(lambda: from_shards(pieces4, tiled, torch.Size((12,)))),
+    "replicated_smaller": error(lambda: from_shards([torch.ones(4)] * 4, mesh4.get_op_sharding((None,)),
+                                                    torch.Size((3,))))}
+
 # Input sharding: an even batch (8) and the loaders' and send_cpu_data_to_device's checks.
 spec = xs.ShardingSpec(mesh22, ("data", None, None))
 even = [(torch.zeros(8, 3, 2), torch.zeros(8, dtype=torch.int64))]

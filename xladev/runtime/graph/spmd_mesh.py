@@ -70,6 +70,11 @@ class Mesh:
         """The device ids laid out in the mesh's shape."""
         return self.device_ids.reshape(self.mesh_shape)
 
+    def get_op_sharding(self, partition_spec) -> "OpSharding":
+        """The sharding `partition_spec` names on this mesh, as an object (PyTorch/XLA's `OpSharding`) that
+        `torch_xla._XLAC._global_tensor_from_cpu_shards` takes; `str()` is its sharding text."""
+        return OpSharding(self, tuple(partition_spec))
+
     def get_axis_name_idx(self, name: str) -> int | None:
         """The number of the axis called `name`, None when there is none."""
         if self.axis_names is None or name not in self.axis_names:
@@ -161,3 +166,26 @@ def jax_mesh_of(key: tuple):
     ids, shape, names = key
     devices = backend.jax_devices()
     return jax.sharding.Mesh(np.array([devices[i] for i in ids]).reshape(shape), names)
+
+
+class OpSharding:
+    """A mesh and a partition spec, as `Mesh.get_op_sharding` gives them (PyTorch/XLA's `_XLAC.OpSharding`).
+
+    Attributes:
+      mesh: the mesh.
+      partition_spec: per dimension, the mesh axis (number or name, or a tuple of them) or None.
+    """
+
+    def __init__(self, mesh: Mesh, partition_spec: tuple) -> None:
+        self.mesh = mesh
+        self.partition_spec = partition_spec
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, OpSharding) and other.mesh.key() == self.mesh.key()
+                and other.partition_spec == self.partition_spec)
+
+    def __hash__(self) -> int:
+        return hash((self.mesh.key(), self.partition_spec))
+
+    def __repr__(self) -> str:
+        return f"OpSharding(mesh={self.mesh!r}, partition_spec={self.partition_spec})"

@@ -178,6 +178,14 @@ def _get_local_shard_replica_and_indices(tensors: list[torch.Tensor]) -> list[li
     return [[(replica, indices) for _, replica, indices in shard_places(t)] for t in tensors]
 
 
+def _global_tensor_from_cpu_shards(shards: list[torch.Tensor], op_sharding, global_shape=None) -> torch.Tensor:
+    """The device tensor made of these CPU pieces, one per device in device order, split as `op_sharding`
+    (`mesh.get_op_sharding(partition_spec)`) says (`xladev.runtime.distributed.cpu_shards`)."""
+    from xladev.runtime.distributed.cpu_shards import global_tensor_from_cpu_shards
+
+    return global_tensor_from_cpu_shards(shards, op_sharding, global_shape)
+
+
 def _get_local_shards(tensors: list[torch.Tensor]) -> list[list[tuple[torch.Tensor, str]]]:
     """Per tensor, each device's piece copied to the CPU with its device name (`xla:N`), in device order."""
     from xladev.runtime.distributed.sharded_tensor import XLAShardedTensor, unwrap
