@@ -293,3 +293,33 @@ def _native_batch_norm(func, args, kwargs):
     write_into(running_mean, new_mean)
     write_into(running_var, new_var)
     return out, save_mean, save_invstd
+
+
+@special(aten.nll_loss_backward.default)
+@special(aten.nll_loss2d_backward.default)
+def _nll_loss_backward(func, args, kwargs):
+    """The backward of a loss whose target holds Byte indices: the same Long ones (see `_nll_loss_forward`)."""
+    args = list(args)
+    if len(args) > 2 and isinstance(args[2], torch.Tensor) and args[2].dtype == torch.uint8:
+        args[2] = args[2].long()
+    return handle_regular(func, tuple(args), kwargs)
+
+
+@special(aten.nll_loss_forward.default)
+@special(aten.nll_loss2d_forward.default)
+def _nll_loss_forward(func, args, kwargs):
+    """Eager's first check of a class-index loss: the target holds Long or Byte indices (torch's decomposition,
+    which gives the op's shapes here, would first fail in its gather with other words, and int32 would pass).
+    Byte indices are taken as the same Long ones (the gather takes no uint8 index)."""
+    args = list(args)
+    target = args[1] if len(args) > 1 else kwargs["target"]
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_type_name(target.dtype)}")
+    if target.dtype == torch.uint8 and func is aten.nll_loss2d_forward.default:
+        raise RuntimeError("expected scalar type Long but found Byte")  # eager's 2-D kernel: Long only
+    if target.dtype == torch.uint8:
+        if len(args) > 1:
+            args[1] = target.long()
+        else:
+            kwargs = {**kwargs, "target": target.long()}
+    return handle_regular(func, tuple(args), kwargs)
