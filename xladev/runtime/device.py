@@ -15,7 +15,7 @@ from torch.utils.backend_registration import _DummyDeviceGuard, _DummyPrivateUse
 
 from xladev.events import bus
 from xladev.runtime.record import amp_ops  # noqa: F401  (registers the gradient-scaling ops' handlers)
-from xladev.runtime.record import autocast, checkpoint, foreach, rng, sparse_gradients
+from xladev.runtime.record import autocast, backward_errors, checkpoint, foreach, rng, sparse_gradients
 from xladev.runtime.record import fused_optimizers  # noqa: F401  (registers the fused Adam(W) kernels)
 from xladev.runtime.graph import backend, fork_guard
 from xladev.runtime.api import memory_growth, optimizer_state
@@ -196,6 +196,7 @@ def register() -> None:
     foreach.install()
     memory_growth.install()
     optimizer_state.install()
+    backward_errors.install()
     _registered = True
 
 

@@ -21,6 +21,7 @@ from xladev.runtime.lowering.registry import LOWERINGS
 from xladev.runtime.graph.meta import MetaUnsupported
 from xladev.runtime.graph.op_traits import op_traits
 from xladev.runtime.graph.op_ledger import recorder
+from xladev.runtime.record import backward_errors
 from xladev.runtime.record.arguments import mismatch
 from xladev.runtime.record.recording import (device_of, op_entry, record, record_cached, record_general, record_into,
                                       record_view, write_into)
@@ -222,6 +223,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             return NotImplemented
     if kwargs is None:
         kwargs = {}
+    if backward_errors.kept and backward_errors.failed():  # an earlier op of this backward pass failed
+        return backward_errors.placeholder(func, args)
     started = span_clock.op_began()
     if recorder.eager_debug:
         return _dispatch_eagerly(func, args, kwargs, started)
@@ -246,6 +249,10 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             return handle(func, args, kwargs)
     except FakeOperands as fake:
         return fake.run_faked(func, args, kwargs)
+    except Exception as exc:
+        if backward_errors.keep(exc):  # raised by backward() instead: see backward_errors
+            return backward_errors.placeholder(func, args)
+        raise
     finally:
         recorder.add_tracing_time(span_clock.op_ended(started))
 
