@@ -18,7 +18,7 @@ from xladev.runtime.graph.ir import DataNode, Meta
 from xladev.runtime.graph.spmd_mesh import OpSharding
 from xladev.runtime.distributed.sharded_tensor import _padded_places
 from xladev.runtime.distributed.spmd_sharding import (
-    _partition_spec, _require_spmd, divides, sharding_text, split_counts,
+    _partition_spec, _require_spmd, divides, piece_shape, sharding_text, split_counts,
 )
 from xladev.runtime.record.tensor import XlaTensor, new_tensor
 
@@ -64,7 +64,7 @@ def global_tensor_from_cpu_shards(shards: list[torch.Tensor], op_sharding: OpSha
     full = tuple(p * c for p, c in zip(piece, counts))
     shape = full if global_shape is None else tuple(int(n) for n in global_shape)
     # Each split dimension's pieces are ceil(size / pieces) long, as a split pads them: nothing else fits.
-    if len(shape) != len(piece) or any(-(-n // c) != p for n, c, p in zip(shape, counts, piece)):
+    if len(shape) != len(piece) or piece_shape(sharding, shape) != piece:
         raise RuntimeError(f"_global_tensor_from_cpu_shards: shards of shape {list(piece)}, {list(counts)} per "
                            f"dimension, cannot make a tensor of shape {list(shape)}: each dimension's pieces are "
                            f"its size divided by their number, rounded up (at most {list(full)})")

@@ -24,7 +24,7 @@ from xladev.runtime.graph.ir import DataNode
 from xladev.runtime.graph.spmd_mesh import Mesh
 from xladev.runtime.distributed.dtensor_placements import dtensor_spec, redistribute_spec
 from xladev.runtime.distributed.spmd_sharding import (
-    get_sharding_spec, padded_shape, parse_sharding_text, shard_tensor, split_counts, unshard_tensor,
+    device_order, get_sharding_spec, padded_shape, parse_sharding_text, piece_shape, shard_tensor, unshard_tensor,
 )
 from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.execute.transfers import arrays_of, current_cause, reading
@@ -156,7 +156,7 @@ class XLAShardedTensor(torch.Tensor):
         if array.sharding.is_fully_replicated:
             raise RuntimeError("load_local_shards_: the tensor is replicated, not sharded: copy a whole value "
                                "into it instead")
-        order = _device_order()
+        order = device_order()
         devices = backend.jax_devices()
         by_device = {s.shard_device: s for s in shards}
         pieces = []
@@ -321,7 +321,7 @@ def _padded_places(uneven, shape: tuple) -> list[tuple[int, int, list]]:
     """(device number, replica id, indices) per device, in device order, of a split that does not divide
     `shape`: the pieces of the shape padded up to a multiple of each dimension's pieces, cut back to `shape`
     (the last pieces shorter, or empty), as PyTorch/XLA places them."""
-    order = _device_order()
+    order = device_order()
     by_device = uneven.devices_indices_map(padded_shape(uneven, shape))
     places, copies = [], {}
     for device in sorted(by_device, key=lambda d: order[d.id]):
@@ -339,7 +339,7 @@ def _load_padded_shards(t: XlaTensor, array, uneven, shards: list[XLAShard]) -> 
     import jax
 
     whole = np.empty(array.shape, dtype=array.dtype)
-    piece = tuple(-(-size // count) for size, count in zip(array.shape, split_counts(uneven, len(array.shape))))
+    piece = piece_shape(uneven, tuple(array.shape))
     by_device = {s.shard_device: s for s in shards}
     for number, _, indices in _padded_places(uneven, tuple(array.shape)):
         shard = by_device.get(f"xla:{number}")
@@ -362,7 +362,7 @@ def _padded_shards(t: XlaTensor, array, uneven) -> list[XLAShard]:
     """`local_shards` of a split that does not divide the shape: each device's piece cut from the whole value
     it holds and padded with zeros to the full piece's shape, as PyTorch/XLA's pieces are."""
     whole = np.asarray(array.addressable_shards[0].data)
-    piece = [-(-size // count) for size, count in zip(whole.shape, split_counts(uneven, whole.ndim))]
+    piece = piece_shape(uneven, whole.shape)
     shards = []
     for number, replica, indices in _padded_places(uneven, whole.shape):
         part = whole[tuple(indices)]
@@ -374,7 +374,7 @@ def _padded_shards(t: XlaTensor, array, uneven) -> list[XLAShard]:
 def _places(array) -> tuple[list, list]:
     """The array's shards in device order, and for each (device number, replica id, indices)."""
     replicated = array.sharding.is_fully_replicated
-    order = _device_order()
+    order = device_order()
     shards = sorted(array.addressable_shards, key=lambda s: order[s.device.id])
     places = []
     for s in shards:
@@ -385,11 +385,6 @@ def _places(array) -> tuple[list, list]:
             places.append((number, s.replica_id, [slice(i.start or 0, dim if i.stop is None else i.stop, 1)
                                                    for i, dim in zip(s.index, array.shape)]))
     return shards, places
-
-
-def _device_order() -> dict:
-    """jax device id -> `xla:N`'s N."""
-    return {d.id: i for i, d in enumerate(backend.jax_devices())}
 
 
 def _array_of(t, what: str):

@@ -108,9 +108,19 @@ def divides(sharding, shape: tuple) -> bool:
     return all(size % count == 0 for size, count in zip(shape, split_counts(sharding, len(shape))))
 
 
+def piece_shape(sharding, shape: tuple) -> tuple[int, ...]:
+    """One device's piece of `shape`: each dimension divided by its pieces, rounded up (PyTorch/XLA's padding)."""
+    return tuple(-(-size // count) for size, count in zip(shape, split_counts(sharding, len(shape))))
+
+
 def padded_shape(sharding, shape: tuple) -> tuple[int, ...]:
     """`shape` with each split dimension rounded up to a multiple of its pieces (PyTorch/XLA's padding)."""
-    return tuple(-(-size // count) * count for size, count in zip(shape, split_counts(sharding, len(shape))))
+    return tuple(p * c for p, c in zip(piece_shape(sharding, shape), split_counts(sharding, len(shape))))
+
+
+def device_order() -> dict:
+    """jax device id -> `xla:N`'s N."""
+    return {d.id: i for i, d in enumerate(backend.jax_devices())}
 
 
 def _lower_custom_sharding(ctx, x, mesh_key, spec):
@@ -221,7 +231,7 @@ def _keep_mark(old: Node, new: Node) -> Node:
     sharding = old.uneven if old.uneven is not None else old.array.sharding
     if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.is_fully_replicated:
         return new
-    order = {d.id: i for i, d in enumerate(backend.jax_devices())}
+    order = device_order()
     mesh = sharding.mesh
     key = (tuple(order[d.id] for d in mesh.devices.flat), tuple(mesh.devices.shape), tuple(mesh.axis_names))
     spec = tuple(sharding.spec) + (None,) * (len(new.meta.shape) - len(sharding.spec))
