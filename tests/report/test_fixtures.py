@@ -135,7 +135,9 @@ def test_healthy_run_raises_no_false_alarm(kinds):
     assert _problems(report) == []
     assert report.verdict() == "healthy"
     healthy = next(f for f in report.findings if f.rule == "healthy")
-    assert healthy.numbers["steps"] == 24 and healthy.numbers["compiles"] == 1
+    # A PyTorch/XLA debug log alone sees only the barriers that ran a graph: its count is named so.
+    steps = healthy.numbers["graph_steps" if kinds == ("debug",) else "steps"]
+    assert steps == 24 and healthy.numbers["compiles"] == 1
 
 
 @pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug")])
@@ -173,6 +175,27 @@ def test_fallback_names_both_ops_and_the_transfers_they_force(kinds):
     assert recompile.numbers["compiles"] == 13
     if kinds != ("stdout",):
         assert "aten::nonzero" in " ".join(recompile.evidence)  # data-dependent shapes named as the cause
+
+
+def test_fallback_recompilation_is_the_same_finding_from_every_input_that_holds_when_it_compiled():
+    """Per-step metrics, or a single report beside the debug log, tell the 9 warm-up compiles from the 4 late
+    ones: the same title and the same compiles after warm-up. A single report alone cannot: it gives no price and
+    says why, rather than a guess that disagrees with the others."""
+    findings = {kinds: next(f for f in load([str(fixture_path(f"fallback.{kind}.txt")) for kind in kinds]).findings
+                            if f.rule == "recompilation")
+                for kinds in [("metrics",), ("metrics", "debug"), ("stdout", "debug"), ("stdout",), ("debug",)]}
+    timed = [findings[k] for k in [("metrics",), ("metrics", "debug"), ("stdout", "debug")]]
+    assert {f.title for f in timed + [findings[("debug",)]]} == {"Still compiling after warm-up: 4 new graphs in 14 steps"}
+    # The per-step records measure the 4 late compiles; beside a single report they are priced at the mean.
+    assert findings[("metrics",)].cost_ns == findings[("metrics", "debug")].cost_ns
+    mean = 7.77e9 / 13
+    assert findings[("stdout", "debug")].cost_ns == pytest.approx(4 * mean, rel=0.01)
+    assert "mean compile time" in findings[("stdout", "debug")].cost_text()
+    for finding in timed:  # static shapes keep the 9 warm-up graphs: every late compile is saved
+        assert "~9 compiles" in finding.saving and finding.saving.endswith(
+            units.compact_time_ns(finding.cost_ns)), finding.saving
+    alone = findings[("stdout",)]
+    assert alone.cost_ns is None and alone.cost_text().startswith("not in this input"), alone.cost_text()
 
 
 def test_fallback_from_debug_log_alone_names_the_ops():

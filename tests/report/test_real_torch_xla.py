@@ -109,7 +109,8 @@ def test_python_float_per_step_does_not_recompile(kinds):
     assert _problems(report) == []
     assert not any(f.rule == "recompilation" for f in report.findings)
     healthy = next(f for f in report.findings if f.rule == "healthy")
-    assert healthy.numbers["steps"] == 12 and healthy.numbers["compiles"] == 1
+    steps = healthy.numbers["graph_steps" if kinds == ("debug",) else "steps"]
+    assert steps == 12 and healthy.numbers["compiles"] == 1
     uploads = [f for f in report.findings if f.rule == "device-data-cache-miss"]
     if kinds == ("debug",):  # the debug log holds no counters: the uploads are not in it
         assert uploads == [] and report.verdict() == "healthy"
@@ -152,6 +153,17 @@ def test_healthy_runs_get_no_warning(name, kinds):
     assert report.verdict() == "healthy"
     healthy = next(f for f in report.findings if f.rule == "healthy")
     assert healthy.numbers["compiles"] == (1 if name == "healthy_loader" else 6)
+
+
+def test_a_loaders_empty_barriers_never_give_two_step_counts():
+    """MpDeviceLoader's run: 12 batches, 14 barriers (MarkStep), 2 of them with nothing to run. The debug log sees
+    only the 12 that ran a graph, so it says that, under another name, rather than a second step count."""
+    numbers = {kinds: next(f for f in _load("healthy_loader", kinds).findings if f.rule == "healthy").numbers
+               for kinds in COMBINATIONS}
+    assert {n["steps"] for n in numbers.values() if "steps" in n} == {14}
+    assert "steps" not in numbers[("debug",)] and numbers[("debug",)]["graph_steps"] == 12
+    debug_only = next(f for f in _load("healthy_loader", ("debug",)).findings if f.rule == "healthy")
+    assert "12 steps that ran a graph" in debug_only.evidence[0], debug_only.evidence
 
 
 def test_dynamo_input_sync_is_not_a_user_read():

@@ -32,6 +32,9 @@ class RunFacts:
     # Graphs compiled after the last barrier (a final print reading a new value): one-time, not the loop's.
     compiles_after_last_step: int = 0
     stable_graph_size: bool | None = None
+    # The steps are the barriers that ran a graph (a PyTorch/XLA debug log's execution blocks): a barrier with
+    # nothing to run, such as a data loader's last, leaves no block, so the true count may be higher.
+    steps_ran_a_graph: bool = False
     graph_hashes: set[str] = dataclasses.field(default_factory=set)
     # Device->host transfers and steps after set-up, up to the last barrier (None: the input cannot tell).
     steady_transfers: tuple[int, int] | None = None
@@ -121,16 +124,40 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
                 facts.compiles = max(facts.compiles, int(numbers["count"]))
             elif kind == "TransferFromDeviceTime too frequent":
                 facts.transfers = max(facts.transfers, int(numbers["count"]))
+    facts.steps_ran_a_graph = facts.steps == steps and not any(log.run_summary is not None for log in logs)
+    _warmup_from_debug(facts, events)
+    return facts
+
+
+def _warmup_from_debug(facts: RunFacts, events: list) -> None:
+    """Sets when the compiles happened (warm-up, later steps, after the last step) from the debug blocks' steps."""
     steps = facts.steps
-    if steps > facts.warmup_steps:
-        facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
-        facts.compiles_after_last_step = sum(1 for event in events if event.steps_before >= steps)
-        late = [event for event in events if facts.warmup_steps <= event.steps_before < steps]
-        after = {event.steps_before for event in late}
-        facts.compile_steps_after_warmup = len(after)
-        facts.last_compile_step = max(after) + 1 if after else None
-        if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
-            facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
+    if steps <= facts.warmup_steps:
+        return
+    facts.compiles_at_warmup = sum(1 for event in events if event.steps_before < facts.warmup_steps)
+    facts.compiles_after_last_step = sum(1 for event in events if event.steps_before >= steps)
+    late = [event for event in events if facts.warmup_steps <= event.steps_before < steps]
+    after = {event.steps_before for event in late}
+    facts.compile_steps_after_warmup = len(after)
+    facts.last_compile_step = max(after) + 1 if after else None
+    if len(late) > 1 and len({(e.site, e.inputs, e.outputs) for e in late}) == 1:
+        facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
+
+
+def with_debug_warmup(facts: RunFacts, sources: list[SourceResult]) -> RunFacts:
+    """A single metrics report's facts, with when each compile happened from a PT_XLA_DEBUG log of the same run.
+
+    A single report (no per-step series) cannot tell warm-up from recompilation; the debug log's blocks can. Its
+    blocks are used only when they saw every compile and every step the report counts (a log of another run, or
+    one cut short, would place the compiles wrongly).
+    """
+    if facts.compiles_at_warmup is not None:
+        return facts
+    logs = [source.debug for source in sources if source.has_debug]
+    events = [event for log in logs for event in log.compile_events]
+    if not events or len(events) != facts.compiles or sum(log.step_syncs for log in logs) != facts.steps:
+        return facts
+    _warmup_from_debug(facts, events)
     return facts
 
 

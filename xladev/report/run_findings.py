@@ -16,7 +16,7 @@ from xladev.report.debug_findings import (
 )
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
-                                     repeated_in_series, repeated_recompiles, where)
+                                     repeated_in_series, repeated_recompiles, where, with_debug_warmup)
 from xladev.rules import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
@@ -135,7 +135,8 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
 def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], RunFacts | None]:
     """Findings of one run or rank, and the facts they were computed from."""
     primary = report.primary_metrics(sources)
-    facts = metrics_facts(report, primary) if primary is not None else debug_facts(sources)
+    facts = (with_debug_warmup(metrics_facts(report, primary), sources) if primary is not None
+             else debug_facts(sources))
     if facts is not None:
         facts.repeated = repeated_recompiles(sources, facts.steps) or repeated_in_series(primary, facts.warmup_steps)
     if primary is not None:
@@ -288,7 +289,8 @@ def diagnose(report) -> list[Finding]:
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None
                 and facts.compiles_at_warmup + facts.compiles_after_last_step == facts.compiles,
-                steady_transfers=facts.steady_transfers[0] if facts.steady_transfers else None))
+                steady_transfers=facts.steady_transfers[0] if facts.steady_transfers else None,
+                steps_ran_a_graph=facts.steps_ran_a_graph))
     stack = run_stack(report.sources)
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))

@@ -85,9 +85,10 @@ class Finding:
     saving: str = ""
 
     def cost_text(self) -> str:
-        """``3.82 s (49% of the run); pad to 3 buckets → ~4 compiles, saves ~2.73 s``; empty when not priced."""
+        """``3.82 s (49% of the run); pad to 3 buckets → ~4 compiles, saves ~2.73 s``; why there is no price when
+        the input lacks it (``not in this input: …``); else empty."""
         if not self.cost_ns:
-            return ""
+            return self.saving if self.saving.startswith("not in this input") else ""
         share = self.numbers.get("cost_share")
         text = units.compact_time_ns(self.cost_ns) + (f" ({share:.0%} of the run)" if isinstance(share, float) else "")
         return f"{text}; {self.saving}" if self.saving else text

@@ -364,7 +364,8 @@ def failure_finding(*, kind: str, count: int, failures: Sequence[Mapping]) -> Fi
 
 
 def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfers: int,
-                    warmup_known: bool, steady_transfers: int | None = None) -> Finding:
+                    warmup_known: bool, steady_transfers: int | None = None,
+                    steps_ran_a_graph: bool = False) -> Finding:
     """The statement that nothing is wrong, with the numbers that show it.
 
     Args:
@@ -374,9 +375,13 @@ def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfer
       transfers: device-to-host transfers.
       warmup_known: True when every compile is known to be in warm-up (or after the last step).
       steady_transfers: the transfers after set-up up to the last barrier, when the input tells them apart.
+      steps_ran_a_graph: True when `steps` counts only the barriers that ran a graph (the input cannot see the
+        others): the number is then ``graph_steps``, not ``steps``, so that it never contradicts a step count.
     """
-    evidence = [f"{_plural(compiles, 'compile')} in {steps} steps"
-                + (", all during warm-up" if warmup_known else "")]
+    counted = "steps that ran a graph" if steps_ran_a_graph else "steps"
+    evidence = [f"{_plural(compiles, 'compile')} in {steps} {counted}"
+                + (", all during warm-up" if warmup_known else "")
+                + (" (a barrier with nothing to run leaves no trace in this input)" if steps_ran_a_graph else "")]
     if cached_compiles:
         evidence.append(f"{cached_compiles} later syncs ran a cached graph")
     if not transfers:
@@ -391,8 +396,8 @@ def healthy_finding(*, steps: int, compiles: int, cached_compiles: int, transfer
     return Finding("healthy", INFO, "Healthy: graphs compile once, then every step runs from the cache",
                    "No recompilation after warm-up, no per-step transfers to the host, no ops on the CPU.",
                    "Nothing to fix.", evidence=evidence,
-                   numbers={"steps": steps, "compiles": compiles, "cached_compiles": cached_compiles,
-                            "transfers": transfers})
+                   numbers={"graph_steps" if steps_ran_a_graph else "steps": steps, "compiles": compiles,
+                            "cached_compiles": cached_compiles, "transfers": transfers})
 
 
 # Notes that advise a speed-up without saying anything is wrong: they leave a healthy verdict healthy.

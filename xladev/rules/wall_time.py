@@ -273,15 +273,22 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     cost = facts.compile_ns_after_warmup
     graphs = facts.compiles_at_warmup
     steps = facts.breakdown.steps
-    # No warm-up boundary, or one that tells nothing: a run that compiled in every step (warm-up included)
-    # recompiled all along, so everything beyond a few graphs is recompilation, from any input that holds the
-    # compile count and time (a single report prices it so too).
-    if cost is None or (steps and facts.compiles >= steps):
+    basis = ""
+    if steps and facts.compiles >= steps:
+        # A run that compiled in every step (warm-up included) recompiled all along, so everything beyond a few
+        # graphs is recompilation, from any input that holds the compile count and time (a single report too).
         graphs = min(facts.compiles, SHAPE_BUCKETS)
         cost = mean * (facts.compiles - graphs)
+    elif cost is None and graphs is not None:
+        # The input tells which compiles came after warm-up (a debug log beside a single report), not their times.
+        cost = mean * (facts.compiles - graphs)
+        basis = "at the run's mean compile time; "
     burst = float(finding.numbers.get("burst_compile_ns", 0))
-    if burst > cost:  # steps that compiled tens of graphs each (a last report cut short may hold most of them)
+    if burst > (cost or 0.0):  # steps that compiled tens of graphs each (a last report cut short may hold most)
         return burst, "values kept on the device and fixed shapes in that loop: " + _saves(burst)
+    if cost is None:
+        return None, (f"not in this input: a single report cannot tell which of the {facts.compiles} compiles came "
+                      "after warm-up (XLA_METRICS_FILE or a PT_XLA_DEBUG_LEVEL=2 log beside it can)")
     repeated = int(finding.numbers.get("repeated_recompiles", 0))
     if repeated and mean * repeated > cost:  # recompiles inside warm-up, each for a new shape or constant
         cost = mean * repeated
@@ -290,9 +297,10 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
         after, how = (graphs or 1) + SHAPE_BUCKETS - 1, f"pad to {SHAPE_BUCKETS} buckets"
     else:
         after, how = graphs or 1, "static shapes"
-    saved = max(0.0, (facts.compiles - after) * mean)
-    saved = min(saved, cost) if cost else saved
-    return cost, f"{how} → ~{after} compiles, " + _saves(saved)
+    # The compiles avoided are the recompiles' share beyond the few graphs the fix still compiles.
+    recompiles = facts.compiles - (graphs or 1)
+    saved = cost * max(0, facts.compiles - after) / recompiles if recompiles > 0 else 0.0
+    return cost, f"{basis}{how} → ~{after} compiles, " + _saves(min(saved, cost))
 
 
 def _growth_price(finding, facts: CostFacts) -> tuple[float | None, str]:
@@ -361,6 +369,8 @@ def price(findings: list, facts: CostFacts) -> list:
             finding.numbers["cost_ns"] = round(float(cost))
             if share is not None:
                 finding.numbers["cost_share"] = round(share, 4)
+        elif saving.startswith("not in this input"):  # say why there is no price, not nothing
+            finding.saving = saving
     return findings
 
 
