@@ -286,13 +286,13 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     burst = float(finding.numbers.get("burst_compile_ns", 0))
     if burst > (cost or 0.0):  # steps that compiled tens of graphs each (a last report cut short may hold most)
         return burst, "values kept on the device and fixed shapes in that loop: " + _saves(burst)
+    repeated = int(finding.numbers.get("repeated_recompiles", 0))
+    if repeated and mean * repeated > (cost or 0.0):  # recompiles inside warm-up, each for a new shape or constant
+        cost = mean * repeated
+        graphs = max(1, facts.compiles - repeated)
     if cost is None:
         return None, (f"not in this input: a single report cannot tell which of the {facts.compiles} compiles came "
                       "after warm-up (XLA_METRICS_FILE or a PT_XLA_DEBUG_LEVEL=2 log beside it can)")
-    repeated = int(finding.numbers.get("repeated_recompiles", 0))
-    if repeated and mean * repeated > cost:  # recompiles inside warm-up, each for a new shape or constant
-        cost = mean * repeated
-        graphs = max(1, facts.compiles - repeated)
     if "Pad or bucket" in finding.fix:
         after, how = (graphs or 1) + SHAPE_BUCKETS - 1, f"pad to {SHAPE_BUCKETS} buckets"
     else:
