@@ -94,6 +94,21 @@ def test_persistent_cache_hits_silence_the_cache_advice():
     assert wall_time.with_cache_advice([], facts) == []
 
 
+@pytest.mark.parametrize("repeated", [0, 5])
+def test_a_recompilation_without_the_warm_up_split_is_priced_only_by_what_the_input_holds(repeated):
+    """13 compiles in 24 steps, 7.8 s compiling: with no warm-up split the late compiles' cost is not in the input
+    (no guess), unless the causes counted repeated recompiles, which are priced at the mean compile time."""
+    breakdown = wall_time.TimeBreakdown(parts={"compile": 7.8e9}, wall_ns=10e9, steps=24)
+    finding = rules.Finding("recompilation", rules.WARNING, "13 compiles in 24 steps", "", "Keep shapes static.",
+                            numbers={"repeated_recompiles": repeated} if repeated else {})
+    wall_time.price([finding], wall_time.CostFacts(breakdown=breakdown, compiles=13))
+    if repeated:
+        assert finding.cost_ns == pytest.approx(5 * 7.8e9 / 13)
+        assert finding.saving == f"static shapes → ~8 compiles, saves ~{compact_time_ns(finding.cost_ns)}"
+    else:
+        assert finding.cost_ns is None and finding.cost_text().startswith("not in this input: a single report")
+
+
 def test_ranking_puts_failures_first_and_negligible_costs_after_unknown_ones():
     def finding(rule, severity, cost=None, share=None):
         f = rules.Finding(rule, severity, rule, "", "")
