@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import xladev
 import xladev.debug.metrics as met
-from tests.report.helpers import FIXTURES, MISTAKES, SCENARIOS
+from tests.report.helpers import FIXTURES, REAL_RUNS
 from xladev.schema import counters
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -78,7 +78,7 @@ def test_every_name_xladev_can_emit_is_documented(dev):
 
 def test_every_name_in_real_torch_xla_reports_is_documented():
     # no_barrier never synced, so PyTorch/XLA wrote no XLA_METRICS_FILE: its stdout holds its report.
-    paths = [FIXTURES / f"{scenario}.{kind}.txt" for scenario in SCENARIOS + MISTAKES for kind in ("metrics", "stdout")
+    paths = [FIXTURES / f"{scenario}.{kind}.txt" for scenario in REAL_RUNS for kind in ("metrics", "stdout")
              if (scenario, kind) != ("no_barrier", "metrics")]
     found: set[str] = set()
     for path in paths:

@@ -21,6 +21,9 @@ SCENARIOS = ("healthy", "dynamic_shape", "fallback", "item_every_step")
 # mistakes.py's runs (12 steps each); no_barrier has no metrics file: PyTorch/XLA writes XLA_METRICS_FILE at a sync.
 MISTAKES = ("no_barrier", "branch_on_loss", "print_loss", "scalar_lr", "slice_length", "healthy_loader",
             "healthy_compile")
+# spmd.py's run: the same model in PyTorch/XLA's SPMD mode over 4 devices.
+SPMD_RUNS = ("spmd_data",)
+REAL_RUNS = SCENARIOS + MISTAKES + SPMD_RUNS
 
 
 def fixture_path(name: str) -> Path:

@@ -12,7 +12,7 @@ from xladev.schema import units
 from xladev.report.run_findings import auto_metrics_lines
 from xladev.report.inputs import read_source
 
-from tests.report.helpers import FIXTURES, MISTAKES, SCENARIOS, fixture_path
+from tests.report.helpers import FIXTURES, REAL_RUNS, SCENARIOS, fixture_path
 
 _BLOCK_RE = re.compile(r"^Metric: (\S+)\n((?:  .*\n)+)|^Counter: (\S+)\n  Value: (\d+)\n", re.M)
 
@@ -42,7 +42,7 @@ def _assert_same_value(kind: str, text: str, parsed: float) -> None:
     assert units.format_kind(kind, parsed) == text  # torch_xla's text is reproduced to its print precision
 
 
-@pytest.mark.parametrize("name", [f"{scenario}.{kind}.txt" for scenario in SCENARIOS + MISTAKES
+@pytest.mark.parametrize("name", [f"{scenario}.{kind}.txt" for scenario in REAL_RUNS
                                   for kind in ("metrics", "stdout") if (scenario, kind) != ("no_barrier", "metrics")])
 def test_last_report_round_trips_every_number(name):
     path = fixture_path(name)
@@ -227,4 +227,4 @@ def test_item_every_step_from_debug_log_alone_points_at_the_line():
 
 
 def test_fixture_directory_has_every_scenario():
-    assert {path.name.split(".")[0] for path in FIXTURES.glob("*.txt")} == set(SCENARIOS) | set(MISTAKES)
+    assert {path.name.split(".")[0] for path in FIXTURES.glob("*.txt")} == set(REAL_RUNS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.report.helpers import FIXTURES, MISTAKES, fixture_path
+from tests.report.helpers import FIXTURES, MISTAKES, SPMD_RUNS, fixture_path
 from xladev import rules
 from xladev.report import load
 from xladev.report.inputs import read_source
@@ -184,7 +184,7 @@ def test_a_run_compiling_every_step_has_one_recompilation_cost(name):
     assert None not in costs.values() and len(set(costs.values())) == 1, costs
 
 
-@pytest.mark.parametrize("name", MISTAKES)
+@pytest.mark.parametrize("name", MISTAKES + SPMD_RUNS)
 def test_every_output_is_read_whole(name):
     """Each real output reads without a warning: every debug block, every step record, the printed report."""
     for path in sorted(FIXTURES.glob(f"{name}.*.txt")):
@@ -214,3 +214,21 @@ def test_the_pre_2_8_wording_gets_the_same_diagnosis(name, tmp_path):
     new_report, old_report = _load(name, ("debug",)), load(str(path))
     assert old_report.verdict() == new_report.verdict()
     assert [(f.rule, f.numbers) for f in old_report.findings] == [(f.rule, f.numbers) for f in new_report.findings]
+
+
+@pytest.mark.parametrize("kinds", COMBINATIONS)
+def test_an_spmd_run_counts_its_replicated_executions(kinds):
+    """spmd.py: 12 steps in PyTorch/XLA's SPMD mode over 4 devices. Its metrics time each run as
+    ExecuteReplicatedTime and count it as ExecuteReplicated (no ExecuteTime at all): the report reads them as the
+    run's executions, and the run is healthy."""
+    report = load([str(fixture_path(f"spmd_data.{kind}.txt")) for kind in kinds])
+    assert report.verdict() == "healthy", [(f.rule, f.title) for f in report.findings]
+    primary = report.primary_metrics(report.sources)
+    if primary is not None:
+        numbers = report.final_numbers(primary)
+        assert numbers["executions"] == 12 and numbers["steps"] == 12
+        assert numbers["execute_time_ns"] == pytest.approx(191.9e6, rel=0.01)
+        healthy = next(f for f in report.findings if f.rule == "healthy")
+        assert healthy.numbers["steps"] == 12 and healthy.numbers["compiles"] == 2
+        execute = report.time_breakdowns[None].parts["execute"]
+        assert execute == pytest.approx(numbers["execute_time_ns"])

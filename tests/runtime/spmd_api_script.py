@@ -231,6 +231,20 @@ fsdp["barriers"] = re.findall(r"= (\([^)]*\)) opt-barrier\(", barrier_hlo)
 torch_xla.sync()
 out["fsdp"] = fsdp
 
+# A run over every device is timed and counted as PyTorch/XLA's SPMD mode does: ExecuteReplicatedTime and
+# ExecuteReplicated, never ExecuteTime.
+import torch_xla.core.xla_model as xm  # noqa: E402
+import torch_xla.debug.metrics as met  # noqa: E402
+met.clear_all()
+mt = torch.ones(2, 2).to("xla")
+xs.mark_sharding(mt, xs.Mesh(ids, (1, n)), (0, 1))
+mt += 2
+torch_xla.sync()
+xm.wait_device_ops()
+replicated = met.metric_data("ExecuteReplicatedTime")
+out["metrics"] = {"replicated": None if replicated is None else replicated[:2],
+                  "plain": met.metric_data("ExecuteTime"), "counter": met.counter_value("ExecuteReplicated")}
+
 # The last graph (XLA_SAVE_TENSORS_FMT=hlo): its record ends with its output's sharding.
 torch_xla.sync()
 dx = xs.mark_sharding(torch.randn(8, 32).to("xla"), xs.Mesh(ids, (1, n)), (0, 1)).global_tensor

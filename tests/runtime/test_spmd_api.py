@@ -50,6 +50,12 @@ def test_mark_sharding_returns_the_wrapper_of_the_tensor(seen):
     assert seen["env"] == "1"
 
 
+def test_a_run_over_every_device_is_timed_as_execute_replicated(seen):
+    m = seen["metrics"]
+    assert m["replicated"][0] == 1 and m["replicated"][1] > 0 and m["counter"] == 1
+    assert m["plain"] is None
+
+
 def _expect_shards(shards, whole, pieces):
     """Each shard is the CPU tensor's slice at its indices, on xla:i in order."""
     whole = torch.tensor(whole)

@@ -136,9 +136,10 @@ class MetricsSource:
 _PAIRING_SLACK_NS = 50_000_000
 # Barriers a compile or execution block waits for its metric sample before it goes out without it.
 MAX_WAIT_STEPS = 3
-# The metrics whose samples become events, one sample each.
-_SAMPLED = ("CompileTime", "ExecuteTime", "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
-            "TransferToDeviceTime", "OutboundData")
+# The metrics whose samples become events, one sample each (a graph's run is timed by ExecuteTime, or by
+# ExecuteReplicatedTime in SPMD mode).
+_SAMPLED = ("CompileTime", "ExecuteTime", "ExecuteReplicatedTime", "TensorsGraphSize", "TransferFromDeviceTime",
+            "InboundData", "TransferToDeviceTime", "OutboundData")
 
 
 class Harvester:
@@ -250,7 +251,8 @@ class Harvester:
                                         block.inputs or 0, block.outputs or 0, int(ns), memory,
                                         cause_of(block.cause), frames, None, graph=graph,
                                         graph_name=block.name or None))
-        execute_times, sizes = self._samples["ExecuteTime"], self._samples["TensorsGraphSize"]
+        execute_times = self._samples["ExecuteTime"] or self._samples["ExecuteReplicatedTime"]
+        sizes = self._samples["TensorsGraphSize"]
         while self._executions and (execute_times or final or stale(self._executions)):
             step, block = self._executions.popleft()
             when, ns = execute_times.popleft() if execute_times else (None, 0)

@@ -184,6 +184,7 @@ class GraphExecuted(Event):
     unwrap_ns: int = 0  # taking the input buffers out of the graph's input nodes (PyTorch/XLA's UnwrapXlaData)
     wrap_ns: int = 0  # making the output buffers device data (WrapXlaData)
     lock_wait_ns: int = 0  # waiting for the execution lock and the graphs still running (DeviceLockWait)
+    devices: int = 1  # devices the graph ran on at once: every local device in SPMD mode
 
 
 @dataclasses.dataclass(slots=True)

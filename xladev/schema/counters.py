@@ -45,6 +45,7 @@ def _count(name: str, amount: int = 1) -> Update:
 # Increments by one are the same every time: made once (the registry counts every event of a run).
 _UNCACHED_COMPILE, _COMPILE_HANDLES, _EXECUTE_GRAPH, _CACHED_COMPILE = (
     _count("UncachedCompile"), _count("CreateCompileHandles"), _count("ExecuteGraph"), _count("CachedCompile"))
+_EXECUTE_REPLICATED = _count("ExecuteReplicated")
 _VALUE_ACCESS_SYNC, _FALLBACK_SYNC, _ITEM = _count("ValueAccessSync"), _count("FallbackSync"), _count(ITEM_COUNTER)
 _PERSISTENT = {True: _count("PersistentCacheHit"), False: _count("PersistentCacheMiss")}
 # PyTorch/XLA counts a dynamo graph's inputs that needed a sync under this name (a counter despite "Time").
@@ -108,8 +109,11 @@ def _compile(rec: r.Compile) -> tuple[Update, ...]:
 
 
 def _execute(rec: r.Execute) -> tuple[Update, ...]:
-    name = "EagerOpExecuteTime" if rec.cause.get("kind") == _EAGER else "ExecuteTime"
-    out = (Update(name, TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH)
+    if rec.devices and rec.devices > 1:  # SPMD: PyTorch/XLA times and counts a run over several devices apart
+        name, counted = "ExecuteReplicatedTime", (_EXECUTE_REPLICATED,)
+    else:
+        name, counted = ("EagerOpExecuteTime" if rec.cause.get("kind") == _EAGER else "ExecuteTime"), ()
+    out = (Update(name, TIME, rec.execute_ns), Update("TensorsGraphSize", VALUE, rec.nodes), _EXECUTE_GRAPH, *counted)
     if rec.cached:
         out += (_CACHED_COMPILE,)
     if rec.unwrap_ns is not None:  # logs written before these were timed have none

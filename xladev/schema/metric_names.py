@@ -1,7 +1,10 @@
-"""The names of PyTorch/XLA's metrics and counters across its eras: one table, which every reader and rule asks.
+"""The names of PyTorch/XLA's metrics and counters across its eras and modes: one table, which every reader and
+rule asks.
 
 Reports from different eras name the same thing differently (``TransferFromServerTime`` before
-``TransferFromDeviceTime``, ``CachedSyncTensors`` before ``CachedCompile``, ``Xrt*`` on XRT).
+``TransferFromDeviceTime``, ``CachedSyncTensors`` before ``CachedCompile``, ``Xrt*`` on XRT). In SPMD mode every
+graph runs over all devices, and PyTorch/XLA times and counts those runs as ``ExecuteReplicatedTime`` and
+``ExecuteReplicated`` instead of ``ExecuteTime`` and ``ExecuteComputation`` (a run is in one or the other).
 """
 
 from __future__ import annotations
@@ -9,14 +12,14 @@ from __future__ import annotations
 # Each metric and counter the diagnoses read -> its names in every era, newest first.
 METRIC_ALIASES: dict[str, tuple[str, ...]] = {
     "CompileTime": ("CompileTime", "XrtCompile"),
-    "ExecuteTime": ("ExecuteTime", "XrtExecute"),
+    "ExecuteTime": ("ExecuteTime", "ExecuteReplicatedTime", "XrtExecute"),
     "TransferToDeviceTime": ("TransferToDeviceTime", "TransferToServerTime"),
     "TransferFromDeviceTime": ("TransferFromDeviceTime", "TransferFromServerTime"),
 }
 COUNTER_ALIASES: dict[str, tuple[str, ...]] = {
     "UncachedCompile": ("UncachedCompile", "CreateCompileHandles"),
     "CachedCompile": ("CachedCompile", "CachedSyncTensors"),
-    "ExecuteComputation": ("ExecuteComputation",),
+    "ExecuteComputation": ("ExecuteComputation", "ExecuteReplicated"),
 }
 
 

@@ -279,8 +279,10 @@ class Execute(_Timed):
     unwrap_ns: int | None = None
     wrap_ns: int | None = None
     lock_wait_ns: int | None = None
+    # The devices it ran on at once when more than one (SPMD mode); absent for a run on one device.
+    devices: int | None = None
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("name",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("name", "devices")
 
 
 @dataclasses.dataclass(slots=True)

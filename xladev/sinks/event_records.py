@@ -45,7 +45,8 @@ class RecordBuilder:
         site, frame = self._site(event.frames)
         record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
                              event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame,
-                             event.graph_name, event.unwrap_ns, event.wrap_ns, event.lock_wait_ns)
+                             event.graph_name, event.unwrap_ns, event.wrap_ns, event.lock_wait_ns,
+                             event.devices if event.devices > 1 else None)
         return self._with_graph(event, t, record)
 
     def _step(self, event: StepMarked, t: int) -> tuple[rec.Record, ...]:

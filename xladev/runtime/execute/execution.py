@@ -254,8 +254,9 @@ class Execution:
             outputs = [out.addressable_data(0) for out in outputs]  # this process's values
         entry.runs += 1
         # SPMD: how each output came out split, for the dumps (PyTorch/XLA's OUTPUT_SHARDING block).
-        out_shardings = (tuple(o.sharding for o in outputs)
-                         if bus.active and backend.spmd_replicated is not None and not entry.replicated else None)
+        spmd = backend.spmd_replicated is not None and not entry.replicated
+        out_shardings = tuple(o.sharding for o in outputs) if bus.active and spmd else None
+        devices = len(backend.spmd_replicated.device_set) if spmd else 1
 
         def announce(execute_ns: int, error: BaseException | None) -> None:
             if error is not None:
@@ -264,7 +265,7 @@ class Execution:
                 bus.emit(GraphExecuted(
                     time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                     entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph, out_shardings), name,
-                    timings.unwrap_ns, timings.wrap_ns, timings.lock_wait_ns,
+                    timings.unwrap_ns, timings.wrap_ns, timings.lock_wait_ns, devices,
                 ))
                 if entry.replicated:
                     count, nbytes, sites = entry.collective_stats
