@@ -96,6 +96,9 @@ def test_one_process_one_replica(tx):
     assert xm.get_xla_supported_devices() == [f"xla:{i}" for i in range(count)]
     assert xm.get_xla_supported_devices(max_devices=1) == ["xla:0"] and xm.get_xla_supported_devices(1) == ["xla:0"]
     assert xm.xla_real_devices() == [f"{xladev.config.pjrt_device}:{i}" for i in range(count)]
+    # PyTorch/XLA's PJRT client names each device; only TPU devices carry coordinates.
+    assert xr.global_runtime_device_attributes() == [{"name": name} for name in xm.xla_real_devices()]
+    assert xr.runtime_device_attributes(device) == {} and xr.runtime_device_attributes("xla:0") == {}
     assert xm.is_xla_tensor(torch.ones(1, device=device)) and not xm.is_xla_tensor(torch.ones(1))
     assert tx.torch_xla.__version__.endswith(f"+xladev.{xladev.__version__}")
 

@@ -129,6 +129,21 @@ def global_runtime_device_count() -> int:
     return global_device_count()
 
 
+def runtime_device_attributes(device) -> dict:
+    """A runtime device's attributes, `{}` here: PJRT gives coordinates and slices only for TPU devices.
+
+    Args:
+      device: an `xla` device or its name (`xla:0`).
+    """
+    del device  # every device of this backend has the same (empty) attributes, as PyTorch/XLA's CPU client
+    return {}
+
+
+def global_runtime_device_attributes() -> list[dict]:
+    """Each runtime device of the job as PyTorch/XLA's PJRT client names it: `[{'name': 'CPU:0'}, ...]`."""
+    return [{"name": f"{device_type()}:{index}"} for index in range(global_runtime_device_count())]
+
+
 def initialize_cache(path: str, readonly: bool = False) -> None:
     """Turns on XLA's persistent compilation cache in `path`: `xladev.initialize_cache`.
 
