@@ -109,6 +109,28 @@ def test_a_recompilation_without_the_warm_up_split_is_priced_only_by_what_the_in
         assert finding.cost_ns is None and finding.cost_text().startswith("not in this input: a single report")
 
 
+def test_shapes_that_changed_inside_warm_up_are_priced_and_a_fix_that_saves_nothing_says_no_saving():
+    """dyn.py's run (a batch of 4 + step % 12 over 24 steps): 10 graphs in warm-up, 2 after. The per-step reports
+    show 8 warm-up steps compiling a graph of the same size, so those count in the price as the 2 late ones do.
+    With only the 2 late compiles known, bucketing to 3 sizes would still compile 12 graphs: no saving is
+    claimed, and no clause is left hanging."""
+    breakdown = wall_time.TimeBreakdown(parts={"compile": 8.0e9}, wall_ns=12e9, steps=24)
+    finding = rules.recompilation_finding(
+        steps=24, compiles=12, compiles_at_warmup=10, compile_steps_after_warmup=2, last_compile_step=12,
+        stable_graph_size=True, repeated=rules.RepeatedRecompiles(site="one training step", count=8,
+                                                                  kind="input shape or constant"))
+    assert finding.numbers["repeated_recompiles"] == 8 and "Pad or bucket" in finding.fix
+    facts = wall_time.CostFacts(breakdown=breakdown, compiles=12, compiles_at_warmup=10,
+                                compile_ns_after_warmup=1.5e9)
+    wall_time.price([finding], facts)
+    mean = 8.0e9 / 12
+    assert finding.cost_ns == pytest.approx(8 * mean)
+    assert finding.saving == f"pad to 3 buckets → ~6 compiles, saves ~{compact_time_ns(8 * mean * 6 / 8)}"
+    del finding.numbers["repeated_recompiles"]  # the 2 late compiles alone: 10 + 2 buckets' worth is 12
+    wall_time.price([finding], facts)
+    assert finding.cost_ns == 1.5e9 and finding.saving == "" and finding.cost_text() == "1.5 s (12% of the run)"
+
+
 def test_ranking_puts_failures_first_and_negligible_costs_after_unknown_ones():
     def finding(rule, severity, cost=None, share=None):
         f = rules.Finding(rule, severity, rule, "", "")

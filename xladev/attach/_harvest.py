@@ -28,6 +28,7 @@ from xladev.dumps.debug_analysis import FRAME_RE, DebugLog, GraphEvent
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.sinks.analysis.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema.memory import SIZES
+from xladev.schema.metric_names import metric_names
 
 # Sizes of the Post Compilation Analysis, by the debug-log reader's column -> the compile record's key.
 _MEMORY_KEYS = {size.column: key for key, size in SIZES.items()}
@@ -136,10 +137,11 @@ class MetricsSource:
 _PAIRING_SLACK_NS = 50_000_000
 # Barriers a compile or execution block waits for its metric sample before it goes out without it.
 MAX_WAIT_STEPS = 3
-# The metrics whose samples become events, one sample each (a graph's run is timed by ExecuteTime, or by
-# ExecuteReplicatedTime in SPMD mode).
-_SAMPLED = ("CompileTime", "ExecuteTime", "ExecuteReplicatedTime", "TensorsGraphSize", "TransferFromDeviceTime",
-            "InboundData", "TransferToDeviceTime", "OutboundData")
+# A graph's run is timed under one of these names (SPMD mode's, for one; schema.metric_names).
+_EXECUTE_TIMES = metric_names("ExecuteTime")
+# The metrics whose samples become events, one sample each.
+_SAMPLED = ("CompileTime", *_EXECUTE_TIMES, "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
+            "TransferToDeviceTime", "OutboundData")
 
 
 class Harvester:
@@ -251,7 +253,8 @@ class Harvester:
                                         block.inputs or 0, block.outputs or 0, int(ns), memory,
                                         cause_of(block.cause), frames, None, graph=graph,
                                         graph_name=block.name or None))
-        execute_times = self._samples["ExecuteTime"] or self._samples["ExecuteReplicatedTime"]
+        execute_times = next((self._samples[name] for name in _EXECUTE_TIMES if self._samples[name]),
+                             self._samples[_EXECUTE_TIMES[0]])
         sizes = self._samples["TensorsGraphSize"]
         while self._executions and (execute_times or final or stale(self._executions)):
             step, block = self._executions.popleft()

@@ -61,8 +61,9 @@ def recompilation_finding(*, steps: int, compiles: int, compiles_at_warmup: int 
             fix, numbers={"compiles": compiles, "steps": steps})
     elif repeated.kind in ("input shape", "constant"):
         finding.fix = fix  # what changed is known exactly: its own fix
-    else:
-        return finding  # the rate finding already says it, with its own fix
+    else:  # the rate finding already says it, with its own fix; its price counts the repeats in warm-up too
+        finding.numbers.update(repeated_recompiles=repeated.count)
+        return finding
     if repeated.kind in ("input shape", "constant"):  # xladev's recompilation causes say exactly what changed
         finding.evidence.append(f"{repeated.site} recompiled {repeated.count} times for a changed {repeated.kind} "
                                 "and nothing else")

@@ -300,6 +300,8 @@ def _recompilation_price(finding, facts: CostFacts) -> tuple[float | None, str]:
     # The compiles avoided are the recompiles' share beyond the few graphs the fix still compiles.
     recompiles = facts.compiles - (graphs or 1)
     saved = cost * max(0, facts.compiles - after) / recompiles if recompiles > 0 else 0.0
+    if saved <= 0:  # the fix would compile as many graphs (a few shapes, already within the buckets): no saving
+        return cost, basis.removesuffix("; ")
     return cost, f"{basis}{how} → ~{after} compiles, " + _saves(min(saved, cost))
 
 
