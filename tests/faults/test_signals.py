@@ -43,6 +43,10 @@ def test_sigterm_writes_the_end_record_and_summary_then_the_process_dies_by_it(t
     assert end["steps"] == sum(r["type"] == "step" for r in records) >= 4
     summary = debug.read_text()
     assert "xladev summary: " in summary and summary.endswith("=" * 80 + "\n")
+    # The summary says how the run ended, so the debug log alone tells a stopped run from a finished one.
+    assert "\nxladev summary: Ended: terminated by SIGTERM\n" in summary, summary
+    first = load(str(debug)).findings[0]
+    assert first.rule == "unfinished-run" and first.title == f"The run did not finish: terminated by SIGTERM in step {end['steps']}"
     report = runs.xladev_command("report", str(log))
     assert report.returncode == 0 and "the log ended (terminated by SIGTERM)" in report.stdout, report.stdout
     # The report leads with it: the run did not finish, where it was, and its last graph.
@@ -211,9 +215,10 @@ def _big_compile_started(log) -> bool:
 
 
 def test_sigkill_while_compiling_leaves_every_complete_record_readable(tmp_path):
-    log, metrics = tmp_path / "run.jsonl", tmp_path / "m.txt"
+    log, metrics, debug = tmp_path / "run.jsonl", tmp_path / "m.txt", tmp_path / "debug.txt"
     process = runs.start([runs.write_script(tmp_path, _BIG_COMPILE)],
-                         runs.environment(XLADEV_EVENT_LOG=str(log), XLA_METRICS_FILE=str(metrics)))
+                         runs.environment(XLADEV_EVENT_LOG=str(log), XLA_METRICS_FILE=str(metrics),
+                                          PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(debug)))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
@@ -237,6 +242,9 @@ def test_sigkill_while_compiling_leaves_every_complete_record_readable(tmp_path)
     assert steps == 3
     report = runs.xladev_command("report", str(metrics))
     assert report.returncode == 0 and "(XLA_METRICS_FILE, 3 step records)" in report.stdout, report.stdout
+    # xladev's debug log has no summary: nothing lived to write it. Alone, it says the run did not finish.
+    first = load(str(debug)).findings[0]
+    assert first.rule == "unfinished-run" and "no end record" in first.title and first.numbers["steps"] == 3
 
 
 def test_freeing_a_device_tensor_runs_no_python_frame(dev):
@@ -261,3 +269,34 @@ def test_freeing_a_device_tensor_runs_no_python_frame(dev):
     finally:
         sys.settrace(None)
     assert frames == []
+
+
+_READS_IN_SETUP_THEN_KILLED = textwrap.dedent("""
+    import os, signal, torch, xladev
+    dev = xladev.device()
+    w = torch.ones(4, device=dev)
+    for step in range(8):
+        w = w * 0.5 + 1
+        if step == 0:  # set-up reads, as DDP's constructor and first forward make
+            for _ in range(3):
+                w.sum().item()
+        xladev.mark_step()
+    print("trained", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_killed_runs_debug_log_says_it_did_not_finish(tmp_path):
+    """kill -9 leaves xladev's PT_XLA_DEBUG log without its summary. Alone, that log says the run did not finish,
+    at its last step."""
+    debug = tmp_path / "debug.txt"
+    done = runs.run([runs.write_script(tmp_path, _READS_IN_SETUP_THEN_KILLED)],
+                    runs.environment(PT_XLA_DEBUG_LEVEL="2", PT_XLA_DEBUG_FILE=str(debug)))
+    assert done.returncode == -signal.SIGKILL and "trained" in done.stdout, done.stderr[-3000:]
+    text = debug.read_text()
+    assert "xladev summary" not in text and "TransferFromDeviceTime too frequent: 3 counts during 1 steps" in text
+    report = load(str(debug))
+    first = report.findings[0]
+    assert first.rule == "unfinished-run" and first.numbers["steps"] == 8, [(f.rule, f.title) for f in report.findings]
+    assert "its log stops in step 8 with no end record" in first.title
+    assert any(line.startswith("last graph: ") and "train.py:" in line for line in first.evidence), first.evidence

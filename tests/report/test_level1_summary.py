@@ -43,8 +43,11 @@ def test_no_step_count_is_unknown_not_healthy(tmp_path):
     cut = tmp_path / "blocks_only.txt"
     cut.write_text("".join(line for line in text.splitlines(keepends=True) if "xladev summary" not in line))
     report = load(str(cut))
-    assert report.verdict() == "unknown"
-    assert [f.rule for f in report.findings] == ["not-enough-evidence"]
+    # xladev writes the summary at every exit it lives to see: a log of its blocks without one is a run that did
+    # not finish (killed, or still running), never a healthy one.
+    assert report.verdict() == "error"
+    assert [f.rule for f in report.findings] == ["unfinished-run"]
+    assert "no end record" in report.findings[0].title
 
 
 def test_advice_uses_the_runs_own_api_names(tmp_path, monkeypatch):

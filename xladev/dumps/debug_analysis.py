@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from xladev import rules
-from xladev.rules import wall_time
+from xladev.dumps.debug_summary import SummaryReader
 from xladev.schema.memory import SIZES
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
@@ -26,10 +26,6 @@ MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA log
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
 _XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/analysis/blocks.py)
-_SUMMARY_RUN = "Run: "  # host:pid:start, `xladev.schema.record_wording.run_identity`
-_SUMMARY_TOTALS_RE = re.compile(r"^(\d+) steps, (\d+) compiles, (\d+) device->host transfers$")
-_SUMMARY_SPOT_RE = re.compile(r"^(.+?) at (.+): (\d+) transfers, \S+, ([\d.]+) per step$")
-_SUMMARY_FALLBACK_RE = re.compile(r"^(\S+) at (.+): (\d+) call\(s\)")
 _FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
@@ -190,13 +186,12 @@ class DebugLog:
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
-        self.run_summary: dict | None = None
         self.graph_breaks: dict[tuple[str, str, str], int] = {}
         self.dynamo_recompiles: dict[tuple[str, str], int] = {}
         self.out_of_memory: list[dict] = []
         self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
         self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
-        self._summary_section = ""
+        self._summary = SummaryReader()
         self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
         self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
         self._last_compile: GraphEvent | None = None
@@ -243,7 +238,7 @@ class DebugLog:
                 return True
             self._oom_open = None
         if _SUMMARY_PREFIX in text:
-            self._feed_run_summary(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
+            self._summary.feed(lineno, text.split(_SUMMARY_PREFIX, 1)[1].rstrip())
             return True
         # PyTorch/XLA's old unlowered-op summary, written by its `pt-xla-profiler` logger (every line prefixed)
         # or to PT_XLA_DEBUG_FILE (no prefix): read before the profiler's one-line messages.
@@ -275,46 +270,10 @@ class DebugLog:
             return True
         return False
 
-    def _feed_run_summary(self, lineno: int, body: str) -> None:
-        """One line of xladev's end-of-run summary: totals, then sections of indented entries."""
-        totals = _SUMMARY_TOTALS_RE.match(body)
-        if totals:  # a new summary (a second run in the same file replaces the first)
-            self.run_summary = {"steps": int(totals.group(1)), "compiles": int(totals.group(2)),
-                                "transfers": int(totals.group(3)), "line": lineno, "hot_spots": [], "fallbacks": []}
-            self._summary_section = ""
-            return
-        if self.run_summary is None:
-            return
-        breakdown = wall_time.parse_summary_line(body, self.run_summary["steps"])
-        if breakdown is not None:
-            self.run_summary["time"] = breakdown
-            return
-        steady = rules.parse_steady_transfers_line(body)
-        if steady is not None:
-            self.run_summary["steady_transfers"] = steady
-            return
-        if body.startswith(_SUMMARY_RUN):
-            self.run_summary["run"] = body[len(_SUMMARY_RUN):].strip()
-            return
-        api = rules.parse_api_line(body)
-        if api is not None:
-            self.run_summary["api"] = api
-            return
-        if not body.startswith("  "):
-            self._summary_section = body.rstrip(":")
-            return
-        entry = body.strip()
-        if self._summary_section.startswith("Transfer hot spots"):
-            spot = _SUMMARY_SPOT_RE.match(entry)
-            if spot:
-                self.run_summary["hot_spots"].append({"kind": spot.group(1), "site": spot.group(2),
-                                                      "count": int(spot.group(3)), "per_step": float(spot.group(4)),
-                                                      "line": lineno})
-        elif self._summary_section.startswith("CPU fallback ops"):
-            fallback = _SUMMARY_FALLBACK_RE.match(entry)
-            if fallback:
-                self.run_summary["fallbacks"].append({"op": fallback.group(1), "site": fallback.group(2),
-                                                      "count": int(fallback.group(3)), "line": lineno})
+    @property
+    def run_summary(self) -> dict | None:
+        """xladev's end-of-run summary, when the log has one (`debug_summary.SummaryReader`)."""
+        return self._summary.summary
 
     def unlowered_ops(self) -> dict[str, int]:
         """The ops PyTorch/XLA's unlowered-op summary names, as ``aten::`` names, with their counts.
@@ -393,6 +352,10 @@ class DebugLog:
             self._section[prefix] = "graph"
         elif stripped.startswith("Python Frame Triggered Execution:"):
             self._section[prefix] = "frames"
+        elif not body.startswith(" ") and stripped.endswith(":"):
+            # A section this reader does not use (xladev's Process:, Collectives:, Sharding:): its lines are not
+            # the cause's.
+            self._section[prefix] = "other"
         elif section == "recompilation" and stripped:
             event.recompilation.append(stripped)
         elif section == "cause" and stripped.startswith(_XLADEV_CAUSE):

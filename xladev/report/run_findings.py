@@ -14,7 +14,7 @@ from xladev.report import across_ranks, timing
 from xladev.report.debug_findings import (
     debug_evidence, debug_only_findings, dynamo_findings, growth_findings, memory_growth_findings,
 )
-from xladev.report.model import SourceResult
+from xladev.report.model import RunEnding, SourceResult
 from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
                                      repeated_in_series, repeated_recompiles, where, with_debug_warmup)
 from xladev.rules import Finding
@@ -305,6 +305,10 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
     SIGTERM to the others after one failed), the earliest of those. The other ranks that stopped, and what the
     ranks saw of each other (`rank-lost`), become its evidence.
     """
+    logged = {source.rank for source in sources if source.input_kind == "event-log"}
+    for source in sources:  # an xladev debug log says how its run stopped when no event log of that rank does
+        if source.ending is None and source.rank not in logged:
+            source.ending = _debug_ending(source)
     # A damaged file (a gzip cut short) lost its end with the damage: its own finding says so.
     stopped = [source for source in sources if source.ending is not None and not source.damage]
     if not stopped:
@@ -325,6 +329,26 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
                                            doing=ending.doing, others=others)
     finding.sources.extend(f"{source.name}:{source.ending.line}" for source in stopped)
     return [finding] + kept
+
+
+def _debug_ending(source: SourceResult) -> RunEnding | None:
+    """How the run of an xladev PT_XLA_DEBUG log stopped, when it did not end on its own: its summary names the
+    signal that ended it, or the log has no summary at all, which xladev writes at every exit it lives to see
+    (killed, or still running). PyTorch/XLA's own logs never have one: xladev's are told by the user's frame it
+    marks (``> ``)."""
+    debug = source.debug
+    if debug is None or source.input_kind == "event-log":
+        return None
+    summary = debug.run_summary
+    if summary is not None:
+        return (RunEnding(how=summary["ended"], killed=False, steps=summary["steps"], line=summary["line"])
+                if summary.get("ended") else None)
+    events = debug.compile_events
+    if not any(event.user_frame is not None for event in events):
+        return None
+    last = events[-1]
+    return RunEnding(how="no end record", killed=True, steps=debug.step_syncs, graph=last.graph_hash,
+                     site=last.site, doing="the last graph its log compiled", line=source.lines)
 
 
 def _input_findings(sources: list[SourceResult]) -> list[Finding]:

@@ -47,6 +47,11 @@ def run_identity(host: str | None, pid: int | None, started_unix: float | None) 
     return f"{host or '?'}:{pid if pid is not None else '?'}:{int(started_unix or 0)}"
 
 
+# The PT_XLA_DEBUG summary's line saying how a signal ended the run (``Ended: terminated by SIGTERM``, the end
+# record's `describe()`); absent when the run ended on its own.
+SUMMARY_ENDED = "Ended: "
+
+
 def run_label(host: str | None, pid: int | None, started_unix: float | None) -> str:
     """The identity for people: ``pid 1176 on vm, started 2026-11-23 06:29:32``."""
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_unix)) if started_unix else "?"

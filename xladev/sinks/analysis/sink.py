@@ -16,7 +16,8 @@ from xladev.events import (
     GraphGrowing, MemoryGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
-from xladev.schema.record_wording import layout_lines, recompilation_lines, run_identity
+from xladev.schema.records import End
+from xladev.schema.record_wording import SUMMARY_ENDED, layout_lines, recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
@@ -234,6 +235,9 @@ class AnalysisSink(Sink):
                  f"{p}{self._steady_transfers_line()}",
                  f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}",
                  f"{p}{rules.api_line(bus.api)}"]
+        reason, signal_name = ending.end_reason()
+        if signal_name:  # a signal ended the run (torchrun's SIGTERM): the report tells it from a finished one
+            lines.append(f"{p}{SUMMARY_ENDED}{End(reason=reason, signal=signal_name).describe()}")
         if self.process:
             lines.append(f"{p}Process: {self.process[0][1][0]}")
         sites = h.compiles_per_site()

@@ -1,0 +1,44 @@
+"""xladev's PT_XLA_DEBUG blocks carry sections PyTorch/XLA's do not (`Process:`, `Collectives:`, `Sharding:`): the
+reader keeps each section's lines out of the others'.
+
+The block below is one xladev wrote for rank 1 of a two-process DistributedDataParallel job (DDP's constructor
+reading the parameter shapes of every rank), with the paths made neutral.
+"""
+
+from __future__ import annotations
+
+from xladev.report.inputs import read_source
+
+PREFIX = "Execution Analysis: "
+BLOCK = """
+================================================================================
+Execution Cause
+  most likely user code trying to access tensor value before torch_xla.sync
+  xladev: user code trying to access tensor value before torch_xla.sync: .item()
+Process: 
+  rank 1 of 2 (pid 11098, vm)
+Collectives: 
+  xla::all_gather of 8.00B from this rank, at ddp.py:7 (<module>)
+  the graph runs on every rank at once: each waits for the others to reach it
+Graph Info: 
+  Graph Hash: 761dee9004455b5fd38a67b84d3fb327
+  Number of Graph Inputs: 1
+  Number of Graph Outputs: 1
+Python Frame Triggered Execution: 
+  torch_dispatch (/opt/venv/lib/python3.11/site-packages/xladev/runtime/record/dispatch.py:249)
+  _verify_param_shape_across_processes (/opt/venv/lib/python3.11/site-packages/torch/distributed/utils.py:286)
+  __init__ (/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py:1064)
+> <module> (/home/user/run/ddp.py:7)
+--------------------------------------------------------------------------------
+================================================================================
+"""
+
+
+def test_the_cause_of_a_block_is_its_cause_lines_only(tmp_path):
+    path = tmp_path / "debug.txt"
+    path.write_text("".join(f"{PREFIX}{line}\n" for line in BLOCK.strip("\n").splitlines()))
+    debug = read_source(str(path)).debug
+    assert debug.execution_count == 1
+    [(site, cause, graph)] = debug.executions
+    assert cause == "user code trying to access tensor value before torch_xla.sync: .item()"
+    assert (site, graph) == ("/home/user/run/ddp.py:7", "761dee9004455b5fd38a67b84d3fb327")
