@@ -7,6 +7,7 @@ reading the parameter shapes of every rank), with the paths made neutral.
 
 from __future__ import annotations
 
+from xladev.report import load
 from xladev.report.inputs import read_source
 
 PREFIX = "Execution Analysis: "
@@ -42,3 +43,39 @@ def test_the_cause_of_a_block_is_its_cause_lines_only(tmp_path):
     [(site, cause, graph)] = debug.executions
     assert cause == "user code trying to access tensor value before torch_xla.sync: .item()"
     assert (site, graph) == ("/home/user/run/ddp.py:7", "761dee9004455b5fd38a67b84d3fb327")
+
+
+COMPILE_PREFIX = "Compilation Analysis: "
+RECOMPILED = """
+================================================================================
+Compilation Cause
+  user torch_xla.sync
+Recompilation Cause
+  compared with graph 2eb12d115cefec474adc1d5b1f32d8f9 from the same site, in step 15:
+  - constant size baked into aten::expand at <module>@train.py:12 (backward) changed: (3,) -> (2,)
+  /home/user/run/train.py:12 (<module>) has compiled 2 graphs so far, 220ms630.297us compile time in total
+Graph Info: 
+  Graph Hash: c4de9671d3351244a44d4b8a8178dfef
+  Number of Graph Inputs: 0
+  Number of Graph Outputs: 1
+Python Frame Triggered Execution: 
+  backward (/opt/venv/lib/python3.11/site-packages/torch/_tensor.py:623)
+> <module> (/home/user/run/train.py:12)
+--------------------------------------------------------------------------------
+================================================================================
+"""
+
+
+def test_a_size_that_changed_in_the_backward_gets_the_fix_for_a_size(tmp_path):
+    """A constant of the backward (its sizes follow the forward's) has no line of its own, but its op still says
+    it is a size: the fix is a fixed or padded length, never a device tensor, which cannot set a shape."""
+    from xladev.report.run_facts import repeated_recompiles
+
+    path = tmp_path / "debug.txt"
+    path.write_text("".join(f"{COMPILE_PREFIX}{line}\n" for line in RECOMPILED.strip("\n").splitlines())
+                    + "xladev summary: 16 steps, 2 compiles, 0 device->host transfers\n")
+    report = load(str(path))
+    repeated = repeated_recompiles(report.sources, 16)
+    assert (repeated.op, repeated.kind, repeated.triggers) == ("aten::expand", "constant", ())
+    finding = next(f for f in report.findings if f.rule == "recompilation")
+    assert "cannot be a device tensor" in finding.fix and "device=device" not in finding.fix, finding.fix

@@ -142,12 +142,17 @@ def _count(count: int, word: str) -> str:
 
 def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Finding]:
     findings = []
+    # The ops on the CPU whose output shape follows the data: counted (xladev's summary), or only named
+    # (PyTorch/XLA's "Op(s) not lowered" line).
+    named = {op for source in sources if source.has_debug for op in source.debug.not_lowered_ops}
+    data_dependent = sorted(set(facts.data_dependent_ops())
+                            | {op for op in named if fallback_reasons.is_data_dependent(op)})
     recompile = rules.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
         compiles_after_last_step=facts.compiles_after_last_step,
-        repeated=facts.repeated)
+        data_dependent_ops=data_dependent, repeated=facts.repeated)
     if recompile is not None:
         recompile.evidence.insert(0, f"from PT_XLA_DEBUG blocks: {facts.compiles} compiles, "
                                      f"{facts.steps} step syncs")

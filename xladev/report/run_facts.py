@@ -6,7 +6,7 @@ import dataclasses
 from collections import Counter
 
 from xladev import graphdiff, rules
-from xladev.rules import wall_time
+from xladev.rules import fallback_reasons, wall_time
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.schema.metric_names import metric_names
 from xladev.schema.counters import SCALAR_READS
@@ -40,6 +40,10 @@ class RunFacts:
     steady_transfers: tuple[int, int] | None = None
     time: wall_time.TimeBreakdown | None = None
     repeated: rules.RepeatedRecompiles | None = None
+
+    def data_dependent_ops(self) -> list[str]:
+        """The CPU fallback ops whose output shape depends on the data (nonzero...): a new graph per new count."""
+        return [name for name in self.fallbacks if fallback_reasons.is_data_dependent(name)]
 
 
 def where(source: SourceResult, line: float | int | None) -> str:
@@ -248,7 +252,7 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.Re
                 key = (line or event.where, kind)
                 counts[key] += 1
                 examples.setdefault(key, changes[0])
-                ops.setdefault(key, op if line else "")
+                ops.setdefault(key, (op, line is not None))
                 triggers.setdefault(key, set()).add(short_site(event.site) if event.site else "?")
     if not counts:  # xladev's causes, when present, say exactly what changed: only without them
         for (site, inputs, outputs), hashes in signatures.items():
@@ -260,17 +264,22 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.Re
     if not counts:
         return None
     (site, kind), count = counts.most_common(1)[0]
-    op = ops.get((site, kind), "")
+    # The op whose constant changed; the graphs' trigger sites are told apart from its line only when the
+    # runtime located it (a backward op is named without a line of its own).
+    op, located = ops.get((site, kind), ("", False))
     return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)],
-                                    op=op, triggers=tuple(sorted(triggers.get((site, kind), ())))
-                                    if op else ())
+                                    op=op, triggers=tuple(sorted(triggers.get((site, kind), ()))) if located else ())
 
 
 def _changed_op(changes: list[str]) -> tuple[str, str | None]:
     """The op whose constant changed and ``file.py:LINE`` where the user's code passed it: the first change the
-    runtime located outside the backward pass (whose sizes follow the forward's); ``("", None)`` when none."""
+    runtime located outside the backward pass (whose sizes follow the forward's); else the op of the first change
+    with no line (a backward op's size still tells a size from a scalar); ``("", None)`` when none."""
+    first = ""
     for change in changes:
         found = graphdiff.changed_constant(change)
         if found is not None and found[1] and not found[1].endswith(graphdiff.BACKWARD_SUFFIX):
             return found[0], found[1].partition("@")[2] or found[1]
-    return "", None
+        if found is not None and not first:
+            first = found[0]
+    return first, None

@@ -33,8 +33,7 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
     final = source.final
     series = source.series
     findings = []
-    data_dependent = [name for name, count in facts.fallbacks.items()
-                      if fallback_reasons.is_data_dependent(name)]
+    data_dependent = facts.data_dependent_ops()
     compile_block = metric_block(source, "CompileTime")
     if facts.steps <= 0:
         percentiles = dict(compile_block.percentiles) if compile_block is not None else {}
