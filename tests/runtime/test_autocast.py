@@ -157,6 +157,25 @@ def test_default_dtype_is_bfloat16_as_in_pytorch_xla():
         assert torch.mm(_r(2, 2), _r(2, 2)).dtype == F16
 
 
+def test_torchs_deprecated_xla_queries_answer_for_this_device():
+    """PyTorch/XLA's code asks `torch.is_autocast_xla_enabled()`: it answers as `torch.is_autocast_enabled("xla")`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert not torch.is_autocast_xla_enabled()
+        with xladev.amp.autocast(xladev.device(), dtype=F16):
+            assert torch.is_autocast_xla_enabled() and torch.get_autocast_xla_dtype() == F16
+        with torch.autocast("xla"):
+            assert torch.is_autocast_xla_enabled() and torch.get_autocast_xla_dtype() == BF16
+        torch.set_autocast_xla_enabled(True)
+        try:
+            assert torch.is_autocast_enabled("xla") and torch.mm(_r(2, 2), _r(2, 2)).dtype == BF16
+        finally:
+            torch.set_autocast_xla_enabled(False)
+        assert not torch.is_autocast_xla_enabled()
+    with pytest.warns(DeprecationWarning, match="is_autocast_xla_enabled"):
+        torch.is_autocast_xla_enabled()
+
+
 def test_gradients_flow_back_through_the_casts_in_float32():
     w = _r(5, 4).requires_grad_()
     x = _r(3, 4)

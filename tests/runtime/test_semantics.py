@@ -350,3 +350,16 @@ def test_arange_of_a_non_finite_bound_raises_eagers_error(dev, bounds):
     with pytest.raises(RuntimeError) as lazy:
         torch.arange(*bounds, device=dev)
     assert str(lazy.value) == str(eager.value) and str(eager.value).startswith("unsupported range: ")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,
+                                   torch.int8])
+@pytest.mark.parametrize("fn", [torch.sign, torch.sgn], ids=["sign", "sgn"])
+def test_sign_of_nan_and_signed_zero_is_eagers_zero(dev, fn, dtype):
+    """Eager computes (0 < x) - (x < 0): NaN and -0.0 give 0 (PyTorch/XLA too); jnp.sign gives NaN and -0.0."""
+    values = ([float("nan"), -1.5, -0.0, 0.0, 2.0, float("inf"), -float("inf")] if dtype.is_floating_point
+              else [-3, 0, 5])
+    x = torch.tensor(values).to(dtype)
+    want, got = fn(x), fn(x.to(dev)).cpu()
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))

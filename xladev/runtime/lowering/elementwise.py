@@ -189,8 +189,13 @@ for _name, _fn in _UNARY_FLOAT.items():
     lowers_promoted(_fn, getattr(aten, _name).default)
 
 
+def _real_sign(x):
+    """Eager's sign: (0 < x) - (x < 0), so NaN (and -0.0) give 0, where jnp.sign gives NaN (and -0.0)."""
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
 _UNARY_SAME = {
-    "neg": jnp.negative, "abs": jnp.abs, "sign": jnp.sign, "square": jnp.square,
+    "neg": jnp.negative, "abs": jnp.abs, "sign": _real_sign, "square": jnp.square,
     "floor": jnp.floor, "ceil": jnp.ceil, "trunc": jnp.trunc, "frac": lambda x: x - jnp.trunc(x),
     "relu": jax.nn.relu, "positive": lambda x: x,
 }
@@ -221,7 +226,7 @@ def _sgn(ctx, x):
         # Eager divides by |z| as a complex number: for inf+0j both parts come out nan, where jnp.sign's division
         # by a real |z| leaves the imaginary part 0.
         return jnp.where(x == 0, jnp.zeros_like(x), x / jnp.abs(x).astype(x.dtype))
-    return jnp.sign(x)
+    return _real_sign(x)
 
 
 @lowers(aten.signbit.default)

@@ -112,3 +112,26 @@ def register() -> None:
             kernels.impl(name, _kernel(_overload(name), policy), _KEY)
     _libraries.extend((fallback, kernels))
     torch.set_autocast_dtype(DEVICE_TYPE, DEFAULT_DTYPE)
+    _answer_the_xla_queries()
+
+
+def _answer_the_xla_queries() -> None:
+    """torch's deprecated `torch.*_autocast_xla_*` functions read and set the `AutocastXLA` key's state, which
+    this device (PrivateUse1 named `xla`) never uses: each becomes its `torch.*_autocast_*("xla")` equivalent, with
+    torch's deprecation warning, so that PyTorch/XLA code asking `torch.is_autocast_xla_enabled()` is answered."""
+    import functools
+    import warnings
+
+    def deprecated(name: str, fn):
+        @functools.wraps(getattr(torch, name))
+        def query(*args):
+            warnings.warn(f"torch.{name}() is deprecated. Please use torch.{fn.__name__}('xla', ...) instead.",
+                          DeprecationWarning, stacklevel=2)
+            return fn(DEVICE_TYPE, *args)
+
+        setattr(torch, name, query)
+
+    deprecated("is_autocast_xla_enabled", torch.is_autocast_enabled)
+    deprecated("set_autocast_xla_enabled", torch.set_autocast_enabled)
+    deprecated("get_autocast_xla_dtype", torch.get_autocast_dtype)
+    deprecated("set_autocast_xla_dtype", torch.set_autocast_dtype)
