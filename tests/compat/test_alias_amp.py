@@ -78,6 +78,11 @@ for x, y in data:
     losses.append(loss.item())
 results["bf16"] = {"losses": losses}
 results["fallbacks"] = [n for n in met.counter_names() if n.startswith("aten::") and n != "aten::_local_scalar_dense"]
+# PyTorch/XLA keeps each sync-free optimizer in a module of its own; scripts import them from there too.
+from torch_xla.amp.syncfree.adam import Adam
+from torch_xla.amp.syncfree.adamw import AdamW
+from torch_xla.amp.syncfree.sgd import SGD
+results["submodules"] = [Adam is syncfree.Adam, AdamW is syncfree.AdamW, SGD is syncfree.SGD]
 json.dump(results, open(sys.argv[1], "w"))
 '''
 
@@ -95,3 +100,4 @@ def test_pytorch_xla_amp_scripts_train_under_xladev_run(tmp_path):
     for losses in (scaler["losses"], out["bf16"]["losses"]):
         assert all(0 < v < 10 for v in losses) and losses[-1] < losses[0], losses
     assert out["fallbacks"] == []  # the amp ops are recorded, not run on the CPU
+    assert out["submodules"] == [True, True, True]
