@@ -222,16 +222,46 @@ def test_a_function_reading_a_tensor_from_outside_is_traced_every_call(dev):
      r"keep the carry's shape and dtype: carry leaf 0 is torch.float32 \[2\] in init but torch.float32 \[\]"),
     (lambda c, x: c + x, lambda d: torch.zeros(2, device=d), lambda d: torch.ones(3, 2, device=d), ValueError,
      "must return a pair"),
-    (lambda c, x: (c.add_(x), x), lambda d: torch.zeros(2, device=d), lambda d: torch.ones(3, 2, device=d),
-     RuntimeError, "a leaf Variable that requires grad is being used in an in-place operation"),  # autograd's
-    (lambda c, x: (c, x.mul_(2)), lambda d: torch.zeros(2, device=d), lambda d: torch.ones(3, 2, device=d),
-     RuntimeError, r"changed its input a float32 tensor of shape \[2\] in place; an in-place operation"),
+    (lambda c, x: (c.add_(x), x), lambda d: torch.zeros(2, device=d),
+     lambda d: torch.ones(3, 2, device=d).requires_grad_(), RuntimeError,
+     r"changes its carry or its x in place \(an in-place operation such as `acc \+= x`\) while gradients flow"),
+    (lambda c, x: (c, x.mul_(2)), lambda d: torch.zeros(2, device=d).requires_grad_(),
+     lambda d: torch.ones(3, 2, device=d), RuntimeError, "changes its carry or its x in place"),
     (lambda c, x: (c + x.sum().item(), x), lambda d: torch.zeros(2, device=d), lambda d: torch.ones(3, 2, device=d),
      ExecutionNotAllowedError, "scan traces it once, on placeholder tensors: a graph was about to run"),
 ])
 def test_bad_input_is_refused_with_its_reason(dev, fn, init, xs, error, words):
     with pytest.raises(error, match=words):
         scan(fn, init(dev), xs(dev))
+
+
+@pytest.mark.parametrize("no_grad", [False, True])
+def test_a_function_writing_its_carry_in_place_runs_when_no_gradient_flows(dev, no_grad):
+    """PyTorch/XLA's own scan example (`acc += x; return acc, acc`): each write is a new carry value. The caller's
+    init is left as it was."""
+    def cumsum(acc, x):
+        acc += x
+        x.mul_(2)  # its x too
+        return acc, acc + x
+
+    init, xs = torch.zeros(2), torch.arange(6.0).view(3, 2)
+    on_device = init.to(dev)
+    with torch.set_grad_enabled(not no_grad):
+        final, ys = scan(cumsum, on_device, xs.to(dev))
+    want = torch.cumsum(xs, 0)
+    assert torch.equal(final.cpu(), want[-1]) and torch.equal(ys.cpu(), want + 2 * xs)
+    assert torch.equal(on_device.cpu(), init)
+
+
+def test_a_function_writing_its_carry_in_place_is_refused_when_a_parameter_needs_its_gradient(dev):
+    w = torch.ones(2, device=dev, requires_grad=True)
+
+    def fn(acc, x):
+        acc += x * w
+        return acc, None
+
+    with pytest.raises(RuntimeError, match="changes its carry or its x in place .* while gradients flow through scan"):
+        scan(fn, torch.zeros(2, device=dev), torch.ones(3, 2, device=dev))
 
 
 def test_a_write_into_an_outside_tensor_is_refused_and_undone(dev):

@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_unflatten
 
 from xladev.runtime.graph.ir import Meta, Node
-from xladev.runtime.record.subgraph import Body, Cut, Tracing, numbered, placeholder
+from xladev.runtime.record.subgraph import Body, Cut, InputWrittenError, Tracing, numbered, placeholder
 from xladev.runtime.record.tensor import XlaTensor
 
 
@@ -115,8 +115,42 @@ def _meta(t: torch.Tensor, drop_leading: bool = False) -> Meta:
     return Meta(shape[1:] if drop_leading else shape, t.dtype)
 
 
+# What autograd says when a function writes in place into a placeholder that requires grad (a carry does,
+# under grad mode, in case the function reads a parameter).
+_LEAF_WRITE = "a leaf Variable that requires grad is being used in an in-place operation"
+
+
 def trace(fn, init: list[XlaTensor], carry_spec: TreeSpec, xs: list[XlaTensor], xs_spec: TreeSpec,
           save_activations: bool, what: str = "scan") -> ScanPlan:
+    """Traces `fn` into a ScanPlan: once, or twice when it writes its carry in place (`acc += x`).
+
+    A function that writes its inputs in place is traced again on placeholders that do not require grad, as
+    PyTorch/XLA's scan allows when no gradient flows through it; when one does, it is refused.
+
+    Raises:
+      ValueError: `fn` returns something other than `(carry, y)`, or a carry unlike `init`.
+      RuntimeError: `fn` reads a value, writes into a tensor from outside, or changes an input in place while
+        gradients flow through it.
+    """
+    if not torch.is_grad_enabled():  # no gradient can flow: writes are only new values
+        return _trace(fn, init, carry_spec, xs, xs_spec, save_activations, what, inputs_writable=True)
+    try:
+        return _trace(fn, init, carry_spec, xs, xs_spec, save_activations, what, inputs_writable=False)
+    except RuntimeError as error:
+        if not isinstance(error, InputWrittenError) and _LEAF_WRITE not in str(error):
+            raise
+        if any(t.requires_grad for t in init + xs):
+            raise _writes_with_grad(what) from None
+    return _trace(fn, init, carry_spec, xs, xs_spec, save_activations, what, inputs_writable=True)
+
+
+def _writes_with_grad(what: str) -> RuntimeError:
+    return RuntimeError(f"{what}: the function changes its carry or its x in place (an in-place operation such as "
+                        f"`acc += x`) while gradients flow through {what}; write `acc = acc + x` instead")
+
+
+def _trace(fn, init: list[XlaTensor], carry_spec: TreeSpec, xs: list[XlaTensor], xs_spec: TreeSpec,
+           save_activations: bool, what: str, inputs_writable: bool) -> ScanPlan:
     """Traces `fn` once into a ScanPlan.
 
     Args:
@@ -131,14 +165,18 @@ def trace(fn, init: list[XlaTensor], carry_spec: TreeSpec, xs: list[XlaTensor], 
 
     Raises:
       ValueError: `fn` returns something other than `(carry, y)`, or a carry unlike `init`.
-      RuntimeError: `fn` reads a value, writes into a tensor from outside, or changes an input in place.
+      RuntimeError: `fn` reads a value, writes into a tensor from outside, or changes an input in place (unless
+        `inputs_writable`, when no gradient flows through it).
     """
     device = init[0]._st.device_index if init else xs[0]._st.device_index
     grad_mode = torch.is_grad_enabled()
-    tracing = Tracing(device, what)
+    tracing = Tracing(device, what, inputs_writable)
+    carry_grad = grad_mode and not inputs_writable
     try:
-        carries = [tracing.placeholder(_meta(t), grad_mode and _floating(t.dtype)) for t in init]
+        carries = [tracing.placeholder(_meta(t), carry_grad and _floating(t.dtype)) for t in init]
         slices = [tracing.placeholder(_meta(t, True), grad_mode and t.requires_grad and _floating(t.dtype)) for t in xs]
+        # The body's parameters, taken before the function may write its inputs in place.
+        carry_params, slice_params = [t._st.value for t in carries], [t._st.value for t in slices]
         watch = _ClosureWatch(carries + slices)
         reason = f"{what} tracing its function"
         with tracing.active(reason):
@@ -148,12 +186,13 @@ def trace(fn, init: list[XlaTensor], carry_spec: TreeSpec, xs: list[XlaTensor], 
         plan = ScanPlan(device, carry_spec, [_meta(t) for t in init], [_meta(t, True) for t in xs], y_spec,
                         [None if y is None else _meta(y) for y in ys], tracing.key_out is not tracing.key,
                         forward=None, forward_captures=[])
-        fwd_params = [t._st.value for t in carries] + ([tracing.key] if plan.uses_rng else []) + \
-            [t._st.value for t in slices]
+        fwd_params = carry_params + ([tracing.key] if plan.uses_rng else []) + slice_params
         fwd_outputs = [t._node() for t in new_carry] + ([tracing.key_out] if plan.uses_rng else []) + \
             [y._node() for y in ys if y is not None]
         closures = list(watch.found.values())
         wants_grad = grad_mode and (any(t.requires_grad for t in init + xs) or bool(closures))
+        if wants_grad and inputs_writable:  # a parameter it reads needs its gradient through the written carry
+            raise _writes_with_grad(what)
         residual_nodes: list[Node] = []
         if wants_grad:
             residual_nodes = _trace_backward(plan, fwd_params, fwd_outputs, carries, slices, new_carry, ys, closures,

@@ -202,6 +202,10 @@ def numbered(nodes: Iterable[Node], start: int = 0) -> dict[int, ParamNode]:
     return {id(n): ParamNode(n.meta, start + i) for i, n in enumerate(nodes)}
 
 
+class InputWrittenError(RuntimeError):
+    """A traced function wrote one of its own inputs (placeholders) in place where that is not allowed."""
+
+
 class Tracing:
     """What a function traced on placeholders did besides its outputs: what the RNG key became, and which
     tensors from outside it wrote in place.
@@ -214,9 +218,12 @@ class Tracing:
       key: the key placeholder's node. key_out: the RNG key after the function (`key` if it drew nothing).
     """
 
-    def __init__(self, device_index: int, what: str):
+    def __init__(self, device_index: int, what: str, inputs_writable: bool = False):
         self.device_index = device_index
         self.what = what
+        # The function may write its own inputs in place (`acc += x`): each write is a new value of the body,
+        # which no gradient needs to see through.
+        self.inputs_writable = inputs_writable
         self.key = ParamNode(rng.KEY_META)
         self.key_out: Node = self.key
         self.placeholders: list[XlaTensor] = []
@@ -249,8 +256,8 @@ class Tracing:
             raise RuntimeError(f"{self.what}: the function wrote in place into {_describe(written)} created outside "
                                f"it; a traced function may only write the tensors it makes itself (pass the value "
                                f"through the carry instead)")
-        if changed:
-            raise RuntimeError(f"{self.what}: the function changed its input {_describe(changed)} in place; an "
+        if changed and not self.inputs_writable:
+            raise InputWrittenError(f"{self.what}: the function changed its input {_describe(changed)} in place; an "
                                f"in-place operation on an input is not supported (clone it first)")
 
     def placeholder(self, meta: Meta, requires_grad: bool = False) -> XlaTensor:
