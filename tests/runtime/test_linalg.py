@@ -188,3 +188,30 @@ def test_errors_match_pytorch(case, events):
     assert _error_of(fn, _xla(arg)) == expected
     assert [e.name for e in events.of(FallbackOp)] == []
     assert any("reading info" in e.kind for e in events.of(TransferFromDevice))  # the one host read
+
+
+_LOW_PRECISION_CALLS = {
+    "eigh": lambda x: torch.linalg.eigh(x), "svd": lambda x: torch.linalg.svd(x), "qr": lambda x: torch.linalg.qr(x),
+    "cholesky": lambda x: torch.linalg.cholesky(x), "old cholesky": lambda x: torch.cholesky(x),
+    "det": lambda x: torch.linalg.det(x), "solve": lambda x: torch.linalg.solve(x, x),
+    "lu_factor": lambda x: torch.linalg.lu_factor(x), "lu": lambda x: torch.linalg.lu(x),
+    "eigvals": lambda x: torch.linalg.eigvals(x), "lstsq": lambda x: torch.linalg.lstsq(x, x),
+    "solve_triangular": lambda x: torch.linalg.solve_triangular(x, x, upper=True),
+    "cholesky_solve": lambda x: torch.cholesky_solve(x, x), "cholesky_inverse": lambda x: torch.cholesky_inverse(x),
+    "geqrf": lambda x: torch.geqrf(x), "householder_product": lambda x: torch.linalg.householder_product(x, x[:, 0]),
+    "ormqr": lambda x: torch.ormqr(x, x[:, 0], x),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(_LOW_PRECISION_CALLS))
+def test_half_and_bfloat16_factorisations_raise_eagers_error_at_the_call(name, dtype):
+    """Eager refuses these for half and bfloat16 (CPU and CUDA alike): the same error, when called, not jax's at
+    the compile of the step."""
+    call = _LOW_PRECISION_CALLS[name]
+    a = (torch.eye(4) * 4 + 0.5).to(dtype)
+    with pytest.raises(Exception) as eager:
+        call(a)
+    with pytest.raises(type(eager.value)) as ours:
+        call(a.to(xladev.device()))
+    assert str(ours.value).splitlines()[0] == str(eager.value).splitlines()[0]
