@@ -47,6 +47,11 @@ def _first(report) -> rules.Finding:
     return problems[0]
 
 
+def test_the_event_log_is_described_with_its_step_count(loop):
+    source = load(str(loop.events)).sources[0]
+    assert source.describe_kinds() == ["xladev event log, 0 steps"]  # its end snapshot is no step
+
+
 def test_one_warning_on_stderr_however_many_steps(loop):
     warned = [line for line in loop.stderr.splitlines() if "GraphGrowthWarning" in line]
     assert len(warned) == 1 and loop.line("optimizer-step") in warned[0], loop.stderr[-2000:]

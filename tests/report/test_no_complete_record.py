@@ -106,6 +106,8 @@ def test_no_complete_record_is_unknown_with_the_reason_in_every_format(capsys, t
     assert code == 2 and data["verdict"] == "unknown" and reason in data["headline"], (name, data["headline"])
     assert [f["rule"] for f in data["findings"]] == ["no-complete-record"]
     assert reason in data["inputs"][0]["problem"]
+    # An empty file is what XLA_METRICS_FILE stays when no step was ever marked: the finding says so.
+    assert (name == "empty file") == any("no step was ever marked" in line for line in data["findings"][0]["evidence"])
     for fmt in ("markdown", "html"):
         code, out, _ = _run(capsys, path, "-f", fmt)
         assert code == 2 and reason in out and "UNKNOWN" in out, (name, fmt)

@@ -9,6 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from xladev.errors import XladevError
+from xladev.rules import input_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_STORED_WARNINGS = 1000
 # Why an input holds nothing readable (`SourceResult.problem`), in the words the report prints.
 BINARY_DATA = "binary data, not a metrics file or log"
-EMPTY_FILE = "empty file"
+EMPTY_FILE = input_rules.EMPTY_FILE
 
 
 class UnreadableInputError(XladevError):
@@ -299,7 +300,10 @@ class SourceResult:
         kinds = []
         if self.input_kind == "event-log":
             log = f"xladev attach log of {self.runtime}" if self.runtime else "xladev event log"
-            return [f"{log}, {self.snapshots} steps" if self.snapshots else log]
+            # Its steps as the header's Steps line counts them (MarkStep), not its snapshots (one per step, and
+            # the end's).
+            steps = int(self.final.counters.get("MarkStep", 0)) if self.final is not None else 0
+            return [f"{log}, {steps} step{'' if steps == 1 else 's'}"]
         if self.step_records:
             kinds.append(f"XLA_METRICS_FILE, {self.step_records} step records")
         elif self.snapshots > 1:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from xladev.rules.general_rules import MORE_OF_THE_RUN
 from xladev.rules.finding_model import WARNING, Finding
 
+# Why an input that is a file of no bytes holds no record (`xladev.report.model.SourceResult.problem`).
+EMPTY_FILE = "empty file"
+
 NO_COMPLETE_RECORD = "no-complete-record"
 
 _CHECK_THE_PATH = "Check that the path names the run's metrics file, PT_XLA_DEBUG log or event log. " + MORE_OF_THE_RUN
@@ -31,10 +34,17 @@ def no_complete_record_finding(problems: list[tuple[str, str, bool]]) -> Finding
     else:
         title = f"No complete record to judge the run by in any of the {len(problems)} inputs"
     fix = _UNDAMAGED_COPY if any(damaged for _, _, damaged in problems) else _CHECK_THE_PATH
+    evidence = [f"{name}: {why}" for name, why, _ in problems]
+    if any(why == EMPTY_FILE for _, why, _ in problems):
+        # The run's own metrics file is opened at the start and written at each step barrier.
+        evidence.append("XLA_METRICS_FILE gets a report at each step barrier: left empty by a run that finished, "
+                        "it says no step was ever marked (a loop with no torch_xla.sync() or xladev.mark_step(), "
+                        "whose whole run was one graph); the run's PT_XLA_DEBUG log or its printed "
+                        "metrics_report() can tell")
     return Finding(NO_COMPLETE_RECORD, WARNING, title,
                    "Nothing in the input shows how the run went, so the report can neither call it healthy nor "
                    "find a problem: the verdict is unknown (and `xladev report` exits with status 2).",
-                   fix, evidence=[f"{name}: {why}" for name, why, _ in problems])
+                   fix, evidence=evidence)
 
 
 def damaged_input_finding(name: str, damage: str, kept: str, line: int) -> Finding:
