@@ -55,6 +55,9 @@ def test_a_debug_log_of_the_event_logs_run_is_counted_once(tmp_path):
     assert [s.run_id for s in report.sources] == [report.sources[0].run_id] * 2
     assert report.sources[1].debug is None
     assert any("counted once" in w.message for w in report.warnings)
+    # Described as what it is, not as an input with no record.
+    assert report.sources[1].describe_kinds() == [
+        f"PT_XLA_DEBUG log of the same run as {report.sources[0].name}: counted once, from there"]
     # A log of another run with the same debug output is refused.
     other = _event_log(tmp_path / "other.jsonl", pid=os.getpid() + 1, started=bus.started_unix)
     with pytest.raises(DifferentRunsError):

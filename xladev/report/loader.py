@@ -298,7 +298,7 @@ def report_from_sources(sources: list[SourceResult]) -> Report:
     if not report.has_record:
         raise NoCompleteRecordError("; ".join(f"{source.name}: {source.problem}" for source in sources), report)
     for source in sources:
-        if source.problem and not source.unreadable:  # e.g. a program's output beside the run's files
+        if source.problem and not source.unreadable and not source.counted_in:  # e.g. a program's output
             source.warn(0, source.problem)
     return report
 

@@ -242,6 +242,9 @@ class SourceResult:
     first_bad_line: int = 0
     # An event log read whole whose run did not end on its own (killed, terminated by a signal); None otherwise.
     ending: RunEnding | None = None
+    # The event log of the same run that holds everything this debug output says (`run_identity`): counted once,
+    # from there.
+    counted_in: str | None = None
     # The numbers of the complete blocks of a last report that was cut short (as a series row), when the
     # report before it is used instead: evidence of what happened last, never the run's final numbers.
     cut_row: dict | None = None
@@ -291,6 +294,8 @@ class SourceResult:
 
     def describe_kinds(self) -> list[str]:
         """What the input contained, e.g. ``["XLA_METRICS_FILE, 24 step records", "PT_XLA_DEBUG log"]``."""
+        if self.counted_in and not self.has_record:
+            return [f"PT_XLA_DEBUG log of the same run as {self.counted_in}: counted once, from there"]
         if self.problem:
             return [f"no complete record: {self.problem}"]
         kinds = self._record_kinds()

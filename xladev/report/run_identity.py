@@ -78,6 +78,7 @@ def reconcile(sources: list[SourceResult]) -> list[SourceResult]:
         if log is not None and source.debug is not None:
             # The event log holds every compile, execution and transfer this debug output describes.
             source.debug = None
+            source.counted_in = log.name
             source.warn(0, f"the same run as {log.name}: its compiles and transfers are counted once, from "
                            "the event log", always=True)
     return kept
