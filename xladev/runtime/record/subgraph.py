@@ -257,8 +257,8 @@ class Tracing:
                                f"it; a traced function may only write the tensors it makes itself (pass the value "
                                f"through the carry instead)")
         if changed and not self.inputs_writable:
-            raise InputWrittenError(f"{self.what}: the function changed its input {_describe(changed)} in place; an "
-                               f"in-place operation on an input is not supported (clone it first)")
+            raise InputWrittenError(f"{self.what}: the function changed its input {_describe(changed)} in place; "
+                                    f"an in-place operation on an input is not supported (clone it first)")
 
     def placeholder(self, meta: Meta, requires_grad: bool = False) -> XlaTensor:
         """A placeholder of `meta` on the traced device, watched for in-place writes."""
