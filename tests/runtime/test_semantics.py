@@ -363,3 +363,22 @@ def test_sign_of_nan_and_signed_zero_is_eagers_zero(dev, fn, dtype):
     want, got = fn(x), fn(x.to(dev)).cpu()
     assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
     assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, out: torch.mm(a, a, out=out), lambda a, out: torch.addmm(a, a, a, out=out),
+    lambda a, out: torch.bmm(a[None], a[None], out=out[None]),
+], ids=["mm", "addmm", "bmm"])
+def test_an_out_tensor_of_another_dtype_is_refused_where_eager_wants_it_exact(dev, call):
+    a = torch.randn(3, 3)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype"):
+        call(a, torch.empty(3, 3, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype torch.float32 but got torch.bfloat16"):
+        call(a.to(dev), torch.empty(3, 3, dtype=torch.bfloat16, device=dev))
+
+
+def test_an_out_tensor_the_result_casts_into_still_takes_it(dev):
+    a = torch.randn(3, 3)
+    want = torch.add(a, a, out=torch.empty(3, 3, dtype=torch.float64))
+    got = torch.add(a.to(dev), a.to(dev), out=torch.empty(3, 3, dtype=torch.float64, device=dev))
+    assert got.dtype == torch.float64 and torch.equal(got.cpu(), want)

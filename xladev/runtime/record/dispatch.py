@@ -90,8 +90,26 @@ def _out_variant(func, args, kwargs):
                 # `out` was created empty to be resized by the op: adopt the result's metadata.
                 raise MetaUnsupported("out= resize")
             raise RuntimeError(f"out= tensor has shape {list(out.shape)}, expected {list(res.shape)}")
+        if res.dtype != out.dtype and torch.can_cast(res.dtype, out.dtype):
+            _check_exact_out_dtype(func, args, kwargs)
         write_into(out, res)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_exact_out_dtype(func, args, kwargs) -> None:
+    """Eager's dtype check of an out= tensor the result could be cast into: some ops (mm, bmm, addmm...) want the
+    out dtype exactly. The op's meta kernel, run on meta tensors of the same shapes and dtypes, says which, and
+    raises its error (`Expected out tensor to have dtype torch.float32 but got torch.bfloat16 instead`)."""
+    def to_meta(value):
+        if isinstance(value, XlaTensor):
+            return torch.empty_strided(tuple(value.shape), value.stride(), dtype=value.dtype, device="meta")
+        return value
+
+    margs, mkwargs = torch.utils._pytree.tree_map(to_meta, (args, kwargs))
+    try:
+        func(*margs, **mkwargs)
+    except NotImplementedError:  # no meta kernel for it: the cast stands
+        pass
 
 
 # How each op is routed, read once per op from the registries (complete once `device.register()` has
