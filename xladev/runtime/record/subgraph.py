@@ -20,6 +20,7 @@ from typing import Iterable, Iterator
 import torch
 
 from xladev._flags import config
+from xladev.errors import XladevError
 from xladev.runtime.execute import admission
 from xladev.runtime.record import rng
 from xladev.runtime.lowering.graph_lowering import graph_function
@@ -202,7 +203,7 @@ def numbered(nodes: Iterable[Node], start: int = 0) -> dict[int, ParamNode]:
     return {id(n): ParamNode(n.meta, start + i) for i, n in enumerate(nodes)}
 
 
-class InputWrittenError(RuntimeError):
+class InputWrittenError(XladevError, RuntimeError):
     """A traced function wrote one of its own inputs (placeholders) in place where that is not allowed."""
 
 
