@@ -18,7 +18,7 @@ from xladev.runtime.execute.execution import execution, lock as _execution_lock
 from xladev.runtime.record.fake_operands import FakeOperands
 from xladev.runtime.record.fallback import run_on_cpu
 from xladev.runtime.lowering.registry import LOWERINGS
-from xladev.runtime.graph.meta import MetaUnsupported
+from xladev.runtime.graph.meta import MetaUnsupported, _run_meta
 from xladev.runtime.graph.op_traits import op_traits
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.record import backward_errors
@@ -100,15 +100,9 @@ def _check_exact_out_dtype(func, args, kwargs) -> None:
     """Eager's dtype check of an out= tensor the result could be cast into: some ops (mm, bmm, addmm...) want the
     out dtype exactly. The op's meta kernel, run on meta tensors of the same shapes and dtypes, says which, and
     raises its error (`Expected out tensor to have dtype torch.float32 but got torch.bfloat16 instead`)."""
-    def to_meta(value):
-        if isinstance(value, XlaTensor):
-            return torch.empty_strided(tuple(value.shape), value.stride(), dtype=value.dtype, device="meta")
-        return value
-
-    margs, mkwargs = torch.utils._pytree.tree_map(to_meta, (args, kwargs))
     try:
-        func(*margs, **mkwargs)
-    except NotImplementedError:  # no meta kernel for it: the cast stands
+        _run_meta(func, args, kwargs)
+    except MetaUnsupported:  # no meta kernel for it: the cast stands
         pass
 
 
