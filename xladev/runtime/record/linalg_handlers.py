@@ -44,13 +44,14 @@ def check_errors(info, api_name: str, is_matrix: bool) -> None:
 # would fail only when the graph compiles. op -> the kernel eager names.
 _LOW_PRECISION_KERNELS = {
     aten._linalg_eigh.default: "linalg_eigh_cpu", aten._linalg_svd.default: "linalg_svd_cpu",
-    aten.linalg_qr.default: "geqrf_cpu", aten.geqrf.default: "geqrf_cpu", aten.cholesky.default: "cholesky_cpu",
+    aten.linalg_qr.default: "geqrf_cpu", aten.geqrf.default: "geqrf_cpu",
     aten.linalg_cholesky_ex.default: "cholesky_cpu", aten._linalg_det.default: "lu_cpu",
-    aten._linalg_solve_ex.default: "lu_cpu", aten.linalg_lu_factor_ex.default: "lu_cpu", aten.linalg_lu.default: "lu_cpu",
-    aten.linalg_eig.default: "linalg_eig_out_cpu", aten.triangular_solve.default: "triangular_solve_cpu",
-    aten.linalg_solve_triangular.default: "triangular_solve_cpu", aten.cholesky_solve.default: "cholesky_solve_cpu",
-    aten.cholesky_inverse.default: "cholesky_inverse_out_cpu", aten.linalg_householder_product.default: "orgqr_cpu",
-    aten.linalg_lu_solve.default: "linalg.lu_solve_cpu", aten.ormqr.default: "ormqr_cpu",
+    aten._linalg_solve_ex.default: "lu_cpu", aten.linalg_lu_factor_ex.default: "lu_cpu",
+    aten.linalg_lu.default: "lu_cpu", aten.linalg_eig.default: "linalg_eig_out_cpu",
+    aten.triangular_solve.default: "triangular_solve_cpu", aten.linalg_solve_triangular.default: "triangular_solve_cpu",
+    aten.cholesky_solve.default: "cholesky_solve_cpu", aten.cholesky_inverse.default: "cholesky_inverse_out_cpu",
+    aten.linalg_householder_product.default: "orgqr_cpu", aten.linalg_lu_solve.default: "linalg.lu_solve_cpu",
+    aten.ormqr.default: "ormqr_cpu",
 }
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -65,8 +66,9 @@ def _refuse_low_precision(func, args) -> None:
     raise NotImplementedError(f'"{_LOW_PRECISION_KERNELS[func]}" not implemented for \'{scalar_type_name(a.dtype)}\'')
 
 
-@special(*[op for op in _LOW_PRECISION_KERNELS if op not in (aten.cholesky.default, aten._linalg_det.default)],
-         aten.linalg_lstsq.default)
+# `_linalg_det` has a handler of its own, which checks; deprecated `cholesky` runs as `linalg_cholesky_ex`, which
+# is checked here.
+@special(*[op for op in _LOW_PRECISION_KERNELS if op is not aten._linalg_det.default], aten.linalg_lstsq.default)
 def _low_precision_checked(func, args, kwargs):
     _refuse_low_precision(func, args)
     return handle_regular(func, args, kwargs)
@@ -84,7 +86,6 @@ def _cholesky(func, args, kwargs):
     lowering cannot do (it cannot raise), so it runs as its two halves: the lowered
     `linalg_cholesky_ex`, then the check (autograd has already recorded cholesky's own backward)."""
     a = args[0]
-    _refuse_low_precision(func, args)
     upper = kwargs.get("upper", args[1] if len(args) > 1 else False)
     torch._check(a.dim() >= 2, lambda: "cholesky: The input tensor A must have at least 2 dimensions.")
     factor, info = handle(aten.linalg_cholesky_ex.default, (a,), {"upper": upper})
