@@ -305,28 +305,28 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
     ranks saw of each other (`rank-lost`), become its evidence.
     """
     logged = {source.rank for source in sources if source.input_kind == "event-log"}
-    for source in sources:  # an xladev debug log says how its run stopped when no event log of that rank does
-        if source.ending is None and source.rank not in logged:
-            source.ending = _debug_ending(source)
+    # An xladev debug log says how its run stopped when no event log of that rank does (read afresh each time: a
+    # live log may yet get its summary).
+    endings = [(source, source.ending or (_debug_ending(source) if source.rank not in logged else None))
+               for source in sources]
     # A damaged file (a gzip cut short) lost its end with the damage: its own finding says so.
-    stopped = [source for source in sources if source.ending is not None and not source.damage]
+    stopped = [(source, ending) for source, ending in endings if ending is not None and not source.damage]
     if not stopped:
         return findings
-    stopped.sort(key=lambda s: (not s.ending.killed, s.ending.ended_unix if s.ending.ended_unix is not None
-                                else float("inf"), s.rank if s.rank is not None else -1))
-    first = stopped[0]
-    others = [f"rank {source.rank}: {source.ending.how} in step {source.ending.steps}, later" for source in stopped[1:]]
+    stopped.sort(key=lambda pair: (not pair[1].killed, pair[1].ended_unix if pair[1].ended_unix is not None
+                                   else float("inf"), pair[0].rank if pair[0].rank is not None else -1))
+    first, ending = stopped[0]
+    others = [f"rank {source.rank}: {other.how} in step {other.steps}, later" for source, other in stopped[1:]]
     kept = []
     for finding in findings:
         if finding.rule == "rank-lost":  # what the others saw of it: evidence of the same stop
             others.extend(finding.evidence)
             continue
         kept.append(finding)
-    ending = first.ending
     finding = rules.unfinished_run_finding(rank=first.rank, how=ending.how, killed=ending.killed, steps=ending.steps,
                                            graph=ending.graph, site=short_site(ending.site) if ending.site else "",
                                            doing=ending.doing, others=others)
-    finding.sources.extend(f"{source.name}:{source.ending.line}" for source in stopped)
+    finding.sources.extend(f"{source.name}:{stop.line}" for source, stop in stopped)
     return [finding] + kept
 
 
