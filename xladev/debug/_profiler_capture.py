@@ -180,7 +180,7 @@ def _stop_and_write(logdir: str) -> "_profiler_xspace.TidyResult | None":
             state.reset()
             jax_profiler.clear_metadata()
         try:
-            xspace, result = _profiler_xspace.tidy(xspace)
+            xspace, result = _profiler_xspace.tidy(xspace, _jax_ops())
         except ValueError:
             result = None  # written as it came; reading it back says what is wrong
         session.export(xspace, logdir)
@@ -309,9 +309,18 @@ def _tidy(path: str) -> "_profiler_xspace.TidyResult | None":
     A file that cannot be tidied stays as it was (None): the check that follows says what is wrong with it.
     """
     try:
-        return _profiler_xspace.tidy_file(path)
+        return _profiler_xspace.tidy_file(path, _jax_ops())
     except (OSError, ValueError):
         return None
+
+
+def _jax_ops() -> dict:
+    """This process's compiled graphs' `call_jax` instructions, for naming their events; {} without a runtime."""
+    if "xladev.runtime.compile.compilation" not in sys.modules:  # a client that ran no graph: nothing to name
+        return {}
+    from xladev.runtime.compile.compilation import jax_call_ops_by_module
+
+    return jax_call_ops_by_module()
 
 
 class CaptureHandle:

@@ -6,8 +6,11 @@ jax, every `jnp` function the lowering calls is such a call, on tracers: dozens 
 `PjitFunction(add)`-style events inside each `xladev.compile` span that ran nothing (and inside each
 `xladev.call_jax <fn>` span, where a jax function given to `call_jax` is traced). `tidy` drops both: an
 event nested in an event of the same name over the same time (the inner copy), and the `PjitFunction`
-calls made inside those spans (with what they contain). Nothing else changes; fields this module does
-not describe are kept as they were.
+calls made inside those spans (with what they contain). And it names what the backend's per-instruction
+events run: given which instructions of which compiled graph run a jax function or Pallas kernel given to
+`call_jax` (runtime/compile/optimized_hlo.py), each such event gets a `jax_call` stat with the function's
+name, so a steady step's profile says where the time of `flash_attention.pallas` went, not only its
+`ynn_fusion`. Nothing else changes; fields this module does not describe are kept as they were.
 
 The messages are those of TSL's `xplane.proto` (XSpace > XPlane > XLine > XEvent, with event and stat
 metadata per plane), built here from descriptors since no installed package ships them for Python.
@@ -117,6 +120,7 @@ class TidyResult:
 
     duplicates: int = 0
     lowering: int = 0
+    jax_calls_named: int = 0  # events given a `jax_call` stat
     first_step: int | None = None
     last_step: int | None = None
 
@@ -130,6 +134,8 @@ class TidyResult:
 
 
 STEP_STAT = "step"
+JAX_CALL_STAT = "jax_call"
+HLO_MODULE_STAT, HLO_OP_STAT = "hlo_module", "hlo_op"  # the backend's per-instruction events carry both
 RUNTIME_PREFIX = "xladev."
 BARRIER_SPAN = "xladev.mark_step"
 
@@ -203,11 +209,54 @@ def _tidy_line(line, names: dict, result: TidyResult) -> None:
     line.events.extend(kept)
 
 
-def tidy(data: bytes) -> tuple[bytes, TidyResult]:
-    """The XSpace without jaxlib's duplicate call events and xladev's lowering-time jax calls.
+def _stat_text(stat, stat_names: dict) -> str | None:
+    kind = stat.WhichOneof("value")
+    if kind == "str_value":
+        return stat.str_value
+    if kind == "ref_value":  # an interned string: the name of the stat metadata it points at
+        return stat_names.get(stat.ref_value)
+    return None
+
+
+def _name_jax_calls(plane, jax_ops: dict) -> int:
+    """Gives each event of `plane` that runs a `call_jax` function's instructions a `jax_call` stat."""
+    stat_names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    ids = {name: key for key, name in stat_names.items()}
+    module_id, op_id = ids.get(HLO_MODULE_STAT), ids.get(HLO_OP_STAT)
+    if module_id is None or op_id is None:
+        return 0
+    call_id = ids.get(JAX_CALL_STAT)
+    named = 0
+    for line in plane.lines:
+        for event in line.events:
+            module = op = None
+            for stat in event.stats:
+                if stat.metadata_id == module_id:
+                    module = _stat_text(stat, stat_names)
+                elif stat.metadata_id == op_id:
+                    op = _stat_text(stat, stat_names)
+            functions = jax_ops.get(module, {}).get(op) if module and op else None
+            if not functions:
+                continue
+            if call_id is None:
+                call_id = max(plane.stat_metadata.keys(), default=0) + 1
+                plane.stat_metadata[call_id].id = call_id
+                plane.stat_metadata[call_id].name = JAX_CALL_STAT
+            stat = event.stats.add()
+            stat.metadata_id = call_id
+            stat.str_value = "; ".join(functions)
+            named += 1
+    return named
+
+
+def tidy(data: bytes, jax_ops: dict | None = None) -> tuple[bytes, TidyResult]:
+    """The XSpace without jaxlib's duplicate call events and xladev's lowering-time jax calls, its events
+    of `call_jax` functions named.
 
     Args:
       data: a serialized XSpace.
+      jax_ops: {HLO module: {instruction: names of the call_jax functions it runs}}
+        (`compilation.jax_call_ops_by_module()`); None names nothing.
 
     Returns:
       (the serialized, tidied XSpace; what was removed and the steps it covers). The input is returned
@@ -225,14 +274,16 @@ def tidy(data: bytes) -> tuple[bytes, TidyResult]:
         for line in plane.lines:
             _tidy_line(line, names, result)
             _note_steps(line.events, names, step_stat, result, spans)
+        if jax_ops:
+            result.jax_calls_named += _name_jax_calls(plane, jax_ops)
     if result.first_step is None:  # no barrier in the profile: the steps its spans were recorded in
         result.first_step, result.last_step = spans.first_step, spans.last_step
-    if not result.removed:
+    if not result.removed and not result.jax_calls_named:
         return data, result
     return space.SerializeToString(), result
 
 
-def tidy_file(path: str) -> TidyResult:
+def tidy_file(path: str, jax_ops: dict | None = None) -> TidyResult:
     """Tidies a written `.xplane.pb` in place (replaced whole, so a reader never sees half a file).
 
     Raises:
@@ -241,8 +292,8 @@ def tidy_file(path: str) -> TidyResult:
     """
     with open(path, "rb") as fh:
         data = fh.read()
-    tidied, result = tidy(data)
-    if result.removed:
+    tidied, result = tidy(data, jax_ops)
+    if tidied is not data:
         directory = os.path.dirname(path) or "."
         fd, tmp = tempfile.mkstemp(prefix=".xladev_tidy_", suffix=".xplane.pb", dir=directory)
         try:

@@ -20,7 +20,7 @@ from xladev.errors import XladevError
 from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
 from xladev.runtime.graph import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph.span_clock import spent
-from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of, sharding_layout
+from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of, jax_calls_of, sharding_layout
 from xladev.runtime.lowering.graph_lowering import compiler_options, hlo_module_text, program, replica_sharding
 from xladev.runtime.graph.ir import Graph
 from xladev.runtime.graph.irtext import graph_to_text, node_attributes
@@ -40,10 +40,12 @@ class CacheEntry:
       replicated: the graph holds collectives and runs on every process at once (graph_lowering.program):
         its inputs and outputs are this process's values of replicated arrays over the replica mesh.
       link: (HLO module, root op) as xprof names them, found at the first run while a capture records.
+      jax_calls: the names of the jax functions and Pallas kernels the graph runs (`call_jax`), in order.
     """
 
     __slots__ = ("executable", "hash", "compile_ns", "memory", "runs", "num_nodes", "num_inputs", "num_outputs",
-                 "link", "replicated", "sharding", "collectives", "collective_stats")
+                 "link", "replicated", "sharding", "collectives", "collective_stats",
+                 "jax_calls", "_jax_call_ops")
 
     def __init__(self, executable, graph_hash, compile_ns, memory, graph: Graph, sharding=None):
         self.executable = executable
@@ -63,6 +65,22 @@ class CacheEntry:
         ops = collectives_of(graph) if self.replicated else []
         # (count, bytes from this rank, each one's user line) for the CollectivesExecuted event of each run.
         self.collective_stats = (len(ops), sum(b for _, b, _ in ops), tuple(site or "?" for _, _, site in ops))
+        self.jax_calls = jax_calls_of(graph)
+        self._jax_call_ops = None
+
+    def jax_call_ops(self) -> tuple[str, dict[str, tuple[str, ...]]]:
+        """(HLO module name, {instruction: the call_jax functions it runs}) of the optimized HLO (made once)."""
+        if self._jax_call_ops is None:
+            from xladev.runtime.compile.optimized_hlo import jax_call_ops
+
+            found = ("", {})
+            if self.jax_calls:
+                try:
+                    found = jax_call_ops(self.executable.as_text())
+                except Exception:  # naming profile events is a convenience: never fail a capture for it
+                    pass
+            self._jax_call_ops = found
+        return self._jax_call_ops
 
 
 class CompileCache:
@@ -301,3 +319,18 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
 
 
 compile_cache = CompileCache()
+
+
+def jax_call_ops_by_module() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per compiled HLO module that runs a `call_jax` function: {instruction: the functions it runs}.
+
+    For a profile's tidying: the CPU backend's events are named by instruction, and this says which of them
+    run a jax function or Pallas kernel (`xladev.debug` names them so).
+    """
+    out = {}
+    for entry in list(compile_cache.by_hash.values()):
+        if entry.jax_calls:
+            module, ops = entry.jax_call_ops()
+            if module and ops:
+                out[module] = ops
+    return out

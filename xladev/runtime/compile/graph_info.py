@@ -10,7 +10,7 @@ import math
 
 from xladev.graphdiff import GraphSummary, InputSummary, NodeSummary
 from xladev.runtime.lowering.graph_lowering import hlo_module_text, lowered
-from xladev.runtime.graph.ir import DATA_OP, GETITEM_OP, SCALAR_OP, Graph
+from xladev.runtime.graph.ir import CALL_JAX_OP_NAME, DATA_OP, GETITEM_OP, SCALAR_OP, Graph
 from xladev.runtime.graph.irtext import (
     dtype_short, graph_to_dot, graph_to_text, node_attributes, plain_shape, root_hashes, shape_text,
 )
@@ -140,3 +140,12 @@ def collectives_of(graph: Graph) -> list[tuple[str, int, str | None]]:
             nbytes += numel * operand.meta.dtype.itemsize
         out.append((node.op.name, nbytes, getattr(node, "site", None)))
     return out
+
+
+def jax_calls_of(graph: Graph) -> tuple[str, ...]:
+    """The names of the jax functions and Pallas kernels (`xla::call_jax` nodes) in `graph`, once each, in order."""
+    names: dict[str, None] = {}
+    for node in graph.nodes:
+        if node.op.name == CALL_JAX_OP_NAME:
+            names[node.template[0][1]] = None  # record(): template ((operands...), name, computation)
+    return tuple(names)

@@ -244,7 +244,8 @@ class Execution:
                 if entry.link is None:
                     entry.link = traced_call.link(entry.executable) or ()
                 moved = entry.collective_stats[:2] if entry.replicated else None
-                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name, moved):
+                with annotate.execute_span(entry.hash, step, cause, entry.link or None, name, moved,
+                                           entry.jax_calls):
                     outputs = traced_call.call(entry.executable, arrays)
             else:
                 outputs = entry.executable(*arrays)

@@ -5,10 +5,12 @@ the capture runs in-process (`xp.start_trace`) or from another process through `
 
     xladev.compile            graph step site nodes [recompiled reason previous graphs_at_site]
                                                        lowering and XLA compilation of one graph
-    xladev.execute            graph step cause hlo_module hlo_op
+    xladev.execute            graph step cause hlo_module hlo_op [jax_calls]
                                                        one run of a compiled graph (each run once: while
                                                        a capture records, jax's own PjitFunction
-                                                       annotations of the call are not made)
+                                                       annotations of the call are not made); jax_calls
+                                                       names the call_jax functions and Pallas kernels
+                                                       it runs (`a; b`)
     xladev.sync <kind>        kind site step           a value read (`.item()`, `print`, `.cpu()`...) that
                                                        syncs what it needs and copies it to the host
     xladev.fallback <op>      op site step             an op without a lowering, run on the CPU
@@ -115,7 +117,7 @@ def compile_span(graph_hash: str, step: int, nodes: int, frames=None, name: str 
 
 
 def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None = None, name: str | None = None,
-                 collectives: tuple[int, int] | None = None):
+                 collectives: tuple[int, int] | None = None, jax_calls: tuple[str, ...] = ()):
     """Context manager around running graph `graph_hash` during step `step`; `NULL` when no capture records.
 
     Args:
@@ -126,6 +128,8 @@ def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None
         `xladev.execute <name>`, so each compiled graph shows by name on the timeline.
       collectives: (count, bytes) of the collectives the graph runs across the processes, or None: the span
         then carries `collectives` and `collective_bytes` (what this rank's collectives move per run).
+      jax_calls: the names of the jax functions and Pallas kernels the graph runs (`call_jax`); the span then
+        carries `jax_calls`, so each run names them, not only the trace that made them.
     """
     if _forced_off or not _is_enabled():
         return _NULL
@@ -136,6 +140,8 @@ def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None
         extra.update(hlo_module=link[0], hlo_op=link[1])
     if collectives is not None:
         extra.update(collectives=collectives[0], collective_bytes=collectives[1])
+    if jax_calls:
+        extra["jax_calls"] = _text("; ".join(jax_calls))
     return _Annotation(title, graph=graph_hash, step=step, cause=_text(why), **extra)
 
 

@@ -246,6 +246,9 @@ def _getitem_lower(ctx, value, index):
 
 
 GETITEM_OP = OpDef("xla::getitem", _getitem_lower)
+# A jax function or Pallas kernel run inside a graph (record/jax_call.py defines the op; the compile layer
+# below it names the calls a graph holds).
+CALL_JAX_OP_NAME = "xla::call_jax"
 
 
 def getitem(node: Node, index: int) -> Node:

@@ -38,14 +38,14 @@ from xladev.errors import XladevError
 from xladev.events import Cause, CauseKind
 from xladev.runtime.graph import annotate, backend, steps
 from xladev.runtime.execute.execution import execution, lock as _execution_lock
-from xladev.runtime.graph.ir import SLOT, Meta, Node, OpDef, getitem
+from xladev.runtime.graph.ir import CALL_JAX_OP_NAME, SLOT, Meta, Node, OpDef, getitem
 from xladev.runtime.graph.jax_keys import function_key, value_key
 from xladev.runtime.graph import span_clock
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.storage import Storage
 from xladev.runtime.record.tensor import XlaTensor, wrap
 
-OP_NAME = "xla::call_jax"
+OP_NAME = CALL_JAX_OP_NAME
 # Specializations kept (least recently used dropped first): a function keyed by identity and rebuilt every
 # step makes one per step, so the cache must not grow without bound.
 CACHE_SIZE = 512
