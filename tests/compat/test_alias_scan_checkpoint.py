@@ -8,6 +8,7 @@ import inspect
 import pytest
 import torch
 
+from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
 from xladev.runtime.record import scan as runtime_scan
 
@@ -24,6 +25,25 @@ def test_checkpoint_is_pytorch_xlas(tx):
         cp.checkpoint(layer, x, use_reentrant=False)
     with pytest.raises(ValueError, match="^Unexpected keyword arguments: scale,shift$"):
         cp.checkpoint(layer, x, scale=1, shift=2)
+
+
+def test_checkpoint_function_applied_directly_recomputes_behind_a_barrier(tx):
+    from torch_xla.utils.checkpoint import CheckpointFunction
+
+    assert issubclass(CheckpointFunction, torch.autograd.Function)
+    torch.manual_seed(0)
+    layer = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    x_cpu = torch.randn(3, 4)
+    layer(x_cpu).square().sum().backward()
+    expected = {name: p.grad.clone() for name, p in layer.named_parameters()}
+    layer.zero_grad()
+    layer.to("xla")
+    x = x_cpu.to("xla").requires_grad_()
+    CheckpointFunction.apply(layer, True, x).square().sum().backward()
+    ir = get_tensors_text([x.grad])
+    assert ir.count("aten::tanh(") == 2  # the forward's, and the backward's recomputation
+    assert "xla::optimization_barrier" in ir
+    assert_gradients_close({name: p.grad.cpu() for name, p in layer.named_parameters()}, expected)
 
 
 def test_scan_and_scan_layers_are_xladevs(tx):
