@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from textual.widgets import Static
 
 from tests.tui.helpers import async_test, fixture_lines, wait_for
@@ -86,3 +88,39 @@ async def test_the_header_shows_memory_only_when_sampled():
                 label = str(app.query_one("#memory-label", Static).render())
                 assert label == (f"memory {format_bytes((1 + last) * 1024 ** 2)} at step {last} "
                                  f"(peak {format_bytes((1 + last) * 1024 ** 2 + 512 * 1024)})")
+
+
+def test_the_host_warning_reads_back_as_its_numbers_and_its_finding():
+    holders = [{"kind": "host copy", "line": "<module>@train.py:9", "per_step_bytes": 1048576.0, "buffers": 6}]
+    message = rules.memory_growing_message(from_step=9, from_bytes=510 * 1024 ** 2, to_step=31,
+                                           to_bytes=532 * 1024 ** 2, per_step_bytes=1048576.0, holders=holders,
+                                           format_bytes=format_bytes, space="host")
+    assert message.startswith(rules.HOST_MEMORY_GROWING + ": ")
+    found = rules.parse_memory_growing(message, parse_bytes)
+    assert found["space"] == "host" and found["holders"] == holders
+    finding = rules.memory_growing_finding(**found, format_bytes=format_bytes)
+    assert finding.rule == "host-memory-growing" and finding.subject == "<module>@train.py:9"
+    assert "`.cpu()` copies" in finding.fix
+    device = rules.parse_memory_growing(rules.memory_growing_message(
+        from_step=1, from_bytes=1, to_step=2, to_bytes=2, per_step_bytes=1.0, holders=[], format_bytes=format_bytes),
+        parse_bytes)
+    assert device["space"] == "device"
+
+
+def test_a_host_growth_without_a_tensor_says_so():
+    message = rules.memory_growing_message(from_step=2, from_bytes=100, to_step=9, to_bytes=170, per_step_bytes=10.0,
+                                           holders=[], format_bytes=format_bytes, space="host")
+    found = rules.parse_memory_growing(message, parse_bytes)
+    finding = rules.memory_growing_finding(**found, format_bytes=format_bytes)
+    assert found["holders"] == [] and finding.subject == "" and "tracemalloc" in finding.fix
+
+
+def test_an_unknown_memory_space_is_refused_by_name():
+    with pytest.raises(ValueError, match="'pinned'"):
+        rules.memory_growing_message(from_step=1, from_bytes=1, to_step=2, to_bytes=2, per_step_bytes=1.0,
+                                     holders=[], format_bytes=format_bytes, space="pinned")
+
+
+def test_the_host_record_round_trips():
+    growing = rec.MemoryGrowing(12, 8, 5, 100, 112, 4.0, [dict(h) for h in HOLDERS], "host")
+    assert rec.parse_line(json.dumps(growing.to_record())) == growing

@@ -303,11 +303,12 @@ class GraphGrowing(Event):
 
 @dataclasses.dataclass(slots=True)
 class MemoryGrowing(Event):
-    """Live device memory rose at every step sampled since `from_step` (`step` is the latest).
+    """Live device memory (or, with `space="host"`, the process's resident memory) rose at every step sampled since
+    `from_step` (`step` is the latest).
 
     `holders` says what grew, biggest first: dicts with `kind` (parameter, gradient, optimizer state, saved
-    activation, batch, other, runtime), `line` (the user line that made those buffers), `per_step_bytes` and
-    `buffers` (how many more there are), from two censuses of the live buffers.
+    activation, batch, other, runtime; on the host, host copy or CPU tensor), `line` (the user line that made those
+    buffers), `per_step_bytes` and `buffers` (how many more there are), from two censuses of the live buffers.
     """
 
     from_step: int
@@ -315,6 +316,7 @@ class MemoryGrowing(Event):
     to_bytes: int
     per_step_bytes: float
     holders: tuple[dict, ...]
+    space: str = "device"  # or "host"
 
 
 @dataclasses.dataclass(slots=True)

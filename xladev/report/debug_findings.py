@@ -263,19 +263,23 @@ def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
 
 
 def memory_growth_findings(sources: list[SourceResult]) -> list[Finding]:
-    """Live device memory that rose at every sampled step: the runtime's warning, from a debug log or an event log.
+    """Live device memory, or host memory, that rose at every sampled step: the runtime's warnings, from a debug log
+    or an event log.
 
     Returns:
-      At most one finding: the latest warning's (its figures cover the longest growth).
+      At most one finding per memory: the latest warning's (its figures cover the longest growth).
     """
-    for source in sources:
-        seen = source.debug.profiler.get(rules.MEMORY_GROWING) if source.has_debug else None
-        numbers = rules.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
-        if numbers is not None:
-            finding = rules.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
-            finding.sources.append(where(source, seen[0]))
-            return [finding]
-    return []
+    findings = []
+    for kind in (rules.MEMORY_GROWING, rules.HOST_MEMORY_GROWING):
+        for source in sources:
+            seen = source.debug.profiler.get(kind) if source.has_debug else None
+            numbers = rules.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
+            if numbers is not None:
+                finding = rules.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
+                finding.sources.append(where(source, seen[0]))
+                findings.append(finding)
+                break
+    return findings
 
 
 def dynamo_findings(sources: list[SourceResult]) -> list[Finding]:

@@ -49,8 +49,8 @@ from xladev.rules.general_rules import (  # noqa: F401
     slow_execute_finding, steady_transfers_line, undetermined_finding, without_hints,
 )
 from xladev.rules.memory_rules import (  # noqa: F401
-    MEMORY_GROWING, OUT_OF_MEMORY, add_out_of_memory, memory_growing_finding, memory_growing_message,
-    out_of_memory_finding, parse_memory_growing, parse_out_of_memory,
+    HOST_GROWTH_MIN_PER_STEP, HOST_MEMORY_GROWING, MEMORY_GROWING, OUT_OF_MEMORY, add_out_of_memory,
+    memory_growing_finding, memory_growing_message, out_of_memory_finding, parse_memory_growing, parse_out_of_memory,
 )
 from xladev.rules.input_rules import (  # noqa: F401
     NO_COMPLETE_RECORD, damaged_input_finding, no_complete_record_finding, unreadable_input_finding,

@@ -154,35 +154,56 @@ def out_of_memory_finding(events: Sequence[Mapping], format_bytes) -> Finding | 
                    fix, evidence=evidence, numbers=numbers, subject=first.get("hash", ""))
 
 
-# Live device memory that grows step over step (the runtime's check, `runtime/api/memory_growth.py`): the words of its
-# warning and PT_XLA_DEBUG line, which the report reads back.
+# Live device memory (or the process's host memory) that grows step over step (the runtime's checks,
+# `runtime/api/memory_growth.py` and `host_memory_growth.py`): the words of their warnings and PT_XLA_DEBUG lines,
+# which the report reads back.
 MEMORY_GROWING = "Device memory keeps growing"
+HOST_MEMORY_GROWING = "Host memory keeps growing"
+# Host memory growth is told only from this rate on: the resident set moves by pages and allocator arenas, and a
+# healthy run's own bookkeeping (a list of losses as Python numbers) grows by far less.
+HOST_GROWTH_MIN_PER_STEP = 1 << 20
+_LEADS = {"device": MEMORY_GROWING, "host": HOST_MEMORY_GROWING}
 _NO_HOLDER = "no tensor's buffers (the runtime's own state)"
-_GROWING_MEMORY_RE = re.compile(re.escape(MEMORY_GROWING) + r": (\S+) at step (\d+) -> (\S+) at step (\d+) "
-                                r"\(\+(\S+) per step\)\. What grew: (.*?)\. Tensors that stay alive")
+_NO_HOST_HOLDER = "no CPU tensor (Python objects or native allocations)"
+_ADVICE = {
+    "device": "Tensors that stay alive from step to step (a loss appended to a list, a metric summed on the device) "
+              "keep their buffers for good: keep a Python number read after the step (loss.item()), or drop the "
+              "reference.",
+    "host": "CPU tensors or Python objects that stay alive from step to step (a `.cpu()` copy appended to a list) "
+            "keep their memory for good: keep a Python number (loss.item()), or drop the reference.",
+}
+_GROWING_MEMORY_RE = re.compile(r"(" + re.escape(MEMORY_GROWING) + "|" + re.escape(HOST_MEMORY_GROWING) + r"): (\S+) "
+                                r"at step (\d+) -> (\S+) at step (\d+) \(\+(\S+) per step\)\. What grew: (.*?)\. "
+                                r"(?:Tensors|CPU tensors) ")
 _HOLDER_RE = re.compile(r"(.+?) made at (.+) \+(\S+) per step in (\d+) buffer\(s\)$")
 
 
 def memory_growing_message(*, from_step: int, from_bytes: int, to_step: int, to_bytes: int, per_step_bytes: float,
-                           holders: Sequence[Mapping], format_bytes) -> str:
-    """The runtime's warning (and PT_XLA_DEBUG line) when live device memory grew at every step sampled.
+                           holders: Sequence[Mapping], format_bytes, space: str = "device") -> str:
+    """The runtime's warning (and PT_XLA_DEBUG line) when live device memory, or host memory, grew at every step
+    sampled.
 
     Args:
-      from_step, from_bytes: the first step of the growth and what was live at its end.
+      from_step, from_bytes: the first step of the growth and what was live (device) or resident (host) at its end.
       to_step, to_bytes: the latest.
       per_step_bytes: the growth per step.
       holders: what grew, biggest first: ``kind``, ``line``, ``per_step_bytes``, ``buffers`` (new buffers).
       format_bytes: formats a byte count (`xladev.schema.units.format_bytes`).
+      space: "device" (live device buffers) or "host" (the process's resident memory).
 
     Returns:
       One line.
+
+    Raises:
+      ValueError: another `space`.
     """
+    if space not in _LEADS:
+        raise ValueError(f"memory space must be 'device' or 'host', not {space!r}")
     grew = "; ".join(f"{h['kind']} made at {h['line']} +{format_bytes(h['per_step_bytes'])} per step in "
-                     f"{h['buffers']} buffer(s)" for h in holders) or _NO_HOLDER
-    return (f"{MEMORY_GROWING}: {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at step "
-            f"{to_step} (+{format_bytes(per_step_bytes)} per step). What grew: {grew}. Tensors that stay alive from "
-            "step to step (a loss appended to a list, a metric summed on the device) keep their buffers for good: "
-            "keep a Python number read after the step (loss.item()), or drop the reference.")
+                     f"{h['buffers']} buffer(s)" for h in holders) or (_NO_HOLDER if space == "device"
+                                                                        else _NO_HOST_HOLDER)
+    return (f"{_LEADS[space]}: {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at step "
+            f"{to_step} (+{format_bytes(per_step_bytes)} per step). What grew: {grew}. {_ADVICE[space]}")
 
 
 def parse_memory_growing(message: str, parse_bytes) -> dict | None:
@@ -193,27 +214,30 @@ def parse_memory_growing(message: str, parse_bytes) -> dict | None:
       parse_bytes: reads a formatted byte count (`xladev.schema.units.parse_bytes`).
 
     Returns:
-      ``from_step``, ``from_bytes``, ``to_step``, ``to_bytes``, ``per_step_bytes`` and ``holders`` (dicts as the
-      message's), or None.
+      ``from_step``, ``from_bytes``, ``to_step``, ``to_bytes``, ``per_step_bytes``, ``holders`` (dicts as the
+      message's) and ``space``, or None.
     """
     match = _GROWING_MEMORY_RE.search(message)
     if match is None:
         return None
     holders = []
-    if match.group(6) != _NO_HOLDER:
-        for part in match.group(6).split("; "):
+    if match.group(7) not in (_NO_HOLDER, _NO_HOST_HOLDER):
+        for part in match.group(7).split("; "):
             held = _HOLDER_RE.match(part)
             if held:
                 holders.append({"kind": held.group(1), "line": held.group(2),
                                 "per_step_bytes": parse_bytes(held.group(3)), "buffers": int(held.group(4))})
-    return {"from_bytes": parse_bytes(match.group(1)), "from_step": int(match.group(2)),
-            "to_bytes": parse_bytes(match.group(3)), "to_step": int(match.group(4)),
-            "per_step_bytes": parse_bytes(match.group(5)), "holders": holders}
+    return {"from_bytes": parse_bytes(match.group(2)), "from_step": int(match.group(3)),
+            "to_bytes": parse_bytes(match.group(4)), "to_step": int(match.group(5)),
+            "per_step_bytes": parse_bytes(match.group(6)), "holders": holders,
+            "space": "host" if match.group(1) == HOST_MEMORY_GROWING else "device"}
 
 
 def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, to_bytes: float,
-                           per_step_bytes: float, holders: Sequence[Mapping], format_bytes) -> Finding:
-    """The report's finding for live device memory that grew at every sampled step (a leak, or data that grows).
+                           per_step_bytes: float, holders: Sequence[Mapping], format_bytes,
+                           space: str = "device") -> Finding:
+    """The report's finding for live device memory, or host memory, that grew at every sampled step (a leak, or
+    data that grows).
 
     Args:
       as `memory_growing_message`'s.
@@ -221,13 +245,15 @@ def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, t
     Returns:
       A warning naming the line whose tensors grew most.
     """
+    if space == "host":
+        return _host_memory_growing_finding(from_step, from_bytes, to_step, to_bytes, per_step_bytes, holders,
+                                            format_bytes)
     top = holders[0] if holders else None
     where = f": {top['kind']} made at {top['line']}" if top else ""
     title = f"Device memory keeps growing, +{format_bytes(per_step_bytes)} per step{where}"
     evidence = [f"live device memory {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at "
                 f"step {to_step}, rising at every step sampled"]
-    evidence += [f"{h['kind']} made at {h['line']}: +{format_bytes(h['per_step_bytes'])} per step in "
-                 f"{h['buffers']} new buffer(s)" for h in holders[:5]]
+    evidence += _holder_evidence(holders, format_bytes)
     if not holders:
         evidence.append(f"what grew: {_NO_HOLDER}")
     if top and top["kind"] in ("other", "batch"):
@@ -246,4 +272,36 @@ def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, t
                    fix + " `xladev.debug.memory_report()` lists every live buffer by kind and line.",
                    evidence=evidence, numbers={"per_step_bytes": per_step_bytes, "from_step": from_step,
                                                "to_step": to_step, "to_bytes": to_bytes},
+                   subject=top["line"] if top else "")
+
+
+def _holder_evidence(holders: Sequence[Mapping], format_bytes) -> list[str]:
+    return [f"{h['kind']} made at {h['line']}: +{format_bytes(h['per_step_bytes'])} per step in "
+            f"{h['buffers']} new buffer(s)" for h in holders[:5]]
+
+
+def _host_memory_growing_finding(from_step, from_bytes, to_step, to_bytes, per_step_bytes, holders,
+                                 format_bytes) -> Finding:
+    top = holders[0] if holders else None
+    where = f": {top['kind']} made at {top['line']}" if top else ""
+    evidence = [f"host memory (the process's resident set) {format_bytes(from_bytes)} at step {from_step} -> "
+                f"{format_bytes(to_bytes)} at step {to_step}, rising at every step sampled"]
+    evidence += _holder_evidence(holders, format_bytes)
+    if top:
+        fix = (f"The CPU tensors made at {top['line']} stay alive from step to step: something keeps a reference "
+               "(a list of `.cpu()` copies, a history of outputs). Keep a Python number instead (`loss.item()`), "
+               "or drop the reference.")
+    else:
+        evidence.append(f"what grew: {_NO_HOST_HOLDER}")
+        fix = ("No CPU tensor grew: the growth is Python objects or native memory kept from step to step (a list "
+               "that only grows, a cache without a bound). `tracemalloc` snapshots two steps apart show the Python "
+               "side by line.")
+    return Finding("host-memory-growing", WARNING, f"Host memory keeps growing, +{format_bytes(per_step_bytes)} per "
+                   f"step{where}",
+                   "The process's resident memory rose at every step the runtime sampled, by at least "
+                   f"{format_bytes(HOST_GROWTH_MIN_PER_STEP)} a step on average. A training loop that keeps its memory stable after the first steps holds "
+                   "the same objects each step; this one holds more, and the machine runs out of memory (or "
+                   "starts to swap) some steps later.",
+                   fix, evidence=evidence, numbers={"per_step_bytes": per_step_bytes, "from_step": from_step,
+                                                    "to_step": to_step, "to_bytes": to_bytes},
                    subject=top["line"] if top else "")

@@ -18,7 +18,7 @@ from xladev.runtime.record import amp_ops  # noqa: F401  (registers the gradient
 from xladev.runtime.record import autocast, backward_errors, checkpoint, foreach, rng, sparse_gradients
 from xladev.runtime.record import fused_optimizers  # noqa: F401  (registers the fused Adam(W) kernels)
 from xladev.runtime.graph import backend, fork_guard
-from xladev.runtime.api import memory_growth, optimizer_state
+from xladev.runtime.api import host_memory_growth, memory_growth, optimizer_state
 from xladev.runtime.record import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 # The handlers of ops whose lowerings alone cannot do their job (reads back, list outputs, PyTorch's errors).
 from xladev.runtime.record import einsum, histogram_edges, linalg_handlers, static_handlers  # noqa: F401
@@ -162,7 +162,8 @@ def register() -> None:
     Also: ops on device tensors go to `dispatch.torch_dispatch`, `torch.autocast("xla")` applies PyTorch/XLA's
     policy (autocast.py), torch's optimizers take their foreach path (foreach.py), the event bus settles
     running graphs before a new subscriber joins and describes the backend in records, and forked children
-    are guarded, live device memory that grows step over step is told (memory_growth.py), and SGD's momentum
+    are guarded, live device memory and host memory that grow step over step are told (memory_growth.py,
+    host_memory_growth.py), and SGD's momentum
     buffers exist before its first step (optimizer_state.py).
     """
     global _registered, _lib
@@ -195,6 +196,7 @@ def register() -> None:
     checkpoint.install()
     foreach.install()
     memory_growth.install()
+    host_memory_growth.install()
     optimizer_state.install()
     backward_errors.install()
     _registered = True

@@ -383,8 +383,9 @@ class GraphGrowing(_Timed):
 
 @dataclasses.dataclass(slots=True)
 class MemoryGrowing(_Timed):
-    """Live device memory rose at every sampled step from `from_step` to `step`; `holders` says what grew (the
-    runtime's `MemoryGrowing` event: kind, line, per_step_bytes, buffers)."""
+    """Live device memory (`space` "device") or the process's resident memory ("host") rose at every sampled step
+    from `from_step` to `step`; `holders` says what grew (the runtime's `MemoryGrowing` event: kind, line,
+    per_step_bytes, buffers)."""
 
     TYPE: ClassVar[str] = "memory_growing"
     from_step: int = 0
@@ -392,6 +393,7 @@ class MemoryGrowing(_Timed):
     to_bytes: int = 0
     per_step_bytes: float = 0.0
     holders: list = dataclasses.field(default_factory=list)
+    space: str = "device"  # "host": the process's resident memory grew
 
 
 @dataclasses.dataclass(slots=True)

@@ -104,7 +104,7 @@ class RecordBuilder:
 
     def _memory_growing(self, event: MemoryGrowing, t: int) -> tuple[rec.Record, ...]:
         return (rec.MemoryGrowing(t, event.step, event.from_step, event.from_bytes, event.to_bytes,
-                                  event.per_step_bytes, [dict(h) for h in event.holders]),)
+                                  event.per_step_bytes, [dict(h) for h in event.holders], event.space),)
 
     def _graph_break(self, event: DynamoGraphBreak, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)

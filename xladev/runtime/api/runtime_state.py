@@ -20,7 +20,7 @@ from xladev.runtime.execute.barrier import Barrier, barrier
 from xladev.runtime.compile.compilation import CompileCache, compile_cache
 from xladev.runtime.execute.execution import Execution, execution, lock
 from xladev.runtime.execute.step_memory import step_memory
-from xladev.runtime.api import memory_growth
+from xladev.runtime.api import host_memory_growth, memory_growth
 
 
 class Executor:
@@ -100,6 +100,7 @@ class Executor:
                 self.barrier.clear()
                 step_memory.reset()
                 memory_growth.watch.reset()
+                host_memory_growth.watch.reset()
                 async_closures.discard_error()
                 steps.reset()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 
 import numpy as np
 import torch
@@ -17,6 +18,19 @@ from xladev.runtime.graph.ir import DataNode, Meta, rebuild
 from xladev.runtime.graph.stack import user_location
 
 _local = threading.local()
+
+# While the host-memory watch suspects growth (runtime/api/host_memory_growth.py), each CPU copy a read makes is
+# noted here, {id: (weak reference, the user line that read it)}, so the census can name what keeps them. None:
+# nothing is noted, and a read pays nothing for it.
+host_copy_lines: dict | None = None
+
+
+def _note_host_copy(cpu: torch.Tensor) -> None:
+    lines = host_copy_lines
+    if lines is None:
+        return
+    key = id(cpu)
+    lines[key] = (weakref.ref(cpu, lambda _ref, k=key: lines.pop(k, None)), user_location() or "an unknown line")
 
 
 @contextlib.contextmanager
@@ -118,6 +132,7 @@ def download(tensors: list, default_kind: str = ".cpu()") -> list[torch.Tensor]:
                 bus.emit(TransferFromDevice(time.perf_counter_ns(), steps.current(), cpu.numel() * cpu.element_size(),
                                             copy_ns, kind,
                                             stack.capture_frames() if bus.wants_frames else None))
+            _note_host_copy(cpu)
             out.append(cpu)
     return out
 

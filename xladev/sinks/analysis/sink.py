@@ -141,7 +141,8 @@ class AnalysisSink(Sink):
         elif kind is MemoryGrowing:
             message = rules.memory_growing_message(
                 from_step=event.from_step, from_bytes=event.from_bytes, to_step=event.step, to_bytes=event.to_bytes,
-                per_step_bytes=event.per_step_bytes, holders=event.holders, format_bytes=format_bytes)
+                per_step_bytes=event.per_step_bytes, holders=event.holders, format_bytes=format_bytes,
+                space=event.space)
             self.out.write(f"{rules.PROFILER_PREFIX}{message}\n")
         elif kind is DynamoGraphBreak:
             self.out.write(f"{rules.PROFILER_PREFIX}"

@@ -1,0 +1,87 @@
+"""Host memory that grows step over step, in real processes: a copy read to the CPU and kept every step is told at
+its line (warning, PT_XLA_DEBUG line, event-log record, report finding); the same loop that reads the copy and
+drops it is not told."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.source_lines import line_of
+from xladev.rules import HOST_GROWTH_MIN_PER_STEP
+
+# Enough steps for the watch's six rising samples: the step sampler takes one step in N, N growing with its cost.
+STEPS = 160
+ROWS = 512  # a 512 x 512 float32 copy: 1 MiB a step, the smallest growth the watch tells
+
+_SCRIPT = textwrap.dedent(f"""
+    import sys
+    import torch, xladev
+
+    keep = sys.argv[1] == "leak"
+    w = torch.randn({ROWS}, {ROWS}, device="xla")
+    history = []
+    for step in range({STEPS}):
+        out = w * 2 + step
+        host = out.cpu()  # read to the host
+        if keep:
+            history.append(host)
+        else:
+            host.sum().item()
+        xladev.mark_step()
+    print(len(history))
+""")
+
+
+def _run(tmp_path, mode: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    env = dict(os.environ, XLADEV_EVENT_LOG=str(tmp_path / "run.jsonl"), PT_XLA_DEBUG_LEVEL="1",
+               PT_XLA_DEBUG_FILE=str(tmp_path / "debug.txt"))
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def leak_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("host_leak")
+    return tmp, _run(tmp, "leak")
+
+
+def test_a_kept_host_copy_is_told_at_the_line_that_read_it(leak_run):
+    tmp, done = leak_run
+    site = f"train.py:{line_of(str(tmp / 'train.py'), '# read to the host')}"
+    assert "MemoryGrowthWarning: Host memory keeps growing" in done.stderr
+    [record] = [r for r in map(json.loads, open(tmp / "run.jsonl")) if r["type"] == "memory_growing"]
+    assert record["space"] == "host"
+    top = record["holders"][0]
+    assert top["kind"] == "host copy" and top["line"].endswith(site)
+    # Each kept copy is one 1 MiB buffer a step: the census sees exactly that, whatever the allocator does.
+    assert top["per_step_bytes"] == ROWS * ROWS * 4 and top["buffers"] == record["step"] - record["from_step"]
+    assert record["per_step_bytes"] >= HOST_GROWTH_MIN_PER_STEP
+    assert "Host memory keeps growing" in (tmp / "debug.txt").read_text()
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "debug.txt"])
+def test_the_report_finds_the_host_growth_in_either_output(leak_run, name):
+    tmp, _ = leak_run
+    done = subprocess.run([sys.executable, "-m", "xladev_cli", "report", str(tmp / name), "--format", "json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    findings = {f["rule"]: f for f in json.loads(done.stdout)["findings"]}
+    site = f"train.py:{line_of(str(tmp / 'train.py'), '# read to the host')}"
+    assert findings["host-memory-growing"]["subject"].endswith(site)
+    assert "memory-growing" not in findings  # the device held nothing more
+
+
+def test_a_copy_read_and_dropped_is_not_told(tmp_path):
+    done = _run(tmp_path, "healthy")
+    assert "MemoryGrowthWarning" not in done.stderr
+    assert not [r for r in map(json.loads, open(tmp_path / "run.jsonl")) if r["type"] == "memory_growing"]
