@@ -35,14 +35,21 @@ _CONFIRM_AFTER = 3
 _HOLDERS = 5
 HOST_COPY = "host copy"  # a CPU tensor a device read made, at the line that read it
 CPU_TENSOR = "CPU tensor"  # any other CPU tensor: its line is not known
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+_statm: tuple[int, int] | None = None  # (pid, open fd of /proc/<pid>/statm): re-read with pread, a few µs
 
 
 def resident_bytes() -> int | None:
     """The process's resident set in bytes, or None where `/proc/self/statm` cannot be read."""
+    global _statm
+    pid = os.getpid()
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        if _statm is None or _statm[0] != pid:  # a forked child inherits the fd of its parent's file
+            _statm = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY))
+        return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError, AttributeError):  # no /proc, or no os.pread (not POSIX)
         return None
 
 
