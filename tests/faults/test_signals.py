@@ -247,6 +247,28 @@ def test_sigkill_while_compiling_leaves_every_complete_record_readable(tmp_path)
     assert first.rule == "unfinished-run" and "no end record" in first.title and first.numbers["steps"] == 3
 
 
+def test_a_killed_runs_level_1_debug_log_says_it_stopped_without_claiming_a_step(tmp_path):
+    # PT_XLA_DEBUG_LEVEL=1 prints compile analyses only: after its one compile, such a log cannot tell step 0 from
+    # step 300, so the finding names no step (it said "before its first step ended" of a run killed in step 300).
+    debug = tmp_path / "debug.txt"
+    process = runs.start([runs.write_script(tmp_path), "0"],
+                         runs.environment(PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(debug)))
+    try:
+        runs.wait_for_line(process, "step 20")
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.kill()
+        process.communicate()
+    text = debug.read_text()
+    assert "Compilation Analysis" in text and "Execution Analysis" not in text and "xladev summary" not in text
+    first = load(str(debug)).findings[0]
+    assert first.rule == "unfinished-run", [f.rule for f in load(str(debug)).findings]
+    assert first.title == ("The run did not finish: its log stops after its last compile with no end record "
+                           "(killed, or still running)")
+    assert "steps" not in first.numbers
+    assert any("its log counts no step" in line for line in first.evidence), first.evidence
+
+
 def test_freeing_a_device_tensor_runs_no_python_frame(dev):
     # Why the script's sys.exit above is never lost: a signal handler runs between Python bytecodes, and one that
     # raises inside a finalizer is printed as "Exception ignored" and dropped, so the run went on after SIGTERM

@@ -150,7 +150,8 @@ class RunEnding:
     Attributes:
       how: in words: ``no end record`` (killed, or still running), ``terminated by SIGTERM``, ``exit after SIGTERM``.
       killed: True when the log has no end record (nothing could write one: SIGKILL, a crash, the OOM killer).
-      steps: steps completed (the step in progress, 0-based, is this number).
+      steps: steps completed (the step in progress, 0-based, is this number); None when the log counts no step
+        (a PT_XLA_DEBUG_LEVEL=1 log prints compiles only).
       graph: the last graph the log names (compiled or run), "" when none.
       site: the user's line of that graph.
       doing: what that graph was doing last: ``compiling`` (its compile never ended), ``compiled``, ``ran``,
@@ -161,7 +162,7 @@ class RunEnding:
 
     how: str
     killed: bool
-    steps: int
+    steps: int | None
     graph: str = ""
     site: str = ""
     doing: str = ""

@@ -316,7 +316,8 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
     stopped.sort(key=lambda pair: (not pair[1].killed, pair[1].ended_unix if pair[1].ended_unix is not None
                                    else float("inf"), pair[0].rank if pair[0].rank is not None else -1))
     first, ending = stopped[0]
-    others = [f"rank {source.rank}: {other.how} in step {other.steps}, later" for source, other in stopped[1:]]
+    others = [f"rank {source.rank}: {other.how}" + (f" in step {other.steps}" if other.steps is not None else "")
+              + ", later" for source, other in stopped[1:]]
     kept = []
     for finding in findings:
         if finding.rule == "rank-lost":  # what the others saw of it: evidence of the same stop
@@ -346,7 +347,9 @@ def _debug_ending(source: SourceResult) -> RunEnding | None:
     if not any(event.user_frame is not None for event in events):
         return None
     last = events[-1]
-    return RunEnding(how="no end record", killed=True, steps=debug.step_syncs, graph=last.graph_hash,
+    # Without execution analyses (PT_XLA_DEBUG_LEVEL=1 prints compiles only) the log counts no step: none is claimed.
+    steps = debug.step_syncs if debug.execution_count else None
+    return RunEnding(how="no end record", killed=True, steps=steps, graph=last.graph_hash,
                      site=last.site, doing="the last graph its log compiled", line=source.lines)
 
 

@@ -139,7 +139,7 @@ def rank_lost_finding(*, rank: int, lost: int, reason: str, step: int) -> Findin
 STOPPED_RULES = ("unfinished-run", "rank-lost")
 
 
-def unfinished_run_finding(*, rank: int | None, how: str, killed: bool, steps: int, graph: str, site: str,
+def unfinished_run_finding(*, rank: int | None, how: str, killed: bool, steps: int | None, graph: str, site: str,
                            doing: str, others: Sequence[str] = ()) -> Finding:
     """A run (or a rank of a job) that did not finish: its log has no end record, or a signal ended it.
 
@@ -153,7 +153,10 @@ def unfinished_run_finding(*, rank: int | None, how: str, killed: bool, steps: i
       others: one line for each other rank that stopped, and what the ranks saw of each other.
     """
     who = f"Rank {rank}" if rank is not None else "The run"
-    when = f"in step {steps}" if steps else "before its first step ended"
+    if steps is None:
+        when = "after its last compile"
+    else:
+        when = f"in step {steps}" if steps else "before its first step ended"
     if killed:
         title = f"{who} did not finish: its log stops {when} with no end record (killed, or still running)"
         detail = ("Nothing wrote the log's end record: the process was killed at once (SIGKILL, the out-of-memory "
@@ -168,14 +171,19 @@ def unfinished_run_finding(*, rank: int | None, how: str, killed: bool, steps: i
                   "preempt.")
         fix = ("If another rank failed first, its report says why; otherwise find what sent the signal (a time "
                "limit, a preemption) and save checkpoints often enough to resume.")
-    evidence = [f"{who.lower() if rank is None else who}: {how}, after {steps} completed step{'s' if steps != 1 else ''}"]
+    subject = who.lower() if rank is None else who
+    if steps is None:
+        evidence = [f"{subject}: {how}; its log counts no step (PT_XLA_DEBUG_LEVEL=1 prints compiles only: level 2 "
+                    "adds an execution analysis per graph run)"]
+    else:
+        evidence = [f"{subject}: {how}, after {steps} completed step{'s' if steps != 1 else ''}"]
     if graph:
         state = {"compiling": "its compile had started and never ended",
                  "compiled": "compiled, not yet run", "ran": "the last graph it ran",
                  "failed": "it failed"}.get(doing, doing)
         evidence.append(f"last graph: {graph[:16]} at {site or '?'} ({state})")
     evidence.extend(others)
-    numbers: dict = {"steps": steps}
+    numbers: dict = {"steps": steps} if steps is not None else {}
     if rank is not None:
         numbers["rank"] = rank
     return Finding("unfinished-run", ERROR, title, detail, fix, evidence=evidence, numbers=numbers,
