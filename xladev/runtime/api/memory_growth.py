@@ -21,7 +21,7 @@ import time
 from xladev.errors import XladevWarning
 from xladev.events import MemoryGrowing, bus
 from xladev.rules import memory_growing_message
-from xladev.runtime.api.memory_census import SCALAR_CACHE, MemoryReport, census
+from xladev.runtime.api.memory_census import SCALAR_CACHE, census
 from xladev.runtime.compile.compilation import compile_cache
 from xladev.runtime.execute import step_memory
 from xladev.runtime.graph import stack
@@ -38,8 +38,18 @@ class MemoryGrowthWarning(XladevWarning):
     """Live device memory rose at every step sampled: tensors kept from step to step (a leak), or data that grows."""
 
 
-class GrowthWatch:
-    """Watches the step samples of live device memory; warns and publishes `MemoryGrowing` on steady growth."""
+class RisingWatch:
+    """The growth check on one memory, heard at each step sample: counts rises in a row, takes a census at the
+    `_BASELINE_AFTER`th and another at the `_CONFIRM_AFTER`th more, and tells what grew between them (a warning and
+    a `MemoryGrowing` event). Subclasses say what is measured and counted.
+
+    Attributes:
+      SPACE: the memory watched, as `MemoryGrowing.space` names it.
+      MIN_PER_STEP: the least growth per step that is told.
+    """
+
+    SPACE = "device"
+    MIN_PER_STEP = 0.0
 
     def __init__(self) -> None:
         self.reset()
@@ -47,10 +57,29 @@ class GrowthWatch:
     def reset(self) -> None:
         self._last: int | None = None
         self._rises = 0
-        self._baseline: tuple[int, int, MemoryReport, int] | None = None  # step, bytes, census, graphs compiled
+        self._baseline: tuple[int, int, dict, int] | None = None  # step, bytes, census, graphs compiled
         self._told: set[tuple] = set()
         self._quiet_until = 0  # after a census pair, no more before this step: a run that keeps growing pays twice
                                # as rarely each time
+        self._stop()
+
+    def measure(self, live: int) -> int | None:
+        """The bytes watched at this sample (`live`: the device's live bytes); None when they cannot be read."""
+        return live
+
+    def census(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """What holds the memory now: {(kind, line): (bytes, buffers)}."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """A first census was taken (growth is suspected): a hook."""
+
+    def _explained(self, per_step: float, holders: list[dict]) -> bool:
+        """Whether what grew explains the growth well enough to tell it (a hook: the device's census always does)."""
+        return True
+
+    def _stop(self) -> None:
+        """The growth stopped, or was told: a hook."""
 
     def on_sample(self, step: int, live: int, peak: int) -> None:
         """Hears one sample (`step_memory.listeners`).
@@ -62,54 +91,70 @@ class GrowthWatch:
         """
         if step < max(_SETUP_STEPS, self._quiet_until):
             return
-        last, self._last = self._last, live
-        if last is None or live <= last:
+        value = self.measure(live)
+        if value is None:
+            return
+        last, self._last = self._last, value
+        if last is None or value <= last:
             self._rises = 0
             self._baseline = None
+            self._stop()
             return
         self._rises += 1
         if self._rises == _BASELINE_AFTER:
-            self._baseline = (step, live, census(0), len(compile_cache.by_hash))
+            self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
+            self._start()
         elif self._rises == _BASELINE_AFTER + _CONFIRM_AFTER and self._baseline is not None:
-            self._tell(step, live, census(0))
+            self._tell(step, value, self.census())
             self._rises = 0
             self._baseline = None
+            self._stop()
             self._last = None
             self._quiet_until = 2 * step
 
-    def _tell(self, step: int, live: int, now: MemoryReport) -> None:
+    def _tell(self, step: int, value: int, now: dict) -> None:
         from_step, from_bytes, before, graphs = self._baseline
         steps = step - from_step
+        per_step = (value - from_bytes) / steps
+        if per_step < self.MIN_PER_STEP:
+            return
         holders = _grown(before, now, steps)
         if len(compile_cache.by_hash) > graphs and not any(h["buffers"] > 0 for h in holders):
             # The same buffers, bigger, while new graphs compiled: the shapes grow (a sequence length that changes
-            # every step), which the recompilation finding tells; nothing is kept from step to step.
+            # every step), which the recompilation finding tells; nothing is kept from step to step. (On the host:
+            # the new graphs' compiled code.)
+            return
+        if not self._explained(per_step, holders):
             return
         key = tuple((h["kind"], h["line"]) for h in holders)
         if key in self._told:
             return
         self._told.add(key)
-        per_step = (live - from_bytes) / steps
-        message = memory_growing_message(from_step=from_step, from_bytes=from_bytes, to_step=step, to_bytes=live,
-                                         per_step_bytes=per_step, holders=holders, format_bytes=format_bytes)
+        message = memory_growing_message(from_step=from_step, from_bytes=from_bytes, to_step=step, to_bytes=value,
+                                         per_step_bytes=per_step, holders=holders, format_bytes=format_bytes,
+                                         space=self.SPACE)
         if bus.active:
-            bus.emit(MemoryGrowing(time.perf_counter_ns(), step, from_step, from_bytes, live, per_step,
-                                   tuple(holders)))
+            bus.emit(MemoryGrowing(time.perf_counter_ns(), step, from_step, from_bytes, value, per_step,
+                                   tuple(holders), space=self.SPACE))
         stack.warn_at_user(message, MemoryGrowthWarning)
 
 
-def _grown(before: MemoryReport, now: MemoryReport, steps: int) -> list[dict]:
-    """What grew between two censuses, by kind and line, biggest first."""
-    earlier = {(row.kind, row.line): row for row in before.rows()}
+class GrowthWatch(RisingWatch):
+    """Watches the step samples of live device memory; warns and publishes `MemoryGrowing` on steady growth."""
+
+    def census(self) -> dict[tuple[str, str], tuple[int, int]]:
+        return {(row.kind, row.line): (row.nbytes, row.buffers) for row in census(0).rows()
+                if row.line != SCALAR_CACHE}
+
+
+def _grown(before: dict, now: dict, steps: int) -> list[dict]:
+    """What grew between two censuses ({(kind, line): (bytes, buffers)}), by kind and line, biggest first."""
     grown = []
-    for row in now.rows():
-        if row.line == SCALAR_CACHE:
-            continue
-        old = earlier.get((row.kind, row.line))
-        added = row.nbytes - (old.nbytes if old else 0)
-        if added > 0:
-            grown.append({"kind": row.kind, "line": row.line, "per_step_bytes": added / steps,
-                          "buffers": row.buffers - (old.buffers if old else 0)})
+    for (kind, line), (nbytes, buffers) in now.items():
+        old_bytes, old_buffers = before.get((kind, line), (0, 0))
+        if nbytes > old_bytes:
+            grown.append({"kind": kind, "line": line, "per_step_bytes": (nbytes - old_bytes) / steps,
+                          "buffers": buffers - old_buffers})
     grown.sort(key=lambda h: -h["per_step_bytes"])
     return grown[:_HOLDERS]
 
