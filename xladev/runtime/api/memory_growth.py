@@ -35,7 +35,8 @@ _HOLDERS = 5  # lines named
 
 
 class MemoryGrowthWarning(XladevWarning):
-    """Live device memory rose at every step sampled: tensors kept from step to step (a leak), or data that grows."""
+    """Live device memory (or host memory: host_memory_growth.py) rose at every step sampled: tensors kept from step to
+    step (a leak), or data that grows."""
 
 
 class RisingWatch:
