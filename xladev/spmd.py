@@ -20,6 +20,9 @@ from xladev.runtime.distributed.sharded_tensor import (  # noqa: E402
     ShardingType, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding, sharding_type,
 )
 from xladev.runtime.distributed.input_sharding import ShardingSpec  # noqa: E402
+from xladev.runtime.distributed.manual_sharding import (  # noqa: E402
+    ManualShardingError, disable_manual_sharding, enable_manual_sharding,
+)
 from xladev.runtime.distributed.spmd_autograd import (  # noqa: E402
     XLAPatchedLinear, mark_sharding_with_gradients, xla_patched_nn_linear_forward,
 )
@@ -27,7 +30,7 @@ from xladev.runtime.distributed.spmd_sharding import (  # noqa: E402
     HybridMesh, Mesh, get_sharding_spec, is_spmd, use_spmd,
 )
 
-__all__ = ["HybridMesh", "Mesh", "ShardingSpec", "ShardingType", "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",
-           "clear_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients",
+__all__ = ["HybridMesh", "ManualShardingError", "Mesh", "ShardingSpec", "ShardingType", "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",
+           "clear_sharding", "disable_manual_sharding", "enable_manual_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients",
            "sharding_type", "use_spmd", "visualize_sharding", "visualize_tensor_sharding",
            "xla_patched_nn_linear_forward"]

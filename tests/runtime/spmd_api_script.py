@@ -158,8 +158,34 @@ out["patched"] = {"got": dout.detach().cpu().tolist(), "want": cout.detach().tol
                   "in_scale": float((g @ absw).max()), "x_colsum": float(absx.sum(0).max()),
                   "w_colsum": float(absw.sum(0).max()), "positions": absx.shape[0]}
 
-# Manual sharding is refused with advice, as an attribute xladev lacks.
-out["manual"] = error(lambda: xs.enable_manual_sharding)
+# Manual sharding: a region written per device, between enable_manual_sharding and disable_manual_sharding. In a
+# function, as PyTorch/XLA's kernels write it: a value inside a region still live at the next barrier is refused.
+def manual_region():
+    base = torch.arange(8 * 8 * n, dtype=torch.float32).reshape(8, 8 * n)
+    whole = base.to("xla")
+    piece = xs.enable_manual_sharding(whole, ("data", "model"), mesh=mesh22)
+    per_device = piece.global_tensor.sum(dim=1, keepdim=True) * 2  # each device sums its own piece's rows
+    back = xs.disable_manual_sharding(per_device, ("data", "model"), (8, 2), mesh=mesh22)
+    xs.set_global_mesh(mesh22)
+    plain = xs.disable_manual_sharding(xs.enable_manual_sharding(whole, (None, "model")).global_tensor + 1,
+                                       (None, "model"), whole.shape)
+    return {
+        "piece_shape": list(piece.global_tensor.shape), "back_shape": list(back.global_tensor.shape),
+        "back": back.global_tensor.cpu().tolist(),
+        "want": (base.reshape(2, 4, 2, 4 * n).sum(dim=3) * 2).reshape(8, 2).tolist(),
+        "plain_ok": bool(torch.equal(plain.global_tensor.cpu(), base + 1)),
+        "kept_inside": error(lambda: (xs.enable_manual_sharding(whole, ("data", None), mesh=mesh22).global_tensor
+                                      + 1).cpu()),
+        "not_dividing": error(lambda: xs.enable_manual_sharding(torch.ones(3, 4, device="xla"), ("data", None),
+                                                                mesh=mesh22)),
+        "no_region": error(lambda: xs.disable_manual_sharding(whole, ("data", None), (16, 8 * n), mesh=mesh22)),
+        "with_grad": error(lambda: xs.enable_manual_sharding(whole.clone().requires_grad_(), ("data", None),
+                                                             mesh=mesh22)),
+    }
+
+
+out["manual"] = manual_region()
+torch_xla.sync()  # the region's values died with the function: the barrier has nothing of them to sync
 # FSDPv2: parameters split over "fsdp" along their largest dimension, the output along the batch; trains as
 # the CPU model does.
 from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2  # noqa: E402

@@ -154,11 +154,24 @@ def test_xla_patched_linear_matches_nn_linear(seen):
     close(p["grad_in"], p["want_in"], 3 * U * p["in_scale"] + 2 * forward * p["w_colsum"])
 
 
-def test_manual_sharding_is_refused_with_advice(seen):
-    kind, text = seen["manual"]
-    assert kind == "UnsupportedAttributeError"
-    assert text.startswith("torch_xla.distributed.spmd.enable_manual_sharding is not supported by xladev: manual "
-                           "sharding")
+def test_a_manual_region_runs_per_device_and_comes_back_whole(seen):
+    manual = seen["manual"]
+    # A (2, 2) mesh over 8 x 8n: each device holds 4 rows and 4n columns, and sums its own piece's rows.
+    assert manual["piece_shape"][0] == 4 and manual["back_shape"] == [8, 2]
+    assert manual["back"] == manual["want"]  # integers in float32: exact
+    assert manual["plain_ok"]
+
+
+def test_manual_sharding_refuses_what_would_compute_wrong_values(seen):
+    manual = seen["manual"]
+    kind, text = manual["kept_inside"]
+    assert kind == "ManualRegionError" and "without disable_manual_sharding" in text
+    kind, text = manual["not_dividing"]
+    assert kind == "ManualShardingError" and "(3, 4)" in text and "do not divide" in text
+    kind, text = manual["no_region"]
+    assert kind == "ManualShardingError" and "not computed inside a manual region" in text
+    kind, text = manual["with_grad"]  # a gradient would stop at the region silently
+    assert kind == "ManualShardingError" and "gradients through a manual region are not provided" in text
 
 
 def test_the_hlo_dump_ends_an_spmd_record_with_its_output_shardings(seen, dump):

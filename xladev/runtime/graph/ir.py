@@ -249,6 +249,10 @@ GETITEM_OP = OpDef("xla::getitem", _getitem_lower)
 # A jax function or Pallas kernel run inside a graph (record/jax_call.py defines the op; the compile layer
 # below it names the calls a graph holds).
 CALL_JAX_OP_NAME = "xla::call_jax"
+# A manual region's start and end (distributed/manual_sharding.py records them; the lowering runs the ops between
+# them as one shard_map).
+FULL_TO_SHARD_OP_NAME = "xla::spmd_full_to_shard_shape"
+SHARD_TO_FULL_OP_NAME = "xla::spmd_shard_to_full_shape"
 
 
 def getitem(node: Node, index: int) -> Node:

@@ -13,6 +13,7 @@ from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.runtime.graph import backend
 from xladev.runtime.graph.ir import DATA_OP, SCALAR_OP, Graph, Meta, rebuild
+from xladev.runtime.lowering import manual_regions
 from xladev.runtime.lowering.registry import LoweringContext
 from xladev.runtime.lowering.hlo_names import opcode_names
 
@@ -65,6 +66,22 @@ def graph_function(graph: Graph):
     roots = tuple(index[id(r)] for r in graph.roots)
     hlo_debug = config.hlo_debug
     cuts = _fusion_cuts(plan)
+    regions, in_regions = manual_regions.regions(plan)
+    if any(r in in_regions for r in roots):
+        raise manual_regions.ManualRegionError(manual_regions.OUTSIDE_MESSAGE)
+
+    def lower_node(node, operand_values):
+        args, kwargs = rebuild(node.template, operand_values)
+        ctx = LoweringContext(node)
+        if hlo_debug and node.location:
+            import jax
+
+            # jax cuts scope names at '@', so the location reads `fn at file.py:LINE` here.
+            with jax.named_scope(f"{node.op.name}[{node.location.replace('@', ' at ')}]"):
+                out = node.op.lower(ctx, *args, **kwargs)
+        else:
+            out = node.op.lower(ctx, *args, **kwargs)
+        return _fit(out, node.meta, node.op.name)
 
     def fn(*inputs):
         import jax
@@ -78,6 +95,11 @@ def graph_function(graph: Graph):
                 if i in uneven:
                     values[i] = jax.lax.with_sharding_constraint(values[i], uneven[i])
                 continue
+            if i in in_regions:
+                continue  # lowered per device at its region's end
+            if i in regions:
+                values[i] = manual_regions.run(regions[i], node, plan, values, lower_node)
+                continue
             operand_values = [values[j] for j in operands]
             if node.op.collective:
                 # Collectives run in the graph's order on every replica: XLA's CPU runtime runs independent
@@ -86,15 +108,7 @@ def graph_function(graph: Graph):
                 # PyTorch/XLA threads a token through its collectives).
                 if token is not None:
                     operand_values, _ = jax.lax.optimization_barrier((operand_values, token))
-            args, kwargs = rebuild(node.template, operand_values)
-            ctx = LoweringContext(node)
-            if hlo_debug and node.location:
-                # jax cuts scope names at '@', so the location reads `fn at file.py:LINE` here.
-                with jax.named_scope(f"{node.op.name}[{node.location.replace('@', ' at ')}]"):
-                    out = node.op.lower(ctx, *args, **kwargs)
-            else:
-                out = node.op.lower(ctx, *args, **kwargs)
-            values[i] = _fit(out, node.meta, node.op.name)
+            values[i] = lower_node(node, operand_values)
             if node.op.collective:
                 token = values[i]
             if i in cuts:

@@ -24,8 +24,6 @@ _DISTRIBUTED = ("xladev's jobs are data parallel over processes (xmp.spawn, torc
                 "'xla' backend), one replica per process, with xm.all_reduce, all_gather, reduce_scatter, "
                 "collective_broadcast, all_to_all and collective_permute (docs/distributed.md)")
 _SPMD = "use torch_xla.distributed.spmd (xs.Mesh, xs.mark_sharding; docs/distributed.md)"
-_MANUAL = ("manual sharding (collectives written per device inside an SPMD graph) is not available; mark "
-           "shardings with xs.mark_sharding and let XLA's partitioner add the collectives")
 _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xladev provides the debug getters "
         "(_get_xla_tensors_text, _get_xla_tensors_hlo, _get_xla_tensor_debug_info, _get_graph_hash, "
         "_get_xla_sharding_spec, _get_xla_sharding_type) and the runtime's plain answers (_xla_get_default_device, "
@@ -67,8 +65,6 @@ UNSUPPORTED: dict[str, str] = {
                                                          "provided; run one process per device (torch_xla.launch, "
                                                          "xmp.spawn) or SPMD. " + _DISTRIBUTED),
     "torch_xla.distributed.xla_sharding": "the old path of the SPMD API: " + _SPMD,
-    "torch_xla.distributed.spmd.enable_manual_sharding": _MANUAL,
-    "torch_xla.distributed.spmd.disable_manual_sharding": _MANUAL,
     "torch_xla.distributed.fsdp": ("of torch_xla.distributed.fsdp, xladev provides XlaFullyShardedDataParallel, "
                                    "checkpoint_module, consolidate_sharded_model_checkpoints and "
                                    "consolidate_sharded_state_dicts, the wrap module's policies and "

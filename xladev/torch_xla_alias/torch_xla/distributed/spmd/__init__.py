@@ -8,7 +8,7 @@ from __future__ import annotations
 import xladev.spmd as _spmd
 from xladev.spmd import (  # noqa: F401
     HybridMesh, Mesh, ShardingSpec, ShardingType, XLAPatchedLinear, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding,
-    mark_sharding_with_gradients, xla_patched_nn_linear_forward,
+    mark_sharding_with_gradients, xla_patched_nn_linear_forward, enable_manual_sharding, disable_manual_sharding,
 )
 from xladev.runtime.distributed.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
 from xladev.runtime.graph.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401

@@ -1,0 +1,152 @@
+"""Manual sharding: a region of an SPMD graph written per device (PyTorch/XLA's `xs.enable_manual_sharding`).
+
+    x_local = enable_manual_sharding(x, ("data", None))        # each device's piece: shape (8 / 4, 8)
+    y_local = some_per_device_computation(x_local.global_tensor)
+    y = disable_manual_sharding(y_local, ("data", None), x.shape)   # the whole again, split as the spec says
+
+Between the two calls the ops see one device's piece, as in a custom kernel or a collective written per device.
+The region is recorded like any other ops (with the pieces' shapes) between an `xla::spmd_full_to_shard_shape`
+node per input and the `xla::spmd_shard_to_full_shape` node that ends it; the lowering (graph_lowering.py) runs it
+as one `jax.shard_map` over the mesh, its inputs split as their specs say and its result put back together as the
+end's spec says. A value the region computes is used outside it only through `disable_manual_sharding`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from xladev.errors import XladevError
+from xladev.runtime.distributed.sharded_tensor import XLAShardedTensor, mark_sharding, unwrap, wrap
+from xladev.runtime.distributed.spmd_sharding import _partition_spec, _require_spmd, split_counts
+from xladev.runtime.graph.ir import FULL_TO_SHARD_OP_NAME, SHARD_TO_FULL_OP_NAME, SLOT, Meta, Node, OpDef
+from xladev.runtime.graph.op_ledger import recorder
+from xladev.runtime.graph.spmd_mesh import Mesh, get_global_mesh
+from xladev.runtime.graph.storage import Storage
+from xladev.runtime.record.tensor import XlaTensor
+from xladev.runtime.record.tensor import wrap as wrap_tensor
+
+
+def _lower_full_to_shard(ctx, x, mesh_key, spec):
+    # Only reached outside a region's shard_map, where the value is never used (graph_lowering runs the region
+    # inside one): the first piece, which has the right shape.
+    import jax
+
+    return jax.lax.slice(x, (0,) * x.ndim, ctx.meta.shape)
+
+
+def _lower_shard_to_full(ctx, x, mesh_key, spec, full_shape):
+    raise AssertionError("graph_lowering runs a manual region's end inside its shard_map")
+
+
+FULL_TO_SHARD = OpDef(FULL_TO_SHARD_OP_NAME, _lower_full_to_shard, params=("input", "mesh", "spec"))
+SHARD_TO_FULL = OpDef(SHARD_TO_FULL_OP_NAME, _lower_shard_to_full, params=("input", "mesh", "spec", "full_shape"))
+
+
+class ManualShardingError(XladevError, ValueError):
+    """A manual region used wrongly: a spec that does not divide the shape, an end with no start."""
+
+
+def _mesh(mesh: Mesh | None, name: str) -> Mesh:
+    mesh = mesh if mesh is not None else get_global_mesh()
+    if mesh is None:
+        raise ManualShardingError(f"{name}: no mesh: pass mesh=, or set one with xs.set_global_mesh(mesh)")
+    return mesh
+
+
+def _record(op: OpDef, t: XlaTensor, template, shape: tuple) -> XlaTensor:
+    meta = Meta(tuple(shape), t.dtype)
+    node = Node(op, (t._node(),), template, meta, *recorder.debug_info())
+    recorder.count(op.name)
+    return wrap_tensor(Storage(node, t._st.device_index), meta)
+
+
+def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: Mesh | None = None) -> XLAShardedTensor:
+    """Starts a manual region: `t` split over the mesh as `partition_spec` says, each device seeing its piece.
+
+    Args:
+      t: a device tensor (or an `XLAShardedTensor`).
+      partition_spec: per dimension, the mesh axis it is split along, or None (as `mark_sharding` takes it).
+      mesh: the mesh; default the global mesh (`xs.set_global_mesh`).
+
+    Returns:
+      An `XLAShardedTensor` whose `global_tensor` is one device's piece (its shape divided by the split).
+
+    Raises:
+      RuntimeError: SPMD mode is off. ManualShardingError: no mesh, a split that does not divide the shape, or a
+        tensor that requires grad (with grad enabled).
+    """
+    _require_spmd("enable_manual_sharding")
+    mesh = _mesh(mesh, "enable_manual_sharding")
+    if torch.is_grad_enabled() and getattr(unwrap(t), "requires_grad", False):
+        # The region's start and end are not autograd functions here: a gradient would stop at them, silently.
+        raise ManualShardingError("enable_manual_sharding: gradients through a manual region are not provided; "
+                                  "run the region under torch.no_grad(), or on a tensor that does not require grad")
+    t = unwrap(mark_sharding(t, mesh, partition_spec))
+    spec = tuple(_partition_spec(mesh, partition_spec, t.dim()))
+    counts = split_counts(_named(mesh, spec), t.dim())
+    if any(size % count for size, count in zip(t.shape, counts)):
+        raise ManualShardingError(f"enable_manual_sharding: partition_spec {tuple(partition_spec)} splits shape "
+                                  f"{tuple(t.shape)} into {counts} pieces per dimension, which do not divide it")
+    piece = tuple(size // count for size, count in zip(t.shape, counts))
+    local = _record(FULL_TO_SHARD, t, ((SLOT, mesh.key(), spec), ()), piece)
+    return wrap(local, mesh.mesh_shape, tuple(partition_spec))
+
+
+def disable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, full_shape: Sequence[int], *,
+                            mesh: Mesh | None = None) -> XLAShardedTensor:
+    """Ends a manual region: each device's piece `t` put back together as `partition_spec` says.
+
+    Args:
+      t: a device tensor computed inside the region (or an `XLAShardedTensor`).
+      partition_spec: how the pieces make the whole.
+      full_shape: the whole's shape.
+      mesh: the mesh; default the global mesh.
+
+    Returns:
+      An `XLAShardedTensor` of the whole, split over the mesh as `partition_spec` says.
+
+    Raises:
+      RuntimeError: SPMD mode is off. ManualShardingError: no mesh, `t` computed outside a region, or pieces
+        that do not make `full_shape`.
+    """
+    _require_spmd("disable_manual_sharding")
+    mesh = _mesh(mesh, "disable_manual_sharding")
+    t = unwrap(t)
+    if not isinstance(t, XlaTensor):
+        raise TypeError(f"disable_manual_sharding takes an xla tensor, got a {type(t).__name__} on {t.device}")
+    full_shape = tuple(int(s) for s in full_shape)
+    spec = tuple(_partition_spec(mesh, partition_spec, len(full_shape)))
+    counts = split_counts(_named(mesh, spec), len(full_shape))
+    if tuple(s * c for s, c in zip(t.shape, counts)) != full_shape:
+        raise ManualShardingError(f"disable_manual_sharding: pieces of shape {tuple(t.shape)} split as "
+                                  f"{tuple(partition_spec)} ({counts} per dimension) do not make {full_shape}")
+    if not _in_region(t._node()):
+        raise ManualShardingError("disable_manual_sharding: the tensor was not computed inside a manual region "
+                                  "(from a tensor enable_manual_sharding returned)")
+    whole = _record(SHARD_TO_FULL, t, ((SLOT, mesh.key(), spec, full_shape), ()), full_shape)
+    return mark_sharding(whole, mesh, partition_spec)
+
+
+def _named(mesh: Mesh, spec: tuple):
+    import jax
+
+    return jax.sharding.NamedSharding(mesh.jax_mesh(), jax.sharding.PartitionSpec(*spec))
+
+
+def _in_region(node) -> bool:
+    """Whether `node` depends on a region's start (and not through a region's end)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op is FULL_TO_SHARD:
+            return True
+        if n.op is SHARD_TO_FULL:
+            continue
+        stack.extend(getattr(n, "operands", ()) or ())
+    return False
