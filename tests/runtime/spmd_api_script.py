@@ -179,9 +179,22 @@ def manual_region():
         "not_dividing": error(lambda: xs.enable_manual_sharding(torch.ones(3, 4, device="xla"), ("data", None),
                                                                 mesh=mesh22)),
         "no_region": error(lambda: xs.disable_manual_sharding(whole, ("data", None), (16, 8 * n), mesh=mesh22)),
-        "with_grad": error(lambda: xs.enable_manual_sharding(whole.clone().requires_grad_(), ("data", None),
-                                                             mesh=mesh22)),
+        "grad": region_gradient(base),
     }
+
+
+def region_gradient(base):
+    """d/dx of sum(2 sin(x) * w) through a region (each device's piece times its piece of w), against eager."""
+    w_cpu = torch.linspace(-1, 1, base.numel()).reshape(base.shape)
+    x = (base / base.numel()).to("xla").requires_grad_()
+    w = w_cpu.to("xla")
+    pieces = [xs.enable_manual_sharding(v, ("data", "model"), mesh=mesh22).global_tensor for v in (x, w)]
+    out = xs.disable_manual_sharding(pieces[0].sin() * 2 * pieces[1], ("data", "model"), base.shape, mesh=mesh22)
+    out.global_tensor.sum().backward()
+    del pieces, out
+    x_cpu = (base / base.numel()).requires_grad_()
+    (x_cpu.sin() * 2 * w_cpu).sum().backward()
+    return {"got": x.grad.cpu().tolist(), "want": x_cpu.grad.tolist()}
 
 
 out["manual"] = manual_region()

@@ -6,9 +6,11 @@
 
 Between the two calls the ops see one device's piece, as in a custom kernel or a collective written per device.
 The region is recorded like any other ops (with the pieces' shapes) between an `xla::spmd_full_to_shard_shape`
-node per input and the `xla::spmd_shard_to_full_shape` node that ends it; the lowering (graph_lowering.py) runs it
+node per input and the `xla::spmd_shard_to_full_shape` node that ends it; the lowering (manual_regions.py) runs it
 as one `jax.shard_map` over the mesh, its inputs split as their specs say and its result put back together as the
-end's spec says. A value the region computes is used outside it only through `disable_manual_sharding`.
+end's spec says. A value the region computes is used outside it only through `disable_manual_sharding`. In
+autograd the start and the end swap: the backward of a region is a region of its own, from the gradient split into
+pieces to the input's gradient put back (the forward values it reads are computed again inside it).
 """
 
 from __future__ import annotations
@@ -62,6 +64,32 @@ def _record(op: OpDef, t: XlaTensor, template, shape: tuple) -> XlaTensor:
     return wrap_tensor(Storage(node, t._st.device_index), meta)
 
 
+class _Start(torch.autograd.Function):
+    """A region's start in autograd: its gradient is the end of the backward's own region (pieces put back)."""
+
+    @staticmethod
+    def forward(ctx, t, mesh_key, spec, piece, full):
+        ctx.mesh_key, ctx.spec, ctx.full = mesh_key, spec, full
+        return _record(FULL_TO_SHARD, t, ((SLOT, mesh_key, spec), ()), piece)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _record(SHARD_TO_FULL, grad, ((SLOT, ctx.mesh_key, ctx.spec, ctx.full), ()), ctx.full), None, None, None, None
+
+
+class _End(torch.autograd.Function):
+    """A region's end in autograd: its gradient starts the backward's own region (split into pieces again)."""
+
+    @staticmethod
+    def forward(ctx, t, mesh_key, spec, full, piece):
+        ctx.mesh_key, ctx.spec, ctx.piece = mesh_key, spec, piece
+        return _record(SHARD_TO_FULL, t, ((SLOT, mesh_key, spec, full), ()), full)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _record(FULL_TO_SHARD, grad, ((SLOT, ctx.mesh_key, ctx.spec), ()), ctx.piece), None, None, None, None
+
+
 def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: Mesh | None = None) -> XLAShardedTensor:
     """Starts a manual region: `t` split over the mesh as `partition_spec` says, each device seeing its piece.
 
@@ -74,15 +102,10 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: M
       An `XLAShardedTensor` whose `global_tensor` is one device's piece (its shape divided by the split).
 
     Raises:
-      RuntimeError: SPMD mode is off. ManualShardingError: no mesh, a split that does not divide the shape, or a
-        tensor that requires grad (with grad enabled).
+      RuntimeError: SPMD mode is off. ManualShardingError: no mesh, or a split that does not divide the shape.
     """
     _require_spmd("enable_manual_sharding")
     mesh = _mesh(mesh, "enable_manual_sharding")
-    if torch.is_grad_enabled() and getattr(unwrap(t), "requires_grad", False):
-        # The region's start and end are not autograd functions here: a gradient would stop at them, silently.
-        raise ManualShardingError("enable_manual_sharding: gradients through a manual region are not provided; "
-                                  "run the region under torch.no_grad(), or on a tensor that does not require grad")
     t = unwrap(mark_sharding(t, mesh, partition_spec))
     spec = tuple(_partition_spec(mesh, partition_spec, t.dim()))
     counts = split_counts(_named(mesh, spec), t.dim())
@@ -90,7 +113,7 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: M
         raise ManualShardingError(f"enable_manual_sharding: partition_spec {tuple(partition_spec)} splits shape "
                                   f"{tuple(t.shape)} into {counts} pieces per dimension, which do not divide it")
     piece = tuple(size // count for size, count in zip(t.shape, counts))
-    local = _record(FULL_TO_SHARD, t, ((SLOT, mesh.key(), spec), ()), piece)
+    local = _Start.apply(t, mesh.key(), spec, piece, tuple(t.shape))
     return wrap(local, mesh.mesh_shape, tuple(partition_spec))
 
 
@@ -125,7 +148,7 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, full_shap
     if not _in_region(t._node()):
         raise ManualShardingError("disable_manual_sharding: the tensor was not computed inside a manual region "
                                   "(from a tensor enable_manual_sharding returned)")
-    whole = _record(SHARD_TO_FULL, t, ((SLOT, mesh.key(), spec, full_shape), ()), full_shape)
+    whole = _End.apply(t, mesh.key(), spec, full_shape, tuple(t.shape))
     return mark_sharding(whole, mesh, partition_spec)
 
 
