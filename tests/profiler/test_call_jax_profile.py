@@ -38,11 +38,17 @@ def test_tracing_a_jax_function_shows_by_name_without_its_tracer_calls(tmp_path)
 
 
 def _steady_profile(tmp_path, step):
-    """The events of a profile of two steady runs of `step` (its graphs compiled before the capture)."""
+    """The events of a profile of two steady runs of `step` (its graphs compiled before the capture).
+
+    Graphs run asynchronously: without the waits, the first run's device work can fall inside the capture, or the
+    last one's after it (seen once in a loaded suite: each instruction once instead of twice).
+    """
     step()
+    xladev.wait_device_ops()
     xp.start_trace(str(tmp_path))
     for _ in range(2):
         step()
+    xladev.wait_device_ops()
     return trace_events(load_trace(xp.stop_trace()))
 
 
