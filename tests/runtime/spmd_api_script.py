@@ -176,6 +176,11 @@ def manual_region():
         "plain_ok": bool(torch.equal(plain.global_tensor.cpu(), base + 1)),
         "kept_inside": error(lambda: (xs.enable_manual_sharding(whole, ("data", None), mesh=mesh22).global_tensor
                                       + 1).cpu()),
+        # In one graph with a region that ends, another start read without its end: still refused.
+        "dangling_beside_a_region": error(lambda: (
+            xs.disable_manual_sharding(xs.enable_manual_sharding(whole, (None, "model")).global_tensor * 3,
+                                       (None, "model"), whole.shape).global_tensor.sum()
+            + xs.enable_manual_sharding(whole, (None, "model")).global_tensor.sum()).cpu()),
         "not_dividing": error(lambda: xs.enable_manual_sharding(torch.ones(3, 4, device="xla"), ("data", None),
                                                                 mesh=mesh22)),
         "no_region": error(lambda: xs.disable_manual_sharding(whole, ("data", None), (16, 8 * n), mesh=mesh22)),

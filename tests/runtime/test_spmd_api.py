@@ -172,6 +172,8 @@ def test_manual_sharding_refuses_what_would_compute_wrong_values(seen):
     manual = seen["manual"]
     kind, text = manual["kept_inside"]
     assert kind == "ManualRegionError" and "without disable_manual_sharding" in text
+    kind, text = manual["dangling_beside_a_region"]
+    assert kind == "ManualRegionError" and "without disable_manual_sharding" in text
     kind, text = manual["not_dividing"]
     assert kind == "ManualShardingError" and "(3, 4)" in text and "do not divide" in text
     kind, text = manual["no_region"]

@@ -90,8 +90,8 @@ def regions(plan) -> tuple[dict[int, Region], frozenset[int]]:
             members.add(j)
             if plan[j][0].op.name != FULL_TO_SHARD_OP_NAME:
                 stack.extend(k for k in plan[j][1] if depends_on_start(k))
-        starts = sorted(j for j in members if plan[j][0].op.name == FULL_TO_SHARD_OP_NAME)
-        found[end] = Region(starts, sorted(members.difference(starts)), result)
+        own_starts = sorted(j for j in members if plan[j][0].op.name == FULL_TO_SHARD_OP_NAME)
+        found[end] = Region(own_starts, sorted(members.difference(own_starts)), result)
         skipped |= members
     if any(i not in skipped for i in starts):
         raise ManualRegionError(OUTSIDE_MESSAGE)
