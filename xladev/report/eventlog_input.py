@@ -235,7 +235,7 @@ class EventLogReplay:
 
     def _on_memory_growing(self, record: rec.MemoryGrowing) -> None:
         # The runtime's PT_XLA_DEBUG line for it, so one reader and one rule serve both inputs (as for graph growth).
-        if record.space not in ("device", "host"):
+        if record.space not in rules.MEMORY_SPACES:
             return  # a memory this reader does not know (a newer writer's): no finding rather than a wrong one
         self.source.debug.add_profiler_line(self.line, rules.memory_growing_message(
             from_step=record.from_step, from_bytes=record.from_bytes, to_step=record.step, to_bytes=record.to_bytes,

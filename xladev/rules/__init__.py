@@ -49,7 +49,7 @@ from xladev.rules.general_rules import (  # noqa: F401
     slow_execute_finding, steady_transfers_line, undetermined_finding, without_hints,
 )
 from xladev.rules.memory_rules import (  # noqa: F401
-    HOST_GROWTH_MIN_PER_STEP, HOST_MEMORY_GROWING, MEMORY_GROWING, OUT_OF_MEMORY, add_out_of_memory,
+    HOST_GROWTH_MIN_PER_STEP, HOST_MEMORY_GROWING, MEMORY_GROWING, MEMORY_SPACES, OUT_OF_MEMORY, add_out_of_memory,
     memory_growing_finding, memory_growing_message, out_of_memory_finding, parse_memory_growing, parse_out_of_memory,
 )
 from xladev.rules.input_rules import (  # noqa: F401

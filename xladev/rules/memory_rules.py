@@ -163,8 +163,11 @@ HOST_MEMORY_GROWING = "Host memory keeps growing"
 # healthy run's own bookkeeping (a list of losses as Python numbers) grows by far less.
 HOST_GROWTH_MIN_PER_STEP = 1 << 20
 _LEADS = {"device": MEMORY_GROWING, "host": HOST_MEMORY_GROWING}
-_NO_HOLDER = "no tensor's buffers (the runtime's own state)"
-_NO_HOST_HOLDER = "no CPU tensor (Python objects or native allocations)"
+MEMORY_SPACES = tuple(_LEADS)  # the memories a growth warning (and a `memory_growing` record) can be about
+_RULES = {"device": "memory-growing", "host": "host-memory-growing"}
+_MEASURED = {"device": "live device memory", "host": "host memory (the process's resident set)"}
+_NO_HOLDERS = {"device": "no tensor's buffers (the runtime's own state)",
+               "host": "no CPU tensor (Python objects or native allocations)"}
 _ADVICE = {
     "device": "Tensors that stay alive from step to step (a loss appended to a list, a metric summed on the device) "
               "keep their buffers for good: keep a Python number read after the step (loss.item()), or drop the "
@@ -172,7 +175,7 @@ _ADVICE = {
     "host": "CPU tensors or Python objects that stay alive from step to step (a `.cpu()` copy appended to a list) "
             "keep their memory for good: keep a Python number (loss.item()), or drop the reference.",
 }
-_GROWING_MEMORY_RE = re.compile(r"(" + re.escape(MEMORY_GROWING) + "|" + re.escape(HOST_MEMORY_GROWING) + r"): (\S+) "
+_GROWING_MEMORY_RE = re.compile(r"(" + "|".join(map(re.escape, _LEADS.values())) + r"): (\S+) "
                                 r"at step (\d+) -> (\S+) at step (\d+) \(\+(\S+) per step\)\. What grew: (.*?)\. "
                                 r"(?:Tensors|CPU tensors) ")
 _HOLDER_RE = re.compile(r"(.+?) made at (.+) \+(\S+) per step in (\d+) buffer\(s\)$")
@@ -200,8 +203,7 @@ def memory_growing_message(*, from_step: int, from_bytes: int, to_step: int, to_
     if space not in _LEADS:
         raise ValueError(f"memory space must be 'device' or 'host', not {space!r}")
     grew = "; ".join(f"{h['kind']} made at {h['line']} +{format_bytes(h['per_step_bytes'])} per step in "
-                     f"{h['buffers']} buffer(s)" for h in holders) or (_NO_HOLDER if space == "device"
-                                                                        else _NO_HOST_HOLDER)
+                     f"{h['buffers']} buffer(s)" for h in holders) or _NO_HOLDERS[space]
     return (f"{_LEADS[space]}: {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at step "
             f"{to_step} (+{format_bytes(per_step_bytes)} per step). What grew: {grew}. {_ADVICE[space]}")
 
@@ -221,7 +223,7 @@ def parse_memory_growing(message: str, parse_bytes) -> dict | None:
     if match is None:
         return None
     holders = []
-    if match.group(7) not in (_NO_HOLDER, _NO_HOST_HOLDER):
+    if match.group(7) not in _NO_HOLDERS.values():
         for part in match.group(7).split("; "):
             held = _HOLDER_RE.match(part)
             if held:
@@ -230,7 +232,7 @@ def parse_memory_growing(message: str, parse_bytes) -> dict | None:
     return {"from_bytes": parse_bytes(match.group(2)), "from_step": int(match.group(3)),
             "to_bytes": parse_bytes(match.group(4)), "to_step": int(match.group(5)),
             "per_step_bytes": parse_bytes(match.group(6)), "holders": holders,
-            "space": "host" if match.group(1) == HOST_MEMORY_GROWING else "device"}
+            "space": next(space for space, lead in _LEADS.items() if lead == match.group(1))}
 
 
 def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, to_bytes: float,
@@ -245,17 +247,31 @@ def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, t
     Returns:
       A warning naming the line whose tensors grew most.
     """
-    if space == "host":
-        return _host_memory_growing_finding(from_step, from_bytes, to_step, to_bytes, per_step_bytes, holders,
-                                            format_bytes)
     top = holders[0] if holders else None
     where = f": {top['kind']} made at {top['line']}" if top else ""
-    title = f"Device memory keeps growing, +{format_bytes(per_step_bytes)} per step{where}"
-    evidence = [f"live device memory {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at "
+    evidence = [f"{_MEASURED[space]} {format_bytes(from_bytes)} at step {from_step} -> {format_bytes(to_bytes)} at "
                 f"step {to_step}, rising at every step sampled"]
-    evidence += _holder_evidence(holders, format_bytes)
+    evidence += [f"{h['kind']} made at {h['line']}: +{format_bytes(h['per_step_bytes'])} per step in "
+                 f"{h['buffers']} new buffer(s)" for h in holders[:5]]
     if not holders:
-        evidence.append(f"what grew: {_NO_HOLDER}")
+        evidence.append(f"what grew: {_NO_HOLDERS[space]}")
+    if space == "host":
+        detail = ("The process's resident memory rose at every step the runtime sampled, by at least "
+                  f"{format_bytes(HOST_GROWTH_MIN_PER_STEP)} a step on average. A training loop that keeps its memory "
+                  "stable after the first steps holds the same objects each step; this one holds more, and the "
+                  "machine runs out of memory (or starts to swap) some steps later.")
+    else:
+        detail = ("Live device memory rose at every step the runtime sampled. A run that keeps its memory stable "
+                  "after the first steps holds the same buffers each step; this one holds more, and at this rate "
+                  "it runs out of memory some steps later.")
+    return Finding(_RULES[space], WARNING, f"{_LEADS[space]}, +{format_bytes(per_step_bytes)} per step{where}", detail,
+                   _host_fix(top) if space == "host" else _device_fix(top), evidence=evidence,
+                   numbers={"per_step_bytes": per_step_bytes, "from_step": from_step, "to_step": to_step,
+                            "to_bytes": to_bytes},
+                   subject=top["line"] if top else "")
+
+
+def _device_fix(top: Mapping | None) -> str:
     if top and top["kind"] in ("other", "batch"):
         fix = (f"The tensors made at {top['line']} stay alive from step to step: something keeps a reference "
                "(a list of losses, a running sum on the device). Keep a Python number instead (`loss.item()` "
@@ -265,43 +281,14 @@ def memory_growing_finding(*, from_step: int, from_bytes: float, to_step: int, t
                "optimizer state every step, an autograd graph kept across steps), keep one set and reuse it.")
     else:
         fix = "Call xladev.debug.memory_report() between steps to see what holds the memory."
-    return Finding("memory-growing", WARNING, title,
-                   "Live device memory rose at every step the runtime sampled. A run that keeps its memory stable "
-                   "after the first steps holds the same buffers each step; this one holds more, and at this rate "
-                   "it runs out of memory some steps later.",
-                   fix + " `xladev.debug.memory_report()` lists every live buffer by kind and line.",
-                   evidence=evidence, numbers={"per_step_bytes": per_step_bytes, "from_step": from_step,
-                                               "to_step": to_step, "to_bytes": to_bytes},
-                   subject=top["line"] if top else "")
+    return fix + " `xladev.debug.memory_report()` lists every live buffer by kind and line."
 
 
-def _holder_evidence(holders: Sequence[Mapping], format_bytes) -> list[str]:
-    return [f"{h['kind']} made at {h['line']}: +{format_bytes(h['per_step_bytes'])} per step in "
-            f"{h['buffers']} new buffer(s)" for h in holders[:5]]
-
-
-def _host_memory_growing_finding(from_step, from_bytes, to_step, to_bytes, per_step_bytes, holders,
-                                 format_bytes) -> Finding:
-    top = holders[0] if holders else None
-    where = f": {top['kind']} made at {top['line']}" if top else ""
-    evidence = [f"host memory (the process's resident set) {format_bytes(from_bytes)} at step {from_step} -> "
-                f"{format_bytes(to_bytes)} at step {to_step}, rising at every step sampled"]
-    evidence += _holder_evidence(holders, format_bytes)
+def _host_fix(top: Mapping | None) -> str:
     if top:
-        fix = (f"The CPU tensors made at {top['line']} stay alive from step to step: something keeps a reference "
-               "(a list of `.cpu()` copies, a history of outputs). Keep a Python number instead (`loss.item()`), "
-               "or drop the reference.")
-    else:
-        evidence.append(f"what grew: {_NO_HOST_HOLDER}")
-        fix = ("No CPU tensor grew: the growth is Python objects or native memory kept from step to step (a list "
-               "that only grows, a cache without a bound). `tracemalloc` snapshots two steps apart show the Python "
-               "side by line.")
-    return Finding("host-memory-growing", WARNING, f"Host memory keeps growing, +{format_bytes(per_step_bytes)} per "
-                   f"step{where}",
-                   "The process's resident memory rose at every step the runtime sampled, by at least "
-                   f"{format_bytes(HOST_GROWTH_MIN_PER_STEP)} a step on average. A training loop that keeps its memory stable after the first steps holds "
-                   "the same objects each step; this one holds more, and the machine runs out of memory (or "
-                   "starts to swap) some steps later.",
-                   fix, evidence=evidence, numbers={"per_step_bytes": per_step_bytes, "from_step": from_step,
-                                                    "to_step": to_step, "to_bytes": to_bytes},
-                   subject=top["line"] if top else "")
+        return (f"The CPU tensors made at {top['line']} stay alive from step to step: something keeps a reference "
+                "(a list of `.cpu()` copies, a history of outputs). Keep a Python number instead (`loss.item()`), "
+                "or drop the reference.")
+    return ("No CPU tensor grew: the growth is Python objects or native memory kept from step to step (a list "
+            "that only grows, a cache without a bound). `tracemalloc` snapshots two steps apart show the Python "
+            "side by line.")

@@ -30,20 +30,14 @@ from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.record.tensor import wrap as wrap_tensor
 
 
-def _lower_full_to_shard(ctx, x, mesh_key, spec):
-    # Only reached outside a region's shard_map, where the value is never used (graph_lowering runs the region
-    # inside one): the first piece, which has the right shape.
-    import jax
-
-    return jax.lax.slice(x, (0,) * x.ndim, ctx.meta.shape)
+def _lowered_by_its_region(ctx, x, *params):
+    # graph_function (manual_regions.py) never lowers a region's start or end as a node: it runs the region's ops
+    # inside a shard_map, or refuses a start without its end.
+    raise AssertionError(f"{ctx.node.op.name} is lowered with its manual region, never alone")
 
 
-def _lower_shard_to_full(ctx, x, mesh_key, spec, full_shape):
-    raise AssertionError("graph_lowering runs a manual region's end inside its shard_map")
-
-
-FULL_TO_SHARD = OpDef(FULL_TO_SHARD_OP_NAME, _lower_full_to_shard, params=("input", "mesh", "spec"))
-SHARD_TO_FULL = OpDef(SHARD_TO_FULL_OP_NAME, _lower_shard_to_full, params=("input", "mesh", "spec", "full_shape"))
+FULL_TO_SHARD = OpDef(FULL_TO_SHARD_OP_NAME, _lowered_by_its_region, params=("input", "mesh", "spec"))
+SHARD_TO_FULL = OpDef(SHARD_TO_FULL_OP_NAME, _lowered_by_its_region, params=("input", "mesh", "spec", "full_shape"))
 
 
 class ManualShardingError(XladevError, ValueError):
@@ -74,7 +68,8 @@ class _Start(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _record(SHARD_TO_FULL, grad, ((SLOT, ctx.mesh_key, ctx.spec, ctx.full), ()), ctx.full), None, None, None, None
+        whole = _record(SHARD_TO_FULL, grad, ((SLOT, ctx.mesh_key, ctx.spec, ctx.full), ()), ctx.full)
+        return whole, None, None, None, None
 
 
 class _End(torch.autograd.Function):
@@ -87,7 +82,8 @@ class _End(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _record(FULL_TO_SHARD, grad, ((SLOT, ctx.mesh_key, ctx.spec), ()), ctx.piece), None, None, None, None
+        piece = _record(FULL_TO_SHARD, grad, ((SLOT, ctx.mesh_key, ctx.spec), ()), ctx.piece)
+        return piece, None, None, None, None
 
 
 def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: Mesh | None = None) -> XLAShardedTensor:

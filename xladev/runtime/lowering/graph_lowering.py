@@ -66,9 +66,7 @@ def graph_function(graph: Graph):
     roots = tuple(index[id(r)] for r in graph.roots)
     hlo_debug = config.hlo_debug
     cuts = _fusion_cuts(plan)
-    regions, in_regions = manual_regions.regions(plan)
-    if any(r in in_regions for r in roots):
-        raise manual_regions.ManualRegionError(manual_regions.OUTSIDE_MESSAGE)
+    regions, in_regions = manual_regions.regions(plan, roots)
 
     def lower_node(node, operand_values):
         args, kwargs = rebuild(node.template, operand_values)

@@ -22,7 +22,7 @@ class ManualRegionError(XladevError, RuntimeError):
 
 
 _MARKERS = (FULL_TO_SHARD_OP_NAME, SHARD_TO_FULL_OP_NAME)
-OUTSIDE_MESSAGE = ("a value computed inside a manual region (per device, after enable_manual_sharding) is read or kept "
+_OUTSIDE = ("a value computed inside a manual region (per device, after enable_manual_sharding) is read or kept "
             "without disable_manual_sharding, which puts the pieces back together: end the region with it")
 
 
@@ -36,17 +36,18 @@ class Region:
     result: int
 
 
-def regions(plan) -> tuple[dict[int, Region], frozenset[int]]:
+def regions(plan, roots: tuple[int, ...]) -> tuple[dict[int, Region], frozenset[int]]:
     """Each region end's region, and every plan index inside a region (not lowered by the plan's walk).
 
     Args:
       plan: the lowering plan, `(node, operand indices, is_scalar)` per entry (node None for an input).
+      roots: the plan indices of the graph's outputs.
 
     Returns:
       ({end's index: Region}, the indices inside regions).
 
     Raises:
-      ManualRegionError: a value inside a region is used outside it other than by its end.
+      ManualRegionError: a value inside a region is used outside it other than by its end, or is an output.
     """
     ends, starts = [], []
     for i, (node, _, _) in enumerate(plan):
@@ -93,8 +94,8 @@ def regions(plan) -> tuple[dict[int, Region], frozenset[int]]:
         own_starts = sorted(j for j in members if plan[j][0].op.name == FULL_TO_SHARD_OP_NAME)
         found[end] = Region(own_starts, sorted(members.difference(own_starts)), result)
         skipped |= members
-    if any(i not in skipped for i in starts):
-        raise ManualRegionError(OUTSIDE_MESSAGE)
+    if any(i not in skipped for i in starts) or any(r in skipped for r in roots):
+        raise ManualRegionError(_OUTSIDE)
     for i, (node, operands, _) in enumerate(plan):
         if node is None or i in skipped or i in found:
             continue
