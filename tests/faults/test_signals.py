@@ -58,6 +58,37 @@ def test_sigterm_writes_the_end_record_and_summary_then_the_process_dies_by_it(t
     assert report.returncode == 0 and "Parse warnings" not in report.stdout, report.stdout
 
 
+
+_SELF_TERMINATED = textwrap.dedent("""
+    import os, signal, time, torch, xladev
+    x = torch.ones(2, device=xladev.device())
+    step = 0
+    while True:  # steps as fast as it can, before and after the signal, until the signal ends it
+        x = x + 1
+        xladev.mark_step()
+        step += 1
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+""")
+
+
+def test_the_outputs_end_where_sigterm_came_though_the_loop_runs_on(tmp_path):
+    # Regression: the end-of-run output is written on a thread of its own while the main thread runs on, so
+    # the event log's end record and the PT_XLA_DEBUG summary, written one after the other, counted different
+    # steps (6 and 5 in a CI run). The run is sealed when the signal comes: both say the 4 steps before it.
+    log, debug = tmp_path / "run.jsonl", tmp_path / "debug.txt"
+    env = runs.environment(XLADEV_EVENT_LOG=str(log), PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(debug))
+    done = runs.run([runs.write_script(tmp_path, _SELF_TERMINATED)], env, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-3000:]
+    records = runs.log_records(log)
+    end = records[-1]
+    assert (end["type"], end["reason"], end["steps"]) == ("end", "terminated", 4), end
+    assert sum(r["type"] == "step" for r in records) == 4
+    summary = debug.read_text()
+    assert "\nxladev summary: 4 steps, " in summary, summary[-2000:]
+    assert load(str(debug)).findings[0].title == "The run did not finish: terminated by SIGTERM in step 4"
+
+
 _BUSY = textwrap.dedent("""
     import hashlib, torch, xladev
     x = torch.ones(2, device=xladev.device())

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from xladev.errors import XladevError
+from xladev.events import _ending
 from xladev.events._ending import say
 from xladev.events._types import Event, GraphExecuted
 
@@ -121,6 +122,8 @@ class Bus:
         return any(s.kinds is None or issubclass(kind, s.kinds) for s in self._subs)
 
     def emit(self, event: Event) -> None:
+        if _ending.sealed and not _ending.may_emit():  # SIGTERM ended the run: its outputs end where it came
+            return
         for sub in self._subs:
             if sub.kinds is None or isinstance(event, sub.kinds):
                 try:
@@ -143,4 +146,5 @@ class Bus:
         say(f"event handler {name} failed: {exc!r} (told once; the handler keeps receiving events)")
 
 
+_ending.deliveries_run_in(Bus.emit.__code__)
 bus = Bus()

@@ -24,6 +24,10 @@ as with the default action, the script's own exit handlers do not run. How it st
   finishes that write first. A wakeup file descriptor (`signal.set_wakeup_fd`) starts it even while the main
   thread is busy in C code (a long compile), where Python would run no handler until the call returned.
   The output gets at most `SIGTERM_BUDGET_S`; then the process dies regardless.
+- From the moment SIGTERM is taken the run is sealed (`sealed`): the main thread runs on until the signal
+  kills it, but its later events reach no sink, and the ending waits (at most `SEAL_BUDGET_S`) for an event
+  being delivered to reach every sink. Every output then ends at the same event: the end record and the
+  PT_XLA_DEBUG summary count the same steps, whichever is written first.
 - A forked child (a DataLoader worker) gets the previous disposition back right after the fork: a worker
   that its DataLoader terminates just dies, and writes nothing into its parent's files. Over the fork itself
   SIGTERM has its default action (`_before_fork`), so a child ended before its after-fork hook ran cannot
@@ -44,6 +48,8 @@ from typing import Callable
 SIGTERM_BUDGET_S = 10.0
 # Of which the runtime's hooks (waiting for graphs still running) may take this much.
 EARLY_BUDGET_S = 2.0
+# Of which waiting for an event being delivered when the run was sealed may take this much (a sink's write).
+SEAL_BUDGET_S = 1.0
 
 _lock = threading.Lock()
 _hooks: list[tuple[bool, Callable[[], None]]] = []
@@ -51,6 +57,8 @@ _atexit_installed = False
 
 received: str | None = None  # "SIGTERM" once the process received it
 terminated = False           # True once xladev ends the process because of it
+sealed = False               # True once it does: only the ending's own threads deliver events (`may_emit`)
+_ender_idents: set[int] = set()
 
 
 def say(message: str) -> None:
@@ -232,13 +240,21 @@ def _act_as_previous(signum, frame) -> None:
         _die_by(signum)
 
 
+def may_emit() -> bool:
+    """Whether an event emitted on this thread reaches the sinks once the run is `sealed`: only the ending's
+    own (the runtime's last executions, announced by its early hook) do."""
+    return threading.get_ident() in _ender_idents
+
+
 def _begin_termination(signum: int) -> None:
-    """Starts writing the end-of-run output, after which the process dies by the signal. Once."""
-    global _terminating, terminated
+    """Seals the run and starts writing the end-of-run output, after which the process dies by the signal. Once."""
+    global _terminating, terminated, sealed
     with _lock:
         if _terminating:
             return
-        _terminating = terminated = True
+        # Sealed here, on the thread that took the signal, so that the main thread's next event is its last
+        # one dropped rather than one more delivered while the output is being written.
+        _terminating = terminated = sealed = True
     try:
         # Not a daemon: an interpreter exiting meanwhile waits for it, and so still dies by the signal.
         threading.Thread(target=_terminate, args=(signum,), name="xladev-sigterm").start()
@@ -248,16 +264,53 @@ def _begin_termination(signum: int) -> None:
 
 def _terminate(signum: int) -> None:
     try:
+        _wait_for_deliveries(SEAL_BUDGET_S)
         # The hooks run on a daemon thread of their own, so that one that hangs (a graph that never
         # finishes) cannot keep the process alive past the budget.
-        early = threading.Thread(target=run_end_hooks, args=(True,), name="xladev-end-early", daemon=True)
+        early = threading.Thread(target=_run_hooks_as_ender, args=(True,), name="xladev-end-early", daemon=True)
         early.start()
         early.join(EARLY_BUDGET_S)
-        rest = threading.Thread(target=run_end_hooks, name="xladev-end", daemon=True)
+        rest = threading.Thread(target=_run_hooks_as_ender, args=(False,), name="xladev-end", daemon=True)
         rest.start()
         rest.join(max(SIGTERM_BUDGET_S - EARLY_BUDGET_S, 0.1))
     finally:
         _die_by(signum)
+
+
+_delivery_code = None  # the code of `Bus.emit` (the bus imports this module, and sets it)
+
+
+def deliveries_run_in(code) -> None:
+    """Names the function that delivers events (`Bus.emit`): the ending waits for the calls of it in flight."""
+    global _delivery_code
+    _delivery_code = code
+
+
+def _run_hooks_as_ender(early_only: bool) -> None:
+    _ender_idents.add(threading.get_ident())
+    run_end_hooks(early_only)
+
+
+def _wait_for_deliveries(budget_s: float) -> None:
+    """Waits until no other thread is inside `Bus.emit`: an event whose delivery began before the seal then
+    reached every sink, not only those before the one writing its last output."""
+    emit, me = _delivery_code, threading.get_ident()
+    if emit is None:
+        return
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        delivering = False
+        for ident, frame in sys._current_frames().items():
+            while frame is not None and ident != me:
+                if frame.f_code is emit:
+                    delivering = True
+                    break
+                frame = frame.f_back
+            if delivering:
+                break
+        if not delivering:
+            return
+        time.sleep(0.001)
 
 
 def _die_by(signum: int) -> None:
