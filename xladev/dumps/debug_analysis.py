@@ -419,6 +419,9 @@ class DebugLog:
         if (match := _FREQUENT_RE.search(message)) is not None:
             kind = f"{match.group(1)} too frequent"
             numbers = {"count": int(match.group(2)), "steps": int(match.group(3))}
+            steady = rules.parse_steady_transfers_line(message)
+            if steady is not None:  # xladev's: the reads went on after set-up (`steady_transfers_line`)
+                numbers.update(steady_transfers=steady[0], steady_steps=steady[1])
         elif (match := _SLOW_RE.search(message)) is not None:
             kind = f"{match.group(1)} too slow"
             numbers = {"longest": match.group(2)}

@@ -39,8 +39,17 @@ def _same_input_size(sizes: set) -> bool:
     return len(sizes) == 1 and None not in sizes
 
 
-def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: int) -> list[Finding]:
-    """Adds where-from evidence of the debug logs to findings, or makes debug-only findings."""
+def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: int,
+                   reads_after_setup: int | None = None) -> list[Finding]:
+    """Adds where-from evidence of the debug logs to findings, or makes debug-only findings.
+
+    Args:
+      findings: the findings so far.
+      sources: the run's inputs.
+      steps: the run's steps.
+      reads_after_setup: device→host reads after set-up when the inputs count them: with none, a read that ran
+        a graph is one-time work (DDP's constructor, the first forward), never an early sync every step.
+    """
     extra: list[Finding] = []
     logs = [source for source in sources if source.has_debug]
     if not logs:
@@ -95,7 +104,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
         if target is not None:
             target.evidence.append(f"{site} forced {count} executions ({cause})")
             target.sources.append(first_lines[key])
-        else:
+        elif reads_after_setup != 0:
             finding = rules.early_sync_finding(site=site, executions=count, steps=steps, cause=cause)
             if finding is not None:
                 finding.sources.append(first_lines[key])

@@ -128,9 +128,35 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
                 facts.compiles = max(facts.compiles, int(numbers["count"]))
             elif kind == "TransferFromDeviceTime too frequent":
                 facts.transfers = max(facts.transfers, int(numbers["count"]))
+    for log in logs:
+        if log.run_summary is None and facts.steady_transfers is None:
+            facts.steady_transfers = _steady_reads_of_a_cut_log(log)
     facts.steps_ran_a_graph = facts.steps == steps and not any(log.run_summary is not None for log in logs)
     _warmup_from_debug(facts, events)
     return facts
+
+
+def _steady_reads_of_a_cut_log(log) -> tuple[int, int] | None:
+    """(0, steps after set-up) when an xladev PT_XLA_DEBUG log with no summary (killed) shows that its reads were
+    set-up only; None when it cannot tell, or they went on. Its `TransferFromDeviceTime too frequent` line is
+    stated again once reads go on after set-up (`xladev.sinks.analysis`), so a log whose compiles show the run got
+    past set-up without that restatement read nothing after set-up (DDP's constructor, the first forward read)."""
+    numbers = log.profiler_numbers.get("TransferFromDeviceTime too frequent")
+    if numbers is None or "steady_transfers" in numbers:  # they went on: judged on the line's own counts
+        return None
+    reached = _step_reached(log)
+    if reached is None or reached < rules.SETUP_STEPS or int(numbers["steps"]) > rules.SETUP_STEPS:
+        return None  # still in set-up when it stopped; or a log written before the line was stated again
+    return 0, reached - rules.SETUP_STEPS + 1
+
+
+def _step_reached(log) -> int | None:
+    """The latest (0-based) step an xladev PT_XLA_DEBUG log with no summary names (its compile blocks say their
+    step), None for any other log: one with a summary counts its steps exactly, PyTorch/XLA's names none."""
+    events = log.compile_events
+    if log.run_summary is not None or not any(event.user_frame is not None for event in events):
+        return None
+    return max((event.steps_before for event in events if event.step_known), default=0)
 
 
 def _warmup_from_debug(facts: RunFacts, events: list) -> None:
@@ -223,7 +249,8 @@ def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.
 def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.RepeatedRecompiles | None:
     """The site that recompiled most for a changed input shape or constant alone (xladev's causes).
 
-    In a run of more steps than set-up (`rules.SETUP_STEPS`), recompiles in set-up are one-time work (DDP's
+    In a run of more steps than set-up (`rules.SETUP_STEPS`), or an xladev debug log cut short whose compiles name
+    a step after set-up, recompiles in set-up are one-time work (DDP's
     constructor reads its broadcasts one element at a time) and are left out; a run of fewer steps (or none: a
     loop without a barrier), or an input that does not count the steps between compiles, cannot tell set-up
     apart, and every recompile counts.
@@ -238,8 +265,11 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.Re
             continue
         # A compile's step is known when the input names it, or counts the step syncs (level 2's execution blocks).
         counted = source.debug.step_syncs > rules.SETUP_STEPS
+        # A log cut short (killed) counts no steps; one whose compiles name a step after set-up got past it.
+        reached = _step_reached(source.debug) if source.input_kind != "event-log" else None
+        past_setup = steps > rules.SETUP_STEPS or (reached is not None and reached >= rules.SETUP_STEPS)
         for event in source.debug.compile_events:
-            if steps > rules.SETUP_STEPS and (event.step_known or counted) and event.steps_before < rules.SETUP_STEPS:
+            if past_setup and (event.step_known or counted) and event.steps_before < rules.SETUP_STEPS:
                 continue
             if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
                 signatures.setdefault((event.where, event.inputs, event.outputs), set()).add(event.graph_hash)

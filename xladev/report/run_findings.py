@@ -146,7 +146,9 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         debug_hashes = {event.graph_hash for source in sources if source.has_debug
                         for event in source.debug.compile_events}
         facts.graph_hashes |= debug_hashes
-    findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0))
+    findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0,
+                                   reads_after_setup=facts.steady_transfers[0] if facts and facts.steady_transfers
+                                   and facts.steady_transfers[1] > 0 else None))
     growth = growth_findings(sources, facts)
     if growth and facts is not None and facts.steps == 0:
         # A run that never marked a step ran its one graph where a value was read: that read is the missing

@@ -97,8 +97,9 @@ def steady_transfers_line(*, transfers: int, steps: int, one_time: int) -> str:
 
 
 def parse_steady_transfers_line(text: str) -> tuple[int, int] | None:
-    """(transfers, steps) of a `steady_transfers_line`, or None for another line."""
-    match = _STEADY_TRANSFERS_RE.match(text)
+    """(transfers, steps) of a `steady_transfers_line` in `text` (the summary's line, or the end of xladev's
+    ``TransferFromDeviceTime too frequent`` line), or None for another line."""
+    match = _STEADY_TRANSFERS_RE.search(text)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 

@@ -205,8 +205,13 @@ class AnalysisSink(Sink):
             if spots:
                 top = spots[0]
                 per_step = top.count / max(h.steps, 1)
-                return (f"; hot spot: {top.kind} at {short_site(top.site)} ({top.count} transfers, {per_step:.2f} per step)",
-                        f"{top.kind}@{top.site}")
+                text = f"; hot spot: {top.kind} at {short_site(top.site)} ({top.count} transfers, {per_step:.2f} per step)"
+                identity = f"{top.kind}@{top.site}"
+                reads, steps = h.steady_reads()
+                if reads:  # stated again once reads go on after set-up: a log cut short then tells them from set-up
+                    text += f"; {rules.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)}"
+                    identity += " after set-up"
+                return text, identity
         if rule == "Op(s) not lowered":
             sites = h.fallback_sites()
             if sites:
