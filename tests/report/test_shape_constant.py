@@ -71,3 +71,24 @@ def test_the_fix_fits_the_op(op, fits):
     finding = rules.recompilation_finding(steps=8, compiles=5, compiles_at_warmup=None, repeated=repeated)
     assert fits in finding.fix, (op, finding.fix)
     assert "train.py:9" in finding.title and op in finding.title
+
+
+
+# The same loop without the read: one graph a step, four slice lengths, so two warm-up steps after the second
+# compile a graph of the same size as the step before (the event log: 2 recompiles for a changed constant).
+SLICE_NO_READ = SLICE.replace("""        if loss > 10:  # read-line
+            print("large loss")
+""", "")
+
+
+@pytest.mark.parametrize("script", ["with a read", "without"])
+def test_a_metrics_file_alone_counts_the_same_recompiles_and_says_it_cannot_tell_a_shape_from_a_constant(
+        sliced, tmp_path, script):
+    # Its per-step reports show warm-up steps compiling graphs the size of the step before's; which input changed
+    # is not in it. The count is the event log's.
+    run = sliced if script == "with a read" else run_script(tmp_path, "train.py", SLICE_NO_READ)
+    events = next(f for f in load([str(run.events)]).findings if f.rule == "recompilation")
+    found = [f for f in load([str(run.metrics)]).findings if f.rule == "recompilation"]
+    assert found, [(f.rule, f.title) for f in load([str(run.metrics)]).findings]
+    assert found[0].numbers["repeated_recompiles"] == events.numbers["repeated_recompiles"], (found[0], events)
+    assert "shape or constant" in found[0].title, found[0].title
