@@ -76,6 +76,11 @@ class Record:
     """Base of every record type: `TYPE` is its `"type"` field."""
 
     TYPE: ClassVar[str] = ""
+    # The runtime events (`xladev.events` class names) this kind is written for; () for the writer's own lines
+    # (header, graph text, end). The kind is declared here once: the writer's builder
+    # (`xladev.sinks.event_records`), the counter table (`xladev.schema.counters`) and each fold (the report's
+    # replay, the TUI's run model) have an entry for every kind, which tests/sinks/test_record_kinds.py checks.
+    EVENTS: ClassVar[tuple[str, ...]] = ()
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields without which the record means nothing
     OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields written only when set (not null)
 
@@ -186,6 +191,7 @@ class GraphText(_Timed):
     """A graph's IR text, written once per graph hash before its first compile or execute record."""
 
     TYPE: ClassVar[str] = "graph"
+    EVENTS: ClassVar[tuple[str, ...]] = ()  # written before the first compile or execute record of its graph
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     nodes: int = 0
@@ -200,6 +206,8 @@ class Compile(_Timed):
     {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
 
     TYPE: ClassVar[str] = "compile"
+    # A recompile's cause (`Recompiled`, published just before) goes into its graph's compile record.
+    EVENTS: ClassVar[tuple[str, ...]] = ("GraphCompiled", "Recompiled")
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     nodes: int = 0
@@ -225,6 +233,7 @@ class CompileStart(_Timed):
     """XLA started compiling a graph; its ``compile`` or ``compile_failed`` record follows."""
 
     TYPE: ClassVar[str] = "compile_start"
+    EVENTS: ClassVar[tuple[str, ...]] = ("CompileStarted",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     nodes: int = 0
@@ -252,6 +261,7 @@ class CompileFailed(_GraphFailed):
     """XLA (or the lowering) rejected a graph."""
 
     TYPE: ClassVar[str] = "compile_failed"
+    EVENTS: ClassVar[tuple[str, ...]] = ("CompileFailed",)
 
 
 @dataclasses.dataclass(slots=True)
@@ -259,11 +269,13 @@ class ExecuteFailed(_GraphFailed):
     """A compiled graph failed while running."""
 
     TYPE: ClassVar[str] = "execute_failed"
+    EVENTS: ClassVar[tuple[str, ...]] = ("ExecutionFailed",)
 
 
 @dataclasses.dataclass(slots=True)
 class Execute(_Timed):
     TYPE: ClassVar[str] = "execute"
+    EVENTS: ClassVar[tuple[str, ...]] = ("GraphExecuted",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     execute_ns: int = 0
@@ -294,6 +306,7 @@ class Step(_Timed):
     """
 
     TYPE: ClassVar[str] = "step"
+    EVENTS: ClassVar[tuple[str, ...]] = ("StepMarked",)
     duration_ns: int = 0
     interval_ns: int = 0
     cause: dict = dataclasses.field(default_factory=dict)
@@ -318,6 +331,7 @@ class Transfer(_Timed):
     """A copy: `dir` is `to_device` (with `count` uploads) or `from_device` (with the access `kind`)."""
 
     TYPE: ClassVar[str] = "transfer"
+    EVENTS: ClassVar[tuple[str, ...]] = ("TransferToDevice", "TransferFromDevice")
     dir: str = "from_device"
     bytes: int = 0
     ns: int = 0
@@ -339,6 +353,7 @@ class Ops(_Timed):
     """Ops recorded since the last barrier; `tracing_count` of them timed, `tracing_ns` in total."""
 
     TYPE: ClassVar[str] = "ops"
+    EVENTS: ClassVar[tuple[str, ...]] = ("OpsRecorded",)
     counts: dict = dataclasses.field(default_factory=dict)
     tracing_ns: int = 0
     tracing_count: int = 0
@@ -358,6 +373,7 @@ class Ops(_Timed):
 @dataclasses.dataclass(slots=True)
 class Fallback(_Timed):
     TYPE: ClassVar[str] = "fallback"
+    EVENTS: ClassVar[tuple[str, ...]] = ("FallbackOp",)
     op: str = "?"
     site: str | None = None
     frame: dict | None = None
@@ -369,6 +385,7 @@ class CacheMiss(_Timed):
     """A Python scalar uploaded because it was not in the scalar cache."""
 
     TYPE: ClassVar[str] = "cache_miss"
+    EVENTS: ClassVar[tuple[str, ...]] = ("DeviceDataCacheMiss",)
     value: Any = None
     dtype: str = ""
 
@@ -376,6 +393,7 @@ class CacheMiss(_Timed):
 @dataclasses.dataclass(slots=True)
 class GraphGrowing(_Timed):
     TYPE: ClassVar[str] = "graph_growing"
+    EVENTS: ClassVar[tuple[str, ...]] = ("GraphGrowing",)
     ops: int = 0
     site: str | None = None
     frame: dict | None = None
@@ -388,6 +406,7 @@ class MemoryGrowing(_Timed):
     per_step_bytes, buffers)."""
 
     TYPE: ClassVar[str] = "memory_growing"
+    EVENTS: ClassVar[tuple[str, ...]] = ("MemoryGrowing",)
     from_step: int = 0
     from_bytes: int = 0
     to_bytes: int = 0
@@ -405,6 +424,7 @@ class GraphBreak(_Timed):
     """
 
     TYPE: ClassVar[str] = "graph_break"
+    EVENTS: ClassVar[tuple[str, ...]] = ("DynamoGraphBreak",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("reason",)
     by: str = "dynamo"
     reason: str = ""
@@ -417,6 +437,7 @@ class DynamoRecompile(_Timed):
     """A torch.compile'd function compiled again because `guard` failed; `compiles` counts its compiles so far."""
 
     TYPE: ClassVar[str] = "dynamo_recompile"
+    EVENTS: ClassVar[tuple[str, ...]] = ("DynamoRecompiled",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("guard",)
     function: str = "?"
     guard: str = ""
@@ -431,6 +452,7 @@ class Profile(_Timed):
     runtime steps it covers (`first_step`..`last_step`, null when unknown) and the call that captured it."""
 
     TYPE: ClassVar[str] = "profile"
+    EVENTS: ClassVar[tuple[str, ...]] = ("ProfileWritten",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
     path: str = ""
     logdir: str = ""
@@ -454,6 +476,7 @@ class Collective(_Timed):
     spent waiting for the other ranks to reach it, `ns` running it; `sites` the user's line of each."""
 
     TYPE: ClassVar[str] = "collective"
+    EVENTS: ClassVar[tuple[str, ...]] = ("CollectivesExecuted",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     count: int = 0
@@ -468,6 +491,7 @@ class RankLost(_Timed):
     """Another rank of the job is gone (it died, or stopped answering): this rank's collectives fail."""
 
     TYPE: ClassVar[str] = "rank_lost"
+    EVENTS: ClassVar[tuple[str, ...]] = ("RankLost",)
     rank: int = -1
     reason: str = ""
 
