@@ -185,7 +185,34 @@ def manual_region():
                                                                 mesh=mesh22)),
         "no_region": error(lambda: xs.disable_manual_sharding(whole, ("data", None), (16, 8 * n), mesh=mesh22)),
         "grad": region_gradient(base),
+        "bindings": region_through_bindings(base),
     }
+
+
+def region_through_bindings(base):
+    """The same region through PyTorch/XLA's bindings: the start split as the tensor's own mark says, the pieces
+    named manual, the end as an OpSharding of the mesh says."""
+    whole = base.to("xla")
+    marked = xs.mark_sharding(whole, mesh22, ("data", "model"))
+    piece = torch_xla._XLAC._spmd_full_to_shard_shape(marked.global_tensor)
+    named = xs._mark_manual_sharding(piece * 2)
+    back = torch_xla._XLAC._spmd_shard_to_full_shape(named.global_tensor, mesh22.get_op_sharding(("data", "model")),
+                                                     base.shape, base.dtype)
+    return {"piece_shape": list(piece.shape), "named": [named.sharding_type.name, named.sharding_spec],
+            "back_spec": torch_xla._XLAC._get_xla_sharding_spec(back), "back_shape": list(back.shape),
+            "exact": bool(torch.equal(back.cpu(), base * 2)),
+            "unmarked": error(lambda: torch_xla._XLAC._spmd_full_to_shard_shape(torch.ones(4, 4, device="xla"))),
+            "outside": error(lambda: xs._mark_manual_sharding(torch.ones(4, 4, device="xla") + 1)),
+            "is_runtime_error": issubclass(type(_raised(lambda: xs._mark_manual_sharding(
+                torch.ones(4, 4, device="xla")))), RuntimeError)}
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 (the test asserts its class)
+        return exc
+    return None
 
 
 def region_gradient(base):

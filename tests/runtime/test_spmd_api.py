@@ -168,6 +168,19 @@ def test_a_gradient_flows_through_a_manual_region_as_through_eager(seen):
     close(grad["got"], grad["want"], 16 * U * 2)
 
 
+def test_pytorch_xlas_manual_sharding_bindings_make_the_same_region(seen):
+    bindings = seen["manual"]["bindings"]
+    # The (2, 2) mesh over 8 x 8n: each device's piece is 4 x 4n; the whole comes back as it went in, times 2.
+    assert bindings["piece_shape"] == [4, bindings["back_shape"][1] // 2] and bindings["exact"], bindings
+    assert bindings["named"] == ["MANUAL", "{manual}"] and bindings["back_shape"][0] == 8
+    assert bindings["back_spec"].startswith("{devices=[2,2]"), bindings["back_spec"]
+    kind, text = bindings["unmarked"]
+    assert kind == "ManualShardingError" and "no sharding of its own" in text
+    kind, text = bindings["outside"]
+    assert kind == "ManualShardingError" and "not computed inside a manual region" in text
+    assert bindings["is_runtime_error"]  # PyTorch/XLA's tests catch RuntimeError
+
+
 def test_manual_sharding_refuses_what_would_compute_wrong_values(seen):
     manual = seen["manual"]
     kind, text = manual["kept_inside"]

@@ -21,7 +21,9 @@ import torch
 
 from xladev.errors import XladevError
 from xladev.runtime.distributed.sharded_tensor import XLAShardedTensor, mark_sharding, unwrap, wrap
-from xladev.runtime.distributed.spmd_sharding import _partition_spec, _require_spmd, split_counts
+from xladev.runtime.distributed.spmd_sharding import (
+    _partition_spec, _require_spmd, in_manual_region, jax_named, own_split, split_counts,
+)
 from xladev.runtime.graph.ir import FULL_TO_SHARD_OP_NAME, SHARD_TO_FULL_OP_NAME, SLOT, Meta, Node, OpDef
 from xladev.runtime.graph.op_ledger import recorder
 from xladev.runtime.graph.spmd_mesh import Mesh, get_global_mesh
@@ -40,8 +42,9 @@ FULL_TO_SHARD = OpDef(FULL_TO_SHARD_OP_NAME, _lowered_by_its_region, params=("in
 SHARD_TO_FULL = OpDef(SHARD_TO_FULL_OP_NAME, _lowered_by_its_region, params=("input", "mesh", "spec", "full_shape"))
 
 
-class ManualShardingError(XladevError, ValueError):
-    """A manual region used wrongly: a spec that does not divide the shape, an end with no start."""
+class ManualShardingError(XladevError, ValueError, RuntimeError):
+    """A manual region used wrongly: a spec that does not divide the shape, an end with no start (a RuntimeError
+    too, as PyTorch/XLA's bindings raise)."""
 
 
 def _mesh(mesh: Mesh | None, name: str) -> Mesh:
@@ -149,23 +152,66 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, full_shap
 
 
 def _named(mesh: Mesh, spec: tuple):
-    import jax
-
-    return jax.sharding.NamedSharding(mesh.jax_mesh(), jax.sharding.PartitionSpec(*spec))
+    return jax_named(mesh.key(), spec)
 
 
 def _in_region(node) -> bool:
     """Whether `node` depends on a region's start (and not through a region's end)."""
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op is FULL_TO_SHARD:
-            return True
-        if n.op is SHARD_TO_FULL:
-            continue
-        stack.extend(getattr(n, "operands", ()) or ())
-    return False
+    return in_manual_region(node)
+
+
+# ---------------------------------------------------------------- PyTorch/XLA's bindings of the same region
+# `torch_xla._XLAC._spmd_full_to_shard_shape(t)` starts the region split as `t`'s own mark says,
+# `xs._mark_manual_sharding(piece)` names a piece manual, and `_XLAC._spmd_shard_to_full_shape(piece, op_sharding,
+# shape, dtype)` ends it. They make the same region as `enable_manual_sharding`/`disable_manual_sharding`.
+
+def full_to_shard_shape(t: torch.Tensor) -> torch.Tensor:
+    """A manual region's start for a tensor split by `mark_sharding`: each device's piece, as that split says.
+
+    Args:
+      t: a device tensor with a sharding of its own (`mark_sharding`).
+
+    Returns:
+      One device's piece (a tensor of the piece's shape).
+
+    Raises:
+      ManualShardingError (a RuntimeError, as PyTorch/XLA's): `t` has no sharding of its own.
+    """
+    _require_spmd("_spmd_full_to_shard_shape")
+    t = unwrap(t)
+    own = own_split(t) if isinstance(t, XlaTensor) else None
+    if own is None:
+        raise ManualShardingError("_spmd_full_to_shard_shape: the tensor has no sharding of its own: give it one "
+                                  "with xs.mark_sharding(t, mesh, partition_spec) first")
+    mesh_key, spec = own
+    counts = split_counts(jax_named(mesh_key, spec), t.dim())
+    piece = tuple(size // count for size, count in zip(t.shape, counts))
+    return _Start.apply(t, mesh_key, spec, piece, tuple(t.shape))
+
+
+def mark_manual(t: torch.Tensor) -> XLAShardedTensor:
+    """Names a value computed inside a manual region as such (`{manual}`); the region itself needs no mark.
+
+    Raises:
+      ManualShardingError (a RuntimeError): `t` is not computed inside a manual region (device data, or a value
+        computed outside one: xladev's regions start at `_spmd_full_to_shard_shape` or `enable_manual_sharding`).
+    """
+    inner = unwrap(t)
+    if not isinstance(inner, XlaTensor) or not _in_region(inner._node()):
+        raise ManualShardingError("_mark_manual_sharding: the tensor is not computed inside a manual region: start "
+                                  "one with _spmd_full_to_shard_shape(t) or xs.enable_manual_sharding(t, spec)")
+    return wrap(inner)
+
+
+def shard_to_full_shape(t: torch.Tensor, op_sharding, full_shape: Sequence[int]) -> torch.Tensor:
+    """A manual region's end: the pieces `t` put back together as `op_sharding` (`mesh.get_op_sharding(spec)`) says.
+
+    Raises:
+      ManualShardingError (a RuntimeError): `t` is not computed inside a manual region, `op_sharding` is not a
+        mesh's, or the pieces do not make `full_shape`.
+    """
+    mesh, spec = getattr(op_sharding, "mesh", None), getattr(op_sharding, "partition_spec", None)
+    if not isinstance(mesh, Mesh) or spec is None:
+        raise ManualShardingError(f"_spmd_shard_to_full_shape: {op_sharding!r} names no mesh: pass "
+                                  "mesh.get_op_sharding(partition_spec)")
+    return unwrap(disable_manual_sharding(t, spec, full_shape, mesh=mesh))

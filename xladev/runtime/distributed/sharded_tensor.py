@@ -24,7 +24,7 @@ from xladev.runtime.graph.ir import DataNode
 from xladev.runtime.graph.spmd_mesh import Mesh
 from xladev.runtime.distributed.dtensor_placements import dtensor_spec, redistribute_spec
 from xladev.runtime.distributed.spmd_sharding import (
-    device_order, get_sharding_spec, padded_shape, parse_sharding_text, piece_shape, shard_tensor, unshard_tensor,
+    MANUAL, device_order, get_sharding_spec, padded_shape, parse_sharding_text, piece_shape, shard_tensor, unshard_tensor,
 )
 from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.execute.transfers import arrays_of, current_cause, reading
@@ -51,6 +51,8 @@ def sharding_type(t: torch.Tensor) -> ShardingType | None:
     text = get_sharding_spec(t)
     if not text:
         return None
+    if text == MANUAL:
+        return ShardingType.MANUAL
     parsed = parse_sharding_text(text)
     if parsed is None:
         return ShardingType.REPLICATED

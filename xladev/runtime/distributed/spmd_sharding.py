@@ -231,11 +231,39 @@ def _keep_mark(old: Node, new: Node) -> Node:
     sharding = old.uneven if old.uneven is not None else old.array.sharding
     if not isinstance(sharding, jax.sharding.NamedSharding) or sharding.is_fully_replicated:
         return new
+    key, spec = _key_and_spec(sharding, len(new.meta.shape))
+    return ShardingNode(new, ((SLOT, key, spec), ()), new.meta, old.sharding, old.uneven)
+
+
+def _key_and_spec(sharding, ndim: int) -> tuple[tuple, tuple]:
+    """The (`Mesh.key()`, spec per dimension) of a jax `NamedSharding`."""
     order = device_order()
     mesh = sharding.mesh
     key = (tuple(order[d.id] for d in mesh.devices.flat), tuple(mesh.devices.shape), tuple(mesh.axis_names))
-    spec = tuple(sharding.spec) + (None,) * (len(new.meta.shape) - len(sharding.spec))
-    return ShardingNode(new, ((SLOT, key, spec), ()), new.meta, old.sharding, old.uneven)
+    return key, tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
+
+
+def own_split(t: XlaTensor) -> tuple[tuple, tuple] | None:
+    """The (`Mesh.key()`, spec per dimension) of `t`'s own sharding (`mark_sharding`, `{replicated}` too), None
+    when it has none."""
+    import jax
+
+    node = t._st.value if t._chain is not None and _whole_view(t) else t._node()
+    if type(node) is ShardingNode:
+        _, key, spec = node.template[0]
+        return None if spec == () else (key, tuple(spec))
+    if type(node) is DataNode and node.sharding is not None:
+        sharding = node.uneven if node.uneven is not None else node.array.sharding
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            return _key_and_spec(sharding, len(node.meta.shape))
+    return None
+
+
+def jax_named(mesh_key: tuple, spec: tuple):
+    """The jax `NamedSharding` of a `Mesh.key()` and a spec per dimension."""
+    import jax
+
+    return jax.sharding.NamedSharding(jax_mesh_of(mesh_key), jax.sharding.PartitionSpec(*spec))
 
 
 def unshard_tensor(t: XlaTensor) -> None:
@@ -252,14 +280,41 @@ def unshard_tensor(t: XlaTensor) -> None:
     _place(t, replicated, "", ((SLOT, (tuple(range(count)), (count,), replicated.mesh.axis_names), ()), ()))
 
 
+MANUAL = "{manual}"  # HLO's sharding text of a value computed per device, inside a manual region
+
+
 def get_sharding_spec(t: torch.Tensor) -> str:
     """`t`'s sharding as HLO sharding text (`{devices=[2,1]0,1}`), '' when it has none (PyTorch/XLA's
-    `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark."""
+    `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark; one
+    computed inside a manual region (`manual_sharding`) is `{manual}`."""
     t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
     if not isinstance(t, XlaTensor):
         return ""
     node = t._st.value if t._chain is not None and _whole_view(t) else t._node()
+    if in_manual_region(node):
+        return MANUAL
     return getattr(node, "sharding", None) or ""
+
+
+def in_manual_region(node: Node) -> bool:
+    """Whether `node` depends on a manual region's start, not through a region's end: a value computed per
+    device (`manual_sharding`)."""
+    if type(node) is DataNode:
+        return False
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        name = n.op.name if getattr(n, "op", None) is not None else ""
+        if name == ir.FULL_TO_SHARD_OP_NAME:
+            return True
+        if name == ir.SHARD_TO_FULL_OP_NAME:
+            continue
+        stack.extend(getattr(n, "operands", ()) or ())
+    return False
 
 
 def _sharding_text_of(array) -> str | None:

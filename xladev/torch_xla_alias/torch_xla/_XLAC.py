@@ -2,8 +2,8 @@
 
 PyTorch/XLA's `_XLAC` is its C++ extension. xladev has no such module, but some of its functions are the
 documented way to look at a graph (`_get_xla_tensors_text`, `_get_xla_tensors_hlo`,
-`_get_xla_tensor_debug_info`) or to ask the runtime a plain question (default device, RNG seed, memory,
-cached graphs). Those map onto xladev's public API here. Every other name is refused with the public way to
+`_get_xla_tensor_debug_info`), to ask the runtime a plain question (default device, RNG seed, memory,
+cached graphs), or to write a manual-sharding region (`_spmd_full_to_shard_shape`, `_spmd_shard_to_full_shape`). Those map onto xladev's public API here. Every other name is refused with the public way to
 do it, by the alias's table (`_xladev.UNSUPPORTED['torch_xla._XLAC']`).
 """
 
@@ -236,6 +236,22 @@ def _sync_point_reached(step: int) -> bool:
     from xladev.runtime.parallel.dist_checkpoint import preemption
 
     return preemption.reached_sync_point(step)
+
+
+def _spmd_full_to_shard_shape(tensor: torch.Tensor) -> torch.Tensor:
+    """Starts a manual-sharding region: each device's piece of `tensor`, split as its own mark says
+    (`xs.enable_manual_sharding` without the mark)."""
+    from xladev.runtime.distributed.manual_sharding import full_to_shard_shape
+
+    return full_to_shard_shape(tensor)
+
+
+def _spmd_shard_to_full_shape(tensor: torch.Tensor, op_sharding, full_shape, dtype=None) -> torch.Tensor:
+    """Ends a manual-sharding region: the pieces put back together as `op_sharding` (`mesh.get_op_sharding(spec)`)
+    says, into `full_shape` (`xs.disable_manual_sharding`). `dtype` is the pieces' own."""
+    from xladev.runtime.distributed.manual_sharding import shard_to_full_shape
+
+    return shard_to_full_shape(tensor, op_sharding, full_shape)
 
 
 __getattr__ = _xladev.module_getattr(__name__)

@@ -33,7 +33,8 @@ _CPP = ("PyTorch/XLA's C++ bindings do not exist here: of torch_xla._XLAC, xlade
         "_get_xla_tensor_dimension_size, _get_xla_tensor_shape_type, _unsafe_buffer_pointer, _get_git_revs), what "
         "distributed checkpoints call (_get_local_shard_replica_and_indices, "
         "_get_local_shards, _global_tensor_from_cpu_shards, _xla_get_cpu_tensors, _ensure_xla_coordinator_initialized, "
-        "_activate_preemption_sync_manager, _deactivate_preemption_sync_manager, _sync_point_reached); use the "
+        "_activate_preemption_sync_manager, _deactivate_preemption_sync_manager, _sync_point_reached), manual "
+        "sharding's (_spmd_full_to_shard_shape, _spmd_shard_to_full_shape); use the "
         "public API for the rest: torch_xla.sync(), "
         "torch_xla.debug.metrics, xladev.debug")
 

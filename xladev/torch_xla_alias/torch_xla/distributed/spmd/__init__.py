@@ -11,6 +11,7 @@ from xladev.spmd import (  # noqa: F401
     mark_sharding_with_gradients, xla_patched_nn_linear_forward, enable_manual_sharding, disable_manual_sharding,
 )
 from xladev.runtime.distributed.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
+from xladev.runtime.distributed.manual_sharding import mark_manual as _mark_manual_sharding  # noqa: F401
 from xladev.runtime.graph.spmd_mesh import get_global_mesh, set_global_mesh  # noqa: F401
 from xladev.runtime.distributed.sharded_tensor import wrap as wrap_as_sharded_tensor  # noqa: F401
 from xladev.runtime.distributed.sharded_tensor import wrap_if_sharded  # noqa: F401
