@@ -270,3 +270,28 @@ def test_shapes_that_grow_are_not_told_as_kept_memory(tmp_path):
     assert len(sampled) >= 8 and all(b > a for a, b in zip(sampled, sampled[1:]))  # it did rise at every sample
     assert _records(log, "memory_growing") == []
     assert "MemoryGrowthWarning" not in done.stderr
+
+
+_SECOND_DEVICE = textwrap.dedent("""
+    import torch, xladev
+    big = torch.zeros(1024, 1024, device="xla:1")  # 4 MiB, on the process's second device only
+    x = torch.ones(4, device="xla:0")
+    for step in range(6):
+        x = x + 1
+        big = big + 1
+        xladev.mark_step()
+    print(float(x.sum()))
+""")
+
+
+def test_step_memory_is_the_busiest_devices_of_the_process(tmp_path):
+    # Regression: the step records sampled device 0 alone, so a process whose memory sat on another device
+    # (SPMD's pieces, a second xla:N) showed 16 bytes where a device held 4 MiB.
+    script = tmp_path / "train.py"
+    script.write_text(_SECOND_DEVICE)
+    env = dict(os.environ, CPU_NUM_DEVICES="2", XLADEV_EVENT_LOG=str(tmp_path / "run.jsonl"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [r for r in map(json.loads, open(tmp_path / "run.jsonl")) if r["type"] == "step" and r.get("device_bytes")]
+    assert steps and all(r["device_bytes"] >= 1024 * 1024 * 4 for r in steps), [r["device_bytes"] for r in steps]
+    assert all(r["peak_device_bytes"] >= r["device_bytes"] for r in steps)

@@ -85,6 +85,32 @@ def bytes_in_use(device) -> int:
     return int(stats["bytes_in_use"]) if stats and "bytes_in_use" in stats else sum(live_buffers(device).values())
 
 
+def busiest_bytes_in_use(devices) -> int:
+    """The most device memory in use on any of `devices` (this process's; the one an SPMD step runs out on first):
+    the allocators' figures where kept (a GPU), else the live arrays' buffers, summed per device in one pass.
+
+    Args:
+      devices: jax devices.
+
+    Returns:
+      Bytes.
+    """
+    devices = list(devices)
+    if len(devices) == 1 or _stats(devices[0]):
+        return max(bytes_in_use(device) for device in devices)
+    jax = backend.jax_module()
+    wanted = set(devices)
+    buffers: dict = {device: {} for device in devices}
+    for array in jax.live_arrays():
+        if array.is_deleted():
+            continue
+        for shard in array.addressable_shards:
+            if shard.device in wanted:
+                on, key = buffers[shard.device], buffer_key(shard.data)
+                on[key] = max(on.get(key, 0), shard.data.nbytes)
+    return max(sum(on.values()) for on in buffers.values())
+
+
 def _stats(device) -> dict | None:
     return device.memory_stats() if hasattr(device, "memory_stats") else None
 

@@ -1,4 +1,5 @@
-"""Device memory step by step: what is live at each step's end, and the step's peak, for the step records.
+"""Device memory step by step: what is live at each step's end, and the step's peak, for the step records. Each
+figure is of this process's busiest device (one device for a data-parallel rank; under SPMD, the one holding most).
 
 At a step's end the live bytes are the device's allocator statistics where the backend keeps them (a GPU), else the
 sum of the live jax arrays on it (`device_memory`). The peak is the most the step held while a graph ran: what was
@@ -31,7 +32,8 @@ listeners: list[Callable[[int, int, int], None]] = []
 
 
 class StepMemory:
-    """Samples device 0's memory at step ends (one process's device: the one a data-parallel rank trains on).
+    """Samples device memory at step ends: this process's busiest device (the one a data-parallel rank trains on;
+    under SPMD, the device holding most, which runs out first).
 
     Attributes:
       every: sample one step in this many (re-chosen after each sample from its cost).
@@ -74,7 +76,7 @@ class StepMemory:
                 return None, None
             added, self._added = self._added, 0
             try:
-                live = device_memory.bytes_in_use(backend.jax_devices()[0])
+                live = device_memory.busiest_bytes_in_use(backend.jax_devices())
             except Exception:  # a device that cannot be read (torn down at exit): no figure, never a wrong one
                 return None, None
             cost = time.perf_counter_ns() - now
