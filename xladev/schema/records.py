@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import types
-import typing
 from typing import Any, ClassVar
 
 from xladev.errors import XladevError
+from xladev.schema.record_fields import field_checks, transient
 from xladev.schema.record_wording import step_window, tensorboard_command
 
 SCHEMA_NAME = "xladev.events"
@@ -35,40 +34,6 @@ class RecordError(XladevError, ValueError):
 
 class NotAnEventLog(XladevError, ValueError):
     """The file is not an xladev event log (its first line is not an `xladev.events` header)."""
-
-
-def _transient(default=None, factory=None):
-    """A field kept in memory only (never written): e.g. the per-op tracing samples."""
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata={"transient": True}, compare=False)
-    return dataclasses.field(default=default, metadata={"transient": True}, compare=False)
-
-
-# The exact Python types `json.loads` gives for a field's annotation. Exact, not isinstance: JSON's
-# `true` is a bool, which isinstance would also accept as an int.
-_JSON_TYPES: dict[Any, frozenset] = {
-    int: frozenset({int}), float: frozenset({int, float}), str: frozenset({str}), bool: frozenset({bool}),
-    dict: frozenset({dict}), list: frozenset({list}),
-}
-
-
-def _accepts(annotation) -> frozenset | None:
-    """The JSON value types a field annotation accepts (`NoneType` when it may be null); None: any."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        accepted: frozenset = frozenset()
-        for arg in typing.get_args(annotation):
-            if arg is type(None):
-                accepted |= {type(None)}
-                continue
-            inner = _accepts(arg)
-            if inner is None:
-                return None
-            accepted |= inner
-        return accepted
-    if annotation is typing.Any:
-        return None
-    return _JSON_TYPES.get(origin if origin is not None else annotation)
 
 
 @dataclasses.dataclass(slots=True)
@@ -107,7 +72,7 @@ class Record:
             if data.get(name) is None:
                 raise RecordError(f"{cls.TYPE} record without its {name!r} field")
         values = {}
-        for name, accepted, to_float in _field_checks(cls):
+        for name, accepted, to_float in field_checks(cls):
             if name not in data:
                 continue
             value = data[name]
@@ -120,24 +85,6 @@ class Record:
         if cause and not all(isinstance(v, str) for v in cause.values()):
             raise RecordError(f"{cls.TYPE} record: field 'cause' holds a value that is not text")
         return cls(**values)
-
-
-_FIELD_CHECKS: dict[type, list] = {}
-
-
-def _field_checks(cls) -> list:
-    """(name, accepted JSON types or None, whether an int becomes a float) per written field of `cls`."""
-    checks = _FIELD_CHECKS.get(cls)
-    if checks is None:
-        hints = typing.get_type_hints(cls)
-        checks = []
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("transient"):
-                continue
-            accepted = _accepts(hints[f.name])
-            checks.append((f.name, accepted, accepted is not None and float in accepted))
-        _FIELD_CHECKS[cls] = checks
-    return checks
 
 
 # ---------------------------------------------------------------- the record types
@@ -357,7 +304,7 @@ class Ops(_Timed):
     counts: dict = dataclasses.field(default_factory=dict)
     tracing_ns: int = 0
     tracing_count: int = 0
-    tracing_samples: list = _transient(factory=list)
+    tracing_samples: list = transient(factory=list)
     tensors_created: int = 0  # device tensors created (CreateXlaTensor); 0 in older logs
     tensors_destroyed: int = 0  # device tensors freed (DestroyXlaTensor); 0 in older logs
 
