@@ -32,6 +32,15 @@ def torch_xla_python() -> str:
     return python
 
 
+@pytest.fixture(scope="module")
+def torch_xla_version(torch_xla_python) -> str:
+    """The version of the torch_xla under test (2.5 to 2.9 are attached to)."""
+    done = subprocess.run([torch_xla_python, "-c", "import torch_xla; print(torch_xla.__version__)"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PJRT_DEVICE="CPU"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()[-1].split("+")[0]
+
+
 def _run(python: str, name: str, tmp_path: Path, *script_args: str) -> Path:
     expected = EXPECTED[name]
     shutil.copy(FIXTURES / expected.script, tmp_path)
@@ -56,8 +65,8 @@ def test_the_adapters_log_is_diagnosed_as_pytorch_xlas_own_outputs_are(torch_xla
 
 
 @pytest.mark.parametrize("name", ["dynamic_shape", "item_every_step"])
-def test_the_tui_shows_the_adapters_log(torch_xla_python, tmp_path, name):
-    check_tui(name, _run(torch_xla_python, name, tmp_path))
+def test_the_tui_shows_the_adapters_log(torch_xla_python, torch_xla_version, tmp_path, name):
+    check_tui(name, _run(torch_xla_python, name, tmp_path), torch_xla_version)
 
 
 def test_each_barrier_is_named_in_pytorch_xlas_words(torch_xla_python, tmp_path):
@@ -77,7 +86,7 @@ def test_each_barrier_is_named_in_pytorch_xlas_words(torch_xla_python, tmp_path)
     assert [r.get("name") for r in records if r["type"] == "compile"][0] == "train_step"
 
 
-def test_xladev_tui_follows_a_real_torch_xla_job_live(torch_xla_python, tmp_path):
+def test_xladev_tui_follows_a_real_torch_xla_job_live(torch_xla_python, torch_xla_version, tmp_path):
     # `xladev tui -- python train.py` as a TPU user types it, torch_xla's Python in place of `python`.
     import asyncio
 
@@ -104,6 +113,6 @@ def test_xladev_tui_follows_a_real_torch_xla_job_live(torch_xla_python, tmp_path
 
     shown = asyncio.run(follow())
     assert shown.state_text == "exited 0" and shown.steps == 24 and shown.compiles == 24
-    assert "torch_xla 2.9" in shown.device and "attached" in shown.device
+    assert f"torch_xla {torch_xla_version}" in shown.device and "attached" in shown.device
     assert shown.diagnosis.findings[0].rule == "recompilation"
     assert any(line.startswith("step") or "Metric" in line for line in shown.log)  # the job's own output
