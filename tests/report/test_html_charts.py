@@ -348,3 +348,18 @@ def test_parts_and_marks_hold_in_grey():
                 if same_texture:
                     assert abs(_lightness(styles[first][0]) - _lightness(styles[second][0])) >= 0.2, (first, second)
     assert len({shape for shape, _ in svg_charts.MARK_SHAPES.values()}) == len(KINDS)
+
+
+def test_ranks_chart_shows_every_kind_of_mark_per_rank(capsys, tmp_path):
+    # Rank 0 has the synthetic run's graph break; rank 1 none, but a read every 5 steps: each rank's rows show its own.
+    write(tmp_path, "job.events.jsonl.0", event_logs.synthetic_log(40, rank=0, world_size=2))
+    write(tmp_path, "job.events.jsonl.1", event_logs.synthetic_log(40, rank=1, world_size=2, marks_every=5))
+    page, text = _page(capsys, tmp_path / "job.events.jsonl")
+    marks = {rank: {g["id"][len(f"rank-{rank}-mark-"):] for g in page.having("g", "mark")
+                    if g["id"].startswith(f"rank-{rank}-mark-")} for rank in (0, 1)}
+    kinds = {rank: {mark.rsplit("-", 1)[0] for mark in marks[rank]} for rank in (0, 1)}
+    assert {"compile", "transfer", "fallback"} <= kinds[1] and "graph-break" not in kinds[1], kinds
+    assert "graph-break" in kinds[0], kinds
+    assert {f"transfer-{step}" for step in range(4, 40, 5)} <= marks[1], marks[1]
+    assert "rank 0 graph break" in text and "rank 1 graph break" not in text
+    assert re.search(r"rank 1: [^;]+ in steps, compiles in [^;]+; device→host reads in step 4, step 9", text)

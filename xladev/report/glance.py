@@ -146,14 +146,15 @@ class RankSeries:
         other ranks at the collectives.
       wait_ns: mean wait per step for the other ranks at the collectives, per bar.
       total_ns: its wall time.
-      compiles: its compiles as marks (a graph one rank compiles alone stands out on the shared axis).
+      marks: its compiles, device→host reads, CPU fallbacks and graph breaks as marks (a graph one rank compiles
+        alone, or a read only one rank makes, stands out on the shared axis).
     """
 
     rank: int
     bars: list[StepBar]
     wait_ns: list[float]
     total_ns: float
-    compiles: list[MarkGroup] = dataclasses.field(default_factory=list)
+    marks: list[MarkGroup] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -341,9 +342,9 @@ def _rank_series(report, bucket: int, prefix: str) -> list[RankSeries]:
         # the ranks' step times are all the straggler's.
         bars = [dataclasses.replace(bar, wall_ns=max(0.0, bar.wall_ns - w), peak_ns=max(0.0, bar.peak_ns - w))
                 for bar, w in zip(bars, wait)]
-        compiles = [m for m in source.marks.marks() if m.kind == "compile"] if source.marks is not None else []
+        marks = source.marks.marks() if source.marks is not None else []
         out.append(RankSeries(rank, bars, wait, sum(s.wall_ns for s in source.time.step_times),
-                              _group_marks(compiles, bucket, f"{prefix}rank-{rank}-")))
+                              _group_marks(marks, bucket, f"{prefix}rank-{rank}-")))
     return out if len(out) > 1 else []
 
 

@@ -403,15 +403,24 @@ def ranks_chart(view: RunView, straggler: int | None) -> str:
         body.append(f'<text class="tick" x="{WIDTH - RIGHT - 4}" y="{TOP + 12 + 13 * i}" text-anchor="end">'
                     f'{"▶ " if series.rank == straggler else ""}rank {series.rank} '
                     f'<tspan class="swatch">{"━━" if not dash else "╍╍"}</tspan></text>')
-        # Each rank's compiles in a row of its own, on the same steps: a graph one rank compiles alone stands out.
-        rows, y = _mark_rows(axis, series.compiles, y, f"rank {series.rank} ", row_link=False)  # no table of them
+        # Each rank's marks in rows of their own, on the same steps: a graph one rank compiles alone, or a read
+        # one rank makes, stands out.
+        rows, y = _mark_rows(axis, series.marks, y, f"rank {series.rank} ", row_link=False)  # no table of them
         body += rows
-    desc = "; ".join(f"rank {s.rank}: {compact_time_ns(s.total_ns)} in steps, compiles in "
-                     + (", ".join(g.steps_text() for g in s.compiles[:5]) or "no step") for s in ranks)
+    desc = "; ".join(f"rank {s.rank}: {compact_time_ns(s.total_ns)} in steps, " + _rank_marks_text(s) for s in ranks)
     if straggler is not None:
         desc = f"Rank {straggler} is the straggler. " + desc
     return _open(f"{view.prefix}ranks", int(y + 8), "Work per step and compiles of each rank", desc, "ranks") \
         + "".join(body) + "</svg>"
+
+
+def _rank_marks_text(series: RankSeries) -> str:
+    """Where a rank's marks are, per kind, in words (the chart's text alternative)."""
+    kinds = [kind for kind in KINDS if any(group.kind == kind for group in series.marks)]
+    if not kinds:
+        return "no compile in any step"
+    return "; ".join(f"{LABELS[kind]}s in " + ", ".join([g.steps_text() for g in series.marks if g.kind == kind][:5])
+                     for kind in kinds)
 
 
 def memory_legend() -> str:
