@@ -124,6 +124,10 @@ class Bus:
     def emit(self, event: Event) -> None:
         if _ending.sealed and not _ending.may_emit():  # SIGTERM ended the run: its outputs end where it came
             return
+        self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        # Its own function, which the ending waits on (`deliveries_run_in`): an emit dropped by the seal never runs it.
         for sub in self._subs:
             if sub.kinds is None or isinstance(event, sub.kinds):
                 try:
@@ -146,5 +150,5 @@ class Bus:
         say(f"event handler {name} failed: {exc!r} (told once; the handler keeps receiving events)")
 
 
-_ending.deliveries_run_in(Bus.emit.__code__)
+_ending.deliveries_run_in(Bus._deliver.__code__)
 bus = Bus()

@@ -277,11 +277,11 @@ def _terminate(signum: int) -> None:
         _die_by(signum)
 
 
-_delivery_code = None  # the code of `Bus.emit` (the bus imports this module, and sets it)
+_delivery_code = None  # the code of `Bus._deliver` (the bus imports this module, and sets it)
 
 
 def deliveries_run_in(code) -> None:
-    """Names the function that delivers events (`Bus.emit`): the ending waits for the calls of it in flight."""
+    """Names the function that delivers events (`Bus._deliver`): the ending waits for the calls of it in flight."""
     global _delivery_code
     _delivery_code = code
 
@@ -292,8 +292,8 @@ def _run_hooks_as_ender(early_only: bool) -> None:
 
 
 def _wait_for_deliveries(budget_s: float) -> None:
-    """Waits until no other thread is inside `Bus.emit`: an event whose delivery began before the seal then
-    reached every sink, not only those before the one writing its last output."""
+    """Waits until no other thread is delivering an event (`Bus._deliver`): an event whose delivery began before
+    the seal then reached every sink, not only those before the one writing its last output."""
     emit, me = _delivery_code, threading.get_ident()
     if emit is None:
         return
