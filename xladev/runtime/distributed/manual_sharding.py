@@ -22,7 +22,7 @@ import torch
 from xladev.errors import XladevError
 from xladev.runtime.distributed.sharded_tensor import XLAShardedTensor, mark_sharding, unwrap, wrap
 from xladev.runtime.distributed.spmd_sharding import (
-    _partition_spec, _require_spmd, in_manual_region, jax_named, own_split, split_counts,
+    _partition_spec, _require_spmd, in_manual_region, jax_named, manual_regions, own_split, split_counts,
 )
 from xladev.runtime.graph.ir import FULL_TO_SHARD_OP_NAME, SHARD_TO_FULL_OP_NAME, SLOT, Meta, Node, OpDef
 from xladev.runtime.graph.op_ledger import recorder
@@ -67,6 +67,7 @@ class _Start(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, mesh_key, spec, piece, full):
         ctx.mesh_key, ctx.spec, ctx.full = mesh_key, spec, full
+        manual_regions[0] = True
         return _record(FULL_TO_SHARD, t, ((SLOT, mesh_key, spec), ()), piece)
 
     @staticmethod

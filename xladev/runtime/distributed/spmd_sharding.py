@@ -296,10 +296,15 @@ def get_sharding_spec(t: torch.Tensor) -> str:
     return getattr(node, "sharding", None) or ""
 
 
+# Set when the process records its first manual region's start: until then no value can be inside one, and
+# `in_manual_region` walks no graph (the sharding getters are called on every parameter of a large model).
+manual_regions = [False]
+
+
 def in_manual_region(node: Node) -> bool:
     """Whether `node` depends on a manual region's start, not through a region's end: a value computed per
     device (`manual_sharding`)."""
-    if type(node) is DataNode:
+    if not manual_regions[0] or type(node) is DataNode:
         return False
     seen: set[int] = set()
     stack = [node]
