@@ -414,7 +414,7 @@ class RunModel:
         return snapshot
 
 
-# Every record kind has its entry: a kind added without one fails tests/sinks/test_record_kinds.py.
+# Every record kind has its entry: a kind added without one fails tests/schema/test_record_kinds.py.
 _HANDLERS = {
     rec.Header: RunModel._on_header, rec.GraphText: RunModel._on_graph, rec.Compile: RunModel._on_compile,
     rec.CompileStart: RunModel._on_compile_start,

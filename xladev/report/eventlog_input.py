@@ -359,7 +359,7 @@ class EventLogReplay:
 
 
 # Every record kind has its entry (None: its counters, counted above through the schema's table, are its whole
-# fold): a kind added without one fails tests/sinks/test_record_kinds.py.
+# fold): a kind added without one fails tests/schema/test_record_kinds.py.
 _HANDLERS = {
     rec.Header: EventLogReplay._on_header, rec.Compile: EventLogReplay._on_compile,
     rec.CompileStart: EventLogReplay._on_compile_start,

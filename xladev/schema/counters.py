@@ -146,7 +146,7 @@ def _nothing(rec: r.Record) -> tuple[Update, ...]:
 
 
 # Every record kind has its entry (`_nothing` for those that count nothing): a kind added without one fails
-# tests/sinks/test_record_kinds.py.
+# tests/schema/test_record_kinds.py.
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Header: _nothing, r.GraphText: _nothing, r.CompileStart: _nothing, r.GraphGrowing: _nothing,
     r.MemoryGrowing: _nothing, r.Profile: _nothing, r.End: _nothing,

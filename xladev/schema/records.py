@@ -44,7 +44,7 @@ class Record:
     # The runtime events (`xladev.events` class names) this kind is written for; () for the writer's own lines
     # (header, graph text, end). The kind is declared here once: the writer's builder
     # (`xladev.sinks.event_records`), the counter table (`xladev.schema.counters`) and each fold (the report's
-    # replay, the TUI's run model) have an entry for every kind, which tests/sinks/test_record_kinds.py checks.
+    # replay, the TUI's run model) have an entry for every kind, which tests/schema/test_record_kinds.py checks.
     EVENTS: ClassVar[tuple[str, ...]] = ()
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields without which the record means nothing
     OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields written only when set (not null)
