@@ -30,7 +30,7 @@ from xladev.runtime.distributed.spmd_sharding import (  # noqa: E402
     HybridMesh, Mesh, get_sharding_spec, is_spmd, use_spmd,
 )
 
-__all__ = ["HybridMesh", "ManualShardingError", "Mesh", "ShardingSpec", "ShardingType", "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",
-           "clear_sharding", "disable_manual_sharding", "enable_manual_sharding", "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients",
-           "sharding_type", "use_spmd", "visualize_sharding", "visualize_tensor_sharding",
-           "xla_patched_nn_linear_forward"]
+__all__ = ["HybridMesh", "ManualShardingError", "Mesh", "ShardingSpec", "ShardingType", "XLAPatchedLinear", "XLAShard",
+           "XLAShardedTensor", "clear_sharding", "disable_manual_sharding", "enable_manual_sharding",
+           "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients", "sharding_type", "use_spmd",
+           "visualize_sharding", "visualize_tensor_sharding", "xla_patched_nn_linear_forward"]

@@ -294,23 +294,22 @@ def _run_hooks_as_ender(early_only: bool) -> None:
 def _wait_for_deliveries(budget_s: float) -> None:
     """Waits until no other thread is delivering an event (`Bus._deliver`): an event whose delivery began before
     the seal then reached every sink, not only those before the one writing its last output."""
-    emit, me = _delivery_code, threading.get_ident()
-    if emit is None:
+    code, me = _delivery_code, threading.get_ident()
+    if code is None:
         return
     deadline = time.monotonic() + budget_s
-    while time.monotonic() < deadline:
-        delivering = False
-        for ident, frame in sys._current_frames().items():
-            while frame is not None and ident != me:
-                if frame.f_code is emit:
-                    delivering = True
-                    break
-                frame = frame.f_back
-            if delivering:
-                break
-        if not delivering:
-            return
+    while time.monotonic() < deadline and any(
+            _runs(frame, code) for ident, frame in sys._current_frames().items() if ident != me):
         time.sleep(0.001)
+
+
+def _runs(frame, code) -> bool:
+    """Whether a thread's stack (its innermost `frame`) is inside a call of `code`."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _die_by(signum: int) -> None:

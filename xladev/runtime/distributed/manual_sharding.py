@@ -108,7 +108,7 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, *, mesh: M
     mesh = _mesh(mesh, "enable_manual_sharding")
     t = unwrap(mark_sharding(t, mesh, partition_spec))
     spec = tuple(_partition_spec(mesh, partition_spec, t.dim()))
-    counts = split_counts(_named(mesh, spec), t.dim())
+    counts = split_counts(jax_named(mesh.key(), spec), t.dim())
     if any(size % count for size, count in zip(t.shape, counts)):
         raise ManualShardingError(f"enable_manual_sharding: partition_spec {tuple(partition_spec)} splits shape "
                                   f"{tuple(t.shape)} into {counts} pieces per dimension, which do not divide it")
@@ -141,24 +141,15 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: Sequence, full_shap
         raise TypeError(f"disable_manual_sharding takes an xla tensor, got a {type(t).__name__} on {t.device}")
     full_shape = tuple(int(s) for s in full_shape)
     spec = tuple(_partition_spec(mesh, partition_spec, len(full_shape)))
-    counts = split_counts(_named(mesh, spec), len(full_shape))
+    counts = split_counts(jax_named(mesh.key(), spec), len(full_shape))
     if tuple(s * c for s, c in zip(t.shape, counts)) != full_shape:
         raise ManualShardingError(f"disable_manual_sharding: pieces of shape {tuple(t.shape)} split as "
                                   f"{tuple(partition_spec)} ({counts} per dimension) do not make {full_shape}")
-    if not _in_region(t._node()):
+    if not in_manual_region(t._node()):
         raise ManualShardingError("disable_manual_sharding: the tensor was not computed inside a manual region "
                                   "(from a tensor enable_manual_sharding returned)")
     whole = _End.apply(t, mesh.key(), spec, full_shape, tuple(t.shape))
     return mark_sharding(whole, mesh, partition_spec)
-
-
-def _named(mesh: Mesh, spec: tuple):
-    return jax_named(mesh.key(), spec)
-
-
-def _in_region(node) -> bool:
-    """Whether `node` depends on a region's start (and not through a region's end)."""
-    return in_manual_region(node)
 
 
 # ---------------------------------------------------------------- PyTorch/XLA's bindings of the same region
@@ -198,7 +189,7 @@ def mark_manual(t: torch.Tensor) -> XLAShardedTensor:
         computed outside one: xladev's regions start at `_spmd_full_to_shard_shape` or `enable_manual_sharding`).
     """
     inner = unwrap(t)
-    if not isinstance(inner, XlaTensor) or not _in_region(inner._node()):
+    if not isinstance(inner, XlaTensor) or not in_manual_region(inner._node()):
         raise ManualShardingError("_mark_manual_sharding: the tensor is not computed inside a manual region: start "
                                   "one with _spmd_full_to_shard_shape(t) or xs.enable_manual_sharding(t, spec)")
     return wrap(inner)

@@ -47,13 +47,28 @@ def live_buffers(device) -> dict[int, int]:
     Returns:
       `buffer_key` -> bytes of every buffer of a live, undeleted jax array on it.
     """
+    return live_buffers_by_device([device])[device]
+
+
+def live_buffers_by_device(devices) -> dict:
+    """`live_buffers` of each of `devices`, from one pass over the live arrays.
+
+    Args:
+      devices: jax devices.
+
+    Returns:
+      device -> (`buffer_key` -> bytes).
+    """
     jax = backend.jax_module()
-    buffers: dict[int, int] = {}
+    buffers: dict = {device: {} for device in devices}
     for array in jax.live_arrays():
         if array.is_deleted():
             continue
-        for key, nbytes in buffers_on(array, device):
-            buffers[key] = max(buffers.get(key, 0), nbytes)
+        for shard in array.addressable_shards:
+            on = buffers.get(shard.device)
+            if on is not None:
+                key = buffer_key(shard.data)
+                on[key] = max(on.get(key, 0), shard.data.nbytes)
     return buffers
 
 
@@ -98,17 +113,7 @@ def busiest_bytes_in_use(devices) -> int:
     devices = list(devices)
     if len(devices) == 1 or _stats(devices[0]):
         return max(bytes_in_use(device) for device in devices)
-    jax = backend.jax_module()
-    wanted = set(devices)
-    buffers: dict = {device: {} for device in devices}
-    for array in jax.live_arrays():
-        if array.is_deleted():
-            continue
-        for shard in array.addressable_shards:
-            if shard.device in wanted:
-                on, key = buffers[shard.device], buffer_key(shard.data)
-                on[key] = max(on.get(key, 0), shard.data.nbytes)
-    return max(sum(on.values()) for on in buffers.values())
+    return max(sum(on.values()) for on in live_buffers_by_device(devices).values())
 
 
 def _stats(device) -> dict | None:
