@@ -116,3 +116,31 @@ def test_xladev_tui_follows_a_real_torch_xla_job_live(torch_xla_python, torch_xl
     assert f"torch_xla {torch_xla_version}" in shown.device and "attached" in shown.device
     assert shown.diagnosis.findings[0].rule == "recompilation"
     assert any(line.startswith("step") or "Metric" in line for line in shown.log)  # the job's own output
+
+
+def test_a_step_is_in_the_log_once_its_execution_ended_not_at_the_next_barrier(torch_xla_python, tmp_path):
+    # The job stops at a wait with no barrier after its third step: the live view must not lag a step behind.
+    import time
+
+    shutil.copy(Path(__file__).with_name("steps_then_wait_job.py"), tmp_path)
+    log, go = tmp_path / "wait.events.jsonl", tmp_path / "go"
+    job = subprocess.Popen([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
+                            torch_xla_python, "steps_then_wait_job.py", str(go)], cwd=tmp_path, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PJRT_DEVICE="CPU"))
+    try:
+        assert job.stdout.readline().strip() == "stepped"
+        deadline = time.monotonic() + 30  # the adapter reads every 0.05 s; the margin is for a loaded machine
+        records = []
+        while time.monotonic() < deadline:
+            records = [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
+            if sum(r["type"] == "step" for r in records) == 3:
+                break
+            time.sleep(0.05)
+        assert job.poll() is None  # still waiting: what follows was written while the job ran
+        assert [r["type"] for r in records].count("step") == 3, [r["type"] for r in records]
+        executes = [r for r in records if r["type"] == "execute"]
+        assert [r["step"] for r in executes] == [0, 1, 2] and all(r["execute_ns"] > 0 for r in executes)
+    finally:
+        go.touch()
+        out, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err[-3000:]

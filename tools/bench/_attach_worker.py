@@ -32,12 +32,16 @@ def step():
 for _ in range(warmup):
     step()
 xm.wait_device_ops()
+attached = getattr(sys.modules.get("xladev.attach"), "_attached", None)
+# The adapter's time from here on: the steady steps', not the first steps' compiles.
+before = (attached.own_ns, attached.poll_ns, attached.step) if attached is not None else None
 print("ready", flush=True)
 for line in sys.stdin:
     if not line.strip():
-        attached = getattr(sys.modules.get("xladev.attach"), "_attached", None)
-        if attached is not None:  # the adapter's own time at the barriers, per step
-            print(attached.own_ns / 1e9 / max(1, attached.step), flush=True)
+        if attached is not None:  # the adapter's own time at the barriers and on its thread, per step
+            own, poll, first = before
+            steps = max(1, attached.step - first)
+            print(f"{(attached.own_ns - own) / 1e9 / steps} {(attached.poll_ns - poll) / 1e9 / steps}", flush=True)
         break
     steps = int(line)
     start = time.perf_counter()

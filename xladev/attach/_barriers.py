@@ -9,6 +9,7 @@ says which barrier it was, in PyTorch/XLA's own cause words.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -52,25 +53,47 @@ def frames_from(caller) -> tuple[Frame, ...]:
     return tuple(frames)
 
 
+# How often the adapter's thread reads torch_xla's metric samples and publishes the steps they complete, in
+# seconds: the live view's lag behind an execution's end, and a bound on the adapter's reads (each costs about
+# 0.25 ms with torch_xla's default 1,024 samples kept per metric).
+POLL_INTERVAL_S = 0.05
+
+
 class Steps:
     """Counts the steps of a real torch_xla run and publishes what happened in each.
 
+    The barrier does only what cannot wait (`Harvester.at_barrier`); the metric samples are read, and the steps
+    they complete published, by a thread of the adapter's every `POLL_INTERVAL_S`, and once more at the end.
+
     Args:
       harvester: reads torch_xla's metrics and analysis blocks.
+      poll_interval_s: how often the samples are read while steps wait for them.
     """
 
-    def __init__(self, harvester: Harvester) -> None:
+    def __init__(self, harvester: Harvester, poll_interval_s: float = POLL_INTERVAL_S) -> None:
         self.harvester = harvester
         self.step = 0
-        # Published one step late: a step's records go out once each of its executions has its time (torch_xla
-        # records it when the execution ends, after the barrier returned), so that a reader counting per step
-        # finds each execution in its own step, as in a log of xladev's runtime.
+        # A step's records go out once each of its executions has its time (torch_xla records it when the
+        # execution ends, after the barrier returned) and its transfers are placed, so that a reader counting
+        # per step finds each execution in its own step, as in a log of xladev's runtime.
         self._held: list = []
         self._lock = threading.Lock()
         self._inside = threading.local()
         self.finished = False
         self._told_failure = False
-        self.own_ns = 0  # time spent here at the barriers (harvest and records), for `bench_attach.py`
+        # Time spent at the barriers, and on the adapter's thread (sample reads and records), for `bench_attach.py`.
+        self.own_ns = 0
+        self.poll_ns = 0
+        self.poll_interval_s = poll_interval_s
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+        os.register_at_fork(after_in_child=self._forget_in_child)
+
+    def _forget_in_child(self) -> None:
+        # A forked child has no poller thread, and the lock may have been taken by it at the fork.
+        self._lock = threading.Lock()
+        self._poller = None
+        self._stop = threading.Event()
 
     def wrap(self, barrier):
         """`barrier` (torch_xla.sync, xm.mark_step), ending a step in the log each time it returns."""
@@ -103,41 +126,63 @@ class Steps:
     def _failed(self, exc: Exception) -> None:
         if not self._told_failure:
             self._told_failure = True
-            ending.say(f"attach: reading torch_xla's metrics at a barrier failed ({type(exc).__name__}: {exc}); "
-                       "the run goes on, and this step's records may be missing")
+            ending.say(f"attach: reading torch_xla's metrics failed ({type(exc).__name__}: {exc}); "
+                       "the run goes on, and some steps' records may be missing")
 
     def ended(self, start: int, caller, ok: bool) -> None:
-        """Publishes the step's events and, when the barrier returned, the step itself."""
+        """Keeps the step's events and, when the barrier returned, the step itself, for the poller to publish."""
         end = time.perf_counter_ns()
         try:
-            self._ended(start, end, caller, ok)
+            cause = barrier_cause(caller)
+            frames = frames_from(caller) if bus.wants_frames else None
+            with self._lock:
+                if self.finished:
+                    return
+                self._held += self.harvester.at_barrier(self.step, end)
+                if ok:
+                    self._held.append(StepMarked(end, self.step, cause, end - start, frames))
+                    self.step += 1
+                if self._poller is None:
+                    self._poller = threading.Thread(target=self._poll, name="xladev-attach", daemon=True)
+                    self._poller.start()
         finally:
             self.own_ns += time.perf_counter_ns() - end
 
-    def _ended(self, start: int, end: int, caller, ok: bool) -> None:
-        cause = barrier_cause(caller)
-        frames = frames_from(caller) if bus.wants_frames else None
+    def _poll(self) -> None:
+        stop = self._stop
+        while not stop.wait(self.poll_interval_s):
+            try:
+                self.publish_ready()
+            except Exception as exc:  # noqa: BLE001 - the next read may succeed; the job goes on either way
+                self._failed(exc)
+
+    def publish_ready(self) -> None:
+        """Reads the samples that arrived and publishes the steps now complete."""
         with self._lock:
-            if self.finished:
-                return
-            self._held += self.harvester.collect(self.step, end)
-            if ok:
-                self._held.append(StepMarked(end, self.step, cause, end - start, frames))
-                self.step += 1
-            self._publish(self.harvester.first_waiting_step())
+            if self.finished or not self._held or ending.sealed:
+                return  # nothing ended since the last read; or the run's end is being written by `finish`
+            start = time.perf_counter_ns()
+            self._held += self.harvester.from_samples(start)
+            waiting = self.harvester.first_waiting_step()
+            self._publish(self.step if waiting is None else min(waiting, self.step))
+            self.poll_ns += time.perf_counter_ns() - start
 
     def finish(self) -> None:
         """The end of the run: what happened since the last barrier, and executions still waiting for their time."""
+        self._stop.set()
         with self._lock:
             if self.finished:
                 return
             self.finished = True
-            self._held += self.harvester.collect(self.step, time.perf_counter_ns(), final=True)
+            now = time.perf_counter_ns()
+            self._held += self.harvester.at_barrier(self.step, now, final=True)
+            self._held += self.harvester.from_samples(now, final=True)
+            self.harvester.debug.close()
             self._publish(None)
             lost = self.harvester.lost_samples
             if lost:
                 ending.say(f"attach: torch_xla dropped {lost} metric samples before the adapter read them (more than "
-                           "XLA_METRICS_SAMPLES in one step): some compile, execution or transfer times in the "
+                           "XLA_METRICS_SAMPLES between two reads): some compile, execution or transfer times in the "
                            "event log belong to other graphs; raise XLA_METRICS_SAMPLES")
 
     def _publish(self, waiting: int | None) -> None:

@@ -1,34 +1,40 @@
-"""What a real torch_xla process did since the last step, as xladev's events.
+"""What a real torch_xla process did, step by step, as xladev's events.
 
-PyTorch/XLA exposes no callback per graph. What it does expose, the harvest reads at each step barrier:
-- its metrics (`torch_xla.debug.metrics`): counters, and metric samples with their time, one per compile,
-  execution and transfer (`CompileTime`, `ExecuteTime`, `TransferFromDeviceTime`...);
-- its PT_XLA_DEBUG analysis blocks, written to a file the adapter reads on (each compile's and execution's
-  graph hash, cause and Python frames; each compile's memory sizes).
+PyTorch/XLA exposes no callback per graph. What it does expose, the harvest reads in two places:
+- at each step barrier (`Harvester.at_barrier`), what only that moment can tell: the counters' change (ops
+  traced, CPU fallbacks, `.item()` calls), the tracing time (`LazyTracing`'s count and total), and the
+  PT_XLA_DEBUG analysis blocks appended to a file the adapter reads on (each compile's and execution's graph
+  hash, cause and Python frames; each compile's memory sizes): each is the step's that ends;
+- a little later (`Harvester.from_samples`, on the adapter's own thread), the metric samples, each with its time:
+  one per compile, execution and transfer (`CompileTime`, `ExecuteTime`, `TransferFromDeviceTime`...).
+  Reading them costs in proportion to the samples torch_xla keeps (1,024 per metric by default), not to the
+  new ones, so they are read a few times a second rather than at every barrier.
 
-The two are paired in order: the n-th compile block of a step with its n-th `CompileTime` sample, and so on.
-A sample or a block without its partner is kept for the next harvest (an execution's time is recorded only
-when it ends, after the barrier returned), and what is still unpaired at the end of the run is given
-without the missing part, never with an invented one.
+Blocks and samples are paired in order: the n-th compile block with the n-th `CompileTime` sample, and so on.
+A transfer goes to the step its time falls in (transfers run on the caller's thread, between barriers). A block
+without its sample waits (an execution's time is recorded only when it ends, after the barrier returned), and
+what is still unpaired at the end of the run is given without the missing part, never with an invented one.
 """
 
 from __future__ import annotations
 
-import os
+import bisect
+import re
 import time
 from collections import deque
-from collections.abc import Callable
 
 from xladev.events import (
     Cause, CauseKind, Event, FallbackOp, Frame, GraphCompiled, GraphExecuted, OpsRecorded, TransferFromDevice,
     TransferToDevice,
 )
 from xladev.attach._graphs import GraphDumps
-from xladev.dumps.debug_analysis import FRAME_RE, DebugLog, GraphEvent
+from xladev.attach._debug_tail import DebugFileTail
+from xladev.dumps.debug_analysis import FRAME_RE, GraphEvent
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.sinks.analysis.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema.memory import SIZES
 from xladev.schema.metric_names import metric_names
+from xladev.schema.units import UnitParseError, parse_time
 
 # Sizes of the Post Compilation Analysis, by the debug-log reader's column -> the compile record's key.
 _MEMORY_KEYS = {size.column: key for key, size in SIZES.items()}
@@ -67,62 +73,26 @@ def frames_of(lines: list[str]) -> tuple[Frame, ...]:
     return tuple(frames)
 
 
-class DebugFileTail:
-    """Reads the analysis blocks PyTorch/XLA appends to its PT_XLA_DEBUG_FILE, from where it stood at start.
+class MetricsSource:
+    """Counters and metric samples of torch_xla's `torch_xla.debug.metrics` module.
 
-    Only whole lines are parsed; a line still being written waits for the next read.
+    Args:
+      met: `torch_xla.debug.metrics`.
+      xlac: `torch_xla._XLAC`, whose short report gives a metric's count and total without its samples; None:
+        they come from the samples' call.
     """
 
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self._offset = 0
-        if path and os.path.exists(path):
-            self._offset = os.path.getsize(path)  # an earlier run's blocks in an appended file are not this run's
-        self._rest = b""
-        self._lineno = 0
-        self.blocks: deque[GraphEvent] = deque()
-        self._reader = _BlockReader(self.blocks.append)
-
-    def read(self) -> None:
-        """Parses what was appended since the last read; new blocks go to `blocks`."""
-        if not self.path:
-            return
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read()
-        except OSError:
-            return
-        self._offset += len(data)
-        data = self._rest + data
-        cut = data.rfind(b"\n") + 1
-        self._rest = data[cut:]
-        for line in data[:cut].decode("utf-8", "replace").splitlines():
-            self._lineno += 1
-            self._reader.feed(self._lineno, line)
-
-
-class _BlockReader(DebugLog):
-    """The report's PT_XLA_DEBUG reader, handing on each block as it closes."""
-
-    def __init__(self, sink: Callable[[GraphEvent], None]) -> None:
-        super().__init__(warn=lambda *args, **kwargs: None)  # a damaged block is skipped, the run goes on
-        self._sink = sink
-
-    def _emit(self, event: GraphEvent) -> None:
-        super()._emit(event)
-        self._sink(event)
-
-
-class MetricsSource:
-    """Counters and metric samples of torch_xla's `torch_xla.debug.metrics` module."""
-
-    def __init__(self, met) -> None:
+    def __init__(self, met, xlac=None) -> None:
         self._met = met
+        self._short_report = getattr(xlac, "_short_xla_metrics_report", None)
+        # `met`'s counter functions are one-line wrappers of these: called directly, a barrier saves a Python
+        # call per counter.
+        self._counter_names = getattr(xlac, "_xla_counter_names", met.counter_names)
+        self._counter_value = getattr(xlac, "_xla_counter_value", met.counter_value)
 
     def counters(self) -> dict[str, int]:
-        met = self._met
-        return {name: int(met.counter_value(name) or 0) for name in met.counter_names()}
+        value = self._counter_value
+        return {name: int(value(name) or 0) for name in self._counter_names()}
 
     def metric(self, name: str) -> tuple[int, float, list]:
         """(count, total, the latest samples as (unix seconds, value)); zeros for a metric not yet made."""
@@ -132,7 +102,28 @@ class MetricsSource:
         count, total, *rest = data
         return int(count), float(total), list(rest[0]) if rest else []
 
+    def totals(self, name: str) -> tuple[int, float]:
+        """(count, total) of a time metric. torch_xla's samples' call copies every kept sample (about 50 µs for
+        1,024), its short report only prints them: a third of that."""
+        if self._short_report is not None:
+            try:
+                text = self._short_report([], [name])
+            except Exception:  # noqa: BLE001 - a version whose short report differs: the samples' call
+                text = None
+            if text is not None:
+                count, total = _TOTAL_SAMPLES_RE.search(text), _ACCUMULATOR_RE.search(text)
+                if count is None and total is None:
+                    return 0, 0.0  # not made yet
+                if count is not None and total is not None:
+                    try:
+                        return int(count.group(1)), parse_time(total.group(1))
+                    except UnitParseError:
+                        pass
+        return self.metric(name)[:2]
 
+
+_TOTAL_SAMPLES_RE = re.compile(r"TotalSamples: (\d+)")
+_ACCUMULATOR_RE = re.compile(r"Accumulator: (\S+)")
 # How far apart torch_xla may stamp a read and the execution it forced, beyond that execution's own duration.
 _PAIRING_SLACK_NS = 50_000_000
 # Barriers a compile or execution block waits for its metric sample before it goes out without it.
@@ -142,10 +133,13 @@ _EXECUTE_TIMES = metric_names("ExecuteTime")
 # The metrics whose samples become events, one sample each.
 _SAMPLED = ("CompileTime", *_EXECUTE_TIMES, "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
             "TransferToDeviceTime", "OutboundData")
+# Frames of the blocks seen, by their printed lines: a steady step prints the same ones every time.
+_MAX_FRAME_LISTS = 256
 
 
 class Harvester:
-    """Turns torch_xla's metrics and analysis blocks since the last call into xladev's events.
+    """Turns torch_xla's metrics and analysis blocks into xladev's events. Not thread-safe: the caller
+    serializes its calls.
 
     Args:
       source: the metrics (`MetricsSource`).
@@ -159,53 +153,73 @@ class Harvester:
         self.graphs = graphs
         self._counters = source.counters()
         self._seen = {name: source.metric(name)[0] for name in _SAMPLED}
-        self._seen_tracing = source.metric("LazyTracing")[:2]
+        self._seen_tracing = source.totals("LazyTracing")
         self._executed: set[str] = set()  # graphs run since their compile: a later run is a cache hit
         self._samples: dict[str, deque] = {name: deque() for name in _SAMPLED}
         self._compiles: deque[tuple[int, GraphEvent]] = deque()  # (step, block) waiting for its sample
         self._executions: deque[tuple[int, GraphEvent]] = deque()
         self._step = 0
-        # Samples torch_xla no longer kept when read (more than XLA_METRICS_SAMPLES in one step): the blocks after
-        # them get the wrong times, so the end of the run says how many (`Steps.finish`).
+        # The barriers whose transfers are not all placed: when each ended (unix seconds, torch_xla's clock for
+        # its samples), its step, and the `.item()` calls the counters saw in it.
+        self._barrier_ends: list[float] = []
+        self._barrier_steps: list[tuple[int, int]] = []
+        self._frames: dict[tuple[str, ...], tuple[Frame, ...]] = {}
+        # Samples torch_xla no longer kept when read (more than XLA_METRICS_SAMPLES between two reads): the blocks
+        # after them get the wrong times, so the end of the run says how many (`Steps.finish`).
         self.lost_samples = 0
 
-    def collect(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
-        """The events since the last call, in time order, all stamped with `step` except late executions.
+    def at_barrier(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
+        """What the barrier ending `step` can tell and no later read could: the counters' change and the tracing
+        time since the last barrier, and the analysis blocks printed since (kept, stamped `step`, until their
+        samples are read).
 
         Args:
           step: the step that is ending.
           at_ns: when it ended (`perf_counter_ns`): the time of what torch_xla gives no time of its own.
-          final: the end of the run: blocks still waiting for their sample are given without it.
+          final: the end of the run, not a barrier: its transfers are placed in `step` whatever their time.
 
         Returns:
-          Ops, compile, execute, transfer and fallback events (the barrier's own StepMarked is the caller's).
+          The step's ops and CPU fallback events.
         """
         self._step = step
-        now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
-        to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
         self.debug.read()
         if self.graphs is not None:
             self.graphs.read()
         for _ in range(len(self.debug.blocks)):
             block = self.debug.blocks.popleft()
             (self._compiles if block.kind == "compile" else self._executions).append((step, block))
-        for name in _SAMPLED:
-            self._take_samples(name)
         counters = self.source.counters()
         # A counter lower than before was cleared (`met.clear_counters()`, which torch_xla's dynamo bridge
         # calls): all of its value is new.
         delta = {name: value - before if value >= before else value
                  for name, value in counters.items() if value != (before := self._counters.get(name, 0))}
         self._counters = counters
-        graphs = self._graphs(to_perf, at_ns, final)
+        self._barrier_ends.append(float("inf") if final else time.time())
+        self._barrier_steps.append((step, delta.get(ITEM_COUNTER, 0)))
         ops = self._ops(step, at_ns, delta)
-        events: list[Event] = ([ops] if ops.counts or ops.tracing_count else []) + graphs
-        events += self._transfers(step, to_perf, delta.get(ITEM_COUNTER, 0), graphs)
+        events: list[Event] = [ops] if ops.counts or ops.tracing_count else []
         events += [FallbackOp(at_ns, step, name, None)
                    for name, count in delta.items() if name.startswith("aten::") and name != ITEM_COUNTER
                    for _ in range(count)]
-        events.sort(key=lambda event: event.time_ns)  # stable: ops first among events of the barrier's time
         return events
+
+    def from_samples(self, at_ns: int, final: bool = False) -> list[Event]:
+        """The compiles and executions whose samples arrived, and the transfers of the steps ended so far.
+
+        Args:
+          at_ns: now (`perf_counter_ns`): the time of a block given without its sample.
+          final: the end of the run (after `at_barrier(..., final=True)`): blocks still waiting for their sample
+            are given without it.
+
+        Returns:
+          Compile, execute and transfer events, each stamped with its step.
+        """
+        now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
+        to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
+        for name in _SAMPLED:
+            self._take_samples(name)
+        graphs = self._graphs(to_perf, at_ns, final)
+        return graphs + self._transfers(to_perf, graphs)
 
     def first_waiting_step(self) -> int | None:
         """The earliest step with a compile or execution still waiting for its time; None when none waits."""
@@ -223,7 +237,7 @@ class Harvester:
         self._samples[name].extend(samples[-new:] if new <= len(samples) else samples)
 
     def _ops(self, step: int, now: int, delta: dict[str, int]) -> OpsRecorded:
-        count, total = self.source.metric("LazyTracing")[:2]
+        count, total = self.source.totals("LazyTracing")
         seen_count, seen_total = self._seen_tracing if count >= self._seen_tracing[0] else (0, 0.0)
         self._seen_tracing = (count, total)
         ops = {name: n for name, n in delta.items() if name.startswith("xla::")}
@@ -231,6 +245,15 @@ class Harvester:
         # exact, so the event carries them as a log read back does (no per-op samples).
         return OpsRecorded(now, step, ops, int(total - seen_total), [], delta.get("CreateXlaTensor", 0),
                            delta.get("DestroyXlaTensor", 0), tracing_count=count - seen_count)
+
+    def _frames_of(self, block: GraphEvent) -> tuple[Frame, ...]:
+        key = tuple(block.frames)
+        frames = self._frames.get(key)
+        if frames is None:
+            frames = frames_of(block.frames)
+            if len(self._frames) < _MAX_FRAME_LISTS:
+                self._frames[key] = frames
+        return frames
 
     def _graphs(self, to_perf, at_ns: int, final: bool) -> list[Event]:
         events: list[Event] = []
@@ -244,7 +267,7 @@ class Harvester:
             self._executed.discard(block.graph_hash)
             memory = {_MEMORY_KEYS[column]: int(size) for column, size in block.sizes.items()
                       if column in _MEMORY_KEYS}
-            t, frames = to_perf(when) if when else at_ns, frames_of(block.frames)
+            t, frames = to_perf(when) if when else at_ns, self._frames_of(block)
             graph, recompiled = (self.graphs.compiled(block.graph_hash, frames, step, t, int(ns), block.name or None)
                                  if self.graphs is not None else (None, None))
             if recompiled is not None:
@@ -264,39 +287,62 @@ class Harvester:
             self._executed.add(block.graph_hash)
             events.append(GraphExecuted(to_perf(when) if when else at_ns, step, block.graph_hash, int(ns), cached,
                                         nodes, block.inputs or 0, block.outputs or 0, cause_of(block.cause),
-                                        frames_of(block.frames), graph_name=block.name or None))
+                                        self._frames_of(block), graph_name=block.name or None))
         if final:  # samples without a block: PT_XLA_DEBUG's output was not readable
             compile_times.clear()
             execute_times.clear()
         return events
 
-    def _transfers(self, step: int, to_perf, item_reads: int, graphs: list[Event]) -> list[Event]:
-        """Reads and uploads. A read that made a graph run takes that execution's frames (PyTorch/XLA's block names
-        the user's line): each such execution goes to the read nearest it in time, within the execution's own
-        duration (torch_xla stamps the two samples at slightly different moments, either first). A read of data
-        already on the device has no execution, and no frames."""
-        events: list[Event] = []
+    def _step_of(self, unix: float) -> int | None:
+        """The step a transfer at `unix` belongs to: that of the first barrier that ended after it; None when no
+        barrier has yet (its step is still running)."""
+        index = bisect.bisect_left(self._barrier_ends, unix)
+        return self._barrier_steps[index][0] if index < len(self._barrier_ends) else None
+
+    def _transfers(self, to_perf, graphs: list[Event]) -> list[Event]:
+        """Reads and uploads of the steps ended so far. A read that made a graph run takes that execution's frames
+        (PyTorch/XLA's block names the user's line): each such execution goes to the read nearest it in time,
+        within the execution's own duration (torch_xla stamps the two samples at slightly different moments,
+        either first). A read of data already on the device has no execution, and no frames."""
+        events: list[TransferFromDevice] = []
         reads, inbound = self._samples["TransferFromDeviceTime"], self._samples["InboundData"]
-        while reads:
+        items: dict[int, int] | None = None  # `.item()` calls per step not yet given to a read
+        while reads and (step := self._step_of(reads[0][0])) is not None:
             when, ns = reads.popleft()
             nbytes = int(inbound.popleft()[1]) if inbound else 0
-            kind = ".item()" if item_reads > 0 else "to host"
-            item_reads -= 1
-            events.append(TransferFromDevice(to_perf(when), step, nbytes, int(ns), kind, None))
+            items = dict(self._barrier_steps) if items is None else items
+            left = items.get(step, 0)
+            items[step] = left - 1
+            events.append(TransferFromDevice(to_perf(when), step, nbytes, int(ns), ".item()" if left > 0 else "to host",
+                                             None))
         for forced in graphs:
             if not isinstance(forced, GraphExecuted) or forced.cause.kind is not CauseKind.VALUE_ACCESS:
                 continue
-            free = [read for read in events if read.frames is None]
+            free = [read for read in events if read.frames is None and read.step == forced.step]
             if not free:
-                break
+                continue
             nearest = min(free, key=lambda read: abs(read.time_ns - forced.time_ns))
             if abs(nearest.time_ns - forced.time_ns) <= forced.execute_ns + _PAIRING_SLACK_NS:
                 nearest.frames = forced.frames
-        inbound.clear()
         uploads, outbound = self._samples["TransferToDeviceTime"], self._samples["OutboundData"]
-        while uploads:
+        moved: list[Event] = list(events)
+        while uploads and (step := self._step_of(uploads[0][0])) is not None:
             when, ns = uploads.popleft()
             nbytes = int(outbound.popleft()[1]) if outbound else 0
-            events.append(TransferToDevice(to_perf(when), step, nbytes, int(ns)))
-        outbound.clear()
-        return events
+            moved.append(TransferToDevice(to_perf(when), step, nbytes, int(ns)))
+        # A size sample without its time sample (or the other way) must not shift every later pair: the sizes
+        # kept are those of the transfers still waiting, the latest ones.
+        for sizes, times in ((inbound, reads), (outbound, uploads)):
+            while len(sizes) > len(times):
+                sizes.popleft()
+        self._forget_placed_barriers()
+        return moved
+
+    def _forget_placed_barriers(self) -> None:
+        """Drops the barriers no waiting transfer can fall in any more (all before the oldest waiting one)."""
+        waiting = [queue[0][0] for queue in (self._samples["TransferFromDeviceTime"],
+                                             self._samples["TransferToDeviceTime"]) if queue]
+        keep_from = bisect.bisect_left(self._barrier_ends, min(waiting)) if waiting else len(self._barrier_ends)
+        if keep_from:
+            del self._barrier_ends[:keep_from]
+            del self._barrier_steps[:keep_from]

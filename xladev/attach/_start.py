@@ -8,7 +8,8 @@ import sys
 from xladev.events import bus, ending
 from xladev.attach._barriers import Steps
 from xladev.attach._graphs import GraphDumps
-from xladev.attach._harvest import DebugFileTail, Harvester, MetricsSource
+from xladev.attach._debug_tail import DebugFileTail
+from xladev.attach._harvest import Harvester, MetricsSource
 
 
 def describe(version: str, outputs) -> dict:
@@ -40,7 +41,8 @@ def start(torch_xla, version: str, outputs) -> Steps | None:
     import torch_xla.debug.metrics as met
 
     graphs = GraphDumps(outputs.graph_dump) if outputs.graph_dump else None
-    steps = Steps(Harvester(MetricsSource(met), DebugFileTail(outputs.debug_file), graphs))
+    source = MetricsSource(met, getattr(torch_xla, "_XLAC", None))
+    steps = Steps(Harvester(source, DebugFileTail(outputs.debug_file), graphs))
     bus.api = "torch_xla"
     bus.describe_runtime = lambda: describe(version, outputs)
     wrapped = steps.wrap(xm.mark_step)

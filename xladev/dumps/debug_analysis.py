@@ -289,6 +289,11 @@ class DebugLog:
                 ops[name] = ops.get(name, 0) + entry["count"]
         return ops
 
+    def between_blocks(self) -> bool:
+        """True when no analysis block, summary or out-of-memory explainer is open: the next line starts afresh."""
+        return (self._open["Compilation"] is None and self._open["Execution"] is None and self._oom_open is None
+                and not self._in_summary)
+
     def finish(self) -> None:
         """Closes blocks left open at the end of the input, with a warning each."""
         for prefix, event in self._open.items():
