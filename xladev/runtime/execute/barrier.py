@@ -11,7 +11,7 @@ from typing import Callable
 
 from xladev.events import Cause, StepMarked, bus
 from xladev.runtime.graph import annotate, stack, steps
-from xladev.runtime.execute import closures as async_closures
+from xladev.runtime.execute import closures as async_closures, profile_memory
 from xladev.runtime.execute.execution import Execution, execution, lock
 from xladev.runtime.execute.step_memory import step_memory
 from xladev.runtime.graph.storage import pending_storages
@@ -48,6 +48,7 @@ class Barrier:
             end = time.perf_counter_ns()
             device_bytes, peak_bytes = step_memory.step_ended(ended, self.runner.scalar_bytes)
             bus.emit(StepMarked(end, ended, cause, end - start, frames, device_bytes, peak_bytes))
+        profile_memory.step_ended()
         self._run_closures(ended)
         annotate.barrier_end(ended)
 

@@ -150,7 +150,21 @@ def memory_info(device_index: int = 0) -> dict[str, int]:
     used = sum(live_buffers(device).values())
     with _lock:
         peak = _peaks[device_index] = max(_peaks.get(device_index, 0), used)
-    return {"bytes_used": used, "bytes_limit": _budgeted(_host_memory()), "peak_bytes_used": peak}
+    return {"bytes_used": used, "bytes_limit": limit_bytes(device), "peak_bytes_used": peak}
+
+
+def limit_bytes(device) -> int:
+    """What a device may hold: its allocator's limit where kept (a GPU), else the host's physical memory; the device
+    memory budget (XLADEV_DEVICE_MEMORY_LIMIT) where it is lower. 0 when no limit is known.
+
+    Args:
+      device: the jax device.
+
+    Returns:
+      Bytes.
+    """
+    stats = _stats(device)
+    return _budgeted(int(stats.get("bytes_limit", 0)) if stats else _host_memory())
 
 
 def _budgeted(limit: int) -> int:

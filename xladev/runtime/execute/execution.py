@@ -17,7 +17,7 @@ from xladev.events import (
     Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
 )
 from xladev.runtime.graph import annotate, backend, device_put, graph_names, stack, steps
-from xladev.runtime.execute import admission, donation, seeds, traced_call
+from xladev.runtime.execute import admission, donation, profile_memory, seeds, traced_call
 from xladev.runtime.execute.replica_guard import guard as replica_guard
 from xladev.runtime.compile.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -247,6 +247,8 @@ class Execution:
                 with annotate.execute_span(entry.hash, step, cause, entry.link or None, name, moved,
                                            entry.jax_calls):
                     outputs = traced_call.call(entry.executable, arrays)
+                profile_memory.graph_outputs(outputs, f"graph {name or entry.hash[:12]} at "
+                                                      f"{annotate.user_site(frames)}")
             else:
                 outputs = entry.executable(*arrays)
         except Exception as exc:

@@ -41,10 +41,10 @@ from xladev.runtime.graph import stack
 from xladev.schema.sites import short_site, site_of
 
 __all__ = [
-    "NULL", "add_args", "add_barrier_hook", "barrier_begin", "barrier_end", "call_jax_span", "closures_span",
-    "compile_span", "enabled", "execute_span", "fallback_span", "from_device_span", "hold_hooks", "release_hooks",
-    "remove_barrier_hook", "set_barrier_guard", "set_enabled", "sync_span", "to_device_span", "tracing_pause",
-    "tracing_resume",
+    "NULL", "add_args", "add_barrier_hook", "arg_text", "barrier_begin", "barrier_end", "call_jax_span",
+    "closures_span", "compile_span", "enabled", "execute_span", "fallback_span", "from_device_span", "hold_hooks",
+    "release_hooks", "remove_barrier_hook", "set_barrier_guard", "set_enabled", "sync_span", "to_device_span",
+    "tracing_pause", "tracing_resume",
 ]
 
 
@@ -93,7 +93,7 @@ def set_enabled(on: bool) -> None:
     _forced_off = not on
 
 
-def _text(value) -> str:
+def arg_text(value) -> str:
     """An argument value TraceMe keeps whole: its encoding (`name#k=v,k=v#`) cuts at `,` and `#`."""
     return str(value).replace(",", "\u201a").replace("#", "\uff03")
 
@@ -111,9 +111,9 @@ def compile_span(graph_hash: str, step: int, nodes: int, frames=None, name: str 
     """
     if _forced_off or not _is_enabled():
         return _NULL
-    title = f"xladev.compile {_text(name)}" if name else "xladev.compile"
-    extra = {"graph_name": _text(name)} if name else {}
-    return _Annotation(title, graph=graph_hash, step=step, nodes=nodes, site=_text(user_site(frames)), **extra)
+    title = f"xladev.compile {arg_text(name)}" if name else "xladev.compile"
+    extra = {"graph_name": arg_text(name)} if name else {}
+    return _Annotation(title, graph=graph_hash, step=step, nodes=nodes, site=arg_text(user_site(frames)), **extra)
 
 
 def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None = None, name: str | None = None,
@@ -134,44 +134,44 @@ def execute_span(graph_hash: str, step: int, cause, link: tuple[str, str] | None
     if _forced_off or not _is_enabled():
         return _NULL
     why = cause.kind.value + (f" ({cause.detail})" if cause.detail else "")
-    title = f"xladev.execute {_text(name)}" if name else "xladev.execute"
-    extra = {"graph_name": _text(name)} if name else {}
+    title = f"xladev.execute {arg_text(name)}" if name else "xladev.execute"
+    extra = {"graph_name": arg_text(name)} if name else {}
     if link is not None:
         extra.update(hlo_module=link[0], hlo_op=link[1])
     if collectives is not None:
         extra.update(collectives=collectives[0], collective_bytes=collectives[1])
     if jax_calls:
-        extra["jax_calls"] = _text("; ".join(jax_calls))
-    return _Annotation(title, graph=graph_hash, step=step, cause=_text(why), **extra)
+        extra["jax_calls"] = arg_text("; ".join(jax_calls))
+    return _Annotation(title, graph=graph_hash, step=step, cause=arg_text(why), **extra)
 
 
 def sync_span(kind: str, step: int):
     """`xladev.sync <kind>` around a value read: the graph it forces to run, and the copy to the host."""
     if _forced_off or not _is_enabled():
         return _NULL
-    kind = _text(kind)
-    return _Annotation(f"xladev.sync {kind}", kind=kind, site=_text(user_site()), step=step)
+    kind = arg_text(kind)
+    return _Annotation(f"xladev.sync {kind}", kind=kind, site=arg_text(user_site()), step=step)
 
 
 def fallback_span(op: str, step: int):
     """`xladev.fallback <op>` around an op run on the CPU: its operands' copies, the kernel, the results' upload."""
     if _forced_off or not _is_enabled():
         return _NULL
-    return _Annotation(f"xladev.fallback {op}", op=op, site=_text(user_site()), step=step)
+    return _Annotation(f"xladev.fallback {op}", op=op, site=arg_text(user_site()), step=step)
 
 
 def to_device_span(nbytes: int, step: int):
     """`xladev.to_device` around one host→device copy of `nbytes` bytes."""
     if _forced_off or not _is_enabled():
         return _NULL
-    return _Annotation("xladev.to_device", bytes=nbytes, site=_text(user_site()), step=step)
+    return _Annotation("xladev.to_device", bytes=nbytes, site=arg_text(user_site()), step=step)
 
 
 def from_device_span(nbytes: int, kind: str, step: int):
     """`xladev.from_device` around one device→host copy of `nbytes` bytes, for the access `kind`."""
     if _forced_off or not _is_enabled():
         return _NULL
-    return _Annotation("xladev.from_device", bytes=nbytes, kind=_text(kind), step=step)
+    return _Annotation("xladev.from_device", bytes=nbytes, kind=arg_text(kind), step=step)
 
 
 def closures_span(count: int, step: int):
@@ -185,14 +185,14 @@ def call_jax_span(name: str, step: int):
     """`xladev.call_jax <name>` around tracing and lowering a jax function for `call_jax` (a new specialization)."""
     if _forced_off or not _is_enabled():
         return _NULL
-    name = _text(name)
-    return _Annotation(f"xladev.call_jax {name}", function=name, site=_text(user_site()), step=step)
+    name = arg_text(name)
+    return _Annotation(f"xladev.call_jax {name}", function=name, site=arg_text(user_site()), step=step)
 
 
 def add_args(span, **args) -> None:
     """Adds arguments to an open span (no-op for `NULL`), e.g. a compile's recompilation reason."""
     if span is not _NULL and args:
-        span.set_metadata(**{k: _text(v) if isinstance(v, str) else v for k, v in args.items()})
+        span.set_metadata(**{k: arg_text(v) if isinstance(v, str) else v for k, v in args.items()})
 
 
 def set_barrier_guard(guard: Callable | None) -> None:
