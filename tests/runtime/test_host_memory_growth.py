@@ -18,19 +18,22 @@ from xladev.rules import HOST_GROWTH_MIN_PER_STEP
 # Enough steps for the watch's six rising samples: the step sampler takes one step in N, N growing with its cost.
 STEPS = 160
 ROWS = 512  # a 512 x 512 float32 copy: 1 MiB a step, the smallest growth the watch tells
+LIST_ROWS = 96  # 96 x 512 Python floats in lists: about 1.5 MiB a step, no tensor kept
 
 _SCRIPT = textwrap.dedent(f"""
     import sys
     import torch, xladev
 
-    keep = sys.argv[1] == "leak"
+    mode = sys.argv[1]
     w = torch.randn({ROWS}, {ROWS}, device="xla")
     history = []
     for step in range({STEPS}):
         out = w * 2 + step
         host = out.cpu()  # read to the host
-        if keep:
+        if mode == "leak":
             history.append(host)
+        elif mode == "lists":
+            history.append(host[:{LIST_ROWS}].tolist())  # kept as Python numbers
         else:
             host.sum().item()
         xladev.mark_step()
@@ -83,6 +86,17 @@ def test_the_report_finds_the_host_growth_in_either_output(leak_run, name):
     assert "memory-growing" not in findings, (findings["memory-growing"], told)  # the device held nothing more
 
 
+def test_python_objects_kept_are_told_at_the_line_that_made_them(tmp_path):
+    done = _run(tmp_path, "lists")
+    site = f"train.py:{line_of(str(tmp_path / 'train.py'), '# kept as Python numbers')}"
+    [record] = [r for r in map(json.loads, open(tmp_path / "run.jsonl")) if r["type"] == "memory_growing"]
+    assert record["space"] == "host" and "MemoryGrowthWarning: Host memory keeps growing" in done.stderr
+    top = record["holders"][0]
+    assert (top["kind"], top["line"]) == ("Python objects", site), record["holders"]
+    # 96 lists of 512 floats a step: at least the floats' 24 bytes and the lists' 8-byte slots each.
+    assert top["per_step_bytes"] >= LIST_ROWS * ROWS * 32, top
+
+
 def test_a_copy_read_and_dropped_is_not_told(tmp_path):
     done = _run(tmp_path, "healthy")
     assert "MemoryGrowthWarning" not in done.stderr
@@ -119,6 +133,17 @@ def test_a_rising_resident_set_that_no_kept_tensor_explains_is_not_told(dev):
     # arenas, XLA's caches): the watch must not call that a leak.
     fed = _Fed(iter(range(600 << 20, 700 << 20, 7 << 20)))
     assert _feed(fed.watch, range(2, 12)) == []
+
+
+def test_kept_python_objects_explain_the_rise_and_are_told_at_their_line(dev):
+    import tracemalloc
+
+    kept = []
+    fed = _Fed(iter(range(600 << 20, 700 << 20, 1 << 20)))
+    told = _feed(fed.watch, range(2, 12), lambda step: kept.append(bytearray(1 << 20)))  # kept bytes
+    assert len(told) == 1, told
+    assert f"Python objects made at test_host_memory_growth.py:{line_of(__file__, '# kept bytes')} " in told[0]
+    assert not tracemalloc.is_tracing()  # the watch stops what it started
 
 
 def test_kept_host_copies_explain_the_rise_and_are_told_at_their_line(dev):

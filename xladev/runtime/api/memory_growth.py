@@ -57,7 +57,9 @@ class RisingWatch:
 
     def reset(self) -> None:
         self._last: int | None = None
+        self._last_step: int | None = None
         self._rises = 0
+        self._rise_from: tuple[int, int] | None = None  # (step, bytes) of the sample before the first rise
         self._baseline: tuple[int, int, dict, int] | None = None  # step, bytes, census, graphs compiled
         self._told: set[tuple] = set()
         self._quiet_until = 0  # after a census pair, no more before this step: a run that keeps growing pays twice
@@ -74,6 +76,10 @@ class RisingWatch:
 
     def _start(self) -> None:
         """A first census was taken (growth is suspected): a hook."""
+
+    def _rate(self, per_step: float) -> float:
+        """The growth per step to judge and tell, from the one measured between the two censuses (a hook)."""
+        return per_step
 
     def _explained(self, per_step: float, holders: list[dict]) -> bool:
         """Whether what grew explains the growth well enough to tell it (a hook: the device's census always does)."""
@@ -96,12 +102,15 @@ class RisingWatch:
         if value is None:
             return
         last, self._last = self._last, value
+        last_step, self._last_step = self._last_step, step
         if last is None or value <= last:
             self._rises = 0
             self._baseline = None
             self._stop()
             return
         self._rises += 1
+        if self._rises == 1:
+            self._rise_from = (last_step, last)
         if self._rises == _BASELINE_AFTER:
             self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
             self._start()
@@ -116,7 +125,7 @@ class RisingWatch:
     def _tell(self, step: int, value: int, now: dict) -> None:
         from_step, from_bytes, before, graphs = self._baseline
         steps = step - from_step
-        per_step = (value - from_bytes) / steps
+        per_step = self._rate((value - from_bytes) / steps)
         if per_step < self.MIN_PER_STEP:
             return
         holders = _grown(before, now, steps)
