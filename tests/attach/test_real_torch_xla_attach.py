@@ -144,3 +144,19 @@ def test_a_step_is_in_the_log_once_its_execution_ended_not_at_the_next_barrier(t
         go.touch()
         out, err = job.communicate(timeout=300)
     assert job.returncode == 0, err[-3000:]
+
+
+def test_short_steps_each_get_their_own_tracing_time(torch_xla_python, tmp_path):
+    # Read every few barriers, each LazyTracing sample (one per traced op) goes to its step by time: a step's count
+    # is its own ops', and the run's count and total are torch_xla's own, to the nanosecond.
+    shutil.copy(Path(__file__).with_name("short_steps_job.py"), tmp_path)
+    log = tmp_path / "short.events.jsonl"
+    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
+                           torch_xla_python, "short_steps_job.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, PJRT_DEVICE="CPU"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, count, total = [line for line in done.stdout.splitlines() if line.startswith("LazyTracing ")][-1].split()
+    ops = [r for r in map(json.loads, log.read_text().splitlines()) if r["type"] == "ops"]
+    assert [r["step"] for r in ops] == list(range(400))
+    assert all(r["tracing_count"] == sum(r["counts"].values()) for r in ops[1:])  # one trace per op
+    assert sum(r["tracing_count"] for r in ops) == int(count) and sum(r["tracing_ns"] for r in ops) == int(total)

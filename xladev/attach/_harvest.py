@@ -2,9 +2,10 @@
 
 PyTorch/XLA exposes no callback per graph. What it does expose, the harvest reads in two places:
 - at each step barrier (`Harvester.at_barrier`), what only that moment can tell: the counters' change (ops
-  traced, CPU fallbacks, `.item()` calls), the tracing time (`LazyTracing`'s count and total), and the
-  PT_XLA_DEBUG analysis blocks appended to a file the adapter reads on (each compile's and execution's graph
-  hash, cause and Python frames; each compile's memory sizes): each is the step's that ends;
+  traced, CPU fallbacks, `.item()` calls) and the PT_XLA_DEBUG analysis blocks appended to a file the adapter
+  reads on (each compile's and execution's graph hash, cause and Python frames; each compile's memory sizes):
+  each is the step's that ends. The tracing time (`LazyTracing`, one sample per traced op) is read there too,
+  every few barriers when steps are short, each sample going to its step by time;
 - a little later (`Harvester.from_samples`, on the adapter's own thread), the metric samples, each with its time:
   one per compile, execution and transfer (`CompileTime`, `ExecuteTime`, `TransferFromDeviceTime`...).
   Reading them costs in proportion to the samples torch_xla keeps (1,024 per metric by default), not to the
@@ -19,7 +20,6 @@ what is still unpaired at the end of the run is given without the missing part, 
 from __future__ import annotations
 
 import bisect
-import re
 import time
 from collections import deque
 
@@ -34,7 +34,6 @@ from xladev.schema.counters import ITEM_COUNTER
 from xladev.sinks.analysis.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema.memory import SIZES
 from xladev.schema.metric_names import metric_names
-from xladev.schema.units import UnitParseError, parse_time
 
 # Sizes of the Post Compilation Analysis, by the debug-log reader's column -> the compile record's key.
 _MEMORY_KEYS = {size.column: key for key, size in SIZES.items()}
@@ -78,13 +77,11 @@ class MetricsSource:
 
     Args:
       met: `torch_xla.debug.metrics`.
-      xlac: `torch_xla._XLAC`, whose short report gives a metric's count and total without its samples; None:
-        they come from the samples' call.
+      xlac: `torch_xla._XLAC`, whose counter functions `met` wraps; None: `met`'s.
     """
 
     def __init__(self, met, xlac=None) -> None:
         self._met = met
-        self._short_report = getattr(xlac, "_short_xla_metrics_report", None)
         # `met`'s counter functions are one-line wrappers of these: called directly, a barrier saves a Python
         # call per counter.
         self._counter_names = getattr(xlac, "_xla_counter_names", met.counter_names)
@@ -102,28 +99,7 @@ class MetricsSource:
         count, total, *rest = data
         return int(count), float(total), list(rest[0]) if rest else []
 
-    def totals(self, name: str) -> tuple[int, float]:
-        """(count, total) of a time metric. torch_xla's samples' call copies every kept sample (about 50 µs for
-        1,024), its short report only prints them: a third of that."""
-        if self._short_report is not None:
-            try:
-                text = self._short_report([], [name])
-            except Exception:  # noqa: BLE001 - a version whose short report differs: the samples' call
-                text = None
-            if text is not None:
-                count, total = _TOTAL_SAMPLES_RE.search(text), _ACCUMULATOR_RE.search(text)
-                if count is None and total is None:
-                    return 0, 0.0  # not made yet
-                if count is not None and total is not None:
-                    try:
-                        return int(count.group(1)), parse_time(total.group(1))
-                    except UnitParseError:
-                        pass
-        return self.metric(name)[:2]
 
-
-_TOTAL_SAMPLES_RE = re.compile(r"TotalSamples: (\d+)")
-_ACCUMULATOR_RE = re.compile(r"Accumulator: (\S+)")
 # How far apart torch_xla may stamp a read and the execution it forced, beyond that execution's own duration.
 _PAIRING_SLACK_NS = 50_000_000
 # Barriers a compile or execution block waits for its metric sample before it goes out without it.
@@ -133,6 +109,11 @@ _EXECUTE_TIMES = metric_names("ExecuteTime")
 # The metrics whose samples become events, one sample each.
 _SAMPLED = ("CompileTime", *_EXECUTE_TIMES, "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
             "TransferToDeviceTime", "OutboundData")
+# The tracing time is read at a barrier this long after the last read, or once this many ops were traced since: a
+# read copies every sample torch_xla keeps (1,024 by default, one per traced op), so short steps share one, and no
+# sample is dropped before it is read.
+_TRACING_READ_S = 0.02
+_TRACES_PER_READ = 256
 # Frames of the blocks seen, by their printed lines: a steady step prints the same ones every time.
 _MAX_FRAME_LISTS = 256
 
@@ -153,7 +134,13 @@ class Harvester:
         self.graphs = graphs
         self._counters = source.counters()
         self._seen = {name: source.metric(name)[0] for name in _SAMPLED}
-        self._seen_tracing = source.totals("LazyTracing")
+        self._seen_tracing = source.metric("LazyTracing")[:2]
+        # Steps whose tracing time is not read yet: (step, barrier's ns, barrier's unix time, op counts, tensors
+        # created, destroyed). Read every few barriers (`_TRACING_READ_S`), each sample placed in its step by time.
+        self._untimed: list[tuple[int, int, float, dict, int, int]] = []
+        self._ops_since_read = 0
+        self._tracing_read_at = time.monotonic()
+        self._tracing_every_barrier = False  # samples were lost between two reads once: read at every barrier
         self._executed: set[str] = set()  # graphs run since their compile: a later run is a cache hit
         self._samples: dict[str, deque] = {name: deque() for name in _SAMPLED}
         self._compiles: deque[tuple[int, GraphEvent]] = deque()  # (step, block) waiting for its sample
@@ -194,17 +181,24 @@ class Harvester:
         delta = {name: value - before if value >= before else value
                  for name, value in counters.items() if value != (before := self._counters.get(name, 0))}
         self._counters = counters
-        self._barrier_ends.append(float("inf") if final else time.time())
+        unix = time.time()
+        self._barrier_ends.append(float("inf") if final else unix)
         self._barrier_steps.append((step, delta.get(ITEM_COUNTER, 0)))
-        ops = self._ops(step, at_ns, delta)
-        events: list[Event] = [ops] if ops.counts or ops.tracing_count else []
-        events += [FallbackOp(at_ns, step, name, None)
-                   for name, count in delta.items() if name.startswith("aten::") and name != ITEM_COUNTER
-                   for _ in range(count)]
+        ops = {name: n for name, n in delta.items() if name.startswith("xla::")}
+        created, destroyed = delta.get("CreateXlaTensor", 0), delta.get("DestroyXlaTensor", 0)
+        self._untimed.append((step, at_ns, unix, ops, created, destroyed))
+        self._ops_since_read += sum(ops.values())
+        events: list[Event] = [FallbackOp(at_ns, step, name, None)
+                               for name, count in delta.items() if name.startswith("aten::") and name != ITEM_COUNTER
+                               for _ in range(count)]
+        if (final or self._tracing_every_barrier or self._ops_since_read >= _TRACES_PER_READ
+                or time.monotonic() - self._tracing_read_at >= _TRACING_READ_S):
+            events += self._timed_ops()
         return events
 
     def from_samples(self, at_ns: int, final: bool = False) -> list[Event]:
-        """The compiles and executions whose samples arrived, and the transfers of the steps ended so far.
+        """The compiles and executions whose samples arrived, the transfers of the steps ended so far, and their
+        tracing time when it was not read for a while.
 
         Args:
           at_ns: now (`perf_counter_ns`): the time of a block given without its sample.
@@ -212,18 +206,22 @@ class Harvester:
             are given without it.
 
         Returns:
-          Compile, execute and transfer events, each stamped with its step.
+          Compile, execute, transfer and ops events, each stamped with its step.
         """
         now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
         to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
         for name in _SAMPLED:
             self._take_samples(name)
         graphs = self._graphs(to_perf, at_ns, final)
-        return graphs + self._transfers(to_perf, graphs)
+        events = graphs + self._transfers(to_perf, graphs)
+        if self._untimed and time.monotonic() - self._tracing_read_at >= _TRACING_READ_S:
+            events += self._timed_ops()  # the job stopped stepping: its last steps need not wait for a barrier
+        return events
 
     def first_waiting_step(self) -> int | None:
-        """The earliest step with a compile or execution still waiting for its time; None when none waits."""
-        steps = [queue[0][0] for queue in (self._compiles, self._executions) if queue]
+        """The earliest step with a compile, an execution or its tracing still waiting for its time; None when none
+        waits."""
+        steps = [queue[0][0] for queue in (self._compiles, self._executions, self._untimed) if queue]
         return min(steps) if steps else None
 
     def _take_samples(self, name: str) -> None:
@@ -236,15 +234,43 @@ class Harvester:
             self.lost_samples += new - len(samples)
         self._samples[name].extend(samples[-new:] if new <= len(samples) else samples)
 
-    def _ops(self, step: int, now: int, delta: dict[str, int]) -> OpsRecorded:
-        count, total = self.source.totals("LazyTracing")
+    def _timed_ops(self) -> list[Event]:
+        """The ops events of the steps since the last read, each with its tracing time: torch_xla keeps one
+        `LazyTracing` sample per traced op, stamped when it ends, so each new sample goes to the step whose barrier
+        came next. The count and total are exact; where more samples came than torch_xla keeps, the ones it no
+        longer has (the oldest) go to the first of those steps, and from then on the time is read at every
+        barrier."""
+        count, total, samples = self.source.metric("LazyTracing")
+        self._tracing_read_at = time.monotonic()
+        self._ops_since_read = 0
         seen_count, seen_total = self._seen_tracing if count >= self._seen_tracing[0] else (0, 0.0)
+        untimed, self._untimed = self._untimed, []
+        new = count - seen_count
+        kept = samples[-new:] if 0 < new <= len(samples) else samples if new > 0 else []
+        ends = [unix for _, _, unix, *_ in untimed]
+        # Traces after the last barrier are the running step's: left for the next read (the newest, so kept).
+        later = 0
+        while later < len(kept) and kept[len(kept) - 1 - later][0] > ends[-1]:
+            later += 1
+        if later:
+            count, total, new = count - later, total - sum(ns for _, ns in kept[-later:]), new - later
+            kept = kept[:-later]
         self._seen_tracing = (count, total)
-        ops = {name: n for name, n in delta.items() if name.startswith("xla::")}
-        # torch_xla keeps each trace's time only as a sample among its last ones: the count and total are
-        # exact, so the event carries them as a log read back does (no per-op samples).
-        return OpsRecorded(now, step, ops, int(total - seen_total), [], delta.get("CreateXlaTensor", 0),
-                           delta.get("DestroyXlaTensor", 0), tracing_count=count - seen_count)
+        spent = [[0.0, 0] for _ in untimed]
+        for when, ns in kept:
+            slot = spent[min(bisect.bisect_left(ends, when), len(untimed) - 1)]
+            slot[0] += ns
+            slot[1] += 1
+        if new > len(kept):
+            self._tracing_every_barrier = True
+            spent[0][0] += (total - seen_total) - sum(ns for _, ns in kept)
+            spent[0][1] += new - len(kept)
+        events: list[Event] = []
+        for (step, at_ns, _, ops, created, destroyed), (ns, traces) in zip(untimed, spent):
+            if ops or traces:
+                # The event carries the count and total, as a log read back does (no per-op samples).
+                events.append(OpsRecorded(at_ns, step, ops, int(ns), [], created, destroyed, tracing_count=traces))
+        return events
 
     def _frames_of(self, block: GraphEvent) -> tuple[Frame, ...]:
         key = tuple(block.frames)

@@ -9,13 +9,15 @@ it takes a second census. It tells the growth when it averaged at least `rules.H
 (the resident set moves by pages and arenas, so slower growth is not told) and CPU tensors kept from step to step
 account for at least half of it: what grew between the censuses, by line.
 
-A leak of Python objects holds no tensor (a list of per-step records, numpy copies kept): from the first census to
-the second, the watch also traces Python's allocations (`tracemalloc`, unless the job traces them already), and the
-second census counts the blocks allocated since then and still alive, by the innermost user line that allocated
-them. Tracing slows Python's allocations while it runs, so it runs only in those few steps of suspected growth, and
-its own records take resident memory too, so the growth is judged and told at its rate before tracing started. A
-resident set that rises with neither kept is not told: a healthy run's also rises for many steps while allocator
-arenas and XLA's caches fill, and nothing would name a line.
+A leak of Python objects holds no tensor (a list of per-step records kept). When a pair of censuses saw the resident
+set grow that fast with nothing kept that they count, the watch takes another pair at once (the last census as its
+first), and this time traces Python's allocations from the first census to the second (`tracemalloc`, one frame
+a block, unless the job traces them already): the second census also counts the blocks allocated since and still alive, by the line that allocated
+them where that line is the user's (objects a library function makes for the user are not named). Tracing slows a
+host-bound step about 4x while it runs, so it runs only then, once per suspicion; its own records take resident
+memory too, so the growth is judged and told at its rate before tracing started. A resident set that rises with
+neither kept is not told: a healthy run's also rises for many steps while allocator arenas and XLA's caches fill,
+and nothing would name a line.
 Where the resident set cannot be read (not Linux), the watch stays off.
 """
 
@@ -37,8 +39,6 @@ from xladev.schema.sites import is_user
 HOST_COPY = "host copy"  # a CPU tensor a device read made, at the line that read it
 CPU_TENSOR = "CPU tensor"  # any other CPU tensor: its line is not known
 PYTHON_OBJECTS = "Python objects"  # blocks Python allocated at a user line while the watch traced, still alive
-# Frames kept per traced allocation: enough to get past a library's frames to the user's line.
-_TRACE_FRAMES = 16
 EXPLAINED_SHARE = 0.5  # the least share of the resident growth that kept CPU tensors must account for
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -94,26 +94,15 @@ class _Frame:
 
 
 def python_census() -> dict[tuple[str, str], tuple[int, int]]:
-    """The blocks Python allocated since tracing started and still alive, by the innermost user line that allocated
-    them: {(PYTHON_OBJECTS, "file.py:LINE"): (bytes, blocks)}. Blocks allocated outside user code are left out, and
-    so are numpy's buffers, which `host_census` counts where a CPU tensor holds them."""
+    """The blocks Python allocated since tracing started and still alive, by the user line that allocated them:
+    {(PYTHON_OBJECTS, "file.py:LINE"): (bytes, blocks)}. Blocks allocated in library code are left out, and so are
+    numpy's buffers, which `host_census` counts where a CPU tensor holds them."""
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, 0)])
     out: dict[tuple[str, str], tuple[int, int]] = {}
-    lines: dict[tuple[str, int], str | None] = {}
-    for trace in tracemalloc.take_snapshot().traces:
-        if trace.domain != 0:  # numpy's buffers (its own domain): a CPU tensor's storage is often one
-            continue
-        line = None
-        for frame in reversed(trace.traceback):  # oldest first: the innermost frame is the last
-            key = (frame.filename, frame.lineno)
-            if key not in lines:
-                lines[key] = f"{os.path.basename(frame.filename)}:{frame.lineno}" if is_user(_Frame(frame.filename)) \
-                    else None
-            line = lines[key]
-            if line is not None:
-                break
-        if line is not None:
-            held = out.get((PYTHON_OBJECTS, line), (0, 0))
-            out[(PYTHON_OBJECTS, line)] = (held[0] + trace.size, held[1] + 1)
+    for stat in snapshot.statistics("lineno"):
+        frame = stat.traceback[0]
+        if is_user(_Frame(frame.filename)):
+            out[(PYTHON_OBJECTS, f"{os.path.basename(frame.filename)}:{frame.lineno}")] = (stat.size, stat.count)
     return out
 
 
@@ -125,6 +114,9 @@ class HostGrowthWatch(RisingWatch):
 
     def __init__(self) -> None:
         self._tracing = False  # tracemalloc started by the watch (not by the job)
+        # The last pair of censuses saw the resident set grow fast with nothing kept that it counts: the next pair
+        # traces Python's allocations (which slows a host-bound step about 4x while it runs, so not before).
+        self._suspect = False
         self._untraced_rate: float | None = None  # bytes a step the resident set rose before tracing started
         super().__init__()
 
@@ -149,22 +141,27 @@ class HostGrowthWatch(RisingWatch):
         # warming up: +6.9 MB a step at steps 10-13 of a small model's training). Only CPU tensors or Python objects
         # kept from step to step, accounting for at least half of the rise, make it a leak worth a warning.
         kept = sum(h["per_step_bytes"] for h in holders if h["buffers"] > 0)
-        return kept >= EXPLAINED_SHARE * per_step
+        explained = kept >= EXPLAINED_SHARE * per_step
+        self._suspect = not explained and not self._tracing  # traced and still unexplained: a healthy rise
+        return explained
+
+    def _look_again(self) -> bool:
+        return self._suspect
 
     def _start(self) -> None:
         transfers.host_copy_lines = {}  # from now on each device read's CPU copy is noted with its line
         if self._rise_from is not None and self._baseline is not None and self._baseline[0] > self._rise_from[0]:
             (from_step, from_bytes), (step, value) = self._rise_from, self._baseline[:2]
             self._untraced_rate = (value - from_bytes) / (step - from_step)
-        if not tracemalloc.is_tracing():  # a job tracing its own allocations keeps its settings, and is not read
-            tracemalloc.start(_TRACE_FRAMES)
+        if self._suspect and not tracemalloc.is_tracing():  # a job tracing its own keeps its settings, unread
+            tracemalloc.start(1)  # one frame a block: tracing's cheapest
             self._tracing = True
 
     def _stop(self) -> None:
         transfers.host_copy_lines = None
         self._untraced_rate = None
-        if self._tracing:
-            self._tracing = False
+        if self._tracing:  # one traced pair per suspicion, whatever its end: tracing is too dear to repeat
+            self._tracing = self._suspect = False
             tracemalloc.stop()
 
 

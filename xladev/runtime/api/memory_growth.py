@@ -77,6 +77,11 @@ class RisingWatch:
     def _start(self) -> None:
         """A first census was taken (growth is suspected): a hook."""
 
+    def _look_again(self) -> bool:
+        """Whether to take another pair of censuses at once, the one just taken as its first (a hook); else the
+        watch rests until twice this step, so that a run that keeps growing pays twice as rarely each time."""
+        return False
+
     def _rate(self, per_step: float) -> float:
         """The growth per step to judge and tell, from the one measured between the two censuses (a hook)."""
         return per_step
@@ -115,10 +120,16 @@ class RisingWatch:
             self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
             self._start()
         elif self._rises == _BASELINE_AFTER + _CONFIRM_AFTER and self._baseline is not None:
-            self._tell(step, value, self.census())
+            now = self.census()
+            self._tell(step, value, now)
+            self._stop()
+            if self._look_again():  # this census is the next pair's first, counted otherwise from now on
+                self._rises = _BASELINE_AFTER
+                self._baseline = (step, value, now, len(compile_cache.by_hash))
+                self._start()
+                return
             self._rises = 0
             self._baseline = None
-            self._stop()
             self._last = None
             self._quiet_until = 2 * step
 
