@@ -156,9 +156,9 @@ class Harvester:
         self.lost_samples = 0
 
     def at_barrier(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
-        """What the barrier ending `step` can tell and no later read could: the counters' change and the tracing
-        time since the last barrier, and the analysis blocks printed since (kept, stamped `step`, until their
-        samples are read).
+        """What the barrier ending `step` can tell and no later read could: the counters' change since the last
+        barrier and the analysis blocks printed since (kept, stamped `step`, until their samples are read); the
+        tracing time of the steps since the last read of it, when one is due (`_TRACING_READ_S`).
 
         Args:
           step: the step that is ending.
@@ -166,7 +166,7 @@ class Harvester:
           final: the end of the run, not a barrier: its transfers are placed in `step` whatever their time.
 
         Returns:
-          The step's ops and CPU fallback events.
+          The step's CPU fallback events, and the ops events of the steps whose tracing time was read.
         """
         self._step = step
         self.debug.read()
