@@ -54,6 +54,17 @@ def _run(python: str, name: str, tmp_path: Path, *script_args: str) -> Path:
     return log
 
 
+def _attach_job(python: str, tmp_path: Path, job: str) -> tuple[Path, str]:
+    """Runs one of this folder's jobs under `xladev attach`; returns its event log and what it printed."""
+    shutil.copy(Path(__file__).with_name(job), tmp_path)
+    log = tmp_path / f"{Path(job).stem}.events.jsonl"
+    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--", python, job],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, PJRT_DEVICE="CPU"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return log, done.stdout
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_the_adapters_log_is_diagnosed_as_pytorch_xlas_own_outputs_are(torch_xla_python, tmp_path, name):
     log = _run(torch_xla_python, name, tmp_path)
@@ -70,12 +81,7 @@ def test_the_tui_shows_the_adapters_log(torch_xla_python, torch_xla_version, tmp
 
 
 def test_each_barrier_is_named_in_pytorch_xlas_words(torch_xla_python, tmp_path):
-    shutil.copy(Path(__file__).with_name("barriers_job.py"), tmp_path)
-    log = tmp_path / "barriers.events.jsonl"
-    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
-                           torch_xla_python, "barriers_job.py"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, PJRT_DEVICE="CPU"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    log, _ = _attach_job(torch_xla_python, tmp_path, "barriers_job.py")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     steps = [(r["cause"]["kind"], r["site"].rsplit("/", 1)[-1]) for r in records if r["type"] == "step"]
     # torch_xla.compile syncs twice (the pending graph, then the region), StepTrace once, optimizer_step once.
@@ -149,13 +155,8 @@ def test_a_step_is_in_the_log_once_its_execution_ended_not_at_the_next_barrier(t
 def test_short_steps_each_get_their_own_tracing_time(torch_xla_python, tmp_path):
     # Read every few barriers, each LazyTracing sample (one per traced op) goes to its step by time: a step's count
     # is its own ops', and the run's count and total are torch_xla's own, to the nanosecond.
-    shutil.copy(Path(__file__).with_name("short_steps_job.py"), tmp_path)
-    log = tmp_path / "short.events.jsonl"
-    done = subprocess.run([sys.executable, "-m", "xladev.cli.main", "attach", "--log", str(log), "--",
-                           torch_xla_python, "short_steps_job.py"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, PJRT_DEVICE="CPU"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    _, count, total = [line for line in done.stdout.splitlines() if line.startswith("LazyTracing ")][-1].split()
+    log, stdout = _attach_job(torch_xla_python, tmp_path, "short_steps_job.py")
+    _, count, total = [line for line in stdout.splitlines() if line.startswith("LazyTracing ")][-1].split()
     ops = [r for r in map(json.loads, log.read_text().splitlines()) if r["type"] == "ops"]
     assert [r["step"] for r in ops] == list(range(400))
     assert all(r["tracing_count"] == sum(r["counts"].values()) for r in ops[1:])  # one trace per op
