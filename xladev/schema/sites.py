@@ -24,9 +24,14 @@ def is_xladev(frame) -> bool:
 
 def is_user(frame) -> bool:
     """True for a frame outside the standard library, site-packages, and xladev's own code."""
-    if frame.file.startswith("<"):
+    return is_user_file(frame.file)
+
+
+def is_user_file(file: str) -> bool:
+    """True for a source file outside the standard library, site-packages, and xladev's own code."""
+    if file.startswith("<"):
         return False
-    path = os.path.abspath(frame.file)
+    path = os.path.abspath(file)
     if path.startswith(_XLADEV) or "site-packages" in path or "dist-packages" in path:
         return False
     return not path.startswith(_STDLIB)

@@ -11,13 +11,13 @@ account for at least half of it: what grew between the censuses, by line.
 
 A leak of Python objects holds no tensor (a list of per-step records kept). When a pair of censuses saw the resident
 set grow that fast with nothing kept that they count, the watch takes another pair at once (the last census as its
-first), and this time traces Python's allocations from the first census to the second (`tracemalloc`, one frame
-a block, unless the job traces them already): the second census also counts the blocks allocated since and still alive, by the line that allocated
-them where that line is the user's (objects a library function makes for the user are not named). Tracing slows a
-host-bound step about 4x while it runs, so it runs only then, once per suspicion; its own records take resident
-memory too, so the growth is judged and told at its rate before tracing started. A resident set that rises with
-neither kept is not told: a healthy run's also rises for many steps while allocator arenas and XLA's caches fill,
-and nothing would name a line.
+first), and this time traces Python's allocations from the first census to the second (`tracemalloc`, one frame a
+block, unless the job traces them already): the second census also counts the blocks allocated since and still
+alive, by the line that allocated them where that line is the user's (objects a library function makes for the
+user are not named). Tracing slows a host-bound step about 4x while it runs, so it runs only then, once per
+suspicion; its own records take resident memory too, so the growth is judged and told at its rate before tracing
+started. A resident set that rises with neither kept is not told: a healthy run's also rises for many steps while
+allocator arenas and XLA's caches fill, and nothing would name a line.
 Where the resident set cannot be read (not Linux), the watch stays off.
 """
 
@@ -34,7 +34,7 @@ from xladev.runtime.api.memory_census import UNKNOWN_LINE
 from xladev.runtime.api.memory_growth import RisingWatch
 from xladev.runtime.execute import step_memory, transfers
 from xladev.runtime.record.tensor import XlaTensor
-from xladev.schema.sites import is_user
+from xladev.schema.sites import is_user_file
 
 HOST_COPY = "host copy"  # a CPU tensor a device read made, at the line that read it
 CPU_TENSOR = "CPU tensor"  # any other CPU tensor: its line is not known
@@ -84,15 +84,6 @@ def host_census() -> dict[tuple[str, str], tuple[int, int]]:
     return out
 
 
-class _Frame:
-    """A tracemalloc frame as `schema.sites.is_user` reads one."""
-
-    __slots__ = ("file",)
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-
 def python_census() -> dict[tuple[str, str], tuple[int, int]]:
     """The blocks Python allocated since tracing started and still alive, by the user line that allocated them:
     {(PYTHON_OBJECTS, "file.py:LINE"): (bytes, blocks)}. Blocks allocated in library code are left out, and so are
@@ -101,7 +92,7 @@ def python_census() -> dict[tuple[str, str], tuple[int, int]]:
     out: dict[tuple[str, str], tuple[int, int]] = {}
     for stat in snapshot.statistics("lineno"):
         frame = stat.traceback[0]
-        if is_user(_Frame(frame.filename)):
+        if is_user_file(frame.filename):
             out[(PYTHON_OBJECTS, f"{os.path.basename(frame.filename)}:{frame.lineno}")] = (stat.size, stat.count)
     return out
 

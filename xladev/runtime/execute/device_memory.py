@@ -59,17 +59,30 @@ def live_buffers_by_device(devices) -> dict:
     Returns:
       device -> (`buffer_key` -> bytes).
     """
-    jax = backend.jax_module()
     buffers: dict = {device: {} for device in devices}
-    for array in jax.live_arrays():
+    for device, key, _, data in live_shards(devices):
+        on = buffers[device]
+        on[key] = max(on.get(key, 0), data.nbytes)
+    return buffers
+
+
+def live_shards(devices):
+    """The pieces of the live, undeleted jax arrays that lie on `devices`, from one pass over the live arrays.
+
+    Args:
+      devices: jax devices.
+
+    Yields:
+      (device, `buffer_key`, the array, the piece's single-device data) per piece; a buffer several arrays share
+      comes once for each.
+    """
+    wanted = set(devices)
+    for array in backend.jax_module().live_arrays():
         if array.is_deleted():
             continue
         for shard in array.addressable_shards:
-            on = buffers.get(shard.device)
-            if on is not None:
-                key = buffer_key(shard.data)
-                on[key] = max(on.get(key, 0), shard.data.nbytes)
-    return buffers
+            if shard.device in wanted:
+                yield shard.device, buffer_key(shard.data), array, shard.data
 
 
 def buffers_on(array, device) -> list[tuple[int, int]]:

@@ -72,24 +72,15 @@ def step_ended() -> None:
 
 def _snapshot(devices) -> dict:
     """device -> {buffer key: (bytes, op, dtype, shape)} of the live buffers."""
-    jax = backend.jax_module()
     live: dict = {device: {} for device in devices}
     with _lock:
         made = dict(_made)
-    for array in jax.live_arrays():
-        if array.is_deleted():
-            continue
+    for device, key, array, data in device_memory.live_shards(devices):
         op = made.get(id(array))
-        for shard in array.addressable_shards:
-            on = live.get(shard.device)
-            if on is None:
-                continue
-            data = shard.data
-            key = device_memory.buffer_key(data)
-            known = on.get(key)
-            if known is None or (known[1] is None and op is not None):
-                # `[16x32]`: a bare number would be read as an integer, and a comma cuts TraceMe's argument.
-                on[key] = (data.nbytes, op, str(data.dtype), f"[{'x'.join(str(d) for d in data.shape)}]")
+        known = live[device].get(key)
+        if known is None or (known[1] is None and op is not None):
+            # `[16x32]`: a bare number would be read as an integer, and a comma cuts TraceMe's argument.
+            live[device][key] = (data.nbytes, op, str(data.dtype), f"[{'x'.join(str(d) for d in data.shape)}]")
     return live
 
 
