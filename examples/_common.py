@@ -137,7 +137,7 @@ def make_parser(description: str, *, steps: int, seed: int = 0) -> argparse.Argu
 
 
 class CompileCounter:
-    """Counts xla graph compiles (GraphCompiled events) while active; a context manager."""
+    """Counts xla graph compiles (Compile events) while active; a context manager."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -147,9 +147,9 @@ class CompileCounter:
         self.count += 1
 
     def __enter__(self) -> "CompileCounter":
-        from xladev.events import GraphCompiled, bus
+        from xladev.events import Compile, bus
 
-        self._sub = bus.subscribe(self, GraphCompiled)
+        self._sub = bus.subscribe(self, Compile)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import xladev
 from xladev import debug
 from xladev.cli.main import main as cli
-from xladev.events import GraphExecuted, bus
+from xladev.events import Execute, bus
 from xladev.sinks.save_tensors import DumpSink
 from tests.source_lines import line_of
 
@@ -46,7 +46,7 @@ def test_ir_text_names_ops_shapes_and_roots():
     assert out._st.value.op.name == "aten::_softmax"
     hash_before = debug.get_graph_hash([out])
     seen = []
-    with bus.subscribe(lambda e: seen.append(e.graph_hash), GraphExecuted):
+    with bus.subscribe(lambda e: seen.append(e.graph_hash), Execute):
         values = out.cpu()
     assert seen == [hash_before]
     assert torch.allclose(values.sum(-1), torch.ones(3))
@@ -121,7 +121,7 @@ def test_dump_has_one_record_per_step_with_the_executed_hashes(dump):
     model = nn.Linear(4, width).to("xla")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     hashes = []
-    with bus.subscribe(lambda e: hashes.append(e.graph_hash), GraphExecuted):
+    with bus.subscribe(lambda e: hashes.append(e.graph_hash), Execute):
         for _ in range(3):
             opt.zero_grad()
             model(torch.ones(2, 4).to("xla")).sum().backward()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from xladev.events import Bus, StepMarked
+from xladev.events import Bus, Step
 from xladev.events import Cause, CauseKind
 
 from tests.faults import runs
@@ -114,7 +114,7 @@ def test_a_failing_handler_is_told_once_not_per_event(capsys):
         raise OSError(28, "No space left on device")
 
     bus.subscribe(broken)
-    event = StepMarked(0, 0, Cause(CauseKind.USER_MARK_STEP), 0, None)
+    event = Step(0, 0, Cause(CauseKind.USER_MARK_STEP), 0, None)
     for _ in range(3):
         bus.emit(event)
     assert len(calls) == 3  # the handler is kept

@@ -34,7 +34,7 @@ def test_gpt2_s_logging_break_is_said_with_a_remedy_that_removes_it(events):
     import torch
 
     import xladev
-    from xladev.events import CauseKind, DynamoGraphBreak, GraphExecuted
+    from xladev.events import CauseKind, GraphBreak, Execute
     from xladev.rules.compile_rules import break_advice
 
     dev = xladev.device()
@@ -48,12 +48,12 @@ def test_gpt2_s_logging_break_is_said_with_a_remedy_that_removes_it(events):
         with context:
             for step in range(3):
                 if step == 2:
-                    breaks = [e.reason for e in events.of(DynamoGraphBreak)]
+                    breaks = [e.reason for e in events.of(GraphBreak)]
                     events.clear()
                 batch = {k: v.to(dev) for k, v in zoo._causal_batch(step).items()}
                 compiled(**batch).loss.backward()
                 xladev.mark_step()
-        programs = [e.graph_name for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        programs = [e.graph_name for e in events.of(Execute) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
         if remedy:
             assert not breaks and len(programs) == 2, (remedy, breaks, programs)
         else:

@@ -3,7 +3,7 @@ log without any step count is judged "unknown", never healthy."""
 
 from __future__ import annotations
 
-from xladev.events import Cause, CauseKind, Frame, GraphCompiled, StepMarked, TransferFromDevice
+from xladev.events import Cause, CauseKind, Frame, Compile, Step, TransferFromDevice
 from xladev.report import load
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
 
@@ -15,11 +15,11 @@ def _level1_log(tmp_path, steps: int, reads_per_step: int) -> str:
     path = tmp_path / "debug.txt"
     sink = AnalysisSink(1, DebugOutput(str(path)))
     cause = Cause(CauseKind.USER_MARK_STEP)
-    sink.on_event(GraphCompiled(1, 0, "ab" * 16, 10, 2, 1, 5_000_000, {}, cause, (USER,), None))
+    sink.on_event(Compile(1, 0, "ab" * 16, 10, 2, 1, 5_000_000, {}, cause, (USER,), None))
     for step in range(steps):
         for _ in range(reads_per_step):
             sink.on_event(TransferFromDevice(2, step, 4, 1000, ".item()", (USER,)))
-        sink.on_event(StepMarked(3, step, cause, 100, (USER,)))
+        sink.on_event(Step(3, step, cause, 100, (USER,)))
     sink.out.write(sink.summary_text())
     return str(path)
 

@@ -87,10 +87,10 @@ def run(device) -> dict[str, list[torch.Tensor]]:
 
 def main(out_path: str) -> None:
     import xladev
-    from xladev.events import FallbackOp, bus
+    from xladev.events import Fallback, bus
 
     fallbacks = []
-    sub = bus.subscribe(lambda e: fallbacks.append(e.name) if isinstance(e, FallbackOp) else None)
+    sub = bus.subscribe(lambda e: fallbacks.append(e.name) if isinstance(e, Fallback) else None)
     with warnings.catch_warnings(record=True) as caught:
         if not sys.warnoptions:  # with -W on the command line, its filters decide (the test's error run)
             warnings.simplefilter("always")  # every call's warning, not once per line

@@ -17,7 +17,7 @@ import torch
 import xladev
 import xladev.debug.metrics as met
 from examples import mlp
-from xladev.events import GraphExecuted, StepMarked, bus
+from xladev.events import Execute, Step, bus
 from xladev.runtime.api.runtime_state import executor
 
 STEPS = 8
@@ -29,12 +29,12 @@ def test_training_with_overlapped_steps_matches_cpu():
     xladev.mark_step(wait=True)
     assert bus.executions_may_lag, "a subscriber that needs exact barriers leaked from an earlier test"
     dispatched_async = []
-    executed: list[GraphExecuted] = []
+    executed: list[Execute] = []
 
     def on_step(step, loss):
         dispatched_async.append(bool(executor.in_flight))
 
-    with bus.subscribe(executed.append, GraphExecuted, late_executions_ok=True):
+    with bus.subscribe(executed.append, Execute, late_executions_ok=True):
         assert bus.executions_may_lag
         first_step = executor.step
         xla = mlp.train("xla", STEPS, seed=0, cfg=CFG, on_step=on_step)
@@ -71,13 +71,13 @@ def test_an_exact_subscriber_sees_each_execution_before_its_step_ends(dev):
     x = torch.ones(3, device=dev)
     x.add_(1)
     xladev.mark_step()  # left running: nobody needs it yet
-    with bus.subscribe(lambda e: order.append(type(e).__name__), (GraphExecuted, StepMarked)):
+    with bus.subscribe(lambda e: order.append(type(e).__name__), (Execute, Step)):
         assert order == [], "an execution dispatched before subscribing must not reach the new subscriber"
         for _ in range(3):
             x.mul_(2)
             xladev.mark_step()
             assert not executor.in_flight
-    assert order == ["GraphExecuted", "StepMarked"] * 3
+    assert order == ["Execute", "Step"] * 3
     assert x.cpu().tolist() == [16.0, 16.0, 16.0]
 
 

@@ -12,7 +12,7 @@ import xladev
 from examples import transformer
 from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
-from xladev.events import GraphCompiled, GraphExecuted, TransferFromDevice
+from xladev.events import Compile, Execute, TransferFromDevice
 from xladev.runtime.record import checkpoint as xla_checkpoint
 from xladev.runtime.compile.compilation import compile_cache
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
@@ -93,7 +93,7 @@ def test_nothing_is_read_from_the_device(dev, events, variant):
     events.clear()
     VARIANTS[variant](block, x).sum().backward()
     xladev.mark_step()
-    assert not events.of(TransferFromDevice) and len(events.of(GraphExecuted)) == 1
+    assert not events.of(TransferFromDevice) and len(events.of(Execute)) == 1
 
 
 def _decoder_backward(dev, checkpointed: bool) -> tuple:
@@ -117,7 +117,7 @@ def test_checkpointing_lowers_the_compiled_steps_peak_memory(dev, events):
         events.clear()
         xladev.mark_step()
         del model
-        [ran] = events.of(GraphExecuted)
+        [ran] = events.of(Execute)
         temps.append(compile_cache.by_hash[ran.graph_hash].memory["temp"])
     # XLA's memory analysis of each compiled graph: the activations of the recomputed layers are not all live at once.
     plain, checkpointed = temps
@@ -137,7 +137,7 @@ def test_debug_analysis_counts_the_recomputed_ops(dev, events, tmp_path):
         xladev.mark_step()
     finally:
         sink.stop()
-    [compiled] = events.of(GraphCompiled)
+    [compiled] = events.of(Compile)
     count = compiled.graph.recomputed_ops()
     # Each region's recomputation records its four ops again; the backward reads two of them (the first addmm and
     # the tanh), and only those are in the graph.
@@ -162,7 +162,7 @@ def test_training_compiles_one_step_graph(dev, events):
         optimizer.zero_grad()
         xladev.mark_step()
     # The first step differs (no gradients existed before it); every later step runs one cached graph.
-    assert len(events.of(GraphCompiled)) <= 2 and len(events.of(GraphExecuted)) == 4
+    assert len(events.of(Compile)) <= 2 and len(events.of(Execute)) == 4
 
 
 def test_non_reentrant_works_with_autograd_grad_and_sequential(dev):

@@ -21,7 +21,7 @@ import torch
 
 import xladev
 from tests.models.tolerances import ORACLE, U
-from xladev.events import DynamoGraphBreak
+from xladev.events import GraphBreak
 
 O = torch.optim
 LR = 0.01
@@ -77,7 +77,7 @@ def _train(name: str, dtype: torch.dtype, device: torch.device | None = None) ->
 def test_a_compiled_optimizer_step_trains_as_eager_cpu(name, events):
     got, _ = _train(name, torch.float32, xladev.device())
     # A compiled step meets two breaks that cost nothing (torch.optim's own, xladev's step hook): not said.
-    assert not events.of(DynamoGraphBreak), [e.reason for e in events.of(DynamoGraphBreak)]
+    assert not events.of(GraphBreak), [e.reason for e in events.of(GraphBreak)]
     (want, step), (f32, _) = _train(name, torch.float64), _train(name, torch.float32)
     for i, (have, exact, single) in enumerate(zip(got, want, f32)):
         bound = ORACLE * float((single - exact).abs().max()) + U * STEPS * (16 * step + 4 * exact.abs())

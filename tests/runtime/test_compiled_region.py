@@ -13,7 +13,7 @@ import torch.nn as nn
 import xladev
 import xladev.debug.metrics as met
 from tests.source_lines import line_of
-from xladev.events import CauseKind, GraphCompiled, GraphExecuted, Recompiled
+from xladev.events import CauseKind, Compile, Execute, Recompile
 from xladev.runtime.execute.admission import ExecutionNotAllowedError
 from xladev.sinks import eventlog_writer
 from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
@@ -45,11 +45,11 @@ def test_a_compiled_step_is_one_named_graph_per_call_and_trains_as_the_lazy_step
         xladev.mark_step()
         events.clear()
         got = step(comp, opt_comp, x, y)
-        executed = events.of(GraphExecuted)
+        executed = events.of(Execute)
         # Nothing was pending before the call: one graph, the whole step, run under the function's name.
         assert [(e.cause.kind, e.graph_name) for e in executed] == [(CauseKind.COMPILE_REGION, "_train_step")]
         assert got.item() == expected.item()  # the same ops in the same order: bit for bit
-    assert not events.of(Recompiled)
+    assert not events.of(Recompile)
 
 
 def test_the_pending_graph_is_synced_first_under_its_own_name(events):
@@ -57,11 +57,11 @@ def test_the_pending_graph_is_synced_first_under_its_own_name(events):
     pending = x * 3
     named = xladev.compile(lambda t: t.sum(), name="toy")
     out = named(x)
-    compiled = events.of(GraphCompiled)
+    compiled = events.of(Compile)
     assert [(e.cause.kind, e.graph_name) for e in compiled] == [
         (CauseKind.COMPILE_PENDING, "toy_clear_pending"), (CauseKind.COMPILE_REGION, "toy")]
     # The region's two syncs share the caller's line; they are two barriers, not a recompilation.
-    assert not events.of(Recompiled)
+    assert not events.of(Recompile)
     assert out.item() == x.shape[0] and pending[0].item() == 3
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 
 def _eps(dtype: torch.dtype) -> float:
@@ -40,7 +40,7 @@ def _product_bound(a, b, k: int) -> float:
 
 def _no_fallbacks(events) -> None:
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
 
 
 @pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])

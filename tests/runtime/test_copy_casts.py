@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128]
@@ -101,7 +101,7 @@ def test_copy_into_device_converts_like_eager(direction, events):
     xladev.mark_step()
     for src_dtype, dst_dtype, got, want in pending:
         _assert_same(got.cpu(), want, f"{direction} {src_dtype} -> {dst_dtype}")
-    assert events.of(FallbackOp) == []
+    assert events.of(Fallback) == []
 
 
 def test_copy_from_device_to_host_converts_like_eager():

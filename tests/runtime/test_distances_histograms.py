@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 EPS = torch.finfo(torch.float32).eps
 M = 5
@@ -36,7 +36,7 @@ def close(got, want, terms: int):
 
 
 def no_fallback(events):
-    assert not events.of(FallbackOp), [e.name for e in events.of(FallbackOp)]
+    assert not events.of(Fallback), [e.name for e in events.of(Fallback)]
 
 
 def grads_both(fn, inputs):

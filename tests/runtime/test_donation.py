@@ -14,14 +14,14 @@ import torch
 import xladev
 import xladev.debug.metrics as met
 from xladev._flags import config
-from xladev.events import GraphCompiled, GraphExecuted
+from xladev.events import Compile, Execute
 from xladev.graphdiff import GraphSummary, InputSummary, differences
 from tests.parity_bounds import assert_adam_params_close, assert_sgd_params_close, gradient_scale
 
 
 def _donated(events) -> list[int]:
     """Inputs donated in each graph that ran (compiled now or found in the cache)."""
-    return [sum(i.donated for i in e.graph.summary().inputs) for e in events.of(GraphExecuted)]
+    return [sum(i.donated for i in e.graph.summary().inputs) for e in events.of(Execute)]
 
 
 def _fresh(dev, *values):
@@ -56,10 +56,10 @@ def test_training_donates_parameters_and_optimizer_state(dev, events):
     donated = _donated(events)
     assert donated[0] >= len(params) and donated[-1] >= 3 * len(params), donated
     # PyTorch/XLA samples the metric once per compile (0 included), with that executable's number of aliases.
-    compiled = [e.donated for e in events.of(GraphCompiled)]
+    compiled = [e.donated for e in events.of(Compile)]
     samples = met.metric_data("InputOutputAliasCount")
     assert samples is not None and (samples[0], samples[1]) == (len(compiled), sum(compiled)), (samples, compiled)
-    compiled = events.of(GraphCompiled)[-1]
+    compiled = events.of(Compile)[-1]
     assert compiled.memory.get("alias", 0) > 0, "XLA's memory analysis shows no aliased bytes"
     # Within what float32 rounding and 4 AdamW steps allow (tests/parity_bounds), as any other training.
     names = {id(q): name for name, q in cpu_model.named_parameters()}
@@ -186,5 +186,5 @@ def test_a_buffer_held_for_once_is_copied_not_recompiled(dev, events):
     events.clear()
     w.add_(1.0)
     xladev.mark_step()
-    assert events.of(GraphCompiled) == [] and len(events.of(GraphExecuted)) == 1
+    assert events.of(Compile) == [] and len(events.of(Execute)) == 1
     assert other.cpu().tolist() == [2.0, 3.0, 4.0, 6.0] and w.cpu().tolist() == [3.0, 4.0, 5.0, 7.0]

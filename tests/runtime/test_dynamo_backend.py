@@ -21,7 +21,7 @@ from examples._common import train_step
 from tests import parity_bounds
 from tests.source_lines import line_of
 from xladev.events import (
-    CauseKind, DynamoGraphBreak, DynamoRecompiled, GraphCompiled, GraphExecuted, OpsRecorded, TransferToDevice,
+    CauseKind, GraphBreak, DynamoRecompile, Compile, Execute, Ops, TransferToDevice,
 )
 from xladev.runtime.graph.ir import DataNode, ScalarNode
 from xladev.sinks import eventlog_writer
@@ -52,7 +52,7 @@ def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_af
         got = train_step(model, opt_compiled, nn.functional.cross_entropy, x.to(dev), y.to(dev))
         xladev.mark_step()
         assert got.item() == pytest.approx(expected.item(), rel=parity_bounds.loss_rtol(), abs=0)
-        programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        programs = [e for e in events.of(Execute) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
         if step == 0:
             # The index counts TorchDynamo's compiles of `Sequential.forward` in this process: another test in the
             # same worker may have compiled one before. Every step runs the graphs of the first.
@@ -64,9 +64,9 @@ def test_training_through_the_backend_trains_as_eager_cpu_and_records_nothing_af
             # optimizer state stay on the device.
             uploads = sorted(e.nbytes for e in events.of(TransferToDevice))
             assert [n for n in uploads if n > 8] == sorted([8 * width * 4, 8 * 8]), uploads
-            assert not events.of(GraphCompiled)
+            assert not events.of(Compile)
             # The compiled forward and backward record no op: only the loss and the optimizer, lazily.
-            recorded = {name for e in events.of(OpsRecorded) for name in e.counts}
+            recorded = {name for e in events.of(Ops) for name in e.counts}
             assert recorded and not recorded & {"aten::addmm", "aten::gelu", "aten::gelu_backward", "aten::mm"}
     names = {id(p): n for n, p in cpu.named_parameters()}
     parity_bounds.assert_adam_params_close({n: p.detach().cpu() for n, p in compiled.named_parameters()},
@@ -105,7 +105,7 @@ def test_a_graph_break_names_torchdynamos_reason_and_the_users_line(tmp_path, ev
         xladev.mark_step()
     finally:
         eventlog_writer.stop()
-    breaks = events.of(DynamoGraphBreak)
+    breaks = events.of(GraphBreak)
     assert breaks and breaks[0].by == "dynamo" and "print" in breaks[0].reason
     line = line_of(__file__, "break-line")
     assert (breaks[0].frames[0].file, breaks[0].frames[0].line) == (__file__, line)
@@ -126,7 +126,7 @@ def test_an_op_that_needs_the_host_makes_its_graph_run_lazily_and_says_which(eve
 
     a = torch.randn(4, 4)
     got = f(a.to(dev))
-    lazy = [e for e in events.of(DynamoGraphBreak) if e.by == "xladev"]
+    lazy = [e for e in events.of(GraphBreak) if e.by == "xladev"]
     assert lazy and "aten::linalg_ldl_factor" in lazy[0].reason and "runs lazily" in lazy[0].reason
     expected = torch.linalg.ldl_factor(a @ a.mT + 4 * torch.eye(4))[0] * 2
     assert torch.allclose(got.cpu(), expected, rtol=0, atol=64 * torch.finfo(torch.float32).eps * 8)
@@ -148,7 +148,7 @@ def test_a_guard_failure_is_a_dynamo_recompile_in_the_analysis_and_assert_no_rec
         xladev.mark_step()
     finally:
         sink.stop()
-    recompiled = events.of(DynamoRecompiled)
+    recompiled = events.of(DynamoRecompile)
     assert [e.guard for e in recompiled] == ["tensor 'x' size mismatch at index 0. expected 3, actual 5"]
     text = (tmp_path / "debug.txt").read_text()
     line = line_of(__file__, "guard-line")
@@ -291,7 +291,7 @@ def test_a_compiled_optimizer_step_trains_as_eager_cpu(events, capturable):
         xladev.mark_step()  # the gradients are device data: the step's program is all that runs next
         events.clear()
         opt_step()
-        programs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
+        programs = [e for e in events.of(Execute) if e.cause.kind is CauseKind.DYNAMO_EXECUTE]
         if capturable:
             assert len(programs) == 1 and programs[0].graph_name.endswith("inference")
         else:
@@ -299,13 +299,13 @@ def test_a_compiled_optimizer_step_trains_as_eager_cpu(events, capturable):
             if step == 0:  # said once, when traced, with the remedy the report gives
                 from xladev.rules.compile_rules import break_advice
 
-                said = [e.reason for e in events.of(DynamoGraphBreak) if "is a cpu tensor" in e.reason]
+                said = [e.reason for e in events.of(GraphBreak) if "is a cpu tensor" in e.reason]
                 assert said and "capturable=True" in break_advice(said[0])
         if step >= 2 and capturable:
-            assert not events.of(GraphCompiled)
+            assert not events.of(Compile)
             # Nothing recorded op by op: the writes into 4 parameters, their 8 state tensors and steps are the
             # program's own outputs.
-            assert not {name for e in events.of(OpsRecorded) for name in e.counts}
+            assert not {name for e in events.of(Ops) for name in e.counts}
         xladev.mark_step()
     names = {id(p): n for n, p in cpu.named_parameters()}
     parity_bounds.assert_adam_params_close({n: p.detach().cpu() for n, p in lazy.named_parameters()},
@@ -378,7 +378,7 @@ def test_a_compiled_function_of_cpu_tensors_computes_each_call_and_is_no_graph_b
     model = nn.Linear(4, 2)
     x = torch.randn(3, 4)
     assert torch.equal(torch.compile(model, backend="xladev")(x), model(x))
-    assert events.of(DynamoGraphBreak) == [] and events.of(GraphCompiled) == []
+    assert events.of(GraphBreak) == [] and events.of(Compile) == []
 
 
 def test_a_compiled_copy_between_its_inputs_is_written_by_its_program_and_copies_the_value(events):
@@ -388,8 +388,8 @@ def test_a_compiled_copy_between_its_inputs_is_written_by_its_program_and_copies
     a_dev, b_dev = torch.zeros(5).to(dev), b.to(dev)
     f(a_dev, b_dev)
     # AOTAutograd makes the copy a value (aten.copy), then the write: one program, nothing lazy.
-    assert [e.cause.kind for e in events.of(GraphExecuted)] == [CauseKind.DYNAMO_EXECUTE]
-    assert not [e for e in events.of(DynamoGraphBreak) if e.by == "xladev"]
+    assert [e.cause.kind for e in events.of(Execute)] == [CauseKind.DYNAMO_EXECUTE]
+    assert not [e for e in events.of(GraphBreak) if e.by == "xladev"]
     assert torch.equal(a_dev.cpu(), b)
     b_dev.add_(1)  # the copy holds the value, not the other tensor's buffer
     xladev.mark_step()
@@ -451,7 +451,7 @@ def test_a_donated_inputs_old_value_still_read_elsewhere_is_copied_first(events)
     events.clear()
     f(a_dev, g_dev)
     f(a_dev, g_dev)  # the second call's old value is the first call's output: donated
-    assert [e.cause.kind for e in events.of(GraphExecuted)] == [CauseKind.DYNAMO_EXECUTE] * 2
+    assert [e.cause.kind for e in events.of(Execute)] == [CauseKind.DYNAMO_EXECUTE] * 2
     assert type(pending._st.value) is not DataNode
     want_pending, want_other = a * 3, a.clone()
     a.mul_(g).mul_(g)
@@ -512,9 +512,9 @@ def test_a_weights_transpose_saved_for_the_backward_is_a_view_the_backward_progr
         out.square().sum().backward()
         xladev.mark_step()
     assert ("2", True, (16, 3)) in saved  # the second Linear's t(weight): a view sharing the weight's storage
-    kinds = [e.cause.kind for e in events.of(GraphExecuted)]
+    kinds = [e.cause.kind for e in events.of(Execute)]
     assert kinds.count(CauseKind.DYNAMO_EXECUTE) == 2 and CauseKind.DYNAMO_INPUTS in kinds  # the loss's gradient
-    inputs_graphs = [e for e in events.of(GraphExecuted) if e.cause.kind is CauseKind.DYNAMO_INPUTS]
+    inputs_graphs = [e for e in events.of(Execute) if e.cause.kind is CauseKind.DYNAMO_INPUTS]
     assert all(e.num_outputs == 1 for e in inputs_graphs)  # only the loss's gradient, no transpose
     cpu(x).square().sum().backward()
     parity_bounds.assert_gradients_close({n: p.grad.cpu() for n, p in model.named_parameters()},
@@ -539,7 +539,7 @@ def test_a_compiled_loss_trains_in_two_programs_a_step_the_gradient_seed_a_const
         loss.backward()
         xladev.mark_step()
         if step >= 1:  # the first call traces, and computes the seed once for every later call
-            assert [e.cause.kind for e in events.of(GraphExecuted)] == [CauseKind.DYNAMO_EXECUTE] * 2
+            assert [e.cause.kind for e in events.of(Execute)] == [CauseKind.DYNAMO_EXECUTE] * 2
     nn.functional.cross_entropy(cpu(x), y).backward()
     assert loss.item() == pytest.approx(nn.functional.cross_entropy(cpu(x), y).item(), rel=parity_bounds.loss_rtol(),
                                         abs=0)

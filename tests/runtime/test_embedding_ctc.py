@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -59,7 +59,7 @@ def compare(cases, events, terms):
     events.clear()
     pending = [(name, run_on_both(fn, leaves, events)) for name, fn, leaves in cases]
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     for name, (on_xla, on_cpu) in pending:
         for i, (got, want) in enumerate(zip(on_xla, on_cpu)):
             assert_close(got, want, terms, f"{name} result {i}")
@@ -122,7 +122,7 @@ def test_embedding_bag_module_trains_like_cpu(events):
             F.mse_loss(model(x.to(device)), y.to(device)).backward()
             opt.step()
         xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     for (name, a), (_, b) in zip(on_xla.state_dict().items(), cpu.state_dict().items()):
         assert_close(a, b, 32, name)  # two steps of 15-term bags and 4-term products, twice
 

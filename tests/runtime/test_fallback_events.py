@@ -11,7 +11,7 @@ import torch
 
 import xladev
 from xladev.events import (
-    CauseKind, FallbackOp, GraphCompiled, GraphExecuted, OpsRecorded, StepMarked, TransferFromDevice,
+    CauseKind, Fallback, Compile, Execute, Ops, Step, TransferFromDevice,
     TransferToDevice,
 )
 
@@ -24,7 +24,7 @@ def test_fallback_ops_match_eager_and_are_counted(dev, events):
     torch.testing.assert_close(counts.cpu(), expected[1])
     selected = x.to(dev)[x.to(dev) > 0]          # masked selection goes through nonzero
     torch.testing.assert_close(selected.cpu(), x[x > 0])
-    names = [e.name for e in events.of(FallbackOp)]
+    names = [e.name for e in events.of(Fallback)]
     assert "aten::unique_consecutive" in names
     assert any(n.startswith("aten::nonzero") or n.startswith("aten::masked_select") or n.startswith("aten::index")
                for n in names), names
@@ -65,7 +65,7 @@ def test_inplace_fallback_writes_back_through_aliases(dev):
 def _step_events(log):
     kinds = []
     for e in log.events:
-        if isinstance(e, (GraphCompiled, GraphExecuted, StepMarked, TransferFromDevice, FallbackOp)):
+        if isinstance(e, (Compile, Execute, Step, TransferFromDevice, Fallback)):
             kinds.append(type(e).__name__)
     return kinds
 
@@ -78,17 +78,17 @@ def test_events_for_plain_step(dev, events):
     w.mul_(3)
     xladev.mark_step()
     kinds = _step_events(events)
-    assert kinds == ["GraphCompiled", "GraphExecuted", "StepMarked"]
-    compiled, executed = events.of(GraphCompiled)[0], events.of(GraphExecuted)[0]
+    assert kinds == ["Compile", "Execute", "Step"]
+    compiled, executed = events.of(Compile)[0], events.of(Execute)[0]
     assert compiled.graph_hash == executed.graph_hash and len(compiled.graph_hash) == 32
     assert compiled.cause.kind is CauseKind.USER_MARK_STEP
     assert compiled.compile_ns > 0 and executed.execute_ns > 0 and not executed.cached
     assert compiled.memory["output"] == 16
     assert compiled.frames and compiled.frames[0].name == "mark_step"
     assert any(f.file == __file__ for f in compiled.frames)
-    ops = events.of(OpsRecorded)[0]
+    ops = events.of(Ops)[0]
     assert ops.counts.get("aten::mul") == 1
-    assert events.of(StepMarked)[0].cause.kind is CauseKind.USER_MARK_STEP
+    assert events.of(Step)[0].cause.kind is CauseKind.USER_MARK_STEP
 
 
 def test_events_for_item_in_step(dev, events):
@@ -98,7 +98,7 @@ def test_events_for_item_in_step(dev, events):
     assert value == 6.0
     transfers = events.of(TransferFromDevice)
     assert len(transfers) == 1 and transfers[0].kind == ".item()" and transfers[0].nbytes == 4
-    executed = events.of(GraphExecuted)[0]
+    executed = events.of(Execute)[0]
     assert executed.cause.kind is CauseKind.VALUE_ACCESS and executed.cause.detail == ".item()"
     assert any(f.file == __file__ for f in transfers[0].frames)
 
@@ -107,7 +107,7 @@ def test_events_for_print(dev, events, capsys):
     t = torch.ones(2, device=dev) + 1
     print(t)
     assert "tensor([2., 2.], device='xla:0')" in capsys.readouterr().out
-    assert events.of(GraphExecuted)[0].cause.detail == "print"
+    assert events.of(Execute)[0].cause.detail == "print"
     assert events.of(TransferFromDevice)[0].kind == "print"
 
 
@@ -117,15 +117,15 @@ def test_events_for_print(dev, events, capsys):
 ])
 def test_each_value_access_names_its_kind(dev, events, access, kind):
     access(torch.ones(2, device=dev) * 3)
-    assert events.of(GraphExecuted)[0].cause.detail == kind
+    assert events.of(Execute)[0].cause.detail == kind
 
 
 def test_events_for_fallback(dev, events):
     x = torch.tensor([[1.0, 5.0, 3.0]]).to(dev) * 2
     torch.unique_consecutive(x, return_counts=True)  # data-dependent output shape: stays on the CPU
-    fallback = events.of(FallbackOp)
+    fallback = events.of(Fallback)
     assert [f.name for f in fallback] == ["aten::unique_consecutive"]
-    executed = events.of(GraphExecuted)[0]
+    executed = events.of(Execute)[0]
     assert executed.cause.kind is CauseKind.FALLBACK and executed.cause.detail == "aten::unique_consecutive"
     assert events.of(TransferFromDevice)[0].kind == "aten::unique_consecutive"
     # the input's upload, then its three outputs going back to the device: three values (float32), the
@@ -141,8 +141,8 @@ def test_events_for_changed_input_shape(dev, events):
         x = torch.ones(batch, 4).to(dev)
         y = x @ w
         xladev.mark_step()
-    compiles = events.of(GraphCompiled)
-    executes = events.of(GraphExecuted)
+    compiles = events.of(Compile)
+    executes = events.of(Execute)
     assert len(executes) == 3 and [e.cached for e in executes] == [False, True, False]
     assert len(compiles) == 2 and compiles[0].graph_hash != compiles[1].graph_hash
     assert len(events.of(TransferToDevice)) >= 3
@@ -156,7 +156,7 @@ def test_events_for_device_loader(dev, events):
         assert batch.device == dev
         w = w + batch.sum(0)
         seen.append(1)
-    steps = events.of(StepMarked)
+    steps = events.of(Step)
     assert len(seen) == 3 and len(steps) == 3
     assert all(s.cause.kind is CauseKind.DEVICE_LOADER for s in steps)
     assert w.tolist() == [1.0 + 0 + 2 + 4] * 3
@@ -169,7 +169,7 @@ def test_step_closure_runs_after_barrier_without_extra_graph(dev, events):
     assert seen == []
     xladev.mark_step()
     assert seen == [6.0]
-    assert len(events.of(GraphExecuted)) == 1   # the closure read device data: no extra execution
+    assert len(events.of(Execute)) == 1   # the closure read device data: no extra execution
     xladev.add_step_closure(lambda: seen.append("async"), run_async=True)
     xladev.mark_step()
     xladev.wait_device_ops()
@@ -181,7 +181,7 @@ def test_optimizer_step_with_barrier(dev, events):
     opt = torch.optim.SGD([p], lr=0.5)
     p.sum().backward()
     xladev.optimizer_step(opt, barrier=True)
-    assert events.of(StepMarked)[0].cause.kind is CauseKind.OPTIMIZER_STEP
+    assert events.of(Step)[0].cause.kind is CauseKind.OPTIMIZER_STEP
     assert p.tolist() == [0.5, 0.5]
 
 

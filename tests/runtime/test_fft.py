@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 F = torch.fft
 K = 8
@@ -45,7 +45,7 @@ def _assert_close(actual: torch.Tensor, expected: torch.Tensor, bound: float) ->
 
 def _no_fallbacks(events, allowed=()) -> None:
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp) if e.name not in allowed] == []
+    assert [e.name for e in events.of(Fallback) if e.name not in allowed] == []
 
 
 torch.manual_seed(0)

@@ -14,7 +14,7 @@ from torch.optim.optimizer import _default_to_fused_or_foreach
 import xladev
 from tests.parity_bounds import (
     GRAD_REL, assert_adam_params_close, assert_gradients_close, assert_sgd_params_close, gradient_scale)
-from xladev.events import FallbackOp, OpsRecorded, bus
+from xladev.events import Fallback, Ops, bus
 
 STEPS = 8
 OPTIMIZERS = {
@@ -54,8 +54,8 @@ def _train(name: str, device: torch.device, depth: int = 2):
         loss.backward()
         if device.type == "xla":
             xladev.mark_step()  # forward and backward in their own graph: the next one is the optimizer's alone
-            seen: list[OpsRecorded] = []
-            with bus.subscribe(seen.append, (OpsRecorded,)):
+            seen: list[Ops] = []
+            with bus.subscribe(seen.append, (Ops,)):
                 optimizer.step()
                 optimizer.zero_grad()
                 xladev.mark_step()
@@ -107,8 +107,8 @@ def test_a_foreach_op_is_one_recorded_op_with_the_per_tensor_results(dev):
     other = [torch.rand(3, 4, generator=gen) + 0.5 for _ in range(5)]
     xla, xla_other = [t.to(dev) for t in cpu], [t.to(dev) for t in other]
     xladev.mark_step()
-    seen: list[OpsRecorded] = []
-    with bus.subscribe(seen.append, (OpsRecorded,)):
+    seen: list[Ops] = []
+    with bus.subscribe(seen.append, (Ops,)):
         torch._foreach_addcdiv_(xla, xla_other, xla_other, [0.5, -1.0, 2.0, 0.25, 3.0])
         sums = torch._foreach_add(xla, xla_other, alpha=2.0)
         xladev.mark_step()
@@ -133,8 +133,8 @@ def test_foreach_norm_is_one_recorded_op_with_eagers_norms(dev, order):
     cpu.append(torch.randn(10, generator=gen, dtype=torch.float64))
     xla = [t.to(dev) for t in cpu]
     xladev.mark_step()
-    seen: list[OpsRecorded] = []
-    with bus.subscribe(seen.append, (OpsRecorded,)):
+    seen: list[Ops] = []
+    with bus.subscribe(seen.append, (Ops,)):
         norms = torch._foreach_norm(xla, order)
         as_double = torch._foreach_norm(xla[:2], order, dtype=torch.float64)
         xladev.mark_step()
@@ -199,9 +199,9 @@ def test_clip_grad_norm_and_zero_grad_take_the_foreach_path_as_eager_computes_th
 
 @pytest.mark.parametrize("name", ["adam_fused", "adamw_fused", "sgd_fused"])
 def test_a_fused_step_stays_on_the_device(name):
-    """`fused=True` runs its kernel as device ops, not as a CPU fallback (FallbackOp) with transfers."""
+    """`fused=True` runs its kernel as device ops, not as a CPU fallback (Fallback) with transfers."""
     xladev.mark_step()
-    seen: list[FallbackOp] = []
-    with bus.subscribe(seen.append, (FallbackOp,)):
+    seen: list[Fallback] = []
+    with bus.subscribe(seen.append, (Fallback,)):
         _train(name, xladev.device(), depth=1)
     assert [e.name for e in seen] == []

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp, TransferFromDevice
+from xladev.events import Fallback, TransferFromDevice
 
 EPS = torch.finfo(torch.float32).eps
 
 
 def no_fallback(events):
-    assert not events.of(FallbackOp), [e.name for e in events.of(FallbackOp)]
+    assert not events.of(Fallback), [e.name for e in events.of(Fallback)]
 
 
 @pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
@@ -143,7 +143,7 @@ def test_masked_write_of_a_broadcast_row_is_lowered(events):
     device = x.to("xla")
     device[(x > 0).to("xla")] = per_element.to("xla")
     assert torch.equal(device.cpu(), expected)
-    assert [e.name for e in events.of(FallbackOp)] == ["aten::index_put_"]
+    assert [e.name for e in events.of(Fallback)] == ["aten::index_put_"]
 
 
 @pytest.mark.parametrize("r, with_replacement", [(2, False), (3, True), (0, False), (6, False)])

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp, TransferFromDevice
+from xladev.events import Fallback, TransferFromDevice
 
 U = 2.0 ** -24
 N = 4
@@ -56,7 +56,7 @@ def test_solve_residual_and_gradients_match_cpu(events):
     events.clear()
     x = torch.linalg.solve(ad, bd)
     (x * torch.arange(3.0, device="xla")).sum().backward()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     x_cpu = x.detach().cpu()
     # Backward error of LU with partial pivoting: ||A x - b|| <= c n u ||A|| ||x||.
     residual = a @ x_cpu - b
@@ -73,7 +73,7 @@ def test_cholesky_reconstructs_and_backward_matches(events):
     events.clear()
     low = torch.linalg.cholesky(ad)
     low.sum().backward()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     low_cpu = low.detach().cpu()
     assert torch.equal(low_cpu, low_cpu.tril())
     _close(low_cpu @ low_cpu.mT, a, rel=8 * N * U * 2, what="L L^T vs A")
@@ -104,7 +104,7 @@ def test_forward_and_backward_match_cpu(events):
     events.clear()
     outs = {name: fn(ad) for name, fn in FUNCTIONS.items()}
     sum(out.sum() for out in outs.values()).backward()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     ac = a.clone().requires_grad_()
     expected = {name: fn(ac) for name, fn in FUNCTIONS.items()}
     sum(out.sum() for out in expected.values()).backward()
@@ -186,7 +186,7 @@ def test_errors_match_pytorch(case, events):
     assert expected[0] is torch.linalg.LinAlgError
     events.clear()
     assert _error_of(fn, _xla(arg)) == expected
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     assert any("reading info" in e.kind for e in events.of(TransferFromDevice))  # the one host read
 
 

@@ -9,7 +9,7 @@ import torch
 import xladev
 import xladev.debug.metrics as met
 from xladev.debug import get_tensors_hlo, get_tensors_text
-from xladev.events import GraphExecuted
+from xladev.events import Execute
 from xladev.runtime.compile.compilation import compile_cache
 from xladev.runtime.record.opt_barrier import optimization_barrier_
 
@@ -53,7 +53,7 @@ def test_compiled_program_keeps_the_barrier_on_the_cpu(dev, events):
     optimization_barrier_([x])
     second = torch.tanh(x @ x)
     (first + second).sum().item()
-    [ran] = [e for e in events.of(GraphExecuted)]
+    [ran] = [e for e in events.of(Execute)]
     compiled = compile_cache.by_hash[ran.graph_hash].executable.as_text()
     assert "opt-barrier" in compiled
 

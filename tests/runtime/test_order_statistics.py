@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 NAN = float("nan")
 
@@ -44,7 +44,7 @@ def run_both(fn, x: torch.Tensor, events):
         torch.where(torch.isnan(values), 0, values).sum().backward()
         xladev.mark_step()
         results.append(([t.detach().cpu() for t in (out if isinstance(out, tuple) else (out,))], leaf.grad.cpu()))
-    assert not events.of(FallbackOp), [e.name for e in events.of(FallbackOp)]
+    assert not events.of(Fallback), [e.name for e in events.of(Fallback)]
     return results
 
 
@@ -116,4 +116,4 @@ def test_scalar_and_integer_inputs(events):
         want = list(fn(ints))
         xladev.mark_step()
         assert [g.tolist() for g in got] == [w.tolist() for w in want]
-    assert not events.of(FallbackOp)
+    assert not events.of(Fallback)

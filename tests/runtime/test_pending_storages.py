@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import xladev
-from xladev.events import GraphExecuted, bus
+from xladev.events import Execute, bus
 from xladev.runtime.graph import storage
 
 
@@ -25,7 +25,7 @@ def test_dead_pending_tensors_are_swept_while_recording_and_never_computed(monke
     # Ten live entries, so the sweep size stays at the floor: the dead ones never pile up past it.
     assert len(storage.pending) <= 64 + 1
     executed = []
-    with bus.subscribe(executed.append, GraphExecuted):
+    with bus.subscribe(executed.append, Execute):
         xladev.mark_step()
     assert [e.num_outputs for e in executed] == [len(kept) + 1]  # the kept tensors and the last y, nothing dead
     assert not storage.pending

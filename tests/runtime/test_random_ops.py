@@ -17,7 +17,7 @@ import torch.distributions as D
 import torch.nn.functional as F
 
 import xladev
-from xladev.events import FallbackOp, bus
+from xladev.events import Fallback, bus
 from xladev.coverage._random_check import _distribution
 from xladev.coverage._random_specs import RANDOM_CHECKS, cdf_at, mean_within, require
 from xladev.coverage._sample import _Watch
@@ -29,7 +29,7 @@ DEV = "xla"
 def no_fallback():
     """Fails the test if any aten op ran on the CPU while it ran."""
     seen: list[str] = []
-    sub = bus.subscribe(lambda event: seen.append(event.name), (FallbackOp,))
+    sub = bus.subscribe(lambda event: seen.append(event.name), (Fallback,))
     yield seen
     xladev.mark_step()
     sub.close()

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -45,7 +45,7 @@ def check(cases, events, taps):
             runs.append([out.detach()] + list(torch.autograd.grad((out * weight).sum(), inputs)))
         pending.append((name, runs))
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     for name, (on_xla, on_cpu) in pending:
         for i, (got, want) in enumerate(zip(on_xla, on_cpu)):
             assert_close(got, want, taps, f"{name} result {i}")

@@ -6,7 +6,7 @@ import torch
 
 import xladev
 import xladev.events
-from xladev.events import GraphCompiled, GraphExecuted, Recompiled
+from xladev.events import Compile, Execute, Recompile
 from xladev.runtime.api.runtime_state import executor
 
 
@@ -22,7 +22,7 @@ def test_reset_clears_the_runtime_and_the_next_step_compiles_again(dev, events):
     x, w = x_cpu.to(dev), w_cpu.to(dev)
     _step(x, w, 1.5)
     _step(x[:2], w, 1.5)  # another graph at the same site: a recompilation
-    assert events.of(Recompiled)
+    assert events.of(Recompile)
     ran = []
     xladev.add_step_closure(lambda: ran.append(True))
     assert executor.cache and executor.by_hash and executor.scalars and executor.closures
@@ -37,10 +37,10 @@ def test_reset_clears_the_runtime_and_the_next_step_compiles_again(dev, events):
     y, loss = _step(x[:2], w, 2.5)
     xladev.wait_device_ops()
     # Compiled again (no cache), counted from step 0, and not a recompilation (no site history).
-    compiled = events.of(GraphCompiled)
+    compiled = events.of(Compile)
     assert len(compiled) == 1 and compiled[0].step == 0
-    assert [e.cached for e in events.of(GraphExecuted)] == [False]
-    assert not events.of(Recompiled)
+    assert [e.cached for e in events.of(Execute)] == [False]
+    assert not events.of(Recompile)
     assert executor.step == 1 and list(executor.by_hash) == [compiled[0].graph_hash]
     expected = torch.relu(x_cpu[:2] @ w_cpu) * 2.5 + 0.25
     torch.testing.assert_close(y.cpu(), expected)
@@ -61,7 +61,7 @@ def test_reset_keeps_device_tensors_and_their_pending_values(dev):
 def test_reset_announces_the_graphs_still_running_then_forgets_them(dev):
     xladev.mark_step(wait=True)
     executed = []
-    with xladev.events.bus.subscribe(executed.append, GraphExecuted, late_executions_ok=True):
+    with xladev.events.bus.subscribe(executed.append, Execute, late_executions_ok=True):
         x = torch.randn(64, 64, device=dev)
         y = (x @ x).tanh()
         xladev.mark_step()

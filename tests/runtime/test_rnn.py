@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 EPS = torch.finfo(torch.float32).eps
 ULPS = 64
@@ -164,7 +164,7 @@ def step_on_both(case: Case, events) -> tuple:
     out_d, finals_d, loss_d, leaves_d = forward(case, on_dev, inputs, dev)
     loss_d.backward()
     xladev.mark_step()
-    fallbacks = [e.name for e in events.of(FallbackOp)]
+    fallbacks = [e.name for e in events.of(Fallback)]
     assert fallbacks == [], f"{case}: CPU fallback in the training step: {fallbacks}"
     out_c, finals_c, loss_c, leaves_c = forward(case, cpu, inputs, "cpu")
     loss_c.backward()
@@ -234,7 +234,7 @@ def test_lstm_loss_of_part_of_the_results(used, events):
         loss.backward()
         grads.append(gradients(module, leaves))
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     assert_gradients_close(case, *grads)
 
 
@@ -292,7 +292,7 @@ def train_on_both(case: Case, optimizer_name: str, events) -> None:
             error = (p_dev.detach().cpu().double() - p_cpu.detach().double()).abs()
             assert bool((error <= limit).all()), \
                 f"{case} {optimizer_name} step {step} {name}: max error {float(error.max()):.3g} over its bound"
-    fallbacks = [e.name for e in events.of(FallbackOp)]
+    fallbacks = [e.name for e in events.of(Fallback)]
     assert fallbacks == [], f"{case}: CPU fallback while training: {fallbacks}"
 
 
@@ -324,7 +324,7 @@ def test_dropout_between_layers_in_train_mode(kind, events):
     out, _, loss, leaves = forward(case, module, inputs, dev)
     loss.backward()
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     grads = gradients(module, leaves)
     assert all(bool(g.cpu().isfinite().all()) for g in grads.values())
     module.eval()
@@ -354,7 +354,7 @@ def test_op_without_cpu_kernel_runs_its_decomposition_on_the_device(dev, events)
     events.clear()
     out = torch.ops.aten.cudnn_batch_norm(x.to(dev), weight.to(dev), bias.to(dev), mean_dev, var_dev, True, 0.1, 1e-5)
     xladev.mark_step()
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     want = torch.nn.functional.batch_norm(x, mean, var, weight, bias, True, 0.1, 1e-5)
     # One normalisation over 20 values: a few ulp of the output's scale.
     for got, expected in ((out[0], want), (mean_dev, mean), (var_dev, var)):

@@ -19,7 +19,7 @@ import torch.nn as nn
 import xladev
 import xladev.debug.metrics as met
 from xladev import debug
-from xladev.events import DeviceDataCacheMiss, GraphExecuted, TransferToDevice
+from xladev.events import CacheMiss, Execute, TransferToDevice
 from xladev.runtime.graph import scalars
 from xladev.runtime.api.introspect import graph_of
 
@@ -81,11 +81,11 @@ def test_the_upload_has_the_scalar_dtype_and_size(dev, events):
     events.clear()
     (x * 0.6180339887).cpu()      # values no other test uploads: each misses the scalar cache once
     (xb * 0.3819660113).cpu()
-    misses = {e.value: e.dtype for e in events.of(DeviceDataCacheMiss)}
+    misses = {e.value: e.dtype for e in events.of(CacheMiss)}
     assert misses[0.6180339887] == "torch.float32"
     assert misses[0.3819660113] == "torch.bfloat16"
     assert sorted(e.nbytes for e in events.of(TransferToDevice)) == [2, 4]
-    inputs = [i for e in events.of(GraphExecuted) for i in e.graph.summary().inputs if i.kind == "scalar"]
+    inputs = [i for e in events.of(Execute) for i in e.graph.summary().inputs if i.kind == "scalar"]
     assert sorted(i.dtype for i in inputs) == ["bf16", "f32"]
 
 

@@ -12,7 +12,7 @@ import xladev
 from examples import transformer
 from tests.parity_bounds import assert_gradients_close
 from xladev.debug import get_tensors_text
-from xladev.events import GraphCompiled, GraphExecuted
+from xladev.events import Compile, Execute
 from xladev.runtime.execute.admission import ExecutionNotAllowedError
 from xladev.runtime.record.scan import ONE_LAYER_CACHE, SCAN_COMPUTATION_CACHE, scan, scan_layers
 
@@ -195,7 +195,7 @@ def test_training_steps_compile_once_and_pure_functions_are_traced_once(dev, eve
         opt.zero_grad()
         xladev.mark_step()
     # A trace is kept per pure function; every step after the first two runs a cached graph.
-    assert len(events.of(GraphCompiled)) <= 2 and len(events.of(GraphExecuted)) == 4
+    assert len(events.of(Compile)) <= 2 and len(events.of(Execute)) == 4
     one_layer = ONE_LAYER_CACHE[(id(None), id(layers[0]))]  # the function scanned for these layers
     assert len(SCAN_COMPUTATION_CACHE[one_layer]) == 1
 
@@ -297,7 +297,7 @@ def test_the_debug_tools_see_the_body_in_its_graph(dev, events):
     events.clear()
     carry, ys = scan(lambda c, x: (torch.cos(c) + x, c * 2), init, xs)
     xladev.mark_step()
-    [compiled] = events.of(GraphCompiled)
+    [compiled] = events.of(Compile)
     assert compiled.compile_ns > 0 and compiled.memory["temp"] >= 0
     ir = compiled.graph.ir_text()  # what IR dumps, the event log and the TUI show
     graph, body = ir.split("\nbody_")

@@ -129,13 +129,13 @@ def test_manual_seed_reproducible_on_device(dev):
 
 
 def test_random_op_does_not_recompile_each_step(dev, events):
-    from xladev.events import GraphCompiled
+    from xladev.events import Compile
 
     x = torch.ones(8, device=dev)
     for _ in range(4):
         y = torch.nn.functional.dropout(x, 0.5)
         xladev.mark_step()
-    assert len(events.of(GraphCompiled)) <= 2
+    assert len(events.of(Compile)) <= 2
     values = y.cpu()
     assert set(values.tolist()) <= {0.0, 2.0}
 
@@ -249,8 +249,8 @@ def test_foreach_optimizers_train_on_device(dev, make_opt):
 
 def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
     # Regression: a storage assigned uploaded data stayed "pending", and a step with nothing to run
-    # dropped the OpsRecorded event, so op counts and tracing time went unreported.
-    from xladev.events import OpsRecorded
+    # dropped the Ops event, so op counts and tracing time went unreported.
+    from xladev.events import Ops
 
     t = torch.zeros(3, device=dev)
     xladev.mark_step()
@@ -258,7 +258,7 @@ def test_ops_are_counted_even_when_the_step_runs_no_graph(dev, events):
     t.copy_(torch.ones(3))            # the value becomes uploaded data: nothing to compute
     view = t[1:]                      # a recorded view op
     xladev.mark_step()
-    recorded = events.of(OpsRecorded)
+    recorded = events.of(Ops)
     assert recorded and sum(e.counts.get("aten::slice", 0) for e in recorded) == 1
     assert t._st.sid not in __import__("xladev.runtime.graph.storage", fromlist=["pending"]).pending
 

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 import xladev
-from xladev.events import FallbackOp
+from xladev.events import Fallback
 
 EPS32 = torch.finfo(torch.float32).eps
 EPS64 = torch.finfo(torch.float64).eps
@@ -70,7 +70,7 @@ def _run(events, calls):
     outs = [fn(*[a.to(dev) if isinstance(a, torch.Tensor) else a for a in args]) for fn, args in calls]
     xladev.mark_step()
     results = [o.cpu() for o in outs]
-    assert [e.name for e in events.of(FallbackOp)] == []
+    assert [e.name for e in events.of(Fallback)] == []
     return results
 
 

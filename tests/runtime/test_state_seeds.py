@@ -12,7 +12,7 @@ import types
 import torch
 
 import xladev
-from xladev.events import GraphCompiled, GraphExecuted, TransferToDevice, bus
+from xladev.events import Compile, Execute, TransferToDevice, bus
 
 
 def _counting(kinds):
@@ -34,7 +34,7 @@ def test_adam_second_step_compiles_nothing(dev):
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     x, y = torch.randn(32, 8), torch.randn(32, 1)
-    per_step, subscription = _counting((GraphCompiled, GraphExecuted))
+    per_step, subscription = _counting((Compile, Execute))
     with subscription:
         for _ in range(4):
             per_step.append({})
@@ -43,21 +43,21 @@ def test_adam_second_step_compiles_nothing(dev):
             optimizer.step()
             optimizer.zero_grad()
             xladev.mark_step()
-    compiles = [s.get("GraphCompiled", 0) for s in per_step]
+    compiles = [s.get("Compile", 0) for s in per_step]
     assert compiles[0] >= 1 and compiles[1:] == [0, 0, 0], f"compiles per step: {compiles}"
-    assert [s.get("GraphExecuted", 0) for s in per_step] == [1, 1, 1, 1]
+    assert [s.get("Execute", 0) for s in per_step] == [1, 1, 1, 1]
 
 
 def test_an_accumulator_made_before_the_loop_compiles_once_and_counts_right(dev):
     xladev.mark_step()
     total = torch.zeros((), device=dev)
-    per_step, subscription = _counting((GraphCompiled,))
+    per_step, subscription = _counting((Compile,))
     with subscription:
         for step in range(3):
             per_step.append({})
             total += torch.full((4,), float(step + 1)).to(dev).sum()
             xladev.mark_step()
-    assert [s.get("GraphCompiled", 0) for s in per_step][1:] == [0, 0]
+    assert [s.get("Compile", 0) for s in per_step][1:] == [0, 0]
     assert total.item() == 4.0 * (1 + 2 + 3)
 
 
@@ -106,7 +106,7 @@ def _sgd_run(dev, steps: int, skip_hook: bool = False, **options):
         # (unwrapped to torch's own: TorchDynamo, once imported, wraps `_init_group` around xladev's wrapper)
         optimizer._init_group = types.MethodType(inspect.unwrap(torch.optim.SGD._init_group), optimizer)
     x, y = torch.randn(32, 8), torch.randn(32, 1)
-    per_step, subscription = _counting((GraphCompiled,))
+    per_step, subscription = _counting((Compile,))
     params, cpu_params, scale = [], [], 0.0
     with subscription:
         for _ in range(steps):
@@ -121,7 +121,7 @@ def _sgd_run(dev, steps: int, skip_hook: bool = False, **options):
             cpu_optimizer.step()
             cpu_optimizer.zero_grad()
             cpu_params.append([p.detach().clone() for p in cpu_model.parameters()])
-    return [s.get("GraphCompiled", 0) for s in per_step], params, cpu_params, scale
+    return [s.get("Compile", 0) for s in per_step], params, cpu_params, scale
 
 
 def test_sgd_momentum_second_step_compiles_nothing_and_trains_as_eager(dev):

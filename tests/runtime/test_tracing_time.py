@@ -11,15 +11,15 @@ import time
 
 import torch
 
-from xladev.events import FallbackOp, GraphCompiled, GraphExecuted, OpsRecorded, TransferFromDevice, TransferToDevice
+from xladev.events import Fallback, Compile, Execute, Ops, TransferFromDevice, TransferToDevice
 
 
 def _spans_ns(events) -> int:
     """The measured spans the events report: compiles, executions, transfers both ways and CPU kernels."""
-    return (sum(e.compile_ns for e in events.of(GraphCompiled)) + sum(e.execute_ns for e in events.of(GraphExecuted))
+    return (sum(e.compile_ns for e in events.of(Compile)) + sum(e.execute_ns for e in events.of(Execute))
             + sum(e.duration_ns for e in events.of(TransferFromDevice))
             + sum(e.duration_ns for e in events.of(TransferToDevice))
-            + sum(e.cpu_ns for e in events.of(FallbackOp)))
+            + sum(e.cpu_ns for e in events.of(Fallback)))
 
 
 def _timed(events, fn) -> tuple[int, int, int]:
@@ -34,7 +34,7 @@ def _timed(events, fn) -> tuple[int, int, int]:
     fn()
     wall = time.perf_counter_ns() - start
     execution.flush_ops()  # the ops recorded by `fn`, published now (a barrier would add a graph of its own)
-    return wall, sum(e.tracing_ns for e in events.of(OpsRecorded)), _spans_ns(events)
+    return wall, sum(e.tracing_ns for e in events.of(Ops)), _spans_ns(events)
 
 
 def test_a_read_that_compiles_inside_its_op_is_not_counted_as_tracing(dev, events):
@@ -45,7 +45,7 @@ def test_a_read_that_compiles_inside_its_op_is_not_counted_as_tracing(dev, event
         ((x * 3 + 1).sum()).item()
 
     wall, tracing, spans = _timed(events, read)
-    assert events.of(GraphCompiled) and events.of(TransferFromDevice)
+    assert events.of(Compile) and events.of(TransferFromDevice)
     # Every span ran inside `read`, each counted once: together they fit in its wall time.
     assert 0 <= tracing and tracing + spans <= wall, (tracing, spans, wall)
 
@@ -58,7 +58,7 @@ def test_a_cpu_fallback_inside_an_op_is_not_counted_as_tracing(dev, events):
         assert selected.shape[0] == 8
 
     wall, tracing, spans = _timed(events, select)
-    assert events.of(FallbackOp) and events.of(GraphCompiled)
+    assert events.of(Fallback) and events.of(Compile)
     assert 0 <= tracing and tracing + spans <= wall, (tracing, spans, wall)
 
 
@@ -89,6 +89,6 @@ def _check_read_of_a_long_graph(events, x):
         y.sum().item()
 
     wall, tracing, spans = _timed(events, read)
-    [executed] = events.of(GraphExecuted)
+    [executed] = events.of(Execute)
     assert executed.execute_ns > 0 and events.of(TransferFromDevice)
     assert 0 <= tracing and tracing + spans <= wall, (tracing, spans, wall)

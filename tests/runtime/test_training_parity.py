@@ -16,7 +16,7 @@ from examples._common import resolve_device, run_loop
 from tests.parity_bounds import (
     assert_adam_params_close, assert_sgd_params_close, gradient_scale, loss_rtol,
 )
-from xladev.events import GraphCompiled, GraphExecuted, bus
+from xladev.events import Compile, Execute, bus
 
 STEPS = 20
 # The steps that may compile. SGD's momentum buffer is a clone of the first gradient, so its step 1 is other
@@ -42,7 +42,7 @@ class StepEvents:
         self.per_step: list[tuple[int, int]] = []
 
     def __call__(self, event) -> None:
-        if isinstance(event, GraphCompiled):
+        if isinstance(event, Compile):
             self.compiled += 1
         else:
             self.executed += 1
@@ -61,7 +61,7 @@ def train_xla_counting(module, cfg, steps: int = STEPS):
 
     executor.reset()
     counter = StepEvents()
-    with bus.subscribe(counter, (GraphCompiled, GraphExecuted)):
+    with bus.subscribe(counter, (Compile, Execute)):
         result = module.train("xla", steps, seed=0, cfg=cfg, on_step=counter.on_step)
     return result, counter.per_step
 
@@ -123,7 +123,7 @@ def test_each_new_input_shape_compiles_one_graph_and_seen_shapes_none():
     optimizer = mlp.make_optimizer(model, cfg)
     counter = StepEvents()
     warm, new, seen = [16] * 3, [8, 24, 40], [16, 8, 24, 40, 16]
-    with bus.subscribe(counter, (GraphCompiled, GraphExecuted)):
+    with bus.subscribe(counter, (Compile, Execute)):
         run_loop(model, optimizer, mlp.loss_fn, batches_of(warm + new + seen), device, on_step=counter.on_step)
     compiles = [c for c, _ in counter.per_step]
 

@@ -5,6 +5,7 @@ to another fails here, before a log is written that some reader drops."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -47,3 +48,19 @@ def test_the_writer_builds_every_declared_event_and_no_other():
 def test_every_table_has_an_entry_for_every_kind(table, where):
     missing, unknown = KINDS - set(table), set(table) - KINDS
     assert not missing and not unknown, (where, sorted(c.__name__ for c in missing), sorted(c.__name__ for c in unknown))
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def test_an_event_is_named_as_the_record_it_is_written_as():
+    """One name per kind: the event is the record's class name, or the record's name and a direction
+    (`TransferToDevice` for a `transfer` record of `dir` `to_device`), or the record field it fills
+    (`Recompile` goes into a compile record's `recompile`)."""
+    for cls in KINDS:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        for name in cls.EVENTS:
+            direction = _snake(name[len(cls.__name__):]) if name.startswith(cls.__name__) else ""
+            assert (name == cls.__name__ or direction in ("to_device", "from_device")
+                    or _snake(name) in fields), (name, cls.__name__)

@@ -218,14 +218,14 @@ def test_report_reads_the_event_log(training_log, capsys):
 def test_a_long_run_of_events_writes_every_record(tmp_path):
     """2,000 steps' events, each one written. Their cost is `tools/bench/bench_eventlog_overhead.py`'s to measure: a
     wall-clock bound here failed beside two CPU burners (1.6 ms a step against 1 ms), as a timed test does."""
-    from xladev.events import Cause, CauseKind, Frame, StepMarked, TransferToDevice
+    from xladev.events import Cause, CauseKind, Frame, Step, TransferToDevice
 
     log = eventlog.EventLog(str(tmp_path / "bench.jsonl"))
     frames = (Frame("step", HERE, 10),)
     cause = Cause(CauseKind.USER_MARK_STEP)
     for step in range(2000):
         log.on_event(TransferToDevice(time.perf_counter_ns(), step, 1024, 1000))
-        log.on_event(StepMarked(time.perf_counter_ns(), step, cause, 1000, frames))
+        log.on_event(Step(time.perf_counter_ns(), step, cause, 1000, frames))
     log.close()
     records = _records(tmp_path / "bench.jsonl")
     assert len(records) == 1 + 4000 + 1

@@ -10,7 +10,7 @@ import torch
 import xladev
 from xladev.debug import event_log
 from xladev.debug import metrics as met
-from xladev.events import CompileFailed, ExecutionFailed
+from xladev.events import CompileFailed, ExecuteFailed
 from xladev.report import load
 from xladev.runtime.api.runtime_state import executor
 from xladev.runtime.lowering.registry import LOWERINGS
@@ -50,7 +50,7 @@ def test_failures_are_events_records_counters_and_findings(tmp_path, monkeypatch
         event_log.stop()
     delta = met.diff(before, met.snapshot()).counters
     assert delta["CompileFailed"] == 1 and delta["ExecuteFailed"] == 1
-    failed = events.of(ExecutionFailed)[0]
+    failed = events.of(ExecuteFailed)[0]
     assert "Out of memory" in failed.message and os.path.isfile(failed.hlo_path)
     assert events.of(CompileFailed)
 

@@ -29,7 +29,7 @@ import torch.utils.checkpoint as torch_checkpoint
 
 import xladev
 from examples import transformer
-from xladev.events import GraphExecuted, bus
+from xladev.events import Execute, bus
 from xladev.runtime.record import checkpoint as xla_checkpoint
 from xladev.runtime.compile.compilation import compile_cache
 
@@ -52,7 +52,7 @@ def measure(layers: int, variant: str) -> tuple[dict, torch.Tensor]:
     x = torch.randn(cfg.batch, cfg.seq, cfg.d_model).to(device).requires_grad_()
     xladev.mark_step(wait=True)
     ran: list = []
-    sub = bus.subscribe(lambda e: ran.append(e.graph_hash), GraphExecuted)
+    sub = bus.subscribe(lambda e: ran.append(e.graph_hash), Execute)
     h = x
     for block in blocks:
         h = VARIANTS[variant](block, h)

@@ -33,7 +33,7 @@ import jax
 import xladev
 from tools.bench._workload import example_transformer
 from xladev._flags import config
-from xladev.events import GraphCompiled, bus
+from xladev.events import Compile, bus
 from xladev.runtime.compile.compilation import compile_cache
 from xladev.runtime.execute.execution import execution
 
@@ -59,7 +59,7 @@ def run(donate: bool, steps: int) -> dict:
         peak[0] = max(peak[0], _live_bytes())
         return arrays
 
-    subscription = bus.subscribe(compiled.append, GraphCompiled, late_executions_ok=True)
+    subscription = bus.subscribe(compiled.append, Compile, late_executions_ok=True)
     execution.run = measured_run
     try:
         with config.override(param_aliasing=donate):

@@ -47,7 +47,7 @@ from bench_runtime import (  # noqa: E402
     match_jax_to_xladev, sgd_momentum_step, time_interleaved)
 from tests.models import zoo  # noqa: E402
 from tests.models.harness import build, convert, to_device  # noqa: E402
-from xladev.events import GraphCompiled, bus  # noqa: E402
+from xladev.events import Compile, bus  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -103,7 +103,7 @@ def _lower_seconds(graph) -> float:
 def _compiling_step(step) -> FirstStep:
     """Runs one step that compiles and waits for it; splits its time into trace, lower, compile and the rest."""
     compiled = []
-    with bus.subscribe(compiled.append, GraphCompiled):
+    with bus.subscribe(compiled.append, Compile):
         start = time.perf_counter()
         step(barrier=False)
         traced = time.perf_counter()

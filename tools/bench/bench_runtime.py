@@ -50,7 +50,7 @@ from _timing import Timing, first_loss_mismatches, time_interleaved  # noqa: F40
 import xladev  # noqa: F401  (registers the device; turns on jax_enable_x64, so jax code below says float32)
 from examples import mlp, transformer
 from examples._common import train_step
-from xladev.events import GraphExecuted, OpsRecorded, bus
+from xladev.events import Execute, Ops, bus
 from xladev.runtime.record import recording
 
 import jax
@@ -312,14 +312,14 @@ def bench_model(name: str, module, cfg, sizes: str, jax_loss, make_jax_step, arg
     executed, ops = [], []
 
     def on_event(event):
-        if isinstance(event, GraphExecuted):
+        if isinstance(event, Execute):
             executed.append(event.execute_ns)
         else:
             ops.append(sum(event.counts.values()))
 
     # late_executions_ok: hearing of an execution at the next barrier is fine here, so the bench keeps
     # the asynchronous execution a plain training run gets.
-    with bus.subscribe(on_event, (GraphExecuted, OpsRecorded), late_executions_ok=True):
+    with bus.subscribe(on_event, (Execute, Ops), late_executions_ok=True):
         samples = time_interleaved(
             {"xladev": (xla_step, xla_wait), "jax": (jax_step, lambda: None),
              "eager": (eager_step, eager_wait(eager_dev))},
@@ -391,7 +391,7 @@ class OpCost:
 def _record_samples(fn: Callable[[], object], n: int, repeats: int) -> tuple[list[float], list[float]]:
     """Per-op wall and in-dispatch µs of `repeats` samples of `n` calls of `fn()`, each sample synced after."""
     walls, traced = [], []
-    with bus.subscribe(lambda e: traced.append(e.tracing_ns / sum(e.counts.values())), OpsRecorded):
+    with bus.subscribe(lambda e: traced.append(e.tracing_ns / sum(e.counts.values())), Ops):
         for _ in range(repeats):
             gc.collect()
             gc.disable()
@@ -403,7 +403,7 @@ def _record_samples(fn: Callable[[], object], n: int, repeats: int) -> tuple[lis
             finally:
                 gc.enable()
             # A live pending result (a view has none of its own, hence `marker`) makes the barrier run a
-            # tiny graph (cached after the first time), and the recorder's totals arrive as OpsRecorded.
+            # tiny graph (cached after the first time), and the recorder's totals arrive as Ops.
             marker = torch.zeros(1, device=xladev.device()) + 1  # noqa: F841  (2 ops of n, in the totals)
             xladev.mark_step()
             del y, marker

@@ -37,7 +37,7 @@ def child(mode: str, layers: int, steps: int) -> dict:
 
     import xladev
     from examples import transformer
-    from xladev.events import GraphCompiled, bus
+    from xladev.events import Compile, bus
     from xladev.runtime.record.scan import scan_layers
 
     cfg = transformer.Config(layers=layers, dropout=0.0, d_model=128, heads=4, seq=64, batch=8)
@@ -48,7 +48,7 @@ def child(mode: str, layers: int, steps: int) -> dict:
     x = torch.randn(cfg.batch, cfg.seq, cfg.d_model).to(device)
     xladev.mark_step(wait=True)
     compiles: list = []
-    sub = bus.subscribe(lambda e: compiles.append(e), GraphCompiled)
+    sub = bus.subscribe(lambda e: compiles.append(e), Compile)
     times, losses = [], []
     for _ in range(steps):
         start = time.perf_counter()

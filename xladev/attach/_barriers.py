@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from xladev.events import Cause, CauseKind, Frame, StepMarked, bus, ending
+from xladev.events import Cause, CauseKind, Frame, Step, bus, ending
 from xladev.attach._harvest import Harvester
 
 _MAX_FRAMES = 64
@@ -140,7 +140,7 @@ class Steps:
                     return
                 self._held += self.harvester.at_barrier(self.step, end)
                 if ok:
-                    self._held.append(StepMarked(end, self.step, cause, end - start, frames))
+                    self._held.append(Step(end, self.step, cause, end - start, frames))
                     self.step += 1
                 if self._poller is None:
                     self._poller = threading.Thread(target=self._poll, name="xladev-attach", daemon=True)
@@ -191,7 +191,7 @@ class Steps:
         if not ready:
             return
         self._held = [e for e in self._held if not (waiting is None or e.step < waiting)]
-        ready.sort(key=lambda e: (e.step, isinstance(e, StepMarked), e.time_ns))
+        ready.sort(key=lambda e: (e.step, isinstance(e, Step), e.time_ns))
         if bus.active:
             for event in ready:
                 bus.emit(event)

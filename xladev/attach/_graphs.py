@@ -4,7 +4,7 @@ With XLADEV_ATTACH_GRAPHS on, the adapter has PyTorch/XLA append each synced gra
 (`XLA_SAVE_TENSORS_FILE`, text format; torch_xla writes it as `PATH.<ordinal>`). Each record there carries the
 same graph hash as the PT_XLA_DEBUG blocks, so a compile is matched to its IR exactly. When a site that compiled
 before compiles a different graph, its IR is compared with the closest earlier graph of that site
-(`xladev.graphdiff`, as for xladev's own runtime), and a `Recompiled` event says what changed.
+(`xladev.graphdiff`, as for xladev's own runtime), and a `Recompile` event says what changed.
 
 Off by default: PyTorch/XLA writes the IR text of every sync, cached ones too, which costs time per step in
 proportion to the graph's size.
@@ -17,7 +17,7 @@ import os
 
 from xladev.dumps.dump_file import parse_records
 from xladev.dumps.ir_parser import parse_ir
-from xladev.events import Frame, Recompiled
+from xladev.events import Frame, Recompile
 from xladev.graphdiff import GraphSummary, closest, differences
 from xladev.schema.sites import site_of
 
@@ -108,11 +108,11 @@ class GraphDumps:
         del self.warnings[:-10]
 
     def compiled(self, graph_hash: str, frames: tuple[Frame, ...], step: int, time_ns: int, compile_ns: int,
-                 name: str | None) -> tuple[DumpedGraph | None, Recompiled | None]:
+                 name: str | None) -> tuple[DumpedGraph | None, Recompile | None]:
         """A compiled graph's dump, and what changed when its site compiled another graph before.
 
         Returns:
-          (the graph, or None when the dump has no record of it; the `Recompiled` event, or None).
+          (the graph, or None when the dump has no record of it; the `Recompile` event, or None).
         """
         text = self._texts.pop(graph_hash, None)
         if text is None:
@@ -129,7 +129,7 @@ class GraphDumps:
         event = None
         if earlier:
             previous = closest(earlier, summary)
-            event = Recompiled(time_ns - 1, step, graph_hash, previous.hash, site,
+            event = Recompile(time_ns - 1, step, graph_hash, previous.hash, site,
                                tuple(differences(previous, summary)), len(earlier) + 1,
                                sum(g.compile_ns for g in earlier) + compile_ns)
         earlier.append(summary)

@@ -24,7 +24,7 @@ import time
 from collections import deque
 
 from xladev.events import (
-    Cause, CauseKind, Event, FallbackOp, Frame, GraphCompiled, GraphExecuted, OpsRecorded, TransferFromDevice,
+    Cause, CauseKind, Event, Fallback, Frame, Compile, Execute, Ops, TransferFromDevice,
     TransferToDevice,
 )
 from xladev.attach._graphs import GraphDumps
@@ -188,7 +188,7 @@ class Harvester:
         created, destroyed = delta.get("CreateXlaTensor", 0), delta.get("DestroyXlaTensor", 0)
         self._untimed.append((step, at_ns, unix, ops, created, destroyed))
         self._ops_since_read += sum(ops.values())
-        events: list[Event] = [FallbackOp(at_ns, step, name, None)
+        events: list[Event] = [Fallback(at_ns, step, name, None)
                                for name, count in delta.items() if name.startswith("aten::") and name != ITEM_COUNTER
                                for _ in range(count)]
         if (final or self._tracing_every_barrier or self._ops_since_read >= _TRACES_PER_READ
@@ -269,7 +269,7 @@ class Harvester:
         for (step, at_ns, _, ops, created, destroyed), (ns, traces) in zip(untimed, spent):
             if ops or traces:
                 # The event carries the count and total, as a log read back does (no per-op samples).
-                events.append(OpsRecorded(at_ns, step, ops, int(ns), [], created, destroyed, tracing_count=traces))
+                events.append(Ops(at_ns, step, ops, int(ns), [], created, destroyed, tracing_count=traces))
         return events
 
     def _frames_of(self, block: GraphEvent) -> tuple[Frame, ...]:
@@ -298,7 +298,7 @@ class Harvester:
                                  if self.graphs is not None else (None, None))
             if recompiled is not None:
                 events.append(recompiled)
-            events.append(GraphCompiled(t, step, block.graph_hash, graph.nodes if graph is not None else 0,
+            events.append(Compile(t, step, block.graph_hash, graph.nodes if graph is not None else 0,
                                         block.inputs or 0, block.outputs or 0, int(ns), memory,
                                         cause_of(block.cause), frames, None, graph=graph,
                                         graph_name=block.name or None))
@@ -311,7 +311,7 @@ class Harvester:
             nodes = int(sizes.popleft()[1]) if sizes else 0
             cached = block.graph_hash in self._executed
             self._executed.add(block.graph_hash)
-            events.append(GraphExecuted(to_perf(when) if when else at_ns, step, block.graph_hash, int(ns), cached,
+            events.append(Execute(to_perf(when) if when else at_ns, step, block.graph_hash, int(ns), cached,
                                         nodes, block.inputs or 0, block.outputs or 0, cause_of(block.cause),
                                         self._frames_of(block), graph_name=block.name or None))
         if final:  # samples without a block: PT_XLA_DEBUG's output was not readable
@@ -342,7 +342,7 @@ class Harvester:
             events.append(TransferFromDevice(to_perf(when), step, nbytes, int(ns), ".item()" if left > 0 else "to host",
                                              None))
         for forced in graphs:
-            if not isinstance(forced, GraphExecuted) or forced.cause.kind is not CauseKind.VALUE_ACCESS:
+            if not isinstance(forced, Execute) or forced.cause.kind is not CauseKind.VALUE_ACCESS:
                 continue
             free = [read for read in events if read.frames is None and read.step == forced.step]
             if not free:

@@ -6,14 +6,14 @@ samples) on the CPU (the oracle) and on `xla` (inputs moved with
 classifies the op:
 
   lowered   every compared sample matches and no CPU fallback ran
-  fallback  every compared sample matches, but some aten op ran on the CPU (a `FallbackOp` event)
+  fallback  every compared sample matches, but some aten op ran on the CPU (a `Fallback` event)
   failing   a mismatch or an exception (`reason` says which, briefly)
   skipped   nothing to compare: random or uninitialised outputs, or no sample the CPU accepts
 
 Differentiable ops also get a backward check: the input gradients of `sum(outputs)` on `xla`
 against the CPU, for float32 samples, classified the same way.
 
-The aten ops that ran as lowerings are read from `OpsRecorded` events (the recorder counts each
+The aten ops that ran as lowerings are read from `Ops` events (the recorder counts each
 lowered op by its overload packet, `aten::add`), so the sweep knows which distinct aten ops it
 actually exercised through jax.
 """

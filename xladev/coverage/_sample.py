@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 
 import xladev
 from xladev.errors import XladevError
-from xladev.events import FallbackOp, OpsRecorded, bus
+from xladev.events import Fallback, Ops, bus
 from xladev.coverage._plan import CheckResult
 
 
@@ -39,16 +39,16 @@ class _Watch:
         self._counting = False
 
     def __call__(self, event) -> None:
-        if isinstance(event, FallbackOp):
+        if isinstance(event, Fallback):
             self.fallbacks.add(event.name)
-        elif isinstance(event, OpsRecorded) and self._counting:
+        elif isinstance(event, Ops) and self._counting:
             self.lowered.update(n for n in event.counts if n.startswith("aten::"))
             self.random_draws += event.counts.get("xla::rng", 0)  # random ops record as xla::rng
 
     @contextlib.contextmanager
     def active(self):
         xladev.mark_step()  # flush what earlier code recorded, so it is not counted here
-        sub = bus.subscribe(self, (FallbackOp, OpsRecorded))
+        sub = bus.subscribe(self, (Fallback, Ops))
         try:
             yield self
         finally:
@@ -64,7 +64,7 @@ class _Watch:
         self._counting = True
         try:
             yield
-            xladev.mark_step()  # a barrier always flushes the op counts into an OpsRecorded event
+            xladev.mark_step()  # a barrier always flushes the op counts into an Ops event
         finally:
             self._counting = False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from xladev._flags import config
-from xladev.events import DynamoRecompiled, GraphCompiled, PropagatingError, Recompiled, StepMarked, bus
+from xladev.events import DynamoRecompile, Compile, PropagatingError, Recompile, Step, bus
 from xladev.schema.record_wording import recompilation_lines
 from xladev.schema.sites import short_site, site_of
 
@@ -44,8 +44,8 @@ class assert_no_recompiles(contextlib.ContextDecorator):
 
     def __enter__(self) -> "assert_no_recompiles":
         self.steps = 0
-        self._recompiled: dict[str, Recompiled] = {}
-        self._sub = bus.subscribe(self._on_event, (GraphCompiled, Recompiled, StepMarked, DynamoRecompiled),
+        self._recompiled: dict[str, Recompile] = {}
+        self._sub = bus.subscribe(self._on_event, (Compile, Recompile, Step, DynamoRecompile),
                                   wants_frames=True)
         return self
 
@@ -55,13 +55,13 @@ class assert_no_recompiles(contextlib.ContextDecorator):
             self._sub = None
 
     def _on_event(self, event) -> None:
-        if isinstance(event, StepMarked):
+        if isinstance(event, Step):
             self.steps += 1
             return
-        if isinstance(event, Recompiled):  # published just before its graph's GraphCompiled
+        if isinstance(event, Recompile):  # published just before its graph's Compile
             self._recompiled[event.graph_hash] = event
             return
-        if isinstance(event, DynamoRecompiled):  # torch.compile traces a function again: a recompile too
+        if isinstance(event, DynamoRecompile):  # torch.compile traces a function again: a recompile too
             if self.steps >= self.after_step:
                 raise RecompilationError(
                     f"torch.compile recompiled {event.function} after warm-up (step {self.steps} of this block, "

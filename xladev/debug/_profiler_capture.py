@@ -132,7 +132,7 @@ def stop_trace() -> str:
 
 def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResult | None", how: str,
                      steps: tuple[int, int] | None = None) -> None:
-    """Publishes `ProfileWritten` (the event log's `profile` record: `xladev report` and the TUI show where
+    """Publishes `Profile` (the event log's `profile` record: `xladev report` and the TUI show where
     the profile is, which steps it covers and how to open it), when anything listens.
 
     Args:
@@ -142,7 +142,7 @@ def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResul
       how: the call that captured it.
       steps: the exact (first, last) step window, when the caller knows it (a step window).
     """
-    from xladev.events import ProfileWritten, bus
+    from xladev.events import Profile, bus
 
     if not bus.active:
         return
@@ -151,7 +151,7 @@ def announce_written(path: str, logdir: str, tidied: "_profiler_xspace.TidyResul
     if steps is None and tidied is not None:
         steps = (tidied.first_step, tidied.last_step)
     first, last = steps if steps is not None else (None, None)
-    bus.emit(ProfileWritten(time.perf_counter_ns(), runtime_steps.current(), path, logdir, first, last, how))
+    bus.emit(Profile(time.perf_counter_ns(), runtime_steps.current(), path, logdir, first, last, how))
 
 
 def _stop_and_write(logdir: str) -> "_profiler_xspace.TidyResult | None":

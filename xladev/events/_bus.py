@@ -10,7 +10,7 @@ from typing import Callable
 from xladev.errors import XladevError
 from xladev.events import _ending
 from xladev.events._ending import say
-from xladev.events._types import Event, GraphExecuted
+from xladev.events._types import Event, Execute
 
 Handler = Callable[[Event], None]
 
@@ -45,7 +45,7 @@ class Bus:
     Attributes:
       active: True when anyone listens. The runtime checks it before building an event.
       wants_frames: True when some subscriber asked for Python frames of barriers and transfers.
-      executions_may_lag: True when no subscriber needs a step's `GraphExecuted` before its barrier
+      executions_may_lag: True when no subscriber needs a step's `Execute` before its barrier
         returns, so the runtime may let the graph run while the next step records.
     """
 
@@ -79,7 +79,7 @@ class Bus:
             an exception is reported on stderr (its first one only) and the handler is kept.
           kinds: event classes to receive; all when None.
           wants_frames: ask the runtime to capture Python frames for barriers and transfers.
-          late_executions_ok: the handler accepts a step's `GraphExecuted` later than the barrier
+          late_executions_ok: the handler accepts a step's `Execute` later than the barrier
             (at the next graph run, value read or metrics query), so execution may overlap the
             next step. Subscribers that order events by barrier (per-step records, dumps) keep False.
 
@@ -105,7 +105,7 @@ class Bus:
         self.active = bool(self._subs)
         self.wants_frames = any(s.wants_frames for s in self._subs)
         self.executions_may_lag = all(
-            s.late_executions_ok or not (s.kinds is None or issubclass(GraphExecuted, s.kinds)) for s in self._subs)
+            s.late_executions_ok or not (s.kinds is None or issubclass(Execute, s.kinds)) for s in self._subs)
 
     def runtime_description(self) -> dict:
         """What the runtime says of itself ({"device", "versions"}); empty when no runtime started. Never raises."""

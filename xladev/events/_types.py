@@ -113,7 +113,7 @@ class Event:
 
 
 @dataclasses.dataclass(slots=True)
-class OpsRecorded(Event):
+class Ops(Event):
     """Ops recorded since the last barrier: counts per op and total tracing time."""
 
     counts: dict[str, int]
@@ -127,8 +127,8 @@ class OpsRecorded(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class CompileStarted(Event):
-    """XLA started compiling a graph; its `GraphCompiled` or `CompileFailed` follows when it ends.
+class CompileStart(Event):
+    """XLA started compiling a graph; its `Compile` or `CompileFailed` follows when it ends.
 
     Lets a live view say "compiling…" while a long compile runs.
     """
@@ -143,7 +143,7 @@ class CompileStarted(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphCompiled(Event):
+class Compile(Event):
     """A graph missed the in-memory cache and was compiled.
 
     `graph` describes the graph (see `GraphInfo`); `memory` holds XLA's memory analysis in bytes (per device, for
@@ -168,7 +168,7 @@ class GraphCompiled(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphExecuted(Event):
+class Execute(Event):
     """A compiled graph ran; `execute_ns` lasts until its results were ready."""
 
     graph_hash: str
@@ -188,10 +188,10 @@ class GraphExecuted(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class Recompiled(Event):
+class Recompile(Event):
     """A trigger site that had compiled before compiled a different graph: what changed, once.
 
-    The runtime publishes it just before the `GraphCompiled` of the same graph, so a subscriber can
+    The runtime publishes it just before the `Compile` of the same graph, so a subscriber can
     attach it to that compile. Sites are `file:line (function)` (see `xladev.schema.sites`).
 
     Attributes:
@@ -226,7 +226,7 @@ class CompileFailed(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class ExecutionFailed(Event):
+class ExecuteFailed(Event):
     """A compiled graph failed while running (out of memory, a runtime check...). `hlo_path` is its saved HLO."""
 
     graph_hash: str
@@ -254,7 +254,7 @@ class TransferFromDevice(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class FallbackOp(Event):
+class Fallback(Event):
     """An op without a lowering ran on the CPU. `name` is `aten::op.overload`.
 
     `time_ns` is when the op was called; `cpu_ns` the time its CPU kernel took (its operands'
@@ -267,7 +267,7 @@ class FallbackOp(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class StepMarked(Event):
+class Step(Event):
     """A step barrier finished; `step` is the number of the step that just ended.
 
     `device_bytes` is the device memory live at its end and `peak_device_bytes` the most the step held while a graph
@@ -282,7 +282,7 @@ class StepMarked(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class DeviceDataCacheMiss(Event):
+class CacheMiss(Event):
     """A Python scalar was uploaded because it was not in the scalar cache."""
 
     value: float
@@ -320,7 +320,7 @@ class MemoryGrowing(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class DynamoGraphBreak(Event):
+class GraphBreak(Event):
     """torch.compile's capture stopped: code around `frames`' user line runs outside the compiled graphs.
 
     Attributes:
@@ -336,7 +336,7 @@ class DynamoGraphBreak(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class DynamoRecompiled(Event):
+class DynamoRecompile(Event):
     """A torch.compile'd function compiled again because a guard failed.
 
     Attributes:
@@ -354,7 +354,7 @@ class DynamoRecompiled(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class ProfileWritten(Event):
+class Profile(Event):
     """A profile capture of this process was written (`xladev.debug.profiler`): where, and which steps.
 
     `step` is the step being recorded when it was written. The window is the runtime's steps the
@@ -389,8 +389,8 @@ class RankLost(Event):
 
 
 @dataclasses.dataclass(slots=True)
-class CollectivesExecuted(Event):
-    """A graph holding collectives ran on every rank (announced after its `GraphExecuted`).
+class Collective(Event):
+    """A graph holding collectives ran on every rank (announced after its `Execute`).
 
     Attributes:
       graph_hash: the graph.

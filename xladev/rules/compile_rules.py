@@ -53,7 +53,7 @@ def graph_break_message(*, site: str, reason: str, by: str) -> str:
     Args:
       site: the user's `file:line`.
       reason: TorchDynamo's reason, or the op xladev could not put in a program and why.
-      by: `dynamo` or `xladev` (see `DynamoGraphBreak`).
+      by: `dynamo` or `xladev` (see `GraphBreak`).
 
     Returns:
       One line.

@@ -153,8 +153,8 @@ class Compile(_Timed):
     {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
 
     TYPE: ClassVar[str] = "compile"
-    # A recompile's cause (`Recompiled`, published just before) goes into its graph's compile record.
-    EVENTS: ClassVar[tuple[str, ...]] = ("GraphCompiled", "Recompiled")
+    # A recompile's cause (`Recompile`, published just before) goes into its graph's compile record.
+    EVENTS: ClassVar[tuple[str, ...]] = ("Compile", "Recompile")
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     nodes: int = 0
@@ -169,7 +169,7 @@ class Compile(_Timed):
     recompile: dict | None = None  # present only on a recompilation
     donated: int | None = None  # input buffers donated to the executable (InputOutputAliasCount); None in older logs
     name: str | None = None  # the compiled region's graph name (PyTorch/XLA's "Graph Name"), when there is one
-    # SPMD only: each input's and output's shape, sharding and bytes per device (`GraphCompiled.shardings`).
+    # SPMD only: each input's and output's shape, sharding and bytes per device (`Compile.shardings`).
     shardings: dict | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("recompile", "name", "shardings")
@@ -180,7 +180,7 @@ class CompileStart(_Timed):
     """XLA started compiling a graph; its ``compile`` or ``compile_failed`` record follows."""
 
     TYPE: ClassVar[str] = "compile_start"
-    EVENTS: ClassVar[tuple[str, ...]] = ("CompileStarted",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("CompileStart",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     nodes: int = 0
@@ -216,13 +216,13 @@ class ExecuteFailed(_GraphFailed):
     """A compiled graph failed while running."""
 
     TYPE: ClassVar[str] = "execute_failed"
-    EVENTS: ClassVar[tuple[str, ...]] = ("ExecutionFailed",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("ExecuteFailed",)
 
 
 @dataclasses.dataclass(slots=True)
 class Execute(_Timed):
     TYPE: ClassVar[str] = "execute"
-    EVENTS: ClassVar[tuple[str, ...]] = ("GraphExecuted",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Execute",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     execute_ns: int = 0
@@ -253,7 +253,7 @@ class Step(_Timed):
     """
 
     TYPE: ClassVar[str] = "step"
-    EVENTS: ClassVar[tuple[str, ...]] = ("StepMarked",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Step",)
     duration_ns: int = 0
     interval_ns: int = 0
     cause: dict = dataclasses.field(default_factory=dict)
@@ -300,7 +300,7 @@ class Ops(_Timed):
     """Ops recorded since the last barrier; `tracing_count` of them timed, `tracing_ns` in total."""
 
     TYPE: ClassVar[str] = "ops"
-    EVENTS: ClassVar[tuple[str, ...]] = ("OpsRecorded",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Ops",)
     counts: dict = dataclasses.field(default_factory=dict)
     tracing_ns: int = 0
     tracing_count: int = 0
@@ -320,7 +320,7 @@ class Ops(_Timed):
 @dataclasses.dataclass(slots=True)
 class Fallback(_Timed):
     TYPE: ClassVar[str] = "fallback"
-    EVENTS: ClassVar[tuple[str, ...]] = ("FallbackOp",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Fallback",)
     op: str = "?"
     site: str | None = None
     frame: dict | None = None
@@ -332,7 +332,7 @@ class CacheMiss(_Timed):
     """A Python scalar uploaded because it was not in the scalar cache."""
 
     TYPE: ClassVar[str] = "cache_miss"
-    EVENTS: ClassVar[tuple[str, ...]] = ("DeviceDataCacheMiss",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("CacheMiss",)
     value: Any = None
     dtype: str = ""
 
@@ -371,7 +371,7 @@ class GraphBreak(_Timed):
     """
 
     TYPE: ClassVar[str] = "graph_break"
-    EVENTS: ClassVar[tuple[str, ...]] = ("DynamoGraphBreak",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("GraphBreak",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("reason",)
     by: str = "dynamo"
     reason: str = ""
@@ -384,7 +384,7 @@ class DynamoRecompile(_Timed):
     """A torch.compile'd function compiled again because `guard` failed; `compiles` counts its compiles so far."""
 
     TYPE: ClassVar[str] = "dynamo_recompile"
-    EVENTS: ClassVar[tuple[str, ...]] = ("DynamoRecompiled",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("DynamoRecompile",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("guard",)
     function: str = "?"
     guard: str = ""
@@ -399,7 +399,7 @@ class Profile(_Timed):
     runtime steps it covers (`first_step`..`last_step`, null when unknown) and the call that captured it."""
 
     TYPE: ClassVar[str] = "profile"
-    EVENTS: ClassVar[tuple[str, ...]] = ("ProfileWritten",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Profile",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("path",)
     path: str = ""
     logdir: str = ""
@@ -423,7 +423,7 @@ class Collective(_Timed):
     spent waiting for the other ranks to reach it, `ns` running it; `sites` the user's line of each."""
 
     TYPE: ClassVar[str] = "collective"
-    EVENTS: ClassVar[tuple[str, ...]] = ("CollectivesExecuted",)
+    EVENTS: ClassVar[tuple[str, ...]] = ("Collective",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
     hash: str = ""
     count: int = 0

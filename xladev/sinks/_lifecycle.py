@@ -13,7 +13,7 @@ class Sink:
     Attributes:
       kinds: the event classes received (None: all).
       wants_frames: ask the runtime for Python frames of barriers and transfers.
-      late_executions_ok: accept a step's `GraphExecuted` after its barrier (see `Bus.subscribe`).
+      late_executions_ok: accept a step's `Execute` after its barrier (see `Bus.subscribe`).
     """
 
     kinds: tuple[type, ...] | None = None

@@ -7,9 +7,9 @@ counter table, so the log and the in-process metrics cannot disagree.
 from __future__ import annotations
 
 from xladev.events import (
-    CollectivesExecuted, CompileFailed, CompileStarted, DeviceDataCacheMiss, DynamoGraphBreak, DynamoRecompiled,
-    ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted, GraphGrowing, MemoryGrowing, OpsRecorded, ProfileWritten, RankLost,
-    Recompiled, StepMarked, TransferFromDevice, TransferToDevice,
+    Collective, CompileFailed, CompileStart, CacheMiss, GraphBreak, DynamoRecompile,
+    ExecuteFailed, Fallback, Compile, Execute, GraphGrowing, MemoryGrowing, Ops, Profile, RankLost,
+    Recompile, Step, TransferFromDevice, TransferToDevice,
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
@@ -41,7 +41,7 @@ class RecordBuilder:
         build = _BUILDERS.get(type(event))
         return build(self, event, event.time_ns - self.clock0) if build is not None else ()
 
-    def _executed(self, event: GraphExecuted, t: int) -> tuple[rec.Record, ...]:
+    def _executed(self, event: Execute, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         record = rec.Execute(t, event.step, event.graph_hash, event.execute_ns, event.cached, event.num_nodes,
                              event.num_inputs, event.num_outputs, self._cause(event.cause), site, frame,
@@ -49,7 +49,7 @@ class RecordBuilder:
                              event.devices if event.devices > 1 else None)
         return self._with_graph(event, t, record)
 
-    def _step(self, event: StepMarked, t: int) -> tuple[rec.Record, ...]:
+    def _step(self, event: Step, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         previous = self._last_step_ns
         self._last_step_ns = event.time_ns
@@ -66,12 +66,12 @@ class RecordBuilder:
         return (rec.Transfer(t, event.step, "from_device", event.nbytes, event.duration_ns, 1, event.kind, site,
                              frame),)
 
-    def _ops(self, event: OpsRecorded, t: int) -> tuple[rec.Record, ...]:
+    def _ops(self, event: Ops, t: int) -> tuple[rec.Record, ...]:
         count = len(event.tracing_samples) if event.tracing_count is None else event.tracing_count
         return (rec.Ops(t, event.step, event.counts, event.tracing_ns, count,
                         event.tracing_samples, event.tensors_created, event.tensors_destroyed),)
 
-    def _compiled(self, event: GraphCompiled, t: int) -> tuple[rec.Record, ...]:
+    def _compiled(self, event: Compile, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         record = rec.Compile(t, event.step, event.graph_hash, event.num_nodes, event.num_inputs, event.num_outputs,
                              event.compile_ns, dict(event.memory), self._cause(event.cause), site, frame,
@@ -79,23 +79,23 @@ class RecordBuilder:
                              event.donated, event.graph_name, event.shardings)
         return self._with_graph(event, t, record)
 
-    def _compile_started(self, event: CompileStarted, t: int) -> tuple[rec.Record, ...]:
+    def _compile_started(self, event: CompileStart, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return self._with_graph(event, t, rec.CompileStart(t, event.step, event.graph_hash, event.num_nodes, site, frame,
                                                          event.graph_name))
 
-    def _recompiled(self, event: Recompiled, t: int) -> tuple[rec.Record, ...]:
-        # Published just before its graph's GraphCompiled: kept to go into that compile record.
+    def _recompiled(self, event: Recompile, t: int) -> tuple[rec.Record, ...]:
+        # Published just before its graph's Compile: kept to go into that compile record.
         self._recompiles[event.graph_hash] = {
             "previous": event.previous_hash, "changes": list(event.changes),
             "graphs_at_site": event.graphs_at_site, "compile_ns_at_site": event.compile_ns_at_site}
         return ()
 
-    def _fallback(self, event: FallbackOp, t: int) -> tuple[rec.Record, ...]:
+    def _fallback(self, event: Fallback, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.Fallback(t, event.step, event.name, site, frame, event.cpu_ns),)
 
-    def _cache_miss(self, event: DeviceDataCacheMiss, t: int) -> tuple[rec.Record, ...]:
+    def _cache_miss(self, event: CacheMiss, t: int) -> tuple[rec.Record, ...]:
         return (rec.CacheMiss(t, event.step, event.value, event.dtype),)
 
     def _growing(self, event: GraphGrowing, t: int) -> tuple[rec.Record, ...]:
@@ -106,15 +106,15 @@ class RecordBuilder:
         return (rec.MemoryGrowing(t, event.step, event.from_step, event.from_bytes, event.to_bytes,
                                   event.per_step_bytes, [dict(h) for h in event.holders], event.space),)
 
-    def _graph_break(self, event: DynamoGraphBreak, t: int) -> tuple[rec.Record, ...]:
+    def _graph_break(self, event: GraphBreak, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.GraphBreak(t, event.step, event.by, event.reason, site, frame),)
 
-    def _dynamo_recompiled(self, event: DynamoRecompiled, t: int) -> tuple[rec.Record, ...]:
+    def _dynamo_recompiled(self, event: DynamoRecompile, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.DynamoRecompile(t, event.step, event.function, event.guard, event.compiles, site, frame),)
 
-    def _execution_failed(self, event: ExecutionFailed, t: int) -> tuple[rec.Record, ...]:
+    def _execution_failed(self, event: ExecuteFailed, t: int) -> tuple[rec.Record, ...]:
         site, frame = self._site(event.frames)
         return (rec.ExecuteFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
@@ -124,10 +124,10 @@ class RecordBuilder:
         return (rec.CompileFailed(t, event.step, event.graph_hash, event.message, event.hlo_path,
                                   self._cause(event.cause), site, frame),)
 
-    def _profile(self, event: ProfileWritten, t: int) -> tuple[rec.Record, ...]:
+    def _profile(self, event: Profile, t: int) -> tuple[rec.Record, ...]:
         return (rec.Profile(t, event.step, event.path, event.logdir, event.first_step, event.last_step, event.how),)
 
-    def _collectives(self, event: CollectivesExecuted, t: int) -> tuple[rec.Record, ...]:
+    def _collectives(self, event: Collective, t: int) -> tuple[rec.Record, ...]:
         return (rec.Collective(t, event.step, event.graph_hash, event.count, event.nbytes, event.wait_ns,
                                event.execute_ns, list(event.sites)),)
 
@@ -170,13 +170,13 @@ class RecordBuilder:
 
 
 _BUILDERS = {
-    GraphExecuted: RecordBuilder._executed, StepMarked: RecordBuilder._step, TransferToDevice: RecordBuilder._to_device,
-    TransferFromDevice: RecordBuilder._from_device, OpsRecorded: RecordBuilder._ops,
-    CompileStarted: RecordBuilder._compile_started, GraphCompiled: RecordBuilder._compiled, Recompiled: RecordBuilder._recompiled, FallbackOp: RecordBuilder._fallback,
-    DynamoGraphBreak: RecordBuilder._graph_break, DynamoRecompiled: RecordBuilder._dynamo_recompiled,
-    DeviceDataCacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
+    Execute: RecordBuilder._executed, Step: RecordBuilder._step, TransferToDevice: RecordBuilder._to_device,
+    TransferFromDevice: RecordBuilder._from_device, Ops: RecordBuilder._ops,
+    CompileStart: RecordBuilder._compile_started, Compile: RecordBuilder._compiled, Recompile: RecordBuilder._recompiled, Fallback: RecordBuilder._fallback,
+    GraphBreak: RecordBuilder._graph_break, DynamoRecompile: RecordBuilder._dynamo_recompiled,
+    CacheMiss: RecordBuilder._cache_miss, GraphGrowing: RecordBuilder._growing,
     MemoryGrowing: RecordBuilder._memory_growing,
-    CompileFailed: RecordBuilder._compile_failed, ExecutionFailed: RecordBuilder._execution_failed,
-    ProfileWritten: RecordBuilder._profile,
-    CollectivesExecuted: RecordBuilder._collectives, RankLost: RecordBuilder._rank_lost,
+    CompileFailed: RecordBuilder._compile_failed, ExecuteFailed: RecordBuilder._execution_failed,
+    Profile: RecordBuilder._profile,
+    Collective: RecordBuilder._collectives, RankLost: RecordBuilder._rank_lost,
 }

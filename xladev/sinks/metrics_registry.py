@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from xladev._flags import config
-from xladev.events import StepMarked
+from xladev.events import Step
 from xladev.schema.counters import updates
 from xladev.schema.units import COUNT, format_kind
 from xladev.sinks._lifecycle import Sink
@@ -198,7 +198,7 @@ class MetricsSink(Sink):
         records = self._records.records(event)
         if records:
             self.registry.count(records)
-        if self.file is not None and type(event) is StepMarked and not self.file.off:
+        if self.file is not None and type(event) is Step and not self.file.off:
             counters, metrics = self.registry.copy()
             self.file.write(event.step, report_text(counters, metrics))
 

@@ -30,7 +30,7 @@ run's record ends as PyTorch/XLA's does, with each output's shape and sharding:
 from __future__ import annotations
 
 from xladev._flags import config
-from xladev.events import GraphExecuted
+from xladev.events import Execute
 from xladev.schema.sites import shown_frames
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
@@ -40,7 +40,7 @@ from xladev.schema.ranks import ordinal_path
 class DumpSink(Sink):
     """Writes a record for every executed graph."""
 
-    kinds = (GraphExecuted,)
+    kinds = (Execute,)
     wants_frames = True
 
     def __init__(self, path: str, fmt: str, value: str | None = None) -> None:
@@ -56,7 +56,7 @@ class DumpSink(Sink):
         self._lowered_text: dict[str, str] = {}
         self.file = OutputFile("XLA_SAVE_TENSORS_FILE", path if value is None else value, path)
 
-    def _graph_text(self, event: GraphExecuted) -> str:
+    def _graph_text(self, event: Execute) -> str:
         graph = event.graph
         if self.fmt == "text":
             return graph.ir_text()
@@ -72,7 +72,7 @@ class DumpSink(Sink):
     def start(self) -> "DumpSink":
         return self if self.file.off else Sink.start(self)
 
-    def on_event(self, event: GraphExecuted) -> None:
+    def on_event(self, event: Execute) -> None:
         if event.graph is None or self.file.off:
             return
         frames = "".join(f"  {f.name} ({f.file}:{f.line})\n" for f in shown_frames(event.frames))

@@ -17,7 +17,7 @@ import warnings
 
 from xladev._flags import config
 from xladev.errors import XladevError
-from xladev.events import Cause, CompileFailed, CompileStarted, GraphCompiled, bus
+from xladev.events import Cause, CompileFailed, CompileStart, Compile, bus
 from xladev.runtime.graph import annotate, backend, graph_names, stack, steps
 from xladev.runtime.graph.span_clock import spent
 from xladev.runtime.compile.graph_info import RuntimeGraphInfo, collectives_of, jax_calls_of, sharding_layout
@@ -63,7 +63,7 @@ class CacheEntry:
         # operand shapes, in order (the rest of the graph may differ from rank to rank).
         self.collectives = collective_signature(graph) if self.replicated else ()
         ops = collectives_of(graph) if self.replicated else []
-        # (count, bytes from this rank, each one's user line) for the CollectivesExecuted event of each run.
+        # (count, bytes from this rank, each one's user line) for the Collective event of each run.
         self.collective_stats = (len(ops), sum(b for _, b, _ in ops), tuple(site or "?" for _, _, site in ops))
         self.jax_calls = jax_calls_of(graph)
         self._jax_call_ops = None
@@ -173,7 +173,7 @@ class CompileCache:
         hits_before = self.persistent_hits
         info = RuntimeGraphInfo(graph)
         if bus.active:
-            bus.emit(CompileStarted(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs),
+            bus.emit(CompileStart(time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs),
                                     graph.user_outputs, frames, info, graph_names.current()))
         start = time.perf_counter_ns()
         lowered = None
@@ -206,7 +206,7 @@ class CompileCache:
                 annotate.add_args(span, recompiled="yes", reason=recompiled.headline(),
                                   previous=recompiled.previous_hash, graphs_at_site=recompiled.graphs_at_site)
         if bus.active:
-            bus.emit(GraphCompiled(
+            bus.emit(Compile(
                 time.perf_counter_ns(), step, graph.hash, len(graph.nodes), len(graph.inputs), graph.user_outputs,
                 compile_ns, memory, cause, frames,
                 (self.persistent_hits > hits_before) if _persistent_cache else None, info, len(graph.donated),

@@ -2,7 +2,7 @@
 
 Every graph compiled in this process is summarised by trigger site (summaries only, no device
 buffers). When a site that compiled before compiles a different graph, the runtime publishes one
-`Recompiled` event saying what changed, just before that graph's `GraphCompiled`. Consumers (the
+`Recompile` event saying what changed, just before that graph's `Compile`. Consumers (the
 debug analysis, the event log, `assert_no_recompiles`) subscribe to it; none computes it again.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from xladev.events import Frame, Recompiled, bus
+from xladev.events import Frame, Recompile, bus
 from xladev.graphdiff import GraphSummary, closest, differences
 from xladev.runtime.compile.graph_info import RuntimeGraphInfo
 from xladev.schema.sites import site_of
@@ -27,8 +27,8 @@ class SiteHistory:
         self.sites: dict[tuple[str, str | None], list[GraphSummary]] = {}
 
     def record(self, info: RuntimeGraphInfo, compile_ns: int, frames: tuple[Frame, ...], step: int,
-               name: str | None = None) -> Recompiled | None:
-        """Adds a compiled graph; returns the `Recompiled` event when its site had compiled before.
+               name: str | None = None) -> Recompile | None:
+        """Adds a compiled graph; returns the `Recompile` event when its site had compiled before.
 
         Args:
           info: the compiled graph.
@@ -48,7 +48,7 @@ class SiteHistory:
             result = None
             if earlier:
                 previous = closest(earlier, summary)
-                result = Recompiled(time.perf_counter_ns(), step, summary.hash, previous.hash, site,
+                result = Recompile(time.perf_counter_ns(), step, summary.hash, previous.hash, site,
                                     tuple(differences(previous, summary)), len(earlier) + 1,
                                     sum(g.compile_ns for g in earlier) + compile_ns)
             earlier.append(summary)
@@ -60,13 +60,13 @@ class SiteHistory:
 
 
 def publish(history: SiteHistory, info: RuntimeGraphInfo, compile_ns: int, frames, step: int,
-            name: str | None = None) -> Recompiled | None:
-    """Records a compile and publishes its `Recompiled` event when there is one. Never raises.
+            name: str | None = None) -> Recompile | None:
+    """Records a compile and publishes its `Recompile` event when there is one. Never raises.
 
     A diff bug must not fail the user's step: it is reported on stderr and the compile goes on.
 
     Returns:
-      The `Recompiled` event (published or not: the profiler span shows its reason too), or None.
+      The `Recompile` event (published or not: the profiler span shows its reason too), or None.
     """
     try:
         event = history.record(info, compile_ns, frames, step, name)

@@ -6,8 +6,8 @@ through the lazy runtime's op table, compiled by XLA, then run as one cached exe
 
 What TorchDynamo decides is published for the debug tools, as the lazy path's compiles are:
 - a graph break (the code TorchDynamo could not capture runs outside the graphs, recorded lazily) is a
-  `DynamoGraphBreak` with TorchDynamo's reason and the user's line;
-- a recompilation (a guard failed: a new shape, a new Python value) is a `DynamoRecompiled` naming the guard.
+  `GraphBreak` with TorchDynamo's reason and the user's line;
+- a recompilation (a guard failed: a new shape, a new Python value) is a `DynamoRecompile` naming the guard.
 The two breaks around every compiled optimizer step cost nothing and are not said (`_costs_nothing`).
 
 Three adjustments make TorchDynamo accept xla tensors (`install()`, at device registration):
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from xladev.events import DynamoGraphBreak, DynamoRecompiled, Frame, PropagatingError, bus
+from xladev.events import GraphBreak, DynamoRecompile, Frame, PropagatingError, bus
 from xladev.runtime.graph import stack, steps
 from xladev.runtime.distributed import traced_collectives
 from xladev.runtime.dynamo.fx_program import FxProgram
@@ -100,7 +100,7 @@ def xladev_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs):
     verdict = None
     if reason is not None and bus.active:
         try:
-            bus.emit(DynamoRecompiled(time.perf_counter_ns(), steps.current(), function, reason, compiles,
+            bus.emit(DynamoRecompile(time.perf_counter_ns(), steps.current(), function, reason, compiles,
                                       stack.capture_frames()))
         except PropagatingError as error:
             # A subscriber's verdict (assert_no_recompiles) reaches the user from the call, as itself: raised
@@ -250,7 +250,7 @@ _BREAK_AT = re.compile(r"Graph break (?:\(user stack suppressed due to duplicate
 
 
 class _GraphBreakHandler(logging.Handler):
-    """Turns TorchDynamo's graph-break log records into `DynamoGraphBreak` events (nothing is printed)."""
+    """Turns TorchDynamo's graph-break log records into `GraphBreak` events (nothing is printed)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if not bus.active:
@@ -263,7 +263,7 @@ class _GraphBreakHandler(logging.Handler):
             bus.emit(event)
 
 
-def graph_break_event(message: str) -> DynamoGraphBreak | None:
+def graph_break_event(message: str) -> GraphBreak | None:
     """The event of one TorchDynamo graph-break message, or None when it is not one.
 
     Args:
@@ -292,7 +292,7 @@ def graph_break_event(message: str) -> DynamoGraphBreak | None:
         _break_functions[(file, line)] = frames[0].name
     else:  # TorchDynamo leaves the stack out of a break it logged before: name the function as it did then
         frames = (Frame(_break_functions.get((file, line), "<graph break>"), file, line),) + frames
-    return DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
+    return GraphBreak(time.perf_counter_ns(), steps.current(), "dynamo", reason, frames)
 
 
 # The breaks every compiled optimizer step meets, whose graphs lose nothing: torch.optim's own break before the

@@ -11,7 +11,7 @@ What the trace finds decides the plan for the graph's input signature:
   constant inputs; an output that is an input is handed back as that tensor;
 - a random op threads the device RNG key through the program (the key is an input and an output);
 - an op that would need to run on the host (a CPU fallback, a value read) cannot be in one program: the
-  graph then runs lazily on every call (correct, slower), and a `DynamoGraphBreak` says which op and why.
+  graph then runs lazily on every call (correct, slower), and a `GraphBreak` says which op and why.
 
 Graphs with symbolic sizes (dynamo's dynamic shapes) get one program per concrete input signature.
 """
@@ -26,7 +26,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from xladev._flags import config
-from xladev.events import Cause, CauseKind, DynamoGraphBreak, bus
+from xladev.events import Cause, CauseKind, GraphBreak, bus
 from xladev.runtime.graph import graph_names, ir, stack, steps
 from xladev.runtime.record import rng
 from xladev.runtime.compile.compilation import compile_cache
@@ -410,7 +410,7 @@ class FxProgram:
 
     def _lazy(self, reason: str, frames) -> _Lazy:
         if bus.active:
-            bus.emit(DynamoGraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
+            bus.emit(GraphBreak(time.perf_counter_ns(), steps.current(), "xladev",
                                       f"graph {self.name!r} runs lazily, op by op: {reason}", frames))
         return _Lazy(reason)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from xladev.events import Cause, StepMarked, bus
+from xladev.events import Cause, Step, bus
 from xladev.runtime.graph import annotate, stack, steps
 from xladev.runtime.execute import closures as async_closures, profile_memory
 from xladev.runtime.execute.execution import Execution, execution, lock
@@ -47,7 +47,7 @@ class Barrier:
         if bus.active:
             end = time.perf_counter_ns()
             device_bytes, peak_bytes = step_memory.step_ended(ended, self.runner.scalar_bytes)
-            bus.emit(StepMarked(end, ended, cause, end - start, frames, device_bytes, peak_bytes))
+            bus.emit(Step(end, ended, cause, end - start, frames, device_bytes, peak_bytes))
         profile_memory.step_ended()
         self._run_closures(ended)
         annotate.barrier_end(ended)

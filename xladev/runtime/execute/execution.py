@@ -14,7 +14,7 @@ import time
 from xladev._flags import config
 from xladev.errors import XladevError
 from xladev.events import (
-    Cause, CauseKind, CollectivesExecuted, DeviceDataCacheMiss, ExecutionFailed, GraphExecuted, OpsRecorded, bus,
+    Cause, CauseKind, Collective, CacheMiss, ExecuteFailed, Execute, Ops, bus,
 )
 from xladev.runtime.graph import annotate, backend, device_put, graph_names, stack, steps
 from xladev.runtime.execute import admission, donation, profile_memory, seeds, traced_call
@@ -47,7 +47,7 @@ class XlaExecutionError(XladevError, RuntimeError):
 
 
 class HostTimings:
-    """The host's time around one execution, announced with it (GraphExecuted): PyTorch/XLA's UnwrapXlaData,
+    """The host's time around one execution, announced with it (Execute): PyTorch/XLA's UnwrapXlaData,
     WrapXlaData and DeviceLockWait.
 
     Attributes:
@@ -73,7 +73,7 @@ class Execution:
     Attributes:
       compiler: where executables come from.
       scalars: device arrays of Python scalars fed as graph inputs, most recently used last.
-      in_flight: the dispatched graphs not yet announced (`GraphExecuted`).
+      in_flight: the dispatched graphs not yet announced (`Execute`).
     """
 
     def __init__(self, compiler: CompileCache) -> None:
@@ -105,7 +105,7 @@ class Execution:
             if len(self.scalars) > SCALAR_CACHE_SIZE:
                 self.scalar_bytes -= self.scalars.popitem(last=False)[1].nbytes
             if bus.active:
-                bus.emit(DeviceDataCacheMiss(time.perf_counter_ns(), steps.current(), float(node.value),
+                bus.emit(CacheMiss(time.perf_counter_ns(), steps.current(), float(node.value),
                                              str(node.meta.dtype)))
         else:
             self.scalars.move_to_end(key)
@@ -265,14 +265,14 @@ class Execution:
             if error is not None:
                 self._execution_failed(graph, entry, error, step, cause, frames)
             if bus.active:
-                bus.emit(GraphExecuted(
+                bus.emit(Execute(
                     time.perf_counter_ns(), step, entry.hash, execute_ns, cached, entry.num_nodes,
                     entry.num_inputs, entry.num_outputs, cause, frames, RuntimeGraphInfo(graph, out_shardings), name,
                     timings.unwrap_ns, timings.wrap_ns, timings.lock_wait_ns, devices,
                 ))
                 if entry.replicated:
                     count, nbytes, sites = entry.collective_stats
-                    bus.emit(CollectivesExecuted(time.perf_counter_ns(), step, entry.hash, count, nbytes, wait_ns,
+                    bus.emit(Collective(time.perf_counter_ns(), step, entry.hash, count, nbytes, wait_ns,
                                                  execute_ns, sites))
 
         return outputs, Dispatched(outputs, start, announce, _replicated_what(entry) if entry.replicated else None)
@@ -295,7 +295,7 @@ class Execution:
 
     def _before_replicated(self, graph: Graph, entry: CacheEntry, step: int, cause: Cause, frames) -> int:
         """The ranks' check before a replicated graph runs (replica_guard); returns the ns spent waiting for
-        the other ranks. A failure is published (ExecutionFailed, so every rank's log says why) and raised.
+        the other ranks. A failure is published (ExecuteFailed, so every rank's log says why) and raised.
 
         Raises:
           DistributedError: the ranks are about to run different graphs, or a rank is gone or late.
@@ -305,7 +305,7 @@ class Execution:
             replica_guard.before(graph, entry.collectives, step, frames)
         except DistributedError as exc:
             if bus.active:
-                bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
+                bus.emit(ExecuteFailed(time.perf_counter_ns(), step, entry.hash, f"{type(exc).__name__}: {exc}", "",
                                          cause, frames))
             raise
         waited = time.perf_counter_ns() - start
@@ -313,7 +313,7 @@ class Execution:
         return waited
 
     def settle(self) -> int:
-        """Waits for the dispatched graphs and announces their executions (GraphExecuted).
+        """Waits for the dispatched graphs and announces their executions (Execute).
 
         Returns:
           The nanoseconds spent waiting (0 when nothing was running).
@@ -330,7 +330,7 @@ class Execution:
 
     def _execution_failed(self, graph: Graph, entry: CacheEntry, exc: BaseException, step: int, cause: Cause,
                           frames) -> None:
-        """Saves the failing graph's HLO, publishes `ExecutionFailed` and raises.
+        """Saves the failing graph's HLO, publishes `ExecuteFailed` and raises.
 
         Raises:
           XlaExecutionError: always, naming the graph, the error and where its HLO is.
@@ -341,14 +341,14 @@ class Execution:
         # The budget's explainer is read whole (it starts with XLA's RESOURCE_EXHAUSTED); XLA's errors by their summary.
         message = str(exc) if isinstance(exc, MemoryBudgetExceeded) else f"{type(exc).__name__}: {error_summary(exc)}"
         if bus.active:
-            bus.emit(ExecutionFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
+            bus.emit(ExecuteFailed(time.perf_counter_ns(), step, entry.hash, message, path, cause, frames))
         if entry.replicated and job.wait_for_lost(_LOST_WAIT_S):
             # A collective failed because a rank is gone (its connection closed): say which rank.
             raise job.lost_error(f"graph {entry.hash}'s collectives") from exc
         raise XlaExecutionError(f"graph {entry.hash} failed while running: {message}. HLO saved to {path}") from exc
 
     def flush_ops(self) -> None:
-        """Publishes the ops recorded since the last graph (OpsRecorded)."""
+        """Publishes the ops recorded since the last graph (Ops)."""
         self._publish_ops(*recorder.drain())
 
     def publish_recorded_ops(self) -> None:
@@ -358,7 +358,7 @@ class Execution:
 
     def _publish_ops(self, counts: dict, ns: int, samples: list, created: int, destroyed: int) -> None:
         if (counts or created or destroyed) and bus.active:
-            bus.emit(OpsRecorded(time.perf_counter_ns(), steps.current(), counts, ns, samples, created, destroyed))
+            bus.emit(Ops(time.perf_counter_ns(), steps.current(), counts, ns, samples, created, destroyed))
 
     # ---- what callers need computed ------------------------------------------------------------
     def materialize(self, nodes: list[Node], cause: Cause, device_index: int = 0) -> list:

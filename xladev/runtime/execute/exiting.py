@@ -1,6 +1,6 @@
 """What the runtime does as the run ends, before the sinks write their last records.
 
-- It announces the graphs still running (their `GraphExecuted`), so the last step's execution is in every
+- It announces the graphs still running (their `Execute`), so the last step's execution is in every
   output. At a normal exit this runs in threading's exit callbacks, which come before every `atexit` handler
   (the sinks'), however late a sink was started; on SIGTERM, as the first end-of-run hook (`ending`).
 - It waits for the asynchronous step closures still queued. One that raised after the last barrier and

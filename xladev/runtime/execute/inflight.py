@@ -5,7 +5,7 @@ computes. A watcher thread waits on each dispatched graph's outputs (waiting rel
 stamps when they were ready, so `ExecuteTime` is the real time until the results existed, not the
 dispatch time.
 
-Events stay on the thread that records: a finished execution is announced (`GraphExecuted`) at the
+Events stay on the thread that records: a finished execution is announced (`Execute`) at the
 next point that needs it settled: the next graph run, a value read, a metrics query,
 `wait_device_ops()`, or the end of the process (runtime/execute/exiting.py). `XLADEV_SYNC_EXECUTION=1` waits in the barrier instead.
 """

@@ -2,7 +2,7 @@
 
 It never gives a wrong answer: inputs are synced and copied down, the op runs on the CPU exactly as
 eager PyTorch would, arguments the op mutates are written back through their aliases, and new results
-are uploaded. Each run emits a FallbackOp event named `aten::op.overload`, as PyTorch/XLA counts it.
+are uploaded. Each run emits a Fallback event named `aten::op.overload`, as PyTorch/XLA counts it.
 
 Some ops have no CPU kernel at all (CUDA-only ops such as `_fused_dropout`, or the fused RNN cells
 before they were lowered). Such an op runs as PyTorch's decomposition of it, on the device; without
@@ -20,7 +20,7 @@ import torch
 from torch._decomp import decomposition_table
 
 from xladev.errors import XladevError
-from xladev.events import Cause, CauseKind, FallbackOp, bus
+from xladev.events import Cause, CauseKind, Fallback, bus
 from xladev.runtime.graph import annotate, stack, steps
 from xladev.runtime.graph.span_clock import spent
 from xladev.runtime.record.decompositions import composite_implicit, with_composites
@@ -194,7 +194,7 @@ def _run_on_cpu(func, name: str, args, kwargs):
     spent(kernel_ns)
     if bus.active:  # after the kernel, to carry its time; stamped with the time of the call
         frames = stack.capture_frames() if bus.wants_frames else None
-        bus.emit(FallbackOp(called_ns, steps.current(), name, frames, kernel_ns))
+        bus.emit(Fallback(called_ns, steps.current(), name, frames, kernel_ns))
 
     # Write back every argument the op mutated, so aliases on the device see the change.
     written = {}

@@ -9,7 +9,7 @@ import time
 from xladev import rules
 from xladev.rules import wall_time
 
-from xladev.events import FallbackOp, GraphCompiled, Recompiled, StepMarked, TransferFromDevice
+from xladev.events import Fallback, Compile, Recompile, Step, TransferFromDevice
 from xladev.schema.sites import site_of
 
 
@@ -26,7 +26,7 @@ class RunStats:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.recompilations: list[Recompiled] = []
+        self.recompilations: list[Recompile] = []
         self.compile_sites: dict[str, tuple[int, int]] = {}
         self.transfers: dict[tuple[str, str], HotSpot] = {}
         self.fallbacks: dict[tuple[str, str], int] = {}
@@ -56,11 +56,11 @@ class RunStats:
             return wall_time.TimeBreakdown(parts=parts, wall_ns=float(time.perf_counter_ns() - self.started_ns),
                                            steps=self.steps, exact=True, basis="measured by the debug analysis")
 
-    def on_recompiled(self, event: Recompiled) -> None:
+    def on_recompiled(self, event: Recompile) -> None:
         with self.lock:
             self.recompilations.append(event)
 
-    def on_compiled(self, event: GraphCompiled) -> None:
+    def on_compiled(self, event: Compile) -> None:
         site = site_of(event.frames)
         with self.lock:
             self.compiles += 1
@@ -94,13 +94,13 @@ class RunStats:
             after_end = self.latest_step_reads if self.latest_read_step >= max(self.steps, rules.SETUP_STEPS) else 0
             return self.later_reads - after_end, max(0, self.steps - rules.SETUP_STEPS)
 
-    def on_fallback(self, event: FallbackOp) -> None:
+    def on_fallback(self, event: Fallback) -> None:
         key = (event.name, site_of(event.frames))
         with self.lock:
             self.times["fallback"] += event.cpu_ns
             self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
 
-    def on_step(self, event: StepMarked) -> None:
+    def on_step(self, event: Step) -> None:
         self.steps += 1
 
     def hot_spots(self) -> list[HotSpot]:

@@ -12,8 +12,8 @@ from xladev.rules import fallback_reasons
 from xladev.rules import wall_time
 from xladev._flags import config
 from xladev.events import (
-    CompileFailed, DynamoGraphBreak, DynamoRecompiled, ExecutionFailed, FallbackOp, GraphCompiled, GraphExecuted,
-    GraphGrowing, MemoryGrowing, OpsRecorded, Recompiled, StepMarked, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
+    CompileFailed, GraphBreak, DynamoRecompile, ExecuteFailed, Fallback, Compile, Execute,
+    GraphGrowing, MemoryGrowing, Ops, Recompile, Step, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
 )
 from xladev.schema.sites import site_of
 from xladev.schema.records import End
@@ -78,8 +78,8 @@ class AnalysisSink(Sink):
         self.fallback_counts: dict[str, int] = {}
         self.stated: dict[str, str] = {}
         self.growth: list[GraphGrowing] = []
-        self._recompiled: dict[str, Recompiled] = {}
-        self._dynamo_recompiled: DynamoRecompiled | None = None  # the last one, for its graphs' compile blocks
+        self._recompiled: dict[str, Recompile] = {}
+        self._dynamo_recompiled: DynamoRecompile | None = None  # the last one, for its graphs' compile blocks
         label = rank_label()
         self.process = [("Process: ", [f"{label} (pid {os.getpid()}, {socket.gethostname()})"])] if label else []
 
@@ -100,24 +100,24 @@ class AnalysisSink(Sink):
     def _on_event(self, event) -> None:
         kind = type(event)
         cause = getattr(event, "cause", None)
-        if cause is not None and cause.kind is CauseKind.EAGER_DEBUG and kind in (GraphCompiled, GraphExecuted):
+        if cause is not None and cause.kind is CauseKind.EAGER_DEBUG and kind in (Compile, Execute):
             # Eager debug mode runs each op as its own graph: like PyTorch/XLA's eager mode, no analysis
             # blocks for them (the times still count, as EagerOpCompileTime/EagerOpExecuteTime).
-            if kind is GraphCompiled:
+            if kind is Compile:
                 self.history.on_compiled(event)
             else:
                 self.history.spent("execute", event.execute_ns)
             return
-        if kind is GraphCompiled:
+        if kind is Compile:
             self._compiled(event)
-        elif kind is Recompiled:  # published just before its graph's GraphCompiled
+        elif kind is Recompile:  # published just before its graph's Compile
             self.history.on_recompiled(event)
             self._recompiled[event.graph_hash] = event
-        elif kind is OpsRecorded:
+        elif kind is Ops:
             self.history.spent("tracing", event.tracing_ns)
         elif kind is TransferToDevice:
             self.history.spent("to_device", event.duration_ns)
-        elif kind is GraphExecuted:
+        elif kind is Execute:
             self.history.spent("execute", event.execute_ns)
             self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
             if self.level >= 2:
@@ -128,10 +128,10 @@ class AnalysisSink(Sink):
         elif kind is TransferFromDevice:
             self.transfers += 1
             self.history.on_transfer(event)
-        elif kind is FallbackOp:
+        elif kind is Fallback:
             self.history.on_fallback(event)
             self.fallback_counts[event.name] = self.fallback_counts.get(event.name, 0) + 1
-        elif kind is StepMarked:
+        elif kind is Step:
             self.history.on_step(event)
             self._auto_analysis()
         elif kind is GraphGrowing:
@@ -144,15 +144,15 @@ class AnalysisSink(Sink):
                 per_step_bytes=event.per_step_bytes, holders=event.holders, format_bytes=format_bytes,
                 space=event.space)
             self.out.write(f"{rules.PROFILER_PREFIX}{message}\n")
-        elif kind is DynamoGraphBreak:
+        elif kind is GraphBreak:
             self.out.write(f"{rules.PROFILER_PREFIX}"
                            f"{rules.graph_break_message(site=short_site(site_of(event.frames)), reason=event.reason, by=event.by)}\n")
-        elif kind is DynamoRecompiled:  # published while TorchDynamo compiles; its graphs' compiles follow
+        elif kind is DynamoRecompile:  # published while TorchDynamo compiles; its graphs' compiles follow
             self._dynamo_recompiled = event
             self.out.write(f"{rules.PROFILER_PREFIX}" + rules.dynamo_recompile_message(
                 function=event.function, site=short_site(site_of(event.frames)), guard=event.guard,
                 compiles=event.compiles) + "\n")
-        elif kind is ExecutionFailed:
+        elif kind is ExecuteFailed:
             where = f" ({self.process[0][1][0]})" if self.process else ""
             if event.hlo_path:
                 self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running{where}: "
@@ -163,7 +163,7 @@ class AnalysisSink(Sink):
             self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
 
-    def _compiled(self, event: GraphCompiled) -> None:
+    def _compiled(self, event: Compile) -> None:
         self.history.on_compiled(event)
         r = self._recompiled.pop(event.graph_hash, None)
         extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
