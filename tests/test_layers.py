@@ -16,7 +16,7 @@ HEAVY = ("torch", "jax", "jaxlib")
 
 # Each layer: the xladev modules it may import (besides its own), and whether torch/jax may be imported.
 # Shared leaves hold tables and pure functions every layer may use.
-LEAVES = ("xladev.schema", "xladev._flags", "xladev.errors", "xladev.rules", "xladev.graphdiff")
+LEAVES = ("xladev.schema", "xladev._flags", "xladev.errors", "xladev.analysis", "xladev.graphdiff")
 LAYERS = {
     "leaf": (LEAVES, False),
     "events": (LEAVES, False),

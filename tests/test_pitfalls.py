@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 from xladev.report import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def _run(name: str, *extra: str, log: Path | None = None, env: dict | None = Non
 
 def _rules(log: Path) -> set[str]:
     report = load(str(log))
-    return {f.rule for f in report.findings if f.rule not in rules.ADVICE_RULES and f.severity != rules.INFO}
+    return {f.rule for f in report.findings if f.rule not in analysis.ADVICE_RULES and f.severity != analysis.INFO}
 
 
 # Each pitfall: what its counts show broken and fixed, and the finding the report gives the broken

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 
-from xladev import rules
+from xladev import analysis
 from xladev.schema import records as rec
 from xladev_tui.run_view import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
 
@@ -197,7 +197,7 @@ class LiveDiagnosis:
             report = self._diagnose([source] + self._siblings(source))
             findings = tuple(self._view(f) for f in report.findings)
             verdict = report.verdict()
-            headline = rules.headline(verdict, report.findings)
+            headline = analysis.headline(verdict, report.findings)
             time_view = _time_view(source.time)
         except UnreadableInputError:
             self.current = Diagnosis("", (), None, self.fed, "nothing to diagnose yet: no event after the log's header",
@@ -270,7 +270,7 @@ def _time_view(breakdown) -> TimeView | None:
     """A copy of a `TimeBreakdown`: overall rows, with the last completed step's share of each part."""
     if breakdown is None or breakdown.is_empty():
         return None
-    from xladev.rules.wall_time import SHORT_LABELS
+    from xladev.analysis.wall_time import SHORT_LABELS
 
     last = breakdown.step_times[-1] if breakdown.step_times else None
     rows = []

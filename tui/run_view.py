@@ -168,7 +168,7 @@ class OpenCompile:
 
 @dataclasses.dataclass(frozen=True)
 class FindingView:
-    """One finding of the report's rules (`xladev.rules.Finding`), as the screen shows it.
+    """One finding of the report's rules (`xladev.analysis.Finding`), as the screen shows it.
 
     Attributes:
       rule, severity, title, detail, fix: as the report has them.
@@ -202,7 +202,7 @@ class TimeRow:
 
 @dataclasses.dataclass(frozen=True)
 class TimeView:
-    """Where the time went (`xladev.rules.wall_time.TimeBreakdown`), overall and in the last step.
+    """Where the time went (`xladev.analysis.wall_time.TimeBreakdown`), overall and in the last step.
 
     Attributes:
       headline: the wall time and its largest parts, in one line.
@@ -231,7 +231,7 @@ class Diagnosis:
       records: the log records it covers.
       note: why there is no diagnosis yet, or why the latest one failed ("" otherwise).
       seconds: how long computing it took.
-      headline: the report's sentence for it (`xladev.rules.headline`).
+      headline: the report's sentence for it (`xladev.analysis.headline`).
     """
 
     verdict: str

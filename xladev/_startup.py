@@ -15,7 +15,7 @@ def start_sinks() -> None:
         from xladev.sinks.metrics_registry import sink
 
         sink.start()
-    from xladev.sinks.analysis.sink import start_from_flags
+    from xladev.sinks.pt_xla_debug.sink import start_from_flags
 
     start_from_flags()
     if config.save_tensors_file:

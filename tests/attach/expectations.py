@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from xladev import rules
+from xladev import analysis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +70,11 @@ EXPECTED = {
 }
 
 
-def _problems(report) -> list[rules.Finding]:
-    return [f for f in report.findings if f.severity in (rules.WARNING, rules.ERROR)]
+def _problems(report) -> list[analysis.Finding]:
+    return [f for f in report.findings if f.severity in (analysis.WARNING, analysis.ERROR)]
 
 
-def _text(finding: rules.Finding) -> str:
+def _text(finding: analysis.Finding) -> str:
     return " ".join([finding.title, finding.detail, *finding.evidence, finding.fix])
 
 
@@ -133,7 +133,7 @@ def check_tui(name: str, path, version: str = "2.9.0") -> None:
 
     diagnosis, title = asyncio.run(replay())
     assert f"torch_xla {version}" in title and "attached" in title, title
-    problems = [f for f in diagnosis.findings if f.severity in (rules.WARNING, rules.ERROR)]
+    problems = [f for f in diagnosis.findings if f.severity in (analysis.WARNING, analysis.ERROR)]
     if expected.rule is None:
         assert diagnosis.verdict == "healthy" and not problems
     else:

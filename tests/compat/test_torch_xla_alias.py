@@ -19,7 +19,7 @@ import pytest
 
 from xladev.cli.run import ALIAS_DIR
 from xladev.events import CauseKind
-from xladev.sinks.analysis.blocks import PT_XLA_CAUSES
+from xladev.sinks.pt_xla_debug.blocks import PT_XLA_CAUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "torch_xla_style" / "train.py"

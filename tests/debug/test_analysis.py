@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import xladev
 from xladev.debug import RecompilationError, assert_no_recompiles
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 from tests.source_lines import line_of
 
 HERE = os.path.abspath(__file__)

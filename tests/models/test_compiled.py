@@ -35,7 +35,7 @@ def test_gpt2_s_logging_break_is_said_with_a_remedy_that_removes_it(events):
 
     import xladev
     from xladev.events import CauseKind, GraphBreak, Execute
-    from xladev.rules.compile_rules import break_advice
+    from xladev.analysis.compile_rules import break_advice
 
     dev = xladev.device()
     assert len(zoo.BREAK_REMEDIES["gpt2"]) == 2  # set model.loss_type; let TorchDynamo skip the logging call

@@ -368,7 +368,7 @@ def _logging_call_ignored(model) -> contextlib.AbstractContextManager:
     return torch._dynamo.config.patch(ignore_logging_functions={logging.Logger.warning_once})
 
 
-# The remedies the graph-break advice gives for a case's break under torch.compile (xladev/rules/compile_rules.py,
+# The remedies the graph-break advice gives for a case's break under torch.compile (xladev/analysis/compile_rules.py,
 # docs/compile.md), by case: (label, remedy). A remedy changes the model, and returns the context in which the case
 # is then compiled and run. tests/models/test_compiled.py checks that each removes the break; bench_compile.py
 # times each.

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.schema import units
 from xladev.report.run_findings import auto_metrics_lines
@@ -116,7 +116,7 @@ def test_auto_metrics_mirror_matches_what_torch_xla_printed(scenario):
     ours = set()
     for record in fixture_path(f"{scenario}.metrics.txt").read_text().split("[MetricsData; step=")[1:]:
         metrics, counters = _blocks(record)
-        ours.update(rules.auto_metrics_messages(
+        ours.update(analysis.auto_metrics_messages(
             steps=counters["MarkStep"], compiles=int(metrics["CompileTime"]["TotalSamples"]),
             transfers=int(metrics.get("TransferFromDeviceTime", {}).get("TotalSamples", 0)), counters=counters))
     assert ours == {line.strip() for line in printed}
@@ -125,7 +125,7 @@ def test_auto_metrics_mirror_matches_what_torch_xla_printed(scenario):
 
 
 def _problems(report):
-    return [f for f in report.findings if f.severity in (rules.WARNING, rules.ERROR)]
+    return [f for f in report.findings if f.severity in (analysis.WARNING, analysis.ERROR)]
 
 
 @pytest.mark.parametrize("kinds", [("metrics",), ("metrics", "debug"), ("stdout",), ("debug",),
@@ -146,7 +146,7 @@ def test_dynamic_shape_is_recompilation_from_a_changing_shape(kinds):
     problems = _problems(report)
     assert [f.rule for f in problems] == ["recompilation"]
     finding = problems[0]
-    assert finding.severity == rules.ERROR
+    assert finding.severity == analysis.ERROR
     assert "every step" in finding.title and "24 compiles in 24 steps" in finding.title
     assert "shape" in " ".join(finding.evidence) and "pad" in finding.fix.lower()
     assert finding.numbers["compiles_after_warmup"] == 14
@@ -158,7 +158,7 @@ def test_dynamic_shape_is_recompilation_from_a_changing_shape(kinds):
 def test_dynamic_shape_from_debug_log_alone():
     report = load(str(fixture_path("dynamic_shape.debug.txt")))
     finding = next(f for f in _problems(report) if f.rule == "recompilation")
-    assert finding.severity == rules.ERROR and finding.numbers["compiles"] == 24
+    assert finding.severity == analysis.ERROR and finding.numbers["compiles"] == 24
     assert "shape" in " ".join(finding.evidence) and "Pad" in finding.fix
 
 
@@ -167,7 +167,7 @@ def test_fallback_names_both_ops_and_the_transfers_they_force(kinds):
     report = load([str(fixture_path(f"fallback.{kind}.txt")) for kind in kinds])
     fallbacks = {f.subject: f for f in report.findings if f.rule == "cpu-fallback"}
     assert set(fallbacks) == {"aten::nonzero", "aten::median.dim_values"}
-    assert all(f.numbers["count"] == 24 and f.severity == rules.WARNING for f in fallbacks.values())
+    assert all(f.numbers["count"] == 24 and f.severity == analysis.WARNING for f in fallbacks.values())
     assert "nonzero" in fallbacks["aten::nonzero"].fix and "kthvalue" in fallbacks["aten::median.dim_values"].fix
     transfers = next(f for f in report.findings if f.rule == "host-transfers")
     assert transfers.numbers["transfers"] == 48 and "fallback" in transfers.title

@@ -35,7 +35,7 @@ def test_import_xladev_report_loads_neither_torch_nor_jax():
 def test_a_whole_report_loads_neither_torch_nor_jax_nor_the_runtime():
     result = _fresh_python(f"""
         import sys
-        import xladev, xladev.rules, xladev.report, xladev.schema, xladev.cli.report
+        import xladev, xladev.analysis, xladev.report, xladev.schema, xladev.cli.report
         from xladev.report import compare, document, jsonout, markup, terminal
         report = xladev.report.load({str(fixture_path("fallback.metrics.txt"))!r})
         jsonout.render_json(document.report_document(report))

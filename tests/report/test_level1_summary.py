@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xladev.events import Cause, CauseKind, Frame, Compile, Step, TransferFromDevice
 from xladev.report import load
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 
 USER = Frame("train", "/home/user/train.py", 25)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tests.report.fragments import make_fragments
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.report.document import Table, report_document
 from xladev.schema.units import UnitParseError, parse_memory_size
-from xladev.sinks.analysis.blocks import post_compilation_block
+from xladev.sinks.pt_xla_debug.blocks import post_compilation_block
 
 G = 1024 ** 3
 
@@ -53,7 +53,7 @@ def test_pytorch_xlas_out_of_memory_is_the_first_finding_with_the_graphs_sizes(t
      {"need": int(72.39 * 1024 ** 2), "limit": 64 * 1024 ** 2}),
 ])
 def test_xlas_out_of_memory_wordings_are_read_with_their_sizes(line, message, sizes):
-    found = rules.parse_out_of_memory(line)
+    found = analysis.parse_out_of_memory(line)
     assert found == {"message": message or line[line.index("RESOURCE_EXHAUSTED"):], **sizes}
 
 
@@ -65,7 +65,7 @@ def test_xlas_out_of_memory_wordings_are_read_with_their_sizes(line, message, si
     "mean that there could be performance gains if more memory were available.",
 ])
 def test_other_lines_are_not_out_of_memory(line):
-    assert rules.parse_out_of_memory(line) is None
+    assert analysis.parse_out_of_memory(line) is None
 
 
 def test_a_size_xla_did_not_give_prints_unknown_as_pytorch_xla_does(tmp_path):

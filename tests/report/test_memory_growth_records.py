@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Static
 
 from tests.tui.helpers import async_test, fixture_lines, wait_for
-from xladev import rules
+from xladev import analysis
 from xladev.schema import records as rec
 from xladev.schema.units import format_bytes, parse_bytes
 from xladev_tui.app import XladevTUI
@@ -22,26 +22,26 @@ HOLDERS = [{"kind": "other", "line": "train@train.py:31", "per_step_bytes": 4.0,
 
 
 def test_the_warning_reads_back_as_its_numbers():
-    message = rules.memory_growing_message(from_step=5, from_bytes=17_326_112, to_step=8, to_bytes=17_338_400,
+    message = analysis.memory_growing_message(from_step=5, from_bytes=17_326_112, to_step=8, to_bytes=17_338_400,
                                            per_step_bytes=4096.0, holders=HOLDERS, format_bytes=format_bytes)
-    found = rules.parse_memory_growing(message, parse_bytes)
+    found = analysis.parse_memory_growing(message, parse_bytes)
     assert (found["from_step"], found["to_step"], found["per_step_bytes"]) == (5, 8, 4096.0)
     assert abs(found["from_bytes"] - 17_326_112) <= 0.005 * 1024 ** 2  # printed to 2 decimals of MB
     assert found["holders"] == HOLDERS
 
 
 def test_a_growth_with_no_holder_reads_back_with_none():
-    message = rules.memory_growing_message(from_step=2, from_bytes=100, to_step=9, to_bytes=170,
+    message = analysis.memory_growing_message(from_step=2, from_bytes=100, to_step=9, to_bytes=170,
                                            per_step_bytes=10.0, holders=[], format_bytes=format_bytes)
-    found = rules.parse_memory_growing(message, parse_bytes)
+    found = analysis.parse_memory_growing(message, parse_bytes)
     assert found["holders"] == [] and found["per_step_bytes"] == 10.0
-    finding = rules.memory_growing_finding(**found, format_bytes=format_bytes)
+    finding = analysis.memory_growing_finding(**found, format_bytes=format_bytes)
     assert finding.rule == "memory-growing" and finding.severity == "warning" and finding.subject == ""
-    assert rules.parse_memory_growing("Graph growing without a barrier: 5 ops", parse_bytes) is None
+    assert analysis.parse_memory_growing("Graph growing without a barrier: 5 ops", parse_bytes) is None
 
 
 def test_the_finding_names_the_line_and_the_fix_for_kept_tensors():
-    finding = rules.memory_growing_finding(from_step=5, from_bytes=100, to_step=8, to_bytes=112, per_step_bytes=4.0,
+    finding = analysis.memory_growing_finding(from_step=5, from_bytes=100, to_step=8, to_bytes=112, per_step_bytes=4.0,
                                            holders=HOLDERS, format_bytes=format_bytes)
     assert finding.subject == "train@train.py:31"
     assert "train@train.py:31" in finding.title and "loss.item()" in finding.fix
@@ -92,32 +92,32 @@ async def test_the_header_shows_memory_only_when_sampled():
 
 def test_the_host_warning_reads_back_as_its_numbers_and_its_finding():
     holders = [{"kind": "host copy", "line": "<module>@train.py:9", "per_step_bytes": 1048576.0, "buffers": 6}]
-    message = rules.memory_growing_message(from_step=9, from_bytes=510 * 1024 ** 2, to_step=31,
+    message = analysis.memory_growing_message(from_step=9, from_bytes=510 * 1024 ** 2, to_step=31,
                                            to_bytes=532 * 1024 ** 2, per_step_bytes=1048576.0, holders=holders,
                                            format_bytes=format_bytes, space="host")
-    assert message.startswith(rules.HOST_MEMORY_GROWING + ": ")
-    found = rules.parse_memory_growing(message, parse_bytes)
+    assert message.startswith(analysis.HOST_MEMORY_GROWING + ": ")
+    found = analysis.parse_memory_growing(message, parse_bytes)
     assert found["space"] == "host" and found["holders"] == holders
-    finding = rules.memory_growing_finding(**found, format_bytes=format_bytes)
+    finding = analysis.memory_growing_finding(**found, format_bytes=format_bytes)
     assert finding.rule == "host-memory-growing" and finding.subject == "<module>@train.py:9"
     assert "`.cpu()` copies" in finding.fix
-    device = rules.parse_memory_growing(rules.memory_growing_message(
+    device = analysis.parse_memory_growing(analysis.memory_growing_message(
         from_step=1, from_bytes=1, to_step=2, to_bytes=2, per_step_bytes=1.0, holders=[], format_bytes=format_bytes),
         parse_bytes)
     assert device["space"] == "device"
 
 
 def test_a_host_growth_without_a_tensor_says_so():
-    message = rules.memory_growing_message(from_step=2, from_bytes=100, to_step=9, to_bytes=170, per_step_bytes=10.0,
+    message = analysis.memory_growing_message(from_step=2, from_bytes=100, to_step=9, to_bytes=170, per_step_bytes=10.0,
                                            holders=[], format_bytes=format_bytes, space="host")
-    found = rules.parse_memory_growing(message, parse_bytes)
-    finding = rules.memory_growing_finding(**found, format_bytes=format_bytes)
+    found = analysis.parse_memory_growing(message, parse_bytes)
+    finding = analysis.memory_growing_finding(**found, format_bytes=format_bytes)
     assert found["holders"] == [] and finding.subject == "" and "tracemalloc" in finding.fix
 
 
 def test_an_unknown_memory_space_is_refused_by_name():
     with pytest.raises(ValueError, match="'pinned'"):
-        rules.memory_growing_message(from_step=1, from_bytes=1, to_step=2, to_bytes=2, per_step_bytes=1.0,
+        analysis.memory_growing_message(from_step=1, from_bytes=1, to_step=2, to_bytes=2, per_step_bytes=1.0,
                                      holders=[], format_bytes=format_bytes, space="pinned")
 
 

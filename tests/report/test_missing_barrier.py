@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests.report.helpers import counter_block, fixture_path, metric_block, run_script, write
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.schema import units
 
@@ -41,8 +41,8 @@ def loop(tmp_path_factory):
     return run_script(tmp_path_factory.mktemp("no_barrier"), "train.py", LOOP)
 
 
-def _first(report) -> rules.Finding:
-    problems = [f for f in report.findings if f.severity != rules.INFO]
+def _first(report) -> analysis.Finding:
+    problems = [f for f in report.findings if f.severity != analysis.INFO]
     assert problems, [f.rule for f in report.findings]
     return problems[0]
 

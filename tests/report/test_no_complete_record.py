@@ -197,7 +197,7 @@ def test_every_verdict_badge_of_the_html_report_has_a_colour(capsys, tmp_path):
     """The badge's text is white: a verdict without a background of its own (unknown had none) is invisible."""
     import re
 
-    from xladev.rules import VERDICT_LABELS
+    from xladev.analysis import VERDICT_LABELS
 
     code, html, _ = _run(capsys, write(tmp_path, "empty.txt", b""), "-f", "html")
     assert code == 2 and '<span class="verdict unknown">UNKNOWN</span>' in html

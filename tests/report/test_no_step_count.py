@@ -4,7 +4,7 @@ percentiles; [MetricsData; step=N] records count the steps when no MarkStep coun
 from __future__ import annotations
 
 from tests.report.helpers import counter_block, metric_block, metrics_file, write
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 
 
@@ -13,7 +13,7 @@ def test_most_executions_compiling_is_recompilation_without_a_step_count(tmp_pat
             + metric_block("ExecuteTime", 22, 1e9) + counter_block("UncachedCompile", 20))
     report = load(write(tmp_path, "pasted.txt", text))
     finding = next(f for f in report.findings if f.rule == "recompilation")
-    assert report.verdict() == rules.WARNING and finding.title == "20 compiles for 22 executions"
+    assert report.verdict() == analysis.WARNING and finding.title == "20 compiles for 22 executions"
     assert any("compile times are alike" in line for line in finding.evidence)
     assert "Pad or bucket" in finding.fix
 
@@ -21,7 +21,7 @@ def test_most_executions_compiling_is_recompilation_without_a_step_count(tmp_pat
 def test_few_compiles_for_many_executions_is_unknown_not_healthy(tmp_path):
     text = metric_block("CompileTime", 3, 6e9) + metric_block("ExecuteTime", 300, 1e9) + counter_block("UncachedCompile", 3)
     report = load(write(tmp_path, "pasted.txt", text))
-    assert report.verdict() == rules.UNKNOWN
+    assert report.verdict() == analysis.UNKNOWN
     assert "recompilation" not in {f.rule for f in report.findings}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.report.helpers import FIXTURES, MISTAKES, SPMD_RUNS, fixture_path
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.report.inputs import read_source
 
@@ -26,11 +26,11 @@ def _load(name: str, kinds: tuple[str, ...]):
     return load([str(fixture_path(f"{name}.{kind}.txt")) for kind in kinds])
 
 
-def _problems(report) -> list[rules.Finding]:
-    return [f for f in report.findings if f.severity in (rules.WARNING, rules.ERROR)]
+def _problems(report) -> list[analysis.Finding]:
+    return [f for f in report.findings if f.severity in (analysis.WARNING, analysis.ERROR)]
 
 
-def _text(finding: rules.Finding) -> str:
+def _text(finding: analysis.Finding) -> str:
     return " ".join([finding.title, finding.detail, *finding.evidence, finding.fix])
 
 
@@ -68,7 +68,7 @@ def test_read_before_the_sync_is_a_transfer_every_step_at_its_line(name, line, k
     problems = _problems(report)
     assert [f.rule for f in problems] == ["host-transfers"], [(f.rule, f.title) for f in report.findings]
     first = problems[0]
-    assert report.verdict() == rules.WARNING
+    assert report.verdict() == analysis.WARNING
     assert first.numbers["steps"] == 12
     # stdout's final report was printed after the loop's last read and the final loss.item(): 13 reads in 12
     # steps, without the step records that would set the last one apart.
@@ -120,7 +120,7 @@ def test_python_float_per_step_does_not_recompile(kinds):
     if kinds == ("debug",):  # the debug log holds no counters: the uploads are not in it
         assert uploads == [] and report.verdict() == "healthy"
     else:
-        assert [f.severity for f in uploads] == [rules.INFO] and report.verdict() == rules.INFO
+        assert [f.severity for f in uploads] == [analysis.INFO] and report.verdict() == analysis.INFO
 
 
 @pytest.mark.parametrize("kinds", COMBINATIONS)

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from tests.report.helpers import compiled_model_script, fixture_path, run_script
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.report.run_findings import run_stack
 
@@ -45,7 +45,7 @@ def runs(tmp_path_factory):
             "torch_xla": run_script(folder, "alias_train.py", TORCH_XLA, alias=True)}
 
 
-def _transfers(report) -> rules.Finding:
+def _transfers(report) -> analysis.Finding:
     found = [f for f in report.findings if f.rule == "host-transfers"]
     assert found, [(f.rule, f.title) for f in report.findings]
     return found[0]
@@ -62,7 +62,7 @@ def test_the_advice_uses_the_scripts_api(runs, api, inputs):
         assert "xladev.add_step_closure" in fix and "xm." not in fix, fix
     else:
         assert "xm.add_step_closure" in fix and "xladev" not in fix, fix
-    cache = rules.in_names_of(rules.compile_time_finding(compile_ns=1e9, share=0.6, compiles=2), api).fix
+    cache = analysis.in_names_of(analysis.compile_time_finding(compile_ns=1e9, share=0.6, compiles=2), api).fix
     assert ("torch_xla.runtime.initialize_cache" in cache) == (api == "torch_xla"), cache
 
 
@@ -72,7 +72,7 @@ def test_each_output_says_which_api(runs):
         assert header["api"] == api
         assert f"xladev summary: API: {api}" in run.debug.read_text()
         last = run.metrics.read_text().rsplit("[MetricsData", 1)[1]
-        assert (f"Counter: {rules.ALIAS_COUNTER}\n  Value: 1" in last) == (api == "torch_xla"), api
+        assert (f"Counter: {analysis.ALIAS_COUNTER}\n  Value: 1" in last) == (api == "torch_xla"), api
 
 
 def test_pytorch_xla_outputs_get_its_names():
@@ -86,8 +86,8 @@ def test_pytorch_xla_outputs_get_its_names():
 
 
 def test_torch_compile_advice_in_xladev_names():
-    finding = rules.graph_break_finding(breaks=[("train.py:3", "dynamo", "print", 2)], steps=4)
-    assert "xm.add_step_closure" not in rules.in_names_of(finding, "xladev").fix
+    finding = analysis.graph_break_finding(breaks=[("train.py:3", "dynamo", "print", 2)], steps=4)
+    assert "xm.add_step_closure" not in analysis.in_names_of(finding, "xladev").fix
     assert "xladev.add_step_closure" in finding.fix
 
 

@@ -1,4 +1,4 @@
-"""Set-up is not a per-step problem: reads and recompiles in the first steps (`rules.SETUP_STEPS`), and reads and
+"""Set-up is not a per-step problem: reads and recompiles in the first steps (`analysis.SETUP_STEPS`), and reads and
 compiles after the last barrier (a final print), are one-time; the same reads and recompiles in the loop are not.
 
 Event logs and metrics files are written here record by record, so each case holds exactly the facts it tests;
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.report.helpers import metrics_file, step_report, write
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 from xladev.schema import records as rec
 
@@ -43,7 +43,7 @@ def _log(tmp_path, *, reads_in: list[int], recompiles_in: list[int] = (), kind: 
 
 
 def _rules(report) -> set[str]:
-    return {f.rule for f in report.findings if f.severity != rules.INFO}
+    return {f.rule for f in report.findings if f.severity != analysis.INFO}
 
 
 def test_reads_in_set_up_and_after_the_last_step_are_one_time(tmp_path):
@@ -89,7 +89,7 @@ def test_a_metrics_file_judges_the_reads_after_set_up(tmp_path, by_step, found):
 
 
 def test_the_debug_summary_states_the_reads_after_set_up_and_the_report_reads_them():
-    line = rules.steady_transfers_line(transfers=3, steps=10, one_time=7)
+    line = analysis.steady_transfers_line(transfers=3, steps=10, one_time=7)
     assert line == "Device->host transfers after set-up: 3 in 10 steps (7 more in set-up, the first 2 steps, or after the last step)"
-    assert rules.parse_steady_transfers_line(line) == (3, 10)
-    assert rules.parse_steady_transfers_line("Device->host transfers: 3") is None
+    assert analysis.parse_steady_transfers_line(line) == (3, 10)
+    assert analysis.parse_steady_transfers_line("Device->host transfers: 3") is None

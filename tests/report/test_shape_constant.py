@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.report.helpers import run_script
-from xladev import rules
+from xladev import analysis
 from xladev.report import load
 
 SLICE = """
@@ -65,10 +65,10 @@ def test_the_debug_block_names_the_op_line_and_puts_it_before_the_backward_sizes
 @pytest.mark.parametrize("op,fits", [("aten::slice", "fixed length"), ("aten::view", "fixed length"),
                                      ("aten::mul", "device tensors"), ("aten::add", "device tensors")])
 def test_the_fix_fits_the_op(op, fits):
-    repeated = rules.RepeatedRecompiles(site="train.py:9", count=3, kind="constant",
+    repeated = analysis.RepeatedRecompiles(site="train.py:9", count=3, kind="constant",
                                         example=f"constant baked into {op} changed: 2 -> 3", op=op,
                                         triggers=("train.py:11",))
-    finding = rules.recompilation_finding(steps=8, compiles=5, compiles_at_warmup=None, repeated=repeated)
+    finding = analysis.recompilation_finding(steps=8, compiles=5, compiles_at_warmup=None, repeated=repeated)
     assert fits in finding.fix, (op, finding.fix)
     assert "train.py:9" in finding.title and op in finding.title
 

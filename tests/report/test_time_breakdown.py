@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.report.helpers import fixture_path
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 from xladev.report import load
 from xladev.schema import records as rec
 from xladev.schema.units import compact_time_ns
@@ -54,7 +54,7 @@ def test_an_event_log_gives_the_exact_breakdown_overall_and_per_step(tmp_path):
     assert [s.step for s in breakdown.step_times] == list(range(12))
     assert breakdown.step_times[0].parts["compile"] == 300 * MS and "compile" not in breakdown.step_times[5].parts
     assert breakdown.step_times[5].other_ns() == 10 * MS
-    labels = [label for label, _ in breakdown.typical_steps(rules.WARMUP_STEPS)]
+    labels = [label for label, _ in breakdown.typical_steps(analysis.WARMUP_STEPS)]
     assert labels[0] == "first step" and labels[1].startswith("median")
 
 
@@ -70,7 +70,7 @@ def test_recompilation_is_priced_by_its_compile_time_and_ranked_first(tmp_path):
     recompile = next(f for f in report.findings if f.rule == "recompilation")
     assert recompile.cost_ns == 6 * 300 * MS  # the compiles after warm-up
     assert "saves ~" in recompile.saving and compact_time_ns(recompile.cost_ns) in recompile.cost_text()
-    costed = [f for f in report.findings if f.cost_ns and f.severity != rules.INFO]
+    costed = [f for f in report.findings if f.cost_ns and f.severity != analysis.INFO]
     assert report.findings[0] is recompile and costed[0] is recompile
     # Compiling is 7 × 300 ms of a ~2.9 s run: more than half, so the fix also names the persistent cache.
     assert report.time_breakdowns[None].share("compile") > wall_time.COMPILE_DOMINATES
@@ -99,7 +99,7 @@ def test_a_recompilation_without_the_warm_up_split_is_priced_only_by_what_the_in
     """13 compiles in 24 steps, 7.8 s compiling: with no warm-up split the late compiles' cost is not in the input
     (no guess), unless the causes counted repeated recompiles, which are priced at the mean compile time."""
     breakdown = wall_time.TimeBreakdown(parts={"compile": 7.8e9}, wall_ns=10e9, steps=24)
-    finding = rules.Finding("recompilation", rules.WARNING, "13 compiles in 24 steps", "", "Keep shapes static.",
+    finding = analysis.Finding("recompilation", analysis.WARNING, "13 compiles in 24 steps", "", "Keep shapes static.",
                             numbers={"repeated_recompiles": repeated} if repeated else {})
     wall_time.price([finding], wall_time.CostFacts(breakdown=breakdown, compiles=13))
     if repeated:
@@ -115,9 +115,9 @@ def test_shapes_that_changed_inside_warm_up_are_priced_and_a_fix_that_saves_noth
     With only the 2 late compiles known, bucketing to 3 sizes would still compile 12 graphs: no saving is
     claimed, and no clause is left hanging."""
     breakdown = wall_time.TimeBreakdown(parts={"compile": 8.0e9}, wall_ns=12e9, steps=24)
-    finding = rules.recompilation_finding(
+    finding = analysis.recompilation_finding(
         steps=24, compiles=12, compiles_at_warmup=10, compile_steps_after_warmup=2, last_compile_step=12,
-        stable_graph_size=True, repeated=rules.RepeatedRecompiles(site="one training step", count=8,
+        stable_graph_size=True, repeated=analysis.RepeatedRecompiles(site="one training step", count=8,
                                                                   kind="input shape or constant"))
     assert finding.numbers["repeated_recompiles"] == 8 and "Pad or bucket" in finding.fix
     facts = wall_time.CostFacts(breakdown=breakdown, compiles=12, compiles_at_warmup=10,
@@ -133,15 +133,15 @@ def test_shapes_that_changed_inside_warm_up_are_priced_and_a_fix_that_saves_noth
 
 def test_ranking_puts_failures_first_and_negligible_costs_after_unknown_ones():
     def finding(rule, severity, cost=None, share=None):
-        f = rules.Finding(rule, severity, rule, "", "")
+        f = analysis.Finding(rule, severity, rule, "", "")
         f.cost_ns = cost
         if share is not None:
             f.numbers["cost_share"] = share
         return f
     order = ["compile-failure", "recompilation", "host-transfers", "graph-growing", "compile-time"]
-    found = [finding("host-transfers", rules.WARNING, 1e5, 0.0001), finding("graph-growing", rules.WARNING),
-             finding("compile-time", rules.INFO, 5e9, 0.5), finding("recompilation", rules.WARNING, 2e9, 0.2),
-             finding("compile-failure", rules.ERROR)]
+    found = [finding("host-transfers", analysis.WARNING, 1e5, 0.0001), finding("graph-growing", analysis.WARNING),
+             finding("compile-time", analysis.INFO, 5e9, 0.5), finding("recompilation", analysis.WARNING, 2e9, 0.2),
+             finding("compile-failure", analysis.ERROR)]
     assert [f.rule for f in wall_time.ranked(found, order)] == [
         "compile-failure", "recompilation", "graph-growing", "host-transfers", "compile-time"]
 

@@ -15,7 +15,7 @@ from xladev.debug import get_tensors_text
 from xladev.events import Compile, Execute, TransferFromDevice
 from xladev.runtime.record import checkpoint as xla_checkpoint
 from xladev.runtime.compile.compilation import compile_cache
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 
 VARIANTS = {
     "reentrant": lambda fn, *args: torch_checkpoint.checkpoint(fn, *args, use_reentrant=True),

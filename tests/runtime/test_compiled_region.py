@@ -16,7 +16,7 @@ from tests.source_lines import line_of
 from xladev.events import CauseKind, Compile, Execute, Recompile
 from xladev.runtime.execute.admission import ExecutionNotAllowedError
 from xladev.sinks import eventlog_writer
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 
 _sizes = itertools.count(211)  # shapes no other test compiled: the compile cache is process-wide
 

@@ -25,7 +25,7 @@ from xladev.events import (
 )
 from xladev.runtime.graph.ir import DataNode, ScalarNode
 from xladev.sinks import eventlog_writer
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 
 _widths = itertools.count(301)  # shapes no other test compiled: the compile cache is process-wide
 
@@ -297,7 +297,7 @@ def test_a_compiled_optimizer_step_trains_as_eager_cpu(events, capturable):
         else:
             assert not programs
             if step == 0:  # said once, when traced, with the remedy the report gives
-                from xladev.rules.compile_rules import break_advice
+                from xladev.analysis.compile_rules import break_advice
 
                 said = [e.reason for e in events.of(GraphBreak) if "is a cpu tensor" in e.reason]
                 assert said and "capturable=True" in break_advice(said[0])

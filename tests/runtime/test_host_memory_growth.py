@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from tests.source_lines import line_of
-from xladev.rules import HOST_GROWTH_MIN_PER_STEP
+from xladev.analysis import HOST_GROWTH_MIN_PER_STEP
 
 # Enough steps for the watch's six rising samples: the step sampler takes one step in N, N growing with its cost.
 STEPS = 160

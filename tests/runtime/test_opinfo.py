@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from xladev.rules import fallback_reasons
+from xladev.analysis import fallback_reasons
 from xladev import coverage
 
 FULL = os.environ.get("XLADEV_OPINFO_FULL") == "1"
@@ -38,7 +38,7 @@ XFAIL_FORWARD: dict[str, str] = {}
 XFAIL_BACKWARD: dict[str, str] = {}
 
 # Ops of the default subset that fall back to the CPU in the forward pass. Why is not said here: each
-# aten op that falls back must have its reason in xladev/rules/fallback_reasons.py (checked below), the one
+# aten op that falls back must have its reason in xladev/analysis/fallback_reasons.py (checked below), the one
 # table behind the fallback messages, the report and docs/ops.md.
 FALLBACK_FORWARD: set[str] = {"masked_select", "nonzero"}
 
@@ -119,11 +119,11 @@ def test_forward(opinfo_pool, op_name):
         assert result.status == "fallback", (
             f"{op_name} no longer falls back ({result.status}): remove it from FALLBACK_FORWARD")
         unexplained = [op for op in result.fallbacks if fallback_reasons.cpu_op(op) is None]
-        assert not unexplained, f"{op_name}: {unexplained} have no reason in xladev/rules/fallback_reasons.py"
+        assert not unexplained, f"{op_name}: {unexplained} have no reason in xladev/analysis/fallback_reasons.py"
     else:
         assert result.status == "lowered", (
             f"{op_name} ran {', '.join(result.fallbacks)} on the CPU; lower it, or list it in FALLBACK_FORWARD "
-            "and give the op its reason in xladev/rules/fallback_reasons.py")
+            "and give the op its reason in xladev/analysis/fallback_reasons.py")
 
 
 @pytest.mark.parametrize("op_name", _default_params(XFAIL_BACKWARD))
@@ -194,4 +194,4 @@ def test_full_op_db_totals(opinfo_pool):
     share = totals["forward"]["lowered"] / totals["ops"]
     assert share >= LOWERED_SHARE, f"{share:.1%} of {totals['ops']} OpInfos lowered with forward parity"
     unexplained = [op for op in summary.fallback_aten_ops() if fallback_reasons.cpu_op(op) is None]
-    assert not unexplained, f"ops on the CPU without a reason in xladev/rules/fallback_reasons.py: {unexplained}"
+    assert not unexplained, f"ops on the CPU without a reason in xladev/analysis/fallback_reasons.py: {unexplained}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xladev.events import bus
 from xladev.sinks._lifecycle import Sink
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput
 from xladev.sinks.eventlog_writer import EventLog
 from xladev.sinks.metrics_registry import MetricsSink, Registry
 from xladev.sinks.save_tensors import DumpSink

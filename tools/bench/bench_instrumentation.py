@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import xladev  # noqa: E402
 from _workload import example_transformer  # noqa: E402
-from xladev.sinks.analysis.sink import AnalysisSink, DebugOutput  # noqa: E402
+from xladev.sinks.pt_xla_debug.sink import AnalysisSink, DebugOutput  # noqa: E402
 from xladev.sinks.metrics_registry import sink as metrics_sink  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from xladev.rules import ERROR, INFO, VERDICT_LABELS, WARNING
+from xladev.analysis import ERROR, INFO, VERDICT_LABELS, WARNING
 from xladev_tui.run_view import Diagnosis, FindingView, RunView
 from xladev_tui.widgets.common import OpenGraph, SectionOptionList
 

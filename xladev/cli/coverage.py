@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from xladev.rules import fallback_reasons
+from xladev.analysis import fallback_reasons
 
 EPILOG = """\
 statuses: lowered (parity, no CPU fallback), fallback (parity, some aten op ran on the CPU),

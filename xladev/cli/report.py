@@ -129,7 +129,7 @@ def _build(args):
 
 
 def _fails(report, level: str | None) -> bool:
-    from xladev.rules import UNKNOWN, WARNING, severity_rank
+    from xladev.analysis import UNKNOWN, WARNING, severity_rank
 
     if level is None:
         return False

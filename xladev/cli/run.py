@@ -172,7 +172,7 @@ def _say_api() -> None:
     may, before its `import torch_xla`): the event log's header and the PT_XLA_DEBUG summary say so, and a report's
     advice uses torch_xla's names. Processes the script starts say it when they import the alias."""
     from xladev.events import bus
-    from xladev.rules import TORCH_XLA_API
+    from xladev.analysis import TORCH_XLA_API
 
     bus.api = TORCH_XLA_API
 

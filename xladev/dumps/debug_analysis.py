@@ -12,7 +12,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from xladev import rules
+from xladev import analysis
 from xladev.dumps.debug_summary import SummaryReader
 from xladev.schema.memory import SIZES
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
@@ -23,9 +23,9 @@ MAX_PROFILER_KINDS = 100
 MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
 MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
 
-# xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/analysis/sink.py `summary_text`).
+# xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
-_XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/analysis/blocks.py)
+_XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/pt_xla_debug/blocks.py)
 _FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
@@ -160,7 +160,7 @@ class DebugLog:
       graph_breaks: torch.compile graph breaks: (site, by, reason) -> times seen.
       dynamo_recompiles: TorchDynamo recompilations: (function, failed guard) -> times seen.
       out_of_memory: XLA's (or xladev's budget's) out-of-memory messages, one dict per distinct message (see
-        `rules.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
+        `analysis.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
         where the failure names them.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
@@ -207,7 +207,7 @@ class DebugLog:
                     site: str = "", details: tuple[str, ...] = ()) -> None:
         """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``); one that ran
         out of memory is also an out-of-memory message, with the explainer's `details` lines."""
-        found = rules.parse_out_of_memory(message)
+        found = analysis.parse_out_of_memory(message)
         self._oom_open = None if found is None else self.add_out_of_memory(
             lineno, found, hash=graph_hash, site=site, details=details, hlo_path=hlo_path)
         self._failed_oom = self._oom_open  # its HLO path may follow (xladev's "its HLO is saved at" line)
@@ -216,8 +216,8 @@ class DebugLog:
                                   "site": site, "line": lineno, "out_of_memory": found is not None})
 
     def add_out_of_memory(self, lineno: int, found: dict, **known) -> dict | None:
-        """Records an out-of-memory message (`rules.add_out_of_memory`); returns its entry."""
-        return rules.add_out_of_memory(self.out_of_memory, lineno, found, known, MAX_OUT_OF_MEMORY)
+        """Records an out-of-memory message (`analysis.add_out_of_memory`); returns its entry."""
+        return analysis.add_out_of_memory(self.out_of_memory, lineno, found, known, MAX_OUT_OF_MEMORY)
 
     def feed(self, lineno: int, text: str) -> bool:
         """Reads one line.
@@ -264,7 +264,7 @@ class DebugLog:
             if match and self._last_compile is not None and not self._last_compile.computation_hash:
                 self._last_compile.computation_hash = match.group(1)
             return bool(match)
-        found = rules.parse_out_of_memory(text)
+        found = analysis.parse_out_of_memory(text)
         if found is not None:  # XLA's own out-of-memory lines, as PyTorch/XLA logs and raises them
             self.add_out_of_memory(lineno, found)
             return True
@@ -424,7 +424,7 @@ class DebugLog:
         if (match := _FREQUENT_RE.search(message)) is not None:
             kind = f"{match.group(1)} too frequent"
             numbers = {"count": int(match.group(2)), "steps": int(match.group(3))}
-            steady = rules.parse_steady_transfers_line(message)
+            steady = analysis.parse_steady_transfers_line(message)
             if steady is not None:  # xladev's: the reads went on after set-up (`steady_transfers_line`)
                 numbers.update(steady_transfers=steady[0], steady_steps=steady[1])
         elif (match := _SLOW_RE.search(message)) is not None:
@@ -433,12 +433,12 @@ class DebugLog:
         elif (match := _NOT_LOWERED_RE.search(message)) is not None:
             kind = "Op(s) not lowered"
             self.not_lowered_ops.update(op.strip() for op in match.group(1).split(",") if op.strip())
-        elif (found := rules.parse_graph_break_message(message)) is not None:
-            kind = rules.GRAPH_BREAK
+        elif (found := analysis.parse_graph_break_message(message)) is not None:
+            kind = analysis.GRAPH_BREAK
             if found in self.graph_breaks or len(self.graph_breaks) < MAX_DYNAMO_KEYS:
                 self.graph_breaks[found] = self.graph_breaks.get(found, 0) + 1
-        elif (found := rules.parse_dynamo_recompile_message(message)) is not None:
-            kind = rules.DYNAMO_RECOMPILE
+        elif (found := analysis.parse_dynamo_recompile_message(message)) is not None:
+            kind = analysis.DYNAMO_RECOMPILE
             key = (found[0], found[3])
             if key in self.dynamo_recompiles or len(self.dynamo_recompiles) < MAX_DYNAMO_KEYS:
                 self.dynamo_recompiles[key] = self.dynamo_recompiles.get(key, 0) + 1

@@ -1,12 +1,12 @@
 """xladev's end-of-run summary in a PT_XLA_DEBUG log (``xladev summary: `` lines, written by
-sinks/analysis/sink.py `summary_text` at PT_XLA_DEBUG_LEVEL >= 1): totals, time, identity, then sections."""
+sinks/pt_xla_debug/sink.py `summary_text` at PT_XLA_DEBUG_LEVEL >= 1): totals, time, identity, then sections."""
 
 from __future__ import annotations
 
 import re
 
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 from xladev.schema.record_wording import SUMMARY_ENDED
 
 RUN = "Run: "  # host:pid:start, `xladev.schema.record_wording.run_identity`
@@ -48,7 +48,7 @@ class SummaryReader:
         if breakdown is not None:
             summary["time"] = breakdown
             return
-        steady = rules.parse_steady_transfers_line(body)
+        steady = analysis.parse_steady_transfers_line(body)
         if steady is not None:
             summary["steady_transfers"] = steady
             return
@@ -56,7 +56,7 @@ class SummaryReader:
             if body.startswith(prefix):
                 summary[key] = body[len(prefix):].strip()
                 return
-        api = rules.parse_api_line(body)
+        api = analysis.parse_api_line(body)
         if api is not None:
             summary["api"] = api
             return

@@ -65,7 +65,7 @@ class Bus:
         # Set by the runtime when it starts: a dict with "device" (a description of the backend) and
         # "versions" (package versions), for records that describe the run (the event log's header).
         self.describe_runtime: Callable[[], dict] | None = None
-        # The API the script uses (`xladev.rules.api_names`): "xladev", or "torch_xla" when it runs through xladev's
+        # The API the script uses (`xladev.analysis.api_names`): "xladev", or "torch_xla" when it runs through xladev's
         # torch_xla alias (`xladev run`), set by the alias on import. The outputs say it, so the advice a report
         # gives uses the names the script uses.
         self.api = "xladev"

@@ -18,7 +18,7 @@ class CauseKind(str, enum.Enum):
     """Why a barrier ran. The set is closed so analysis can rely on it."""
 
     # PyTorch/XLA's cause lines where it has one. DEVICE_LOADER and STEP_TRACE keep 2.7's words, as event
-    # logs already hold them; the analysis blocks write 2.8+'s (sinks/analysis/blocks.py PT_XLA_CAUSES).
+    # logs already hold them; the analysis blocks write 2.8+'s (sinks/pt_xla_debug/blocks.py PT_XLA_CAUSES).
     USER_MARK_STEP = "user torch_xla.sync"
     DEVICE_LOADER = "mark_step in parallel loader at step end"
     STEP_TRACE = "mark_step when exiting a profiler StepTrace region"

@@ -11,15 +11,15 @@ Each rank's log says which graphs it ran at each user line in each step (`RankTr
 
 from __future__ import annotations
 
-from xladev import rules
+from xladev import analysis
 from xladev.dumps.ir_parser import parse_ir
 from xladev.graphdiff import differences
 from xladev.report.model import RankTrace, SourceResult
-from xladev.rules import Finding
+from xladev.analysis import Finding
 from xladev.schema.sites import short_site
 
 # Steps before these are set-up (the optimizer's state appears in step 1): compiles there are expected.
-WARMUP_STEPS = rules.SETUP_STEPS
+WARMUP_STEPS = analysis.SETUP_STEPS
 # At most this many lines with diverging graphs are reported (the first ones are the causes).
 MAX_DIVERGING_SITES = 3
 
@@ -34,7 +34,7 @@ def findings(per_rank: dict[int | None, list[SourceResult]]) -> list[Finding]:
     found: list[Finding] = []
     for rank, (trace, source) in traces.items():
         for lost, reason, step in trace.lost[:1]:
-            finding = rules.rank_lost_finding(rank=rank, lost=lost, reason=reason, step=step)
+            finding = analysis.rank_lost_finding(rank=rank, lost=lost, reason=reason, step=step)
             finding.sources.append(source.name)
             found.append(finding)
     if len(traces) < 2:
@@ -70,7 +70,7 @@ def _divergences(traces: dict[int, RankTrace]) -> list[Finding]:
     for first, site, bad in sorted(diverging)[:MAX_DIVERGING_SITES]:
         graphs = {rank: runs.get(site, {}).get(first, []) for rank, runs in per_rank.items()}
         compared, changes = _compare(graphs, traces)
-        out.append(rules.graph_divergence_finding(site=site, step=first, graphs=graphs, changes=changes,
+        out.append(analysis.graph_divergence_finding(site=site, step=first, graphs=graphs, changes=changes,
                                                   steps_diverging=len(bad), compared=compared))
     return out
 
@@ -105,7 +105,7 @@ def _lone_recompiles(traces: dict[int, RankTrace]) -> list[Finding]:
         for site, steps in sites.items():
             others = {other: len(late.get(other, {}).get(site, [])) for other in traces if other != rank}
             if others and max(others.values()) == 0:
-                out.append(rules.rank_recompile_finding(rank=rank, site=site, steps=steps, others=others))
+                out.append(analysis.rank_recompile_finding(rank=rank, site=site, steps=steps, others=others))
     return out
 
 
@@ -119,5 +119,5 @@ def _straggler(sources: dict[int, SourceResult]) -> Finding | None:
         waits[rank] = {t.step: float(recorded.get(t.step, 0)) for t in times}
         busy[rank] = {t.step: t.wall_ns - waits[rank][t.step] for t in times}
     common = sorted(set.intersection(*(set(b) for b in busy.values()))) if busy else []
-    return rules.straggler_finding(busy_ns={r: [busy[r][s] for s in common] for r in busy},
+    return analysis.straggler_finding(busy_ns={r: [busy[r][s] for s in common] for r in busy},
                                    wait_ns={r: [waits[r][s] for s in common] for r in waits})

@@ -13,7 +13,7 @@ from pathlib import PurePath
 
 import pandas as pd
 
-from xladev import rules
+from xladev import analysis
 from xladev.schema import units
 from xladev.report import jsonout
 from xladev.report.document import Document, Section, Table, sparkline
@@ -49,7 +49,7 @@ class Comparison:
     b: object
     rows: pd.DataFrame
 
-    def findings_only_in(self, side: str) -> list[rules.Finding]:
+    def findings_only_in(self, side: str) -> list[analysis.Finding]:
         """Findings (not ``healthy``) of one side whose rule and subject the other side lacks."""
         mine, other = (self.a, self.b) if side == "a" else (self.b, self.a)
         keys = {(f.rule, f.subject) for f in other.findings}
@@ -109,7 +109,7 @@ def _metric_rows(final_a, final_b, steps_a: float, steps_b: float) -> list[list]
     for name in names:
         block_a, block_b = final_a.metrics.get(name), final_b.metrics.get(name)
         kind = (block_a or block_b).kind
-        lower = rules.metric_preference(name) == "lower"
+        lower = analysis.metric_preference(name) == "lower"
         total_a = block_a.accumulator or 0.0 if block_a else 0.0
         total_b = block_b.accumulator or 0.0 if block_b else 0.0
         samples_a = block_a.total_samples or 0 if block_a else 0
@@ -128,7 +128,7 @@ def _counter_rows(final_a, final_b, steps_a: float, steps_b: float) -> list[list
     for name in sorted(set(final_a.counters) | set(final_b.counters)):
         value_a = _per_step(final_a.counters.get(name, 0), steps_a)
         value_b = _per_step(final_b.counters.get(name, 0), steps_b)
-        ratio, verdict = _verdict(value_a, value_b, rules.metric_preference(name) == "lower")
+        ratio, verdict = _verdict(value_a, value_b, analysis.metric_preference(name) == "lower")
         rows.append([name, "per step", "value", value_a, value_b, ratio, verdict])
     return rows
 

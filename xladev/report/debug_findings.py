@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from xladev import rules
-from xladev.rules import fallback_reasons
+from xladev import analysis
+from xladev.analysis import fallback_reasons
 from xladev.dumps.debug_analysis import is_program_cause, is_step_cause, user_site
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
-from xladev.rules import Finding
+from xladev.analysis import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
 
@@ -85,7 +85,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
         # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
         site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
         if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
-            rules.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
+            analysis.same_inputs_recompile(recompile, site=short_site(site), graphs=len(hashes),
                                         inputs=next(iter(signatures))[0], input_bytes=next(iter(input_sizes)),
                                         changes_named=site in latest)
         for site, changes in list(latest.items())[:3]:
@@ -105,7 +105,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
             target.evidence.append(f"{site} forced {count} executions ({cause})")
             target.sources.append(first_lines[key])
         elif reads_after_setup != 0:
-            finding = rules.early_sync_finding(site=site, executions=count, steps=steps, cause=cause)
+            finding = analysis.early_sync_finding(site=site, executions=count, steps=steps, cause=cause)
             if finding is not None:
                 finding.sources.append(first_lines[key])
                 extra.append(finding)
@@ -117,7 +117,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
     # What the input already names needs no pointer to PT_XLA_DEBUG_LEVEL=2.
     changes_known = any(line.startswith("what changed at ") for f in findings for line in f.evidence)
     for finding in findings + extra:
-        rules.without_hints(finding, lines_known=bool(spots or reads), changes_known=changes_known)
+        analysis.without_hints(finding, lines_known=bool(spots or reads), changes_known=changes_known)
     return extra
 
 
@@ -156,7 +156,7 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     named = {op for source in sources if source.has_debug for op in source.debug.not_lowered_ops}
     data_dependent = sorted(set(facts.data_dependent_ops())
                             | {op for op in named if fallback_reasons.is_data_dependent(op)})
-    recompile = rules.recompilation_finding(
+    recompile = analysis.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
@@ -168,12 +168,12 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
         findings.append(recompile)
     summaries = [(source, source.debug.run_summary) for source in sources
                  if source.has_debug and source.debug.run_summary is not None]
-    transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
+    transfers = analysis.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
                                             fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
                                             steady=facts.steady_transfers)
     if transfers is not None:  # the user's lines of the reads: `debug_evidence`, for every input
         findings.append(transfers)
-    counted = rules.fallback_findings(facts.fallbacks, facts.steps)
+    counted = analysis.fallback_findings(facts.fallbacks, facts.steps)
     for finding in counted:
         for source, summary in summaries:
             for entry in summary["fallbacks"]:
@@ -184,10 +184,10 @@ def debug_only_findings(sources: list[SourceResult], facts: RunFacts) -> list[Fi
     ops = sorted({op for source in sources if source.has_debug for op in source.debug.not_lowered_ops}
                  - {finding.subject for finding in counted})
     for op in ops:
-        findings.append(Finding("cpu-fallback", rules.WARNING, f"{op} runs on the CPU",
+        findings.append(Finding("cpu-fallback", analysis.WARNING, f"{op} runs on the CPU",
                                 "PyTorch/XLA reported this op as not lowered: it runs on the CPU fallback"
                                 + (f" ({fallback_reasons.explanation(op)})." if fallback_reasons.cpu_op(op) else "."),
-                                rules.fallback_remedy(op), evidence=["pt-xla-profiler: Op(s) not lowered"],
+                                analysis.fallback_remedy(op), evidence=["pt-xla-profiler: Op(s) not lowered"],
                                 subject=op))
     return findings
 
@@ -208,7 +208,7 @@ def growth_findings(sources: list[SourceResult], facts: RunFacts | None = None) 
     read = _never_marked(sources, facts)
     if read is not None:
         site, cause, inputs, line = read
-        finding = rules.never_marked_finding(findings[0] if findings else None, graphs=facts.compiles,
+        finding = analysis.never_marked_finding(findings[0] if findings else None, graphs=facts.compiles,
                                              executions=facts.executions, read_site=site, cause=cause, inputs=inputs)
         if line:
             finding.sources.append(line)
@@ -257,15 +257,15 @@ def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
     for source in sources:
         if not source.has_debug:
             continue
-        seen = source.debug.profiler.get(rules.GRAPH_GROWING)
-        numbers = rules.parse_graph_growing(seen[1]) if seen else None
+        seen = source.debug.profiler.get(analysis.GRAPH_GROWING)
+        numbers = analysis.parse_graph_growing(seen[1]) if seen else None
         if numbers is None:
             continue
         # The loop's line is the first warning's (the one the user saw): later ones fall on whichever op of the
         # loop crossed the doubled threshold; the ops are the latest count.
-        first = rules.parse_graph_growing(source.debug.profiler_first.get(rules.GRAPH_GROWING, "")) or numbers
+        first = analysis.parse_graph_growing(source.debug.profiler_first.get(analysis.GRAPH_GROWING, "")) or numbers
         numbers["site"] = short_site(first["site"])
-        finding = rules.graph_growing_finding(warnings=seen[2], **numbers)
+        finding = analysis.graph_growing_finding(warnings=seen[2], **numbers)
         finding.sources.append(where(source, seen[0]))
         findings.append(finding)
     return findings
@@ -279,12 +279,12 @@ def memory_growth_findings(sources: list[SourceResult]) -> list[Finding]:
       At most one finding per memory: the latest warning's (its figures cover the longest growth).
     """
     findings = []
-    for kind in (rules.MEMORY_GROWING, rules.HOST_MEMORY_GROWING):
+    for kind in (analysis.MEMORY_GROWING, analysis.HOST_MEMORY_GROWING):
         for source in sources:
             seen = source.debug.profiler.get(kind) if source.has_debug else None
-            numbers = rules.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
+            numbers = analysis.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
             if numbers is not None:
-                finding = rules.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
+                finding = analysis.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
                 finding.sources.append(where(source, seen[0]))
                 findings.append(finding)
                 break
@@ -303,19 +303,19 @@ def dynamo_findings(sources: list[SourceResult]) -> list[Finding]:
             breaks[key] = breaks.get(key, 0) + times
         for key, times in source.debug.dynamo_recompiles.items():
             recompiles[key] = recompiles.get(key, 0) + times
-        for kind in (rules.GRAPH_BREAK, rules.DYNAMO_RECOMPILE):
+        for kind in (analysis.GRAPH_BREAK, analysis.DYNAMO_RECOMPILE):
             seen = source.debug.profiler.get(kind)
             if seen is not None and kind not in first:
                 first[kind] = where(source, seen[0])
     findings = []
     ranked = sorted(((site, by, reason, times) for (site, by, reason), times in breaks.items()), key=lambda b: -b[3])
-    finding = rules.graph_break_finding(breaks=ranked, steps=0)
+    finding = analysis.graph_break_finding(breaks=ranked, steps=0)
     if finding is not None:
-        finding.sources.append(first[rules.GRAPH_BREAK])
+        finding.sources.append(first[analysis.GRAPH_BREAK])
         findings.append(finding)
     ranked_guards = sorted(((f, g, n) for (f, g), n in recompiles.items()), key=lambda r: -r[2])
-    finding = rules.dynamo_recompile_finding(recompiles=ranked_guards, steps=0)
+    finding = analysis.dynamo_recompile_finding(recompiles=ranked_guards, steps=0)
     if finding is not None:
-        finding.sources.append(first[rules.DYNAMO_RECOMPILE])
+        finding.sources.append(first[analysis.DYNAMO_RECOMPILE])
         findings.append(finding)
     return findings

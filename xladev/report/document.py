@@ -10,8 +10,8 @@ import dataclasses
 import math
 from typing import Callable
 
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 from xladev.schema import memory as memory_sizes, units
 from xladev.schema.sites import short_site
 from xladev.report import jsonout
@@ -66,7 +66,7 @@ class Document:
     verdict: str
     headline: str
     summary: list[tuple[str, str]]
-    findings: list[rules.Finding]
+    findings: list[analysis.Finding]
     sections: list[Section]
     views: list = dataclasses.field(default_factory=list)
     data_of: Callable[[], dict] | None = None
@@ -133,7 +133,7 @@ def _summary(report) -> list[tuple[str, str]]:
             ("Device→host", f"{_count(numbers['transfers_from_device'])} transfers, "
                             f"{_count(numbers['item_calls'])} .item() calls"),
             ("CPU fallbacks", f"{_count(numbers['fallback_calls'])} calls of "
-                              f"{len(rules.fallback_ops(primary.final.counters))} ops"),
+                              f"{len(analysis.fallback_ops(primary.final.counters))} ops"),
         ]
     logs = [source for source in report.sources if source.has_debug]
     if logs:
@@ -330,7 +330,7 @@ def _time_section(report) -> Section | None:
         if len(breakdowns) > 1:
             items.append(f"Rank {rank}: {breakdown.headline()}")
             continue
-        items += _time_tables(breakdown, rules.WARMUP_STEPS)
+        items += _time_tables(breakdown, analysis.WARMUP_STEPS)
     return Section("Where the time went", items)
 
 
@@ -378,12 +378,12 @@ def report_document(report) -> Document:
     auto = auto_metrics_lines(report)
     if auto:
         sections.append(Section("What PyTorch/XLA's own auto-metrics analysis prints",
-                                [[rules.PROFILER_PREFIX + line for line in auto]]))
+                                [[analysis.PROFILER_PREFIX + line for line in auto]]))
     if report.warning_count:
         shown = [str(warning) for warning in report.warnings[:MAX_WARNINGS_SHOWN]]
         if report.warning_count > len(shown):
             shown.append(f"… {report.warning_count - len(shown)} more (see --format json)")
         sections.append(Section("Parse warnings", [shown]))
-    headline = rules.headline(verdict, findings)
+    headline = analysis.headline(verdict, findings)
     return Document(f"xladev report: {report.name}", verdict, headline, _summary(report), findings, sections,
                     [run_view(report)], data_of=lambda: jsonout.report_data(report, verdict, headline))

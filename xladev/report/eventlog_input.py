@@ -19,8 +19,8 @@ import collections
 import math
 from typing import BinaryIO
 
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 from xladev.dumps.debug_analysis import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.marks import MarkLog, graph_stat
@@ -230,14 +230,14 @@ class EventLogReplay:
     def _on_graph_growing(self, record: rec.GraphGrowing) -> None:
         # The same words PT_XLA_DEBUG prints, so one reader and one rule serve both inputs.
         site = split_site(record.site)[0] or "?"
-        self.source.debug.add_profiler_line(self.line, rules.graph_growing_message(ops=record.ops, step=record.step,
+        self.source.debug.add_profiler_line(self.line, analysis.graph_growing_message(ops=record.ops, step=record.step,
                                                                                    site=site))
 
     def _on_memory_growing(self, record: rec.MemoryGrowing) -> None:
         # The runtime's PT_XLA_DEBUG line for it, so one reader and one rule serve both inputs (as for graph growth).
-        if record.space not in rules.MEMORY_SPACES:
+        if record.space not in analysis.MEMORY_SPACES:
             return  # a memory this reader does not know (a newer writer's): no finding rather than a wrong one
-        self.source.debug.add_profiler_line(self.line, rules.memory_growing_message(
+        self.source.debug.add_profiler_line(self.line, analysis.memory_growing_message(
             from_step=record.from_step, from_bytes=record.from_bytes, to_step=record.step, to_bytes=record.to_bytes,
             per_step_bytes=record.per_step_bytes, holders=record.holders, format_bytes=units.format_bytes,
             space=record.space))
@@ -245,11 +245,11 @@ class EventLogReplay:
     def _on_graph_break(self, record: rec.GraphBreak) -> None:
         self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
         # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
-        self.source.debug.add_profiler_line(self.line, rules.graph_break_message(
+        self.source.debug.add_profiler_line(self.line, analysis.graph_break_message(
             site=short_site(record.site), reason=record.reason, by=record.by))
 
     def _on_dynamo_recompile(self, record: rec.DynamoRecompile) -> None:
-        self.source.debug.add_profiler_line(self.line, rules.dynamo_recompile_message(
+        self.source.debug.add_profiler_line(self.line, analysis.dynamo_recompile_message(
             function=record.function, site=short_site(record.site), guard=record.guard, compiles=record.compiles))
 
     def _on_step(self, record: rec.Step) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from xladev.rules import wall_time
+from xladev.analysis import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
 from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
 from xladev.schema.record_wording import step_window
@@ -169,7 +169,7 @@ class RunView:
       measured: what a bar's height is, in words.
       exact: True when steps and marks were measured (an event log).
       marks: the timeline's marks, in step order.
-      breakdown: the run's time breakdown (`xladev.rules.wall_time`), None when no input times anything or the run has
+      breakdown: the run's time breakdown (`xladev.analysis.wall_time`), None when no input times anything or the run has
         several ranks.
       breakdowns: (label, breakdown) per bar of the time-by-part chart: ``run``, or ``rank N`` per rank.
       graphs: per graph: compiles, compile time, executions (an event log's), most compile time first.
@@ -198,7 +198,7 @@ class RunView:
         """The marks that are a finding's evidence (of its rule's kind; a fallback finding: its op's).
 
         Args:
-          finding: a `xladev.rules.Finding`.
+          finding: a `xladev.analysis.Finding`.
 
         Returns:
           The marks, in step order.

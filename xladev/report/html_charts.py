@@ -194,7 +194,7 @@ def finding_links(finding, views: list[RunView]) -> str:
     """The links from a finding to the marks (or rank) that are its evidence, as one paragraph.
 
     Args:
-      finding: a `xladev.rules.Finding`.
+      finding: a `xladev.analysis.Finding`.
       views: the page's run views.
 
     Returns:

@@ -227,7 +227,7 @@ class Report:
 
     @functools.cached_property
     def findings(self):
-        """The diagnosis: a list of `xladev.rules.Finding`, most severe first."""
+        """The diagnosis: a list of `xladev.analysis.Finding`, most severe first."""
         from xladev.report.run_findings import diagnose
 
         return diagnose(self)
@@ -236,7 +236,7 @@ class Report:
         """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when no input
         holds a complete record, or when the input cannot show whether the run is healthy (no step
         count) and nothing worse was found."""
-        from xladev.rules import ADVICE_RULES, INFO, SEVERITIES, UNKNOWN, severity_rank
+        from xladev.analysis import ADVICE_RULES, INFO, SEVERITIES, UNKNOWN, severity_rank
 
         if not self.has_record:
             return UNKNOWN

@@ -10,12 +10,12 @@ import re
 
 import html
 
-from xladev import rules
+from xladev import analysis
 from xladev.report import html_charts
 from xladev.report.document import Document, Section, Table
 
 SEVERITY_MARKS = {"error": "✖ ERROR", "warning": "⚠ WARNING", "info": "ℹ INFO"}
-VERDICT_TEXT = rules.VERDICT_LABELS
+VERDICT_TEXT = analysis.VERDICT_LABELS
 
 
 # ---------------------------------------------------------------- Markdown

@@ -9,13 +9,13 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from xladev.errors import XladevError
-from xladev.rules import input_rules
+from xladev.analysis import input_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
     from xladev.report.marks import GraphStat, MarkLog
     from xladev.report.series import StepSeries
-    from xladev.rules.wall_time import TimeBreakdown
+    from xladev.analysis.wall_time import TimeBreakdown
 
 MAX_STORED_WARNINGS = 1000
 # Why an input holds nothing readable (`SourceResult.problem`), in the words the report prints.
@@ -226,7 +226,7 @@ class SourceResult:
     # header, xladev's end-of-run summary. Metrics reports and PyTorch/XLA's logs do not.
     run_id: str | None = None
     run_label: str = ""
-    # The API the run's script used (`xladev.rules.api_names`), when the input says: an event log's header.
+    # The API the run's script used (`xladev.analysis.api_names`), when the input says: an event log's header.
     api: str | None = None
     # Who ran the graphs when not xladev (`torch_xla 2.9.0` for a log `xladev attach` wrote), and what such a log
     # cannot hold (the header's `absent`): said with the input, so that an absence is not read as a zero.

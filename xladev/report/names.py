@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from xladev.rules import ITEM_COUNTER
+from xladev.analysis import ITEM_COUNTER
 from xladev.schema.metric_names import COUNTER_ALIASES, METRIC_ALIASES
 
 SAMPLES = "samples"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from xladev import graphdiff, rules
-from xladev.rules import fallback_reasons, wall_time
+from xladev import analysis, graphdiff
+from xladev.analysis import fallback_reasons, wall_time
 from xladev.report.model import MetricBlock, SourceResult
 from xladev.schema.metric_names import metric_names
 from xladev.schema.counters import SCALAR_READS
@@ -25,7 +25,7 @@ class RunFacts:
     transfers: int = 0
     item_calls: int = 0
     fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)
-    warmup_steps: int = rules.WARMUP_STEPS
+    warmup_steps: int = analysis.WARMUP_STEPS
     compiles_at_warmup: int | None = None
     compile_steps_after_warmup: int | None = None
     last_compile_step: int | None = None
@@ -39,7 +39,7 @@ class RunFacts:
     # Device->host transfers and steps after set-up, up to the last barrier (None: the input cannot tell).
     steady_transfers: tuple[int, int] | None = None
     time: wall_time.TimeBreakdown | None = None
-    repeated: rules.RepeatedRecompiles | None = None
+    repeated: analysis.RepeatedRecompiles | None = None
 
     def data_dependent_ops(self) -> list[str]:
         """The CPU fallback ops whose output shape depends on the data (nonzero...): a new graph per new count."""
@@ -67,7 +67,7 @@ def metrics_facts(report, source: SourceResult) -> RunFacts:
                      cached_compiles=int(numbers["cached_compiles"]), executions=int(numbers["executions"]),
                      transfers=int(numbers["transfers_from_device"]), item_calls=int(numbers["item_calls"]),
                      fallbacks={name: value for name, value in source.final.counters.items()
-                                if name in rules.fallback_ops(source.final.counters)})
+                                if name in analysis.fallback_ops(source.final.counters)})
     if facts.steps <= 0 and (source.step_records or source.final.step):
         # No MarkStep counter (older reports): XLA_METRICS_FILE's [MetricsData; step=N] records count the steps.
         facts.steps = max(source.step_records, source.final.step or 0)
@@ -117,7 +117,7 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
         if log.run_summary is not None:
             continue  # xladev's summary counted them already
         for name, count in log.unlowered_ops().items():
-            if name == rules.ITEM_COUNTER:
+            if name == analysis.ITEM_COUNTER:
                 facts.item_calls += count
             else:
                 facts.fallbacks[name] = facts.fallbacks.get(name, 0) + count
@@ -139,15 +139,15 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
 def _steady_reads_of_a_cut_log(log) -> tuple[int, int] | None:
     """(0, steps after set-up) when an xladev PT_XLA_DEBUG log with no summary (killed) shows that its reads were
     set-up only; None when it cannot tell, or they went on. Its `TransferFromDeviceTime too frequent` line is
-    stated again once reads go on after set-up (`xladev.sinks.analysis`), so a log whose compiles show the run got
+    stated again once reads go on after set-up (`xladev.sinks.pt_xla_debug`), so a log whose compiles show the run got
     past set-up without that restatement read nothing after set-up (DDP's constructor, the first forward read)."""
     numbers = log.profiler_numbers.get("TransferFromDeviceTime too frequent")
     if numbers is None or "steady_transfers" in numbers:  # they went on: judged on the line's own counts
         return None
     reached = _step_reached(log)
-    if reached is None or reached < rules.SETUP_STEPS or int(numbers["steps"]) > rules.SETUP_STEPS:
+    if reached is None or reached < analysis.SETUP_STEPS or int(numbers["steps"]) > analysis.SETUP_STEPS:
         return None  # still in set-up when it stopped; or a log written before the line was stated again
-    return 0, reached - rules.SETUP_STEPS + 1
+    return 0, reached - analysis.SETUP_STEPS + 1
 
 
 def _step_reached(log) -> int | None:
@@ -192,7 +192,7 @@ def with_debug_warmup(facts: RunFacts, sources: list[SourceResult]) -> RunFacts:
 
 
 def compile_bursts(source: SourceResult | None) -> tuple[list[tuple[int, int]], float, list[float]]:
-    """Steps after set-up that each compiled at least `rules.COMPILE_BURST` graphs, from consecutive per-step
+    """Steps after set-up that each compiled at least `analysis.COMPILE_BURST` graphs, from consecutive per-step
     reports (and the complete blocks of a last report cut short).
 
     Returns:
@@ -209,14 +209,14 @@ def compile_bursts(source: SourceResult | None) -> tuple[list[tuple[int, int]], 
     bursts, lines, spent = [], [], 0.0
     for before, after in zip(rows, rows[1:]):
         steps_before, new = before.get("steps", 0.0), after.get("compiles", 0.0) - before.get("compiles", 0.0)
-        if after.get("steps", 0.0) - steps_before == 1 and steps_before >= rules.SETUP_STEPS and new >= rules.COMPILE_BURST:
+        if after.get("steps", 0.0) - steps_before == 1 and steps_before >= analysis.SETUP_STEPS and new >= analysis.COMPILE_BURST:
             bursts.append((int(steps_before), int(new)))
             spent += max(0.0, after.get("compile_time_ns", 0.0) - before.get("compile_time_ns", 0.0))
             lines.append(after.get("line", 0.0))
     return bursts, spent, lines
 
 
-def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.RepeatedRecompiles | None:
+def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> analysis.RepeatedRecompiles | None:
     """Warm-up steps that compiled a graph of the same size as the step before: the same code, new shapes.
 
     From a per-step metrics file alone (no recompilation causes): the first two steps are skipped (the
@@ -242,14 +242,14 @@ def repeated_in_series(source: SourceResult | None, warmup_steps: int) -> rules.
         previous_size = size
     if not count:
         return None
-    return rules.RepeatedRecompiles(site="one training step", count=count, kind="input shape or constant",
+    return analysis.RepeatedRecompiles(site="one training step", count=count, kind="input shape or constant",
                                     example="warm-up steps compiled new graphs of the same size as the step before")
 
 
-def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.RepeatedRecompiles | None:
+def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> analysis.RepeatedRecompiles | None:
     """The site that recompiled most for a changed input shape or constant alone (xladev's causes).
 
-    In a run of more steps than set-up (`rules.SETUP_STEPS`), or an xladev debug log cut short whose compiles name
+    In a run of more steps than set-up (`analysis.SETUP_STEPS`), or an xladev debug log cut short whose compiles name
     a step after set-up, recompiles in set-up are one-time work (DDP's
     constructor reads its broadcasts one element at a time) and are left out; a run of fewer steps (or none: a
     loop without a barrier), or an input that does not count the steps between compiles, cannot tell set-up
@@ -264,12 +264,12 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.Re
         if not source.has_debug:
             continue
         # A compile's step is known when the input names it, or counts the step syncs (level 2's execution blocks).
-        counted = source.debug.step_syncs > rules.SETUP_STEPS
+        counted = source.debug.step_syncs > analysis.SETUP_STEPS
         # A log cut short (killed) counts no steps; one whose compiles name a step after set-up got past it.
         reached = _step_reached(source.debug) if source.input_kind != "event-log" else None
-        past_setup = steps > rules.SETUP_STEPS or (reached is not None and reached >= rules.SETUP_STEPS)
+        past_setup = steps > analysis.SETUP_STEPS or (reached is not None and reached >= analysis.SETUP_STEPS)
         for event in source.debug.compile_events:
-            if past_setup and (event.step_known or counted) and event.steps_before < rules.SETUP_STEPS:
+            if past_setup and (event.step_known or counted) and event.steps_before < analysis.SETUP_STEPS:
                 continue
             if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
                 signatures.setdefault((event.where, event.inputs, event.outputs), set()).add(event.graph_hash)
@@ -297,7 +297,7 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> rules.Re
     # The op whose constant changed; the graphs' trigger sites are told apart from its line only when the
     # runtime located it (a backward op is named without a line of its own).
     op, located = ops.get((site, kind), ("", False))
-    return rules.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)],
+    return analysis.RepeatedRecompiles(site=short_site(site), count=count, kind=kind, example=examples[(site, kind)],
                                     op=op, triggers=tuple(sorted(triggers.get((site, kind), ()))) if located else ())
 
 

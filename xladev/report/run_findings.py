@@ -1,4 +1,4 @@
-"""Turns what was read into findings, by calling the rules of `xladev.rules` with its numbers.
+"""Turns what was read into findings, by calling the rules of `xladev.analysis` with its numbers.
 
 Each rank (or the single run) is diagnosed from its primary metrics input (the one with the most
 reports) and its PT_XLA_DEBUG logs; findings of several ranks are merged, and ranks that compile
@@ -7,9 +7,9 @@ graphs the others do not are flagged. Evidence carries the input line numbers it
 
 from __future__ import annotations
 
-from xladev import rules
-from xladev.rules import fallback_reasons
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import fallback_reasons
+from xladev.analysis import wall_time
 from xladev.report import across_ranks, timing
 from xladev.report.debug_findings import (
     debug_evidence, debug_only_findings, dynamo_findings, growth_findings, memory_growth_findings,
@@ -17,7 +17,7 @@ from xladev.report.debug_findings import (
 from xladev.report.model import RunEnding, SourceResult
 from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
                                      repeated_in_series, repeated_recompiles, where, with_debug_warmup)
-from xladev.rules import Finding
+from xladev.analysis import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
 
@@ -37,19 +37,19 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
     compile_block = metric_block(source, "CompileTime")
     if facts.steps <= 0:
         percentiles = dict(compile_block.percentiles) if compile_block is not None else {}
-        recompile = rules.recompilation_without_steps(compiles=facts.compiles, executions=facts.executions,
+        recompile = analysis.recompilation_without_steps(compiles=facts.compiles, executions=facts.executions,
                                                       median_compile_ns=percentiles.get("50%"),
                                                       p90_compile_ns=percentiles.get("90%"))
     else:
         recompile = None
-    recompile = recompile or rules.recompilation_finding(
+    recompile = recompile or analysis.recompilation_finding(
         steps=facts.steps, compiles=facts.compiles, compiles_at_warmup=facts.compiles_at_warmup,
         warmup_steps=facts.warmup_steps, compile_steps_after_warmup=facts.compile_steps_after_warmup,
         last_compile_step=facts.last_compile_step, stable_graph_size=facts.stable_graph_size,
         compiles_after_last_step=facts.compiles_after_last_step,
         data_dependent_ops=data_dependent, repeated=facts.repeated)
     bursts, burst_ns, burst_lines = compile_bursts(source)
-    burst = rules.compile_burst_finding(bursts=bursts, compile_ns=burst_ns, compiles=max(facts.compiles, int(
+    burst = analysis.compile_burst_finding(bursts=bursts, compile_ns=burst_ns, compiles=max(facts.compiles, int(
         (source.cut_row or {}).get("compiles", 0))))
     if burst is not None:
         if recompile is None:
@@ -67,16 +67,16 @@ def _metrics_findings(facts: RunFacts) -> list[Finding]:
             recompile.sources.append(where(source, line))
         findings.append(recompile)
     transfer_block = metric_block(source, "TransferFromDeviceTime")
-    transfers = rules.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
+    transfers = analysis.host_transfer_finding(steps=facts.steps, transfers=facts.transfers, item_calls=facts.item_calls,
                                             fallback_calls=sum(facts.fallbacks.values()), executions=facts.executions,
                                             steady=facts.steady_transfers)
     if transfers is not None:
         if transfer_block is not None:
             transfers.sources.append(where(source, transfer_block.line))
-        if rules.ITEM_COUNTER in final.counter_lines:
-            transfers.sources.append(where(source, final.counter_lines[rules.ITEM_COUNTER]))
+        if analysis.ITEM_COUNTER in final.counter_lines:
+            transfers.sources.append(where(source, final.counter_lines[analysis.ITEM_COUNTER]))
         findings.append(transfers)
-    for finding in rules.fallback_findings(facts.fallbacks, facts.steps):
+    for finding in analysis.fallback_findings(facts.fallbacks, facts.steps):
         finding.sources.append(where(source, final.counter_lines.get(finding.subject)))
         findings.append(finding)
     findings.extend(_cost_findings(facts))
@@ -90,7 +90,7 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     compile_block = metric_block(source, "CompileTime")
     if compile_block is not None and compile_block.largest_percentile() is not None:
         longest = compile_block.largest_percentile()
-        finding = rules.slow_compile_finding(
+        finding = analysis.slow_compile_finding(
             longest_ns=longest, total_ns=compile_block.accumulator or 0.0, compiles=compile_block.total_samples or 0,
             formatted_longest=units.compact_time_ns(longest),
             formatted_total=units.compact_time_ns(compile_block.accumulator or 0.0))
@@ -100,14 +100,14 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     execute_block = metric_block(source, "ExecuteTime")
     if execute_block is not None and execute_block.largest_percentile() is not None:
         longest = execute_block.largest_percentile()
-        finding = rules.slow_execute_finding(longest_ns=longest, executions=execute_block.total_samples or 0,
+        finding = analysis.slow_execute_finding(longest_ns=longest, executions=execute_block.total_samples or 0,
                                              formatted_longest=units.compact_time_ns(longest))
         if finding is not None:
             finding.sources.append(where(source, execute_block.line))
             findings.append(finding)
     graph_block = metric_block(source, "TensorsGraphSize")
     if graph_block is not None and graph_block.largest_percentile() is not None:
-        finding = rules.huge_graph_finding(largest_nodes=graph_block.largest_percentile(),
+        finding = analysis.huge_graph_finding(largest_nodes=graph_block.largest_percentile(),
                                            typical_nodes=graph_block.median() or 0.0)
         if finding is not None:
             finding.sources.append(where(source, graph_block.line))
@@ -115,14 +115,14 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
     if series is not None:
         first, last = series.graph_nodes_per_sync
         if first is not None and last is not None:
-            finding = rules.graph_growth_finding(nodes_at_warmup=first, nodes_at_end=last, steps=facts.steps)
+            finding = analysis.graph_growth_finding(nodes_at_warmup=first, nodes_at_end=last, steps=facts.steps)
             if finding is not None:
                 findings.append(finding)
     misses = int(source.final.counters.get("DeviceDataCacheMiss", 0))
     after = None
     if series is not None and series.at_warmup is not None and len(series) > 1:
         after = misses - int(series.at_warmup.get("cache_misses", 0))
-    finding = rules.device_data_cache_miss_finding(
+    finding = analysis.device_data_cache_miss_finding(
         misses=misses, steps=facts.steps, misses_after_warmup=after,
         steps_after_warmup=max(0, facts.steps - facts.warmup_steps))
     if finding is not None:
@@ -172,7 +172,7 @@ def _failure_findings(primary: SourceResult | None, sources: list[SourceResult])
     """Compile and execution failures, from the counters (metrics) and each failure's details (logs)."""
     counters = primary.final.counters if primary is not None and primary.final is not None else {}
     found = []
-    memory = rules.out_of_memory_finding([e for source in sources if source.has_debug
+    memory = analysis.out_of_memory_finding([e for source in sources if source.has_debug
                                           for e in source.debug.out_of_memory], units.format_bytes)
     if memory is not None:
         memory.sources.extend(f"{source.name}:{e['line']}" for source in sources if source.has_debug
@@ -184,7 +184,7 @@ def _failure_findings(primary: SourceResult | None, sources: list[SourceResult])
                     if f["kind"] == kind and not f.get("out_of_memory")]
         oom = sum(1 for source in sources if source.has_debug for f in source.debug.failures
                   if f["kind"] == kind and f.get("out_of_memory"))
-        finding = rules.failure_finding(kind=kind, count=int(counters.get(counter, 0)) - oom, failures=failures)
+        finding = analysis.failure_finding(kind=kind, count=int(counters.get(counter, 0)) - oom, failures=failures)
         if finding is not None:
             finding.sources.extend(f"{source.name}:{f['line']}" for source in sources if source.has_debug
                                    for f in source.debug.failures if f["kind"] == kind and not f.get("out_of_memory"))
@@ -202,7 +202,7 @@ def _merge_ranks(per_rank: dict) -> list[Finding]:
             key = (finding.rule, finding.subject)
             ranks_of.setdefault(key, []).append(rank)
             kept = merged.get(key)
-            if kept is None or rules.severity_rank(finding.severity) > rules.severity_rank(kept.severity):
+            if kept is None or analysis.severity_rank(finding.severity) > analysis.severity_rank(kept.severity):
                 merged[key] = finding
     for key, finding in merged.items():
         named = [str(rank) for rank in ranks_of[key] if rank is not None]
@@ -221,7 +221,7 @@ def _rank_findings(per_rank: dict) -> list[Finding]:
         shared = set.intersection(*(other.graph_hashes for other in others)) if all(
             other.graph_hashes for other in others) else set()
         extra = len(facts.graph_hashes - shared - {""}) if shared else 0
-        finding = rules.rank_divergence_finding(rank=rank, compiles=facts.compiles,
+        finding = analysis.rank_divergence_finding(rank=rank, compiles=facts.compiles,
                                                 others_compiles=[other.compiles for other in others],
                                                 extra_graphs=extra)
         if finding is not None:
@@ -240,7 +240,7 @@ def run_stack(sources: list[SourceResult]) -> str:
     """Whose API names the advice should use: the script's.
 
     ``torch_xla`` for PyTorch/XLA's own outputs and for a script run through xladev's torch_xla alias (`xladev run`:
-    an event log's header or xladev's summary says so, and its metrics count `rules.ALIAS_COUNTER` as
+    an event log's header or xladev's summary says so, and its metrics count `analysis.ALIAS_COUNTER` as
     PyTorch/XLA's do); ``xladev`` for the other outputs xladev wrote (an event log, its end-of-run summary, its
     counters, its recompilation causes).
     """
@@ -252,15 +252,15 @@ def run_stack(sources: list[SourceResult]) -> str:
             return said
         counters = source.final.counters if source.final is not None else {}
         if _XLADEV_COUNTERS & set(counters):
-            if rules.ALIAS_COUNTER in counters:
-                return rules.TORCH_XLA_API
+            if analysis.ALIAS_COUNTER in counters:
+                return analysis.TORCH_XLA_API
             xladev_wrote = True
         debug = source.debug
         if source.input_kind == "event-log" or (debug is not None and (
                 debug.run_summary is not None or debug.failures
                 or any(event.recompilation for event in debug.compile_events))):
             xladev_wrote = True
-    return rules.XLADEV_API if xladev_wrote else rules.TORCH_XLA_API
+    return analysis.XLADEV_API if xladev_wrote else analysis.TORCH_XLA_API
 
 
 def diagnose(report) -> list[Finding]:
@@ -273,7 +273,7 @@ def diagnose(report) -> list[Finding]:
       The findings.
     """
     if not report.has_record:
-        return [rules.no_complete_record_finding([(source.name, source.problem or "no complete record",
+        return [analysis.no_complete_record_finding([(source.name, source.problem or "no complete record",
                                                    bool(source.damage)) for source in report.sources])]
     per_rank = {rank: diagnose_group(report, sources) for rank, sources in report.ranks().items()}
     findings = _merge_ranks(per_rank) if len(per_rank) > 1 else next(iter(per_rank.values()))[0]
@@ -281,12 +281,12 @@ def diagnose(report) -> list[Finding]:
     findings.extend(across_ranks.findings(report.ranks()))
     findings = _with_unfinished(findings, report.sources)
     findings.extend(_input_findings(report.sources))
-    if not any(rules.severity_rank(f.severity) >= rules.severity_rank(rules.WARNING) for f in findings):
+    if not any(analysis.severity_rank(f.severity) >= analysis.severity_rank(analysis.WARNING) for f in findings):
         facts = next((facts for _, facts in per_rank.values() if facts is not None), None)
         if facts is not None and facts.steps <= 0:
-            findings.append(rules.undetermined_finding(compiles=facts.compiles, executions=facts.executions))
+            findings.append(analysis.undetermined_finding(compiles=facts.compiles, executions=facts.executions))
         elif facts is not None:
-            findings.append(rules.healthy_finding(
+            findings.append(analysis.healthy_finding(
                 steps=facts.steps, compiles=facts.compiles, cached_compiles=facts.cached_compiles,
                 transfers=facts.transfers, warmup_known=facts.compiles_at_warmup is not None
                 and facts.compiles_at_warmup + facts.compiles_after_last_step == facts.compiles,
@@ -295,7 +295,7 @@ def diagnose(report) -> list[Finding]:
     stack = run_stack(report.sources)
     for finding in findings:
         finding.sources = list(dict.fromkeys(finding.sources))
-        rules.in_names_of(finding, stack)
+        analysis.in_names_of(finding, stack)
     return wall_time.ranked(findings, _RULE_ORDER)
 
 
@@ -326,7 +326,7 @@ def _with_unfinished(findings: list[Finding], sources: list[SourceResult]) -> li
             others.extend(finding.evidence)
             continue
         kept.append(finding)
-    finding = rules.unfinished_run_finding(rank=first.rank, how=ending.how, killed=ending.killed, steps=ending.steps,
+    finding = analysis.unfinished_run_finding(rank=first.rank, how=ending.how, killed=ending.killed, steps=ending.steps,
                                            graph=ending.graph, site=short_site(ending.site) if ending.site else "",
                                            doing=ending.doing, others=others)
     finding.sources.extend(f"{source.name}:{stop.line}" for source, stop in stopped)
@@ -360,10 +360,10 @@ def _input_findings(sources: list[SourceResult]) -> list[Finding]:
     findings = []
     for source in sources:
         if source.damage:
-            findings.append(rules.damaged_input_finding(source.name, source.damage, _records_read(source),
+            findings.append(analysis.damaged_input_finding(source.name, source.damage, _records_read(source),
                                                         source.lines))
         elif source.unreadable and source.problem:
-            findings.append(rules.unreadable_input_finding(source.name, source.problem))
+            findings.append(analysis.unreadable_input_finding(source.name, source.problem))
     return findings
 
 
@@ -390,7 +390,7 @@ def auto_metrics_lines(report) -> list[str]:
     numbers = report.final_numbers(source)
     compile_block = metric_block(source, "CompileTime")
     execute_block = metric_block(source, "ExecuteTime")
-    return rules.auto_metrics_messages(
+    return analysis.auto_metrics_messages(
         steps=int(numbers["steps"]), compiles=int(numbers["compiles"]), transfers=int(numbers["transfers_from_device"]),
         counters=source.final.counters,
         longest_compile_ns=(compile_block.largest_percentile() or 0.0) if compile_block else 0.0,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 
-from xladev.rules import SETUP_STEPS, WARMUP_STEPS
+from xladev.analysis import SETUP_STEPS, WARMUP_STEPS
 
 DEFAULT_MAX_ROWS = 8192
 
@@ -33,7 +33,7 @@ class StepSeries:
     Attributes:
       warmup_steps: steps allowed to compile freely.
       at_warmup: the last row whose ``steps`` is within warm-up (None if no such row).
-      at_setup: the last row whose ``steps`` is within set-up (`xladev.rules.SETUP_STEPS`; None if no such row).
+      at_setup: the last row whose ``steps`` is within set-up (`xladev.analysis.SETUP_STEPS`; None if no such row).
       first: the first row appended.
       last: the last row appended.
       increases_after_warmup: tracked column -> reports after warm-up in which it grew.

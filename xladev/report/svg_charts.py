@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import html
 
-from xladev.rules import wall_time
+from xladev.analysis import wall_time
 from xladev.report.marks import KINDS, LABELS
 from xladev.report.glance import MarkGroup, MemoryPoint, RankSeries, RunView, StepBar, steps_axis
 from xladev.schema.units import compact_time_ns, format_bytes

@@ -14,12 +14,12 @@ from rich.panel import Panel
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from xladev import rules
+from xladev import analysis
 from xladev.report.document import Document, Section, Table
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan", "healthy": "bold green",
                    "unknown": "bold magenta"}
-VERDICT_LABELS = rules.VERDICT_LABELS
+VERDICT_LABELS = analysis.VERDICT_LABELS
 
 
 def _bullets(lines: list[str], style: str = "") -> RichTable:

@@ -5,14 +5,14 @@
 - a metrics report has the accumulated compile, execution, transfer and tracing times, but not the
   run's wall time, which is estimated from the metrics' sample rates: estimated, and marked so.
 
-The split and the prices of findings are `xladev.rules.wall_time`'s, shared with the TUI.
+The split and the prices of findings are `xladev.analysis.wall_time`'s, shared with the TUI.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xladev.rules import wall_time
+from xladev.analysis import wall_time
 from xladev.report.model import SourceResult
 from xladev.schema.metric_names import metric_names
 

@@ -13,7 +13,7 @@ from xladev.events import (
 )
 from xladev.schema import records as rec
 from xladev.schema.sites import is_user, site_text
-from xladev.sinks.analysis.blocks import exact_cause
+from xladev.sinks.pt_xla_debug.blocks import exact_cause
 
 
 class RecordBuilder:

@@ -5,7 +5,7 @@ a copy read to the CPU each step and kept (`history.append(out.cpu())`). This wa
 `RisingWatch`, measuring another memory) hears the same step samples and reads the resident set (`/proc/self/statm`:
 a few microseconds). When it rose at three samples in a row it takes a census of the CPU tensors in the Python heap
 and starts noting the user line of each CPU copy a read makes (`transfers.host_copy_lines`); after three more rises
-it takes a second census. It tells the growth when it averaged at least `rules.HOST_GROWTH_MIN_PER_STEP` a step
+it takes a second census. It tells the growth when it averaged at least `analysis.HOST_GROWTH_MIN_PER_STEP` a step
 (the resident set moves by pages and arenas, so slower growth is not told) and CPU tensors kept from step to step
 account for at least half of it: what grew between the censuses, by line.
 
@@ -29,7 +29,7 @@ import tracemalloc
 
 import torch
 
-from xladev.rules import HOST_GROWTH_MIN_PER_STEP
+from xladev.analysis import HOST_GROWTH_MIN_PER_STEP
 from xladev.runtime.api.memory_census import UNKNOWN_LINE
 from xladev.runtime.api.memory_growth import RisingWatch
 from xladev.runtime.execute import step_memory, transfers

@@ -20,7 +20,7 @@ import time
 
 from xladev.errors import XladevWarning
 from xladev.events import MemoryGrowing, bus
-from xladev.rules import memory_growing_message
+from xladev.analysis import memory_growing_message
 from xladev.runtime.api.memory_census import SCALAR_CACHE, census
 from xladev.runtime.compile.compilation import compile_cache
 from xladev.runtime.execute import step_memory

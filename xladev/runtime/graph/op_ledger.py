@@ -14,7 +14,7 @@ import time
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from xladev import rules  # pure and stdlib-only: thresholds and wording
+from xladev import analysis  # pure and stdlib-only: thresholds and wording
 from xladev._flags import config
 from xladev.errors import XladevWarning
 from xladev.events import GraphGrowing, bus
@@ -60,7 +60,7 @@ class Recorder:
         self.pending_ops = 0
         self.largest_ops = 0
         self.growth_floor = config.graph_growth_warning
-        self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=0)
+        self.warn_at = analysis.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=0)
         # Optimizers that stepped since the last graph ran: one stepping twice means two training steps
         # in one graph, a missing barrier whatever the graph's size. Said once per pending graph: after
         # that, the graph's growth is warned about at twice its size (`warn_at`), never once per step.
@@ -80,7 +80,7 @@ class Recorder:
             self.eager_debug = value
         elif name == "graph_growth_warning":
             self.growth_floor = value
-            self.warn_at = max(self.pending_ops + 1, rules.pending_ops_threshold(floor=value, largest_step_ops=self.largest_ops))
+            self.warn_at = max(self.pending_ops + 1, analysis.pending_ops_threshold(floor=value, largest_step_ops=self.largest_ops))
 
     def count(self, name: str) -> None:
         counts = self.counts
@@ -105,7 +105,7 @@ class Recorder:
         frame = user_frame()
         site = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
         step = steps.current()
-        message = rules.graph_growing_message(ops=ops, step=step, site=site)
+        message = analysis.graph_growing_message(ops=ops, step=step, site=site)
         if bus.active:
             bus.emit(GraphGrowing(time.perf_counter_ns(), step, ops, site,
                                   stack.capture_frames() if bus.wants_frames else None))
@@ -155,7 +155,7 @@ class Recorder:
             self.pending_ops = 0
             self.stepped_optimizers.clear()
             self.optimizer_warned = self.graph_warned = False
-            self.warn_at = rules.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
+            self.warn_at = analysis.pending_ops_threshold(floor=self.growth_floor, largest_step_ops=self.largest_ops)
             return self._take_counts()
 
     def take_counts(self) -> tuple[dict[str, int], int, list[int], int, int]:

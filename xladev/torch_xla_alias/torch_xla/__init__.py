@@ -21,7 +21,7 @@ from xladev.events import bus as _bus
 # not: `xladev run` says it first), so its outputs carry it (the event log's header, the PT_XLA_DEBUG summary).
 _bus.api = "torch_xla"
 from xladev import device as _xladev_device  # noqa: E402  starts xladev's runtime: `device='xla'` works after it
-from xladev.rules import ALIAS_COUNTER as _ALIAS_COUNTER  # noqa: E402
+from xladev.analysis import ALIAS_COUNTER as _ALIAS_COUNTER  # noqa: E402
 from xladev.sinks.metrics_registry import registry as _registry  # noqa: E402
 
 # As PyTorch/XLA counts its import (registering the xla device): its metrics report shows this run used its names.

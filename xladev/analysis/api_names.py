@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.rules.finding_model import Finding
+from xladev.analysis.finding_model import Finding
 
 
 # ---------------------------------------------------------------- which API a run used

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xladev.rules import fallback_reasons
+from xladev.analysis import fallback_reasons
 from xladev.schema import units
 from xladev.schema.counters import ITEM_COUNTER  # noqa: F401  (the report's rules use it)
 
@@ -68,7 +68,7 @@ class Finding:
       numbers: the same facts as machine-readable numbers.
       sources: where the evidence was read, as ``file:line``.
       subject: what the finding is about when a rule fires several times (an op, a site, a rank).
-      cost_ns: the wall time the problem cost, when the input measures it (`xladev.rules.wall_time.price`).
+      cost_ns: the wall time the problem cost, when the input measures it (`xladev.analysis.wall_time.price`).
       saving: what the fix would save, e.g. ``pad to 3 buckets → ~3 compiles, saves ~229 s``.
     """
 

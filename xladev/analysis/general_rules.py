@@ -6,16 +6,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from xladev.rules import fallback_reasons
+from xladev.analysis import fallback_reasons
 from xladev.schema import units
 from xladev.schema.counters import ITEM_COUNTER
-from xladev.rules.finding_model import (
+from xladev.analysis.finding_model import (
     CACHE_MISS_PER_STEP, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS, FALLBACK_PER_STEP_WARNING, Finding,
     GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO, PENDING_OPS_STEP_FACTOR, SETUP_STEPS,
     TRANSFER_FREQUENCY_RATIO, WARNING, _per_step, _plural, fallback_remedy,
 )
-from xladev.rules.auto_metrics import fallback_ops
-from xladev.rules.recompile_rules import CHANGE_HINT
+from xladev.analysis.auto_metrics import fallback_ops
+from xladev.analysis.recompile_rules import CHANGE_HINT
 
 
 # Where a fix points to the tool that names the line: dropped when the input already names it (`without_hints`).

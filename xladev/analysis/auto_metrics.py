@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from xladev.schema.counters import ITEM_COUNTER
-from xladev.rules.finding_model import (
+from xladev.analysis.finding_model import (
     COMPILE_FREQUENCY_RATIO, COMPILE_TOO_SLOW_NS, EXECUTE_TOO_SLOW_NS, TRANSFER_FREQUENCY_RATIO, WARMUP_STEPS,
 )
 

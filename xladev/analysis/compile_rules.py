@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from xladev.rules.finding_model import INFO, WARNING, Finding, _plural
+from xladev.analysis.finding_model import INFO, WARNING, Finding, _plural
 
 GRAPH_BREAK = "torch.compile graph break"
 DYNAMO_RECOMPILE = "torch.compile recompiled"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from xladev.rules.finding_model import ERROR, WARNING, Finding
+from xladev.analysis.finding_model import ERROR, WARNING, Finding
 
 OUT_OF_MEMORY = "out-of-memory"
 MARKERS = ("RESOURCE_EXHAUSTED", "Resource exhausted", "Out of memory while trying to allocate",

@@ -7,10 +7,10 @@ import dataclasses
 from collections.abc import Sequence
 
 from xladev.schema import units
-from xladev.rules.finding_model import (
+from xladev.analysis.finding_model import (
     COMPILE_FREQUENCY_RATIO, ERROR, Finding, INFO, WARMUP_STEPS, WARNING, _per_step, _plural, op_base_name,
 )
-from xladev.rules.auto_metrics import compile_too_frequent_message
+from xladev.analysis.auto_metrics import compile_too_frequent_message
 
 
 # ---------------------------------------------------------------- xladev's diagnoses

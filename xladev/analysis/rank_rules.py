@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from xladev.rules.finding_model import ERROR, WARNING, Finding
+from xladev.analysis.finding_model import ERROR, WARNING, Finding
 from xladev.schema.units import compact_time_ns
 
 # A straggler does at least this much more of its own work per step than the median of the others: the
@@ -135,7 +135,7 @@ def rank_lost_finding(*, rank: int, lost: int, reason: str, step: int) -> Findin
         subject=f"rank {lost}")
 
 
-# Findings saying the job stopped: ranked before every other (`xladev.rules.wall_time.ranked`), as failures are.
+# Findings saying the job stopped: ranked before every other (`xladev.analysis.wall_time.ranked`), as failures are.
 STOPPED_RULES = ("unfinished-run", "rank-lost")
 
 

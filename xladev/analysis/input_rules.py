@@ -7,8 +7,8 @@ records before the damage with a warning that says where the damage is.
 
 from __future__ import annotations
 
-from xladev.rules.general_rules import MORE_OF_THE_RUN
-from xladev.rules.finding_model import WARNING, Finding
+from xladev.analysis.general_rules import MORE_OF_THE_RUN
+from xladev.analysis.finding_model import WARNING, Finding
 
 # Why an input that is a file of no bytes holds no record (`xladev.report.model.SourceResult.problem`).
 EMPTY_FILE = "empty file"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xladev.rules import fallback_reasons
+from xladev.analysis import fallback_reasons
 from xladev.events import Cause, CauseKind
 from xladev.schema.memory import SIZES
 from xladev.schema.sites import first_user_index, shown_frames

@@ -7,9 +7,9 @@ import socket
 import sys
 import threading
 
-from xladev import rules
-from xladev.rules import fallback_reasons
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import fallback_reasons
+from xladev.analysis import wall_time
 from xladev._flags import config
 from xladev.events import (
     CompileFailed, GraphBreak, DynamoRecompile, ExecuteFailed, Fallback, Compile, Execute,
@@ -23,8 +23,8 @@ from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_label
-from xladev.sinks.analysis.blocks import analysis_block, post_compilation_block
-from xladev.sinks.analysis.run_stats import RunStats
+from xladev.sinks.pt_xla_debug.blocks import analysis_block, post_compilation_block
+from xladev.sinks.pt_xla_debug.run_stats import RunStats
 
 
 def debug_level() -> int:
@@ -136,20 +136,20 @@ class AnalysisSink(Sink):
             self._auto_analysis()
         elif kind is GraphGrowing:
             self.growth.append(event)
-            self.out.write(f"{rules.PROFILER_PREFIX}"
-                           f"{rules.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
+            self.out.write(f"{analysis.PROFILER_PREFIX}"
+                           f"{analysis.graph_growing_message(ops=event.ops, step=event.step, site=event.site)}\n")
         elif kind is MemoryGrowing:
-            message = rules.memory_growing_message(
+            message = analysis.memory_growing_message(
                 from_step=event.from_step, from_bytes=event.from_bytes, to_step=event.step, to_bytes=event.to_bytes,
                 per_step_bytes=event.per_step_bytes, holders=event.holders, format_bytes=format_bytes,
                 space=event.space)
-            self.out.write(f"{rules.PROFILER_PREFIX}{message}\n")
+            self.out.write(f"{analysis.PROFILER_PREFIX}{message}\n")
         elif kind is GraphBreak:
-            self.out.write(f"{rules.PROFILER_PREFIX}"
-                           f"{rules.graph_break_message(site=short_site(site_of(event.frames)), reason=event.reason, by=event.by)}\n")
+            self.out.write(f"{analysis.PROFILER_PREFIX}"
+                           f"{analysis.graph_break_message(site=short_site(site_of(event.frames)), reason=event.reason, by=event.by)}\n")
         elif kind is DynamoRecompile:  # published while TorchDynamo compiles; its graphs' compiles follow
             self._dynamo_recompiled = event
-            self.out.write(f"{rules.PROFILER_PREFIX}" + rules.dynamo_recompile_message(
+            self.out.write(f"{analysis.PROFILER_PREFIX}" + analysis.dynamo_recompile_message(
                 function=event.function, site=short_site(site_of(event.frames)), guard=event.guard,
                 compiles=event.compiles) + "\n")
         elif kind is ExecuteFailed:
@@ -184,7 +184,7 @@ class AnalysisSink(Sink):
     def findings(self) -> dict[str, tuple[str, str]]:
         """Current auto-analysis lines keyed by rule: (text naming its cause, identity of that cause)."""
         h = self.history
-        messages = rules.auto_metrics_messages(
+        messages = analysis.auto_metrics_messages(
             steps=h.steps, compiles=h.compiles, transfers=self.transfers, counters=dict(self.fallback_counts),
             longest_compile_ns=h.longest_compile_ns, longest_execute_ns=h.longest_execute_ns,
             format_time=format_time_ns)
@@ -209,7 +209,7 @@ class AnalysisSink(Sink):
                 identity = f"{top.kind}@{top.site}"
                 reads, steps = h.steady_reads()
                 if reads:  # stated again once reads go on after set-up: a log cut short then tells them from set-up
-                    text += f"; {rules.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)}"
+                    text += f"; {analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)}"
                     identity += " after set-up"
                 return text, identity
         if rule == "Op(s) not lowered":
@@ -226,7 +226,7 @@ class AnalysisSink(Sink):
         for rule, (text, identity) in found.items():
             # Stated once when it becomes true, and again only when its cause changes.
             if self.stated.get(rule) != identity:
-                self.out.write(f"{rules.PROFILER_PREFIX}{text}\n")
+                self.out.write(f"{analysis.PROFILER_PREFIX}{text}\n")
                 self.stated[rule] = identity
         for rule in list(self.stated):
             if rule not in found:
@@ -240,7 +240,7 @@ class AnalysisSink(Sink):
                  f"{p}{wall_time.summary_line(h.time_breakdown())}",
                  f"{p}{self._steady_transfers_line()}",
                  f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}",
-                 f"{p}{rules.api_line(bus.api)}"]
+                 f"{p}{analysis.api_line(bus.api)}"]
         reason, signal_name = ending.end_reason()
         if signal_name:  # a signal ended the run (torchrun's SIGTERM): the report tells it from a finished one
             lines.append(f"{p}{SUMMARY_ENDED}{End(reason=reason, signal=signal_name).describe()}")
@@ -281,7 +281,7 @@ class AnalysisSink(Sink):
 
     def _steady_transfers_line(self) -> str:
         reads, steps = self.history.steady_reads()
-        return rules.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)
+        return analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)
 
     def write_summary(self) -> None:
         """Writes the end-of-run summary, the analysis's last words (at the end of the run: `ending.at_end`)."""

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Iterable
 
-from xladev import rules
+from xladev import analysis
 from xladev.schema.units import compact_time_ns, parse_compact_time
 
 # The parts of a step's time, in the order a step spends them.
@@ -356,7 +356,7 @@ def price(findings: list, facts: CostFacts) -> list:
     """Sets each finding's ``cost_ns`` and ``saving`` from `facts`.
 
     Args:
-      findings: `xladev.rules.Finding` objects.
+      findings: `xladev.analysis.Finding` objects.
       facts: the run's numbers.
 
     Returns:
@@ -383,22 +383,22 @@ def ranked(findings: list, order: list[str]) -> list:
     those whose cost the input does not measure by severity; then the notes the same way.
 
     Args:
-      findings: `xladev.rules.Finding` objects, priced by `price`.
+      findings: `xladev.analysis.Finding` objects, priced by `price`.
       order: rule names in their order of importance, to break ties.
 
     Returns:
       A new sorted list.
     """
     def key(finding):
-        failed = (finding.rule.endswith("-failure") or finding.rule in rules.STOPPED_RULES
-                  or finding.rule == rules.OUT_OF_MEMORY)
-        severity = rules.severity_rank(finding.severity)
+        failed = (finding.rule.endswith("-failure") or finding.rule in analysis.STOPPED_RULES
+                  or finding.rule == analysis.OUT_OF_MEMORY)
+        severity = analysis.severity_rank(finding.severity)
         cost = finding.cost_ns or 0.0
         share = finding.numbers.get("cost_share")
         # A cost the run barely felt ranks after the problems whose cost the input cannot measure.
         bucket = 1 if not cost else 2 if isinstance(share, float) and share < NEGLIGIBLE_SHARE else 0
         position = order.index(finding.rule) if finding.rule in order else len(order)
-        return (not failed, severity < rules.severity_rank(rules.WARNING), bucket, -cost, -severity, position,
+        return (not failed, severity < analysis.severity_rank(analysis.WARNING), bucket, -cost, -severity, position,
                 finding.subject)
     return sorted(findings, key=key)
 
@@ -431,9 +431,9 @@ def with_cache_advice(findings: list, facts: CostFacts) -> list:
     advised = False
     for finding in findings:
         if finding.rule in ("recompilation", "slow-compile"):
-            finding.fix = f"{finding.fix} {rules.persistent_cache_advice(share)}"
+            finding.fix = f"{finding.fix} {analysis.persistent_cache_advice(share)}"
             advised = True
     if not advised:
-        findings.append(rules.compile_time_finding(compile_ns=facts.part("compile") or 0.0, share=share,
+        findings.append(analysis.compile_time_finding(compile_ns=facts.part("compile") or 0.0, share=share,
                                                    compiles=facts.compiles))
     return findings

@@ -6,8 +6,8 @@ import dataclasses
 import threading
 import time
 
-from xladev import rules
-from xladev.rules import wall_time
+from xladev import analysis
+from xladev.analysis import wall_time
 
 from xladev.events import Fallback, Compile, Recompile, Step, TransferFromDevice
 from xladev.schema.sites import site_of
@@ -31,7 +31,7 @@ class RunStats:
         self.transfers: dict[tuple[str, str], HotSpot] = {}
         self.fallbacks: dict[tuple[str, str], int] = {}
         self.steps = 0
-        # Device->host reads in set-up (rules.SETUP_STEPS) and after it, and those of the latest step that read:
+        # Device->host reads in set-up (analysis.SETUP_STEPS) and after it, and those of the latest step that read:
         # the reads after the last barrier (a final print) are one-time too, known once the run ends.
         self.setup_reads = 0
         self.later_reads = 0
@@ -40,7 +40,7 @@ class RunStats:
         self.compiles = 0
         self.longest_compile_ns = 0
         self.longest_execute_ns = 0
-        # Where the time went (`xladev.rules.wall_time.PARTS`), since `started_ns`.
+        # Where the time went (`xladev.analysis.wall_time.PARTS`), since `started_ns`.
         self.started_ns = time.perf_counter_ns()
         self.times: dict[str, int] = dict.fromkeys(wall_time.PARTS, 0)
 
@@ -78,7 +78,7 @@ class RunStats:
                 spot = self.transfers[key] = HotSpot(*key)
             spot.count += 1
             spot.nbytes += event.nbytes
-            if event.step < rules.SETUP_STEPS:
+            if event.step < analysis.SETUP_STEPS:
                 self.setup_reads += 1
             else:
                 self.later_reads += 1
@@ -88,11 +88,11 @@ class RunStats:
         return spot
 
     def steady_reads(self) -> tuple[int, int]:
-        """(device->host reads, steps) after set-up up to the last barrier, as `rules.host_transfer_finding`
+        """(device->host reads, steps) after set-up up to the last barrier, as `analysis.host_transfer_finding`
         judges them."""
         with self.lock:
-            after_end = self.latest_step_reads if self.latest_read_step >= max(self.steps, rules.SETUP_STEPS) else 0
-            return self.later_reads - after_end, max(0, self.steps - rules.SETUP_STEPS)
+            after_end = self.latest_step_reads if self.latest_read_step >= max(self.steps, analysis.SETUP_STEPS) else 0
+            return self.later_reads - after_end, max(0, self.steps - analysis.SETUP_STEPS)
 
     def on_fallback(self, event: Fallback) -> None:
         key = (event.name, site_of(event.frames))
