@@ -1,11 +1,11 @@
 """The report's diagnosis, live: the same findings and time breakdown as `xladev report`, from the
 same rules, on the records the TUI has read so far. No Textual here.
 
-Every record the model reads is also fed, once, to the report's own event-log reader
-(`xladev.report.eventlog_input.EventLogReplay`), so nothing is ever read twice. `compute()` then
-asks the report for its findings (`xladev.report.loader.report_from_sources`), exactly as
-`xladev report run.events.jsonl` would on the log so far, and copies what the screen shows into
-immutable views (`tui.run_view.Diagnosis`).
+Every record the model reads is fed, once and at once, to the report's own event-log reader
+(`xladev.report.eventlog_input.EventLogReplay`, which loads without pandas): its `RunState` is the run's one
+fold, which the screen reads too. `compute()` then asks the report for its findings
+(`xladev.report.loader.report_from_sources`), exactly as `xladev report run.events.jsonl` would on the log so
+far, and copies what the screen shows into immutable views (`tui.run_view.Diagnosis`).
 
 Calling the replay's `finish()` more than once is safe with two precautions, both taken here:
 
@@ -13,21 +13,19 @@ Calling the replay's `finish()` more than once is safe with two precautions, bot
   and counts it as a snapshot; a later ``step`` would then add a second row, and the series would
   differ from a one-shot read. So until the first step, `finish()` writes into a throwaway series
   and the live one is put back afterwards.
-- the `TimeBreakdown` that `finish()` builds shares its list of step times with the replay, which
-  keeps appending to it; the breakdown is copied into a `TimeView` before the next record is fed.
+- the `TimeBreakdown` that `finish()` builds owns copies of the state's numbers; it is copied into a
+  `TimeView` before the next record is fed anyway.
 
 Both run in the one thread that feeds the replay (the reader thread), never concurrently with it.
 
-The report's modules (and pandas: half a second to more than a second) are imported in a thread of
-their own (`prepare_in_background`, which the app calls when it starts) or else at the first
-record; records fed meanwhile wait in a queue and catch up a slice per reader pass, so the screen
-comes up at once and the model never stops for long. If the report cannot be imported at all, the
-TUI shows everything else and says why there are no findings.
+The report's diagnosis (and pandas: half a second to more than a second) is imported in a thread of its own
+(`prepare_in_background`, which the app calls when it starts) or else at the first `compute`; records are
+folded meanwhile as always, so the screen comes up at once and shows everything but the findings. If the
+report's diagnosis cannot be imported at all, the TUI shows everything else and says why there are no findings.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 import time
@@ -36,8 +34,6 @@ from xladev import analysis
 from xladev.schema import records as rec
 from xladev_tui.run_view import NO_DIAGNOSIS, Diagnosis, FindingView, TimeRow, TimeView
 
-# Records that waited for the import, fed to the replay per reader pass (about 25 ms of work).
-CATCH_UP = 1000
 # Graph lines remembered to point findings at their graphs (compile and failure records only).
 MAX_GRAPH_LINES = 50_000
 
@@ -50,10 +46,14 @@ class LiveDiagnosis:
     """
 
     def __init__(self, name: str = "event log"):
+        from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
+        from xladev.report.model import SourceResult
+
         self.name = name
         self._sibling_cache: dict = {}
-        self._replay = None
-        self._source = None
+        self._source = SourceResult(path=name, name=name, input_kind=KIND_NAME)
+        self._replay = EventLogReplay(self._source)
+        self.state = self._replay.state  # the run's one fold, which the screen reads too
         self._diagnose = None
         self.lines = 0          # the last line number fed
         self.fed = 0            # records fed
@@ -69,65 +69,37 @@ class LiveDiagnosis:
         self.site_of: dict[str, str] = {}
         self.last_recompile_at: dict[str, str] = {}
         self._importing: threading.Thread | None = None
-        self.broken = ""  # why the report's modules cannot be used, when they cannot
-        self._pending: collections.deque = collections.deque()  # (lineno, record) fed during the import
+        self.broken = ""  # why the report's diagnosis cannot be used, when it cannot
 
-    def prepare(self) -> None:
-        """Imports the report's reader and rules (and pandas), starts the replay and feeds it every
-        record that waited, now."""
-        if self._start():
-            self._catch_up(len(self._pending))
+    def prepare(self) -> bool:
+        """Imports the report's diagnosis (and pandas) now.
 
-    def prepare_in_background(self) -> None:
-        """Imports the report's modules in a thread of their own. Records fed meanwhile wait, and
-        `catch_up` feeds them to the replay a slice at a time, so the model never stops for long."""
-        if self._replay is not None or self._importing is not None:
-            return
-        self._importing = threading.Thread(target=_import_report, name="xladev-tui-import", daemon=True)
-        self._importing.start()
-
-    def _start(self) -> bool:
-        """Starts the replay; False (and a note saying why) when the report cannot be imported."""
-        if self._replay is not None:
+        Returns:
+          False (and a note in `current` saying why) when it cannot be imported.
+        """
+        if self._diagnose is not None:
             return True
         if self.broken:
             return False
         try:
-            return self._start_replay()
+            from xladev.report.loader import report_from_sources
         except Exception as exc:  # e.g. pandas missing: no findings, the rest of the UI works
             self.broken = f"no findings: the report cannot be imported ({type(exc).__name__}: {exc})"
             self.current = Diagnosis("", (), None, 0, self.broken)
-            self._pending.clear()
             return False
-
-    def _start_replay(self) -> bool:
-        from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
-        from xladev.report.loader import report_from_sources
-        from xladev.report.model import SourceResult
-
         self._diagnose = report_from_sources
-        self._source = SourceResult(path=self.name, name=self.name, input_kind=KIND_NAME)
-        self._replay = EventLogReplay(self._source)
         return True
 
-    def catch_up(self, limit: int = CATCH_UP) -> bool:
-        """Feeds the replay at most `limit` of the records that waited for the import.
+    def prepare_in_background(self) -> None:
+        """Imports the report's diagnosis in a thread of its own, so the screen never waits for pandas."""
+        if self._diagnose is not None or self._importing is not None:
+            return
+        self._importing = threading.Thread(target=_import_report, name="xladev-tui-import", daemon=True)
+        self._importing.start()
 
-        Returns:
-          True when no record waits any more.
-        """
-        if self._replay is None:
-            if self._importing is not None and self._importing.is_alive():
-                return False
-            if not self._start():
-                return True  # nothing will ever be diagnosed: nothing waits
-        return self._catch_up(limit)
-
-    def _catch_up(self, limit: int) -> bool:
-        pending = self._pending
-        for _ in range(min(limit, len(pending))):
-            self._feed(*pending.popleft())
-        return not pending
+    def ready(self) -> bool:
+        """False while the report's diagnosis is being imported in the background."""
+        return self._importing is None or not self._importing.is_alive()
 
     def set_complete(self, complete: bool) -> None:
         """Says whether the log is complete (it will not grow); a change makes the diagnosis stale."""
@@ -140,24 +112,19 @@ class LiveDiagnosis:
         """True when records arrived since the current diagnosis was computed."""
         return self.fed != self.computed_for
 
-    def feed(self, lineno: int, record: rec.Record) -> None:
-        """One record, read at line `lineno` of the log (1-based, blank lines counted)."""
-        if self.broken:
-            return
+    def feed(self, lineno: int, record: rec.Record) -> bool:
+        """One record, read at line `lineno` of the log (1-based, blank lines counted).
+
+        Returns:
+          False when the report's reader could not take it (a well-typed record with odd contents).
+        """
         self.lines = lineno
         self.fed += 1
-        if self._replay is None and self._importing is None and not self._start():  # import here
-            return
-        if self._replay is None or self._pending:  # the import is under way, or records wait: in order
-            self._pending.append((lineno, record))
-            return
-        self._feed(lineno, record)
-
-    def _feed(self, lineno: int, record: rec.Record) -> None:
         try:
             self._replay.feed(lineno, record)
-        except Exception:  # odd contents the report's reader chokes on: the TUI reads on
+        except (TypeError, ValueError, KeyError, AttributeError):  # odd contents: the TUI reads on
             self.failed_feeds += 1
+            return False
         if isinstance(record, (rec.Compile, rec.CompileFailed, rec.ExecuteFailed)):
             if len(self.graph_lines) < MAX_GRAPH_LINES:
                 self.graph_lines[lineno] = record.hash
@@ -165,6 +132,7 @@ class LiveDiagnosis:
                 self.site_of[record.hash] = record.site
             if isinstance(record, rec.Compile) and record.recompile and record.site:
                 self.last_recompile_at[record.site] = record.hash
+        return True
 
     def compute(self) -> Diagnosis:
         """Diagnoses the log so far (the report's findings, verdict and time breakdown).
@@ -174,12 +142,8 @@ class LiveDiagnosis:
           after the header) it says so in `note`; when its rules fail, the previous findings stay
           and `note` says why.
         """
-        if not self.fed or self.broken:
+        if not self.fed or not self.prepare():
             self.computed_for = self.fed  # nothing more to do until more records come
-            return self.current
-        if self._importing is None:
-            self.prepare()
-        elif not self.catch_up(0):  # a diagnosis of part of the records read: wait for them
             return self.current
         from xladev.report.model import UnreadableInputError
         from xladev.report.series import StepSeries
@@ -219,7 +183,7 @@ class LiveDiagnosis:
     def _siblings(self, source) -> list:
         """The other ranks' logs of this log's job (beside it, named by rank), read again when they grew: their
         findings across ranks (diverging graphs, a straggler) join this log's. None for a single process."""
-        if source.rank is None or self._replay is None or self._replay.header is None:
+        if source.rank is None or self._replay.header is None:
             return []
         from xladev.report.loader import load
         from xladev.schema.ranks import sibling_paths
@@ -260,7 +224,6 @@ class LiveDiagnosis:
 
 def _import_report() -> None:
     try:
-        import xladev.report.eventlog_input  # noqa: F401
         import xladev.report.loader  # noqa: F401
     except Exception:  # the reader thread imports again, and says why it cannot
         pass

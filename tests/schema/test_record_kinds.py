@@ -1,6 +1,6 @@
 """Each kind of event-log record is declared once (`xladev.schema.records`: its class, its `type` name and the
 runtime events it is written for), and every table that handles records has an entry for every kind: the
-writer's builder, the counter table, the report's replay and the TUI's run model. A kind added to one and not
+writer's builder, the counter table, the run's one fold (`RunState`), the report's replay and the TUI's run model. A kind added to one and not
 to another fails here, before a log is written that some reader drops."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import inspect
 import pytest
 
 from xladev import events
+from xladev.analysis import run_state
 from xladev.report import eventlog_input
 from xladev.schema import counters, records
 from xladev.sinks import event_records
@@ -42,6 +43,7 @@ def test_the_writer_builds_every_declared_event_and_no_other():
 
 @pytest.mark.parametrize("table, where", [
     (counters.TABLE, "xladev.schema.counters.TABLE"),
+    (run_state._FOLDS, "the run's one fold, RunState"),
     (eventlog_input._HANDLERS, "the report's EventLogReplay"),
     (run_model._HANDLERS, "the TUI's RunModel"),
 ])

@@ -180,7 +180,8 @@ def test_sigkill_leaves_only_complete_parseable_lines(tmp_path):
     from xladev_tui.run_model import model_from_lines
 
     model = model_from_lines([line.decode() for line in complete])
-    assert model.steps >= 6 and model.compiles >= 2 and model.alerts
+    snap = model.snapshot()
+    assert snap.steps >= 6 and snap.compiles >= 2 and snap.alerts
     from xladev.report import load
 
     report = load(str(path))

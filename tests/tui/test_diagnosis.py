@@ -16,7 +16,6 @@ from tests.tui.logs import FAILED_HASH, SITE, LogBuilder, graph_hash, long_run
 from xladev.report import load
 from xladev.schema import records as rec
 from xladev_tui import run_model as m
-from xladev_tui.live_findings import CATCH_UP
 from xladev_tui.run_model import RunModel, model_from_lines
 
 
@@ -107,27 +106,24 @@ def test_diagnosis_is_recomputed_at_most_once_a_second_and_when_the_run_ends():
     assert model.snapshot().diagnosis.verdict == "error"
 
 
-def test_records_read_during_the_import_wait_then_catch_up_in_slices():
-    # The app imports the report's modules in a thread; here a thread that waits for a go stands
-    # for a slow import, with a clock that never moves (the rate limit must not eat the turn).
+def test_records_are_folded_at_once_while_the_diagnosis_imports_then_diagnosed_in_one_pass():
+    # The app imports the report's diagnosis in a thread; here a thread that waits for a go stands for a slow
+    # import, with a clock that never moves (the rate limit must not eat the turn).
     go = threading.Event()
     lines = long_run(steps=400, end=False).lines()
-    assert len(lines) > 2 * CATCH_UP
     model = RunModel(clock=lambda: 0.0)
     model.diagnosis._importing = threading.Thread(target=go.wait, daemon=True)
     model.diagnosis._importing.start()
     for line in lines:
         model.feed_line(line)
     assert model.update_diagnosis() is False and model.snapshot().diagnosis.records == 0
-    assert model.records == len(lines)  # the model itself never waited
+    # Everything but the findings is on the screen already: the records were folded as they came.
+    assert model.records == len(lines) and model.snapshot().steps == 400
+    assert model.diagnosis.fed == len(lines) and model.diagnosis.failed_feeds == 0
     go.set()
     model.diagnosis._importing.join()
     model.diagnosis.prepare_in_background()  # already done: no second import
-    passes = 0
-    while not model.update_diagnosis():
-        passes += 1
-        assert passes < 10
-    assert passes == (len(lines) - 1) // CATCH_UP  # one slice of records per pass, then diagnosed
+    assert model.update_diagnosis() is True
     assert model.snapshot().diagnosis.records == len(lines) and model.snapshot().diagnosis.findings
 
 

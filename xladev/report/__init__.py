@@ -11,8 +11,16 @@ This package never imports torch, jax or the xladev runtime: a report can be mad
 without the run. The formatters in `xladev.schema.units` are shared with the runtime's metrics.
 """
 
-from xladev.report.loader import Report, load
 from xladev.report.model import NoCompleteRecordError, ParseWarning, UnreadableInputError
-from xladev.report import eventlog_input  # noqa: E402,F401  (registers the event-log reader)
 
 __all__ = ["Report", "load", "NoCompleteRecordError", "ParseWarning", "UnreadableInputError"]
+
+
+def __getattr__(name: str):
+    # `Report` and `load` bring pandas (about a second): imported on first use, so that the readers (the TUI's live
+    # fold of an event log) load without it.
+    if name in ("Report", "load"):
+        from xladev.report import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'xladev.report' has no attribute {name!r}")

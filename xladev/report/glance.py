@@ -22,7 +22,8 @@ import math
 
 from xladev.analysis import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
-from xladev.report.marks import KINDS, LABELS, GraphStat, MarkLog, StepMark
+from xladev.analysis.run_state import GraphState
+from xladev.report.marks import KINDS, LABELS, MarkLog, StepMark
 from xladev.schema.record_wording import step_window
 from xladev.schema.sites import short_site
 from xladev.schema.units import compact_time_ns
@@ -188,7 +189,7 @@ class RunView:
     marks: list[MarkGroup] = dataclasses.field(default_factory=list)
     breakdown: wall_time.TimeBreakdown | None = None
     breakdowns: list[tuple[str, wall_time.TimeBreakdown]] = dataclasses.field(default_factory=list)
-    graphs: list[GraphStat] = dataclasses.field(default_factory=list)
+    graphs: list[GraphState] = dataclasses.field(default_factory=list)
     graph_ir: dict[str, str] = dataclasses.field(default_factory=dict)
     ranks: list[RankSeries] = dataclasses.field(default_factory=list)
     memory: list[MemoryPoint] = dataclasses.field(default_factory=list)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from xladev.report import eventlog_input  # noqa: F401  (registers the event-log reader)
 from xladev.report.inputs import expand_rank_paths, read_source
 from xladev.report.model import (BINARY_DATA, EMPTY_FILE, NoCompleteRecordError, ParseWarning, SourceResult,
                                  UnreadableInputError)

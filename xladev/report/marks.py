@@ -5,8 +5,6 @@ happened in and the user's line that caused it. `MarkLog` keeps them as marks, o
 site, cause) with a count, bounded: when it holds ``max_marks`` marks it merges them into buckets of
 twice as many steps (as `xladev.report.series.StepSeries` thins its rows), so a run of any length
 costs the same memory, and a mark always says which steps it covers.
-
-`GraphStat` is one graph's compiles, compile time and executions (the HTML report's per-graph table).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ KINDS = ("compile", "transfer", "fallback", "graph-break")
 LABELS = {"compile": "compile", "transfer": "device→host read", "fallback": "CPU fallback",
           "graph-break": "graph break"}
 DEFAULT_MAX_MARKS = 20_000
-MAX_GRAPHS = 2_000
 
 
 @dataclasses.dataclass
@@ -111,55 +108,3 @@ class MarkLog:
         """
         order = {kind: i for i, kind in enumerate(KINDS)}
         return sorted(self._marks.values(), key=lambda m: (m.step, order.get(m.kind, len(order)), m.line))
-
-
-@dataclasses.dataclass
-class GraphStat:
-    """One graph's numbers from an event log.
-
-    Attributes:
-      graph_hash: the graph's hash.
-      site: the user's line that first compiled or ran it.
-      name: the compiled region's name, "" when none.
-      nodes: IR nodes.
-      compiles: times it was compiled.
-      compile_ns: compile time in total.
-      executions: times it ran.
-      execute_ns: execution time in total.
-      first_step: the step it first compiled or ran in.
-      first_line: the input line of its first record.
-      memory_bytes: what it holds on the device while it runs (`xladev.schema.memory.need_bytes` of its last
-        compile's memory analysis); None when the log has no analysis of it.
-    """
-
-    graph_hash: str
-    site: str = ""
-    name: str = ""
-    nodes: int = 0
-    compiles: int = 0
-    compile_ns: float = 0.0
-    executions: int = 0
-    execute_ns: float = 0.0
-    first_step: int = 0
-    first_line: int = 0
-    memory_bytes: float | None = None
-
-
-def graph_stat(graphs: dict[str, GraphStat], graph_hash: str, *, site: str, name: str, nodes: int, step: int,
-               line: int) -> GraphStat | None:
-    """A graph's entry, created on first sight.
-
-    Args:
-      graphs: hash -> entry, of one input.
-      graph_hash: the graph's hash.
-      site, name, nodes, step, line: what a new entry starts with (its first record's).
-
-    Returns:
-      The entry; None for a new graph once `MAX_GRAPHS` are kept.
-    """
-    stat = graphs.get(graph_hash)
-    if stat is None:
-        if len(graphs) >= MAX_GRAPHS:
-            return None
-        stat = graphs[graph_hash] = GraphStat(graph_hash, site, name, nodes, first_step=step, first_line=line)
-    return stat

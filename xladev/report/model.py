@@ -13,7 +13,8 @@ from xladev.analysis import input_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
-    from xladev.report.marks import GraphStat, MarkLog
+    from xladev.analysis.run_state import GraphState
+    from xladev.report.marks import MarkLog
     from xladev.report.series import StepSeries
     from xladev.analysis.wall_time import TimeBreakdown
 
@@ -252,7 +253,7 @@ class SourceResult:
     # What happened on which step (compiles, device→host reads, CPU fallbacks, graph breaks; an event log's,
     # bounded by bucketing steps) and each graph's compiles and executions: the HTML report's timeline and table.
     marks: MarkLog | None = None
-    graphs: dict[str, GraphStat] = dataclasses.field(default_factory=dict)
+    graphs: dict[str, GraphState] = dataclasses.field(default_factory=dict)
     # Device memory at the steps the runtime sampled (an event log's step records): (step, live bytes at its end,
     # the step's peak bytes), oldest first, bounded as the step times are.
     device_memory: list[tuple[int, int, int]] = dataclasses.field(default_factory=list)
