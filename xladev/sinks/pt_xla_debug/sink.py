@@ -6,16 +6,18 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from xladev import analysis
 from xladev.analysis import fallback_reasons
 from xladev.analysis import wall_time
+from xladev.analysis.run_state import RunState
 from xladev._flags import config
 from xladev.events import (
-    CompileFailed, GraphBreak, DynamoRecompile, ExecuteFailed, Fallback, Compile, Execute,
-    GraphGrowing, MemoryGrowing, Ops, Recompile, Step, TransferFromDevice, TransferToDevice, bus, CauseKind, ending,
+    CompileFailed, GraphBreak, DynamoRecompile, ExecuteFailed, Compile, Execute,
+    GraphGrowing, MemoryGrowing, Recompile, Step, bus, CauseKind, ending,
 )
-from xladev.schema.sites import site_of
+from xladev.schema.sites import UNKNOWN_SITE, site_of
 from xladev.schema.records import End
 from xladev.schema.record_wording import SUMMARY_ENDED, layout_lines, recompilation_lines, run_identity
 from xladev.schema.sites import short_site
@@ -24,7 +26,7 @@ from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_label
 from xladev.sinks.pt_xla_debug.blocks import analysis_block, post_compilation_block
-from xladev.sinks.pt_xla_debug.run_stats import RunStats
+from xladev.sinks.event_records import RecordBuilder
 
 
 def debug_level() -> int:
@@ -73,9 +75,11 @@ class AnalysisSink(Sink):
         self.level = level
         self.out = output
         self._lock = threading.RLock()
-        self.history = RunStats()
-        self.transfers = 0
-        self.fallback_counts: dict[str, int] = {}
+        # The run so far, folded from the records the event log would hold (`RunState`, as the report and the TUI
+        # fold them), so the summary and the report of the same run cannot disagree.
+        self._started_ns = time.perf_counter_ns()
+        self._records = RecordBuilder(self._started_ns, graph_texts=False)
+        self.run = RunState()
         self.stated: dict[str, str] = {}
         self.growth: list[GraphGrowing] = []
         self._recompiled: dict[str, Recompile] = {}
@@ -98,41 +102,25 @@ class AnalysisSink(Sink):
             self._on_event(event)
 
     def _on_event(self, event) -> None:
+        for record in self._records.records(event):
+            self.run.feed(record)
         kind = type(event)
         cause = getattr(event, "cause", None)
         if cause is not None and cause.kind is CauseKind.EAGER_DEBUG and kind in (Compile, Execute):
             # Eager debug mode runs each op as its own graph: like PyTorch/XLA's eager mode, no analysis
             # blocks for them (the times still count, as EagerOpCompileTime/EagerOpExecuteTime).
-            if kind is Compile:
-                self.history.on_compiled(event)
-            else:
-                self.history.spent("execute", event.execute_ns)
             return
         if kind is Compile:
             self._compiled(event)
         elif kind is Recompile:  # published just before its graph's Compile
-            self.history.on_recompiled(event)
             self._recompiled[event.graph_hash] = event
-        elif kind is Ops:
-            self.history.spent("tracing", event.tracing_ns)
-        elif kind is TransferToDevice:
-            self.history.spent("to_device", event.duration_ns)
         elif kind is Execute:
-            self.history.spent("execute", event.execute_ns)
-            self.history.longest_execute_ns = max(self.history.longest_execute_ns, event.execute_ns)
             if self.level >= 2:
                 self.out.write(analysis_block("Execution Analysis: ", "Execution Cause", event.cause, event.graph_hash,
                                               event.num_inputs, event.num_outputs, event.frames, config.debug_max_frame,
                                               self.process + _collective_section(event.graph),
                                               graph_name=event.graph_name))
-        elif kind is TransferFromDevice:
-            self.transfers += 1
-            self.history.on_transfer(event)
-        elif kind is Fallback:
-            self.history.on_fallback(event)
-            self.fallback_counts[event.name] = self.fallback_counts.get(event.name, 0) + 1
         elif kind is Step:
-            self.history.on_step(event)
             self._auto_analysis()
         elif kind is GraphGrowing:
             self.growth.append(event)
@@ -164,7 +152,6 @@ class AnalysisSink(Sink):
                            f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
 
     def _compiled(self, event: Compile) -> None:
-        self.history.on_compiled(event)
         r = self._recompiled.pop(event.graph_hash, None)
         extra = ([("Recompilation Cause", recompilation_lines(r.site, r.previous_hash, r.changes, r.graphs_at_site,
                                                               r.compile_ns_at_site, r.step))] if r else [])
@@ -183,9 +170,12 @@ class AnalysisSink(Sink):
     # ---- windowed auto-metrics analysis ----------------------------------------------------------
     def findings(self) -> dict[str, tuple[str, str]]:
         """Current auto-analysis lines keyed by rule: (text naming its cause, identity of that cause)."""
-        h = self.history
+        h = self.run
+        calls: dict[str, int] = {}
+        for (op, _), n in h.fallbacks.items():
+            calls[op] = calls.get(op, 0) + n
         messages = analysis.auto_metrics_messages(
-            steps=h.steps, compiles=h.compiles, transfers=self.transfers, counters=dict(self.fallback_counts),
+            steps=h.steps, compiles=h.compiles, transfers=h.reads, counters=calls,
             longest_compile_ns=h.longest_compile_ns, longest_execute_ns=h.longest_execute_ns,
             format_time=format_time_ns)
         found = {}
@@ -196,26 +186,28 @@ class AnalysisSink(Sink):
         return found
 
     def _cause_for(self, rule: str) -> tuple[str, str]:
-        h = self.history
+        h = self.run
         if rule == "CompileTime too frequent" and h.recompilations:
             last = h.recompilations[-1]
-            return f"; cause: {last.headline()} (at {short_site(last.site)})", last.site + last.headline().split(":")[0]
+            site = last.site or UNKNOWN_SITE
+            return f"; cause: {last.headline()} (at {short_site(site)})", site + last.headline().split(":")[0]
         if rule == "TransferFromDeviceTime too frequent":
             spots = h.hot_spots()
             if spots:
                 top = spots[0]
                 per_step = top.count / max(h.steps, 1)
-                text = f"; hot spot: {top.kind} at {short_site(top.site)} ({top.count} transfers, {per_step:.2f} per step)"
-                identity = f"{top.kind}@{top.site}"
+                site = top.site or UNKNOWN_SITE
+                text = f"; hot spot: {top.kind} at {short_site(site)} ({top.count} transfers, {per_step:.2f} per step)"
+                identity = f"{top.kind}@{site}"
                 reads, steps = h.steady_reads()
                 if reads:  # stated again once reads go on after set-up: a log cut short then tells them from set-up
-                    text += f"; {analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)}"
+                    text += f"; {analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=h.reads - reads)}"
                     identity += " after set-up"
                 return text, identity
         if rule == "Op(s) not lowered":
             sites = h.fallback_sites()
             if sites:
-                listed = sorted({(op, short_site(site)) for op, site, _ in sites})[:6]
+                listed = sorted({(op, short_site(site or UNKNOWN_SITE)) for op, site, _ in sites})[:6]
                 reasons = sorted({f"{op}: {fallback_reasons.reason(op)}" for op, _ in listed})
                 return ("; at " + ", ".join(f"{op} ({site})" for op, site in listed) + "; why: " + ", ".join(reasons),
                         repr(listed))
@@ -234,10 +226,11 @@ class AnalysisSink(Sink):
 
     # ---- end of run ---------------------------------------------------------------------------------
     def summary_text(self) -> str:
-        h = self.history
+        h = self.run
         p = "xladev summary: "
-        lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {self.transfers} device->host transfers",
-                 f"{p}{wall_time.summary_line(h.time_breakdown())}",
+        wall_ns = float(time.perf_counter_ns() - self._started_ns)
+        lines = ["", f"{p}{'=' * 80}", f"{p}{h.steps} steps, {h.compiles} compiles, {h.reads} device->host transfers",
+                 f"{p}{wall_time.summary_line(h.time_breakdown(wall_ns, 'measured by the debug analysis'))}",
                  f"{p}{self._steady_transfers_line()}",
                  f"{p}Run: {run_identity(socket.gethostname(), os.getpid(), bus.started_unix)}",
                  f"{p}{analysis.api_line(bus.api)}"]
@@ -250,14 +243,15 @@ class AnalysisSink(Sink):
         if sites:
             lines.append(f"{p}Compiles per trigger site:")
             for site, count, ns in sites:
-                lines.append(f"{p}  {short_site(site)}: {count} graph(s), {format_time_ns(ns)} compiling")
+                lines.append(f"{p}  {short_site(site or UNKNOWN_SITE)}: {count} graph(s), {format_time_ns(ns)} compiling")
         if h.recompilations:
             lines.append(f"{p}Recompilation causes:")
             per_site: dict[str, int] = {}
             for rec in h.recompilations:
-                per_site[rec.site] = per_site.get(rec.site, 0) + 1
-                if per_site[rec.site] <= 5:
-                    lines.append(f"{p}  step {rec.step} at {short_site(rec.site)}: {rec.headline()}")
+                site = rec.site or UNKNOWN_SITE
+                per_site[site] = per_site.get(site, 0) + 1
+                if per_site[site] <= 5:
+                    lines.append(f"{p}  step {rec.step} at {short_site(site)}: {rec.headline()}")
             for site, n in per_site.items():
                 if n > 5:
                     lines.append(f"{p}  ... {n - 5} more at {short_site(site)}")
@@ -265,13 +259,13 @@ class AnalysisSink(Sink):
         if spots:
             lines.append(f"{p}Transfer hot spots (device -> host):")
             for s in spots[:10]:
-                lines.append(f"{p}  {s.kind} at {short_site(s.site)}: {s.count} transfers, {format_bytes(s.nbytes)}, "
+                lines.append(f"{p}  {s.kind} at {short_site(s.site or UNKNOWN_SITE)}: {s.count} transfers, {format_bytes(s.nbytes)}, "
                              f"{s.count / max(h.steps, 1):.2f} per step")
         fallbacks = h.fallback_sites()
         if fallbacks:
             lines.append(f"{p}CPU fallback ops:")
             for op, site, n in fallbacks[:10]:
-                lines.append(f"{p}  {op} at {short_site(site)}: {n} call(s); {fallback_reasons.explanation(op)}")
+                lines.append(f"{p}  {op} at {short_site(site or UNKNOWN_SITE)}: {n} call(s); {fallback_reasons.explanation(op)}")
         if self.growth:
             lines.append(f"{p}Graphs that grew without a barrier:")
             for event in self.growth[-5:]:
@@ -280,8 +274,8 @@ class AnalysisSink(Sink):
         return "\n".join(lines) + "\n"
 
     def _steady_transfers_line(self) -> str:
-        reads, steps = self.history.steady_reads()
-        return analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=self.transfers - reads)
+        reads, steps = self.run.steady_reads()
+        return analysis.steady_transfers_line(transfers=reads, steps=steps, one_time=self.run.reads - reads)
 
     def write_summary(self) -> None:
         """Writes the end-of-run summary, the analysis's last words (at the end of the run: `ending.at_end`)."""
