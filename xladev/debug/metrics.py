@@ -12,7 +12,9 @@ import sys
 import time
 from typing import Any
 
-from xladev.sinks.metrics_registry import SNAPSHOT_SCHEMA, Registry, registry, report_text
+from xladev._flags import config
+from xladev.schema.metrics_text import report_text
+from xladev.sinks.metrics_registry import SNAPSHOT_SCHEMA, Registry, registry
 
 __all__ = [
     "metrics_report", "short_metrics_report", "counter_names", "counter_value", "metric_names", "metric_data",
@@ -41,7 +43,7 @@ def _settled_copy():
 def metrics_report() -> str:
     """The full report: every metric block, then every non-zero counter."""
     counters, metrics = _settled_copy()
-    return report_text(counters, metrics)
+    return report_text(counters, metrics, config.metrics_percentiles)
 
 
 def short_metrics_report(counter_names: list[str] | None = None, metric_names: list[str] | None = None) -> str:
@@ -55,7 +57,8 @@ def short_metrics_report(counter_names: list[str] | None = None, metric_names: l
     wanted_counters = set(counter_names if counter_names is not None else _SHORT_COUNTERS)
     wanted_counters |= {n for n in counters if n.startswith("aten::")}
     wanted_metrics = set(metric_names if metric_names is not None else _SHORT_METRICS)
-    return report_text(counters, metrics, metric_names=wanted_metrics, counter_names=wanted_counters)
+    return report_text(counters, metrics, config.metrics_percentiles, metric_names=wanted_metrics,
+                       counter_names=wanted_counters)
 
 
 def counter_names() -> list[str]:
@@ -135,7 +138,7 @@ class Snapshot:
             reg.metrics[name].total_samples = m["total_samples"]
             reg.metrics[name].accumulator = m["accumulator"]
         reg.counters.update(self.counters)
-        return report_text(*reg.copy())
+        return report_text(*reg.copy(), config.metrics_percentiles)
 
 
 def snapshot() -> Snapshot:

@@ -23,12 +23,13 @@ from xladev.analysis import run_state
 from xladev.dumps.debug_analysis import DebugLog, GraphEvent
 from xladev.report.inputs import register_input_kind
 from xladev.report.marks import MarkLog
-from xladev.report.model import MetricBlock, RankTrace, ReportSnapshot, RunEnding, SourceResult
+from xladev.report.model import RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import memory as memory_sizes, records as rec, units
 from xladev.schema import record_wording
 from xladev.schema import log_header
+from xladev.schema.metrics_text import MetricBlock
 from xladev.schema.sites import short_site, split_site
 
 KIND_NAME = "event-log"

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from xladev.report.names import SERIES_ACCUMULATORS, SERIES_COUNTERS, SERIES_SAMPLES
+from xladev.schema.metrics_text import FIELD_NAMES, STEP_MARKER
 
-MARKER = b"[MetricsData; step="
+MARKER = STEP_MARKER.encode()
 _NEWLINE_MARKER = b"\n" + MARKER
 CHUNK_BYTES = 1024 * 1024
 MAX_CARRY_BYTES = 64 * 1024 * 1024
@@ -30,7 +31,7 @@ _ATEN_COUNTER_RE = re.compile(rb"\nCounter: ([^\n\r ]*aten::[^\n\r ]*)\r?\n  Val
 # that _METRIC_RE and _COUNTER_RE are sure to find every block of a record without it.
 _UNCLEAN_RE = re.compile(
     rb"\n(?!Metric: [A-Za-z_][^\n\r ]*\r?\n  TotalSamples: |Counter: [A-Za-z_][^\n\r ]*\r?\n  Value: "
-    rb"|  (?:TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):|\r?\n|\Z)")
+    rb"|  (?:" + "|".join(FIELD_NAMES).encode() + rb"):|\r?\n|\Z)")
 
 
 class FastRecord:

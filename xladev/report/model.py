@@ -1,4 +1,5 @@
-"""Plain data parsed from one input: metric blocks, snapshots, warnings and per-source results.
+"""Plain data parsed from one input: snapshots (of `xladev.schema.metrics_text.MetricBlock`s), warnings and
+per-source results.
 
 These classes hold what the readers found, before it becomes pandas DataFrames in `Report`.
 """
@@ -13,6 +14,7 @@ from xladev.analysis import input_rules
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
+    from xladev.schema.metrics_text import MetricBlock
     from xladev.analysis.run_state import GraphState
     from xladev.report.marks import MarkLog
     from xladev.report.series import StepSeries
@@ -61,47 +63,6 @@ class ParseWarning:
 
     def __str__(self) -> str:
         return f"{self.source}:{self.line}: {self.message}"
-
-
-@dataclasses.dataclass
-class MetricBlock:
-    """One ``Metric:`` block of a metrics report, values in base units.
-
-    Attributes:
-      name: the metric name.
-      kind: ``time`` (nanoseconds), ``bytes`` or ``value``.
-      total_samples: TotalSamples.
-      accumulator: Accumulator (``Counter:`` in reports from before 2021).
-      value_rate: ValueRate per second, when printed.
-      rate: Rate (samples per second), when printed.
-      mean: Mean (XRT-era reports only).
-      stddev: StdDev (XRT-era reports only).
-      percentiles: ``(label, value)`` pairs in printed order, e.g. ``("99%", 2.1e10)``.
-      line: line number of the ``Metric:`` header.
-    """
-
-    name: str
-    kind: str
-    total_samples: int | None = None
-    accumulator: float | None = None
-    value_rate: float | None = None
-    rate: float | None = None
-    mean: float | None = None
-    stddev: float | None = None
-    percentiles: list[tuple[str, float]] = dataclasses.field(default_factory=list)
-    line: int = 0
-
-    def largest_percentile(self) -> float | None:
-        """The largest printed percentile value (a lower bound of the largest sample)."""
-        values = [value for _, value in self.percentiles if value == value]
-        return max(values) if values else None
-
-    def median(self) -> float | None:
-        """The 50% percentile when printed."""
-        for label, value in self.percentiles:
-            if label == "50%":
-                return value
-        return None
 
 
 @dataclasses.dataclass

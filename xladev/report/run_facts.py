@@ -7,7 +7,8 @@ from collections import Counter
 
 from xladev import analysis, graphdiff
 from xladev.analysis import fallback_reasons, wall_time
-from xladev.report.model import MetricBlock, SourceResult
+from xladev.report.model import SourceResult
+from xladev.schema.metrics_text import MetricBlock
 from xladev.schema.metric_names import metric_names
 from xladev.schema.counters import SCALAR_READS
 from xladev.schema.sites import short_site

@@ -1,26 +1,20 @@
 """Streaming reader of text inputs: metrics reports, XLA_METRICS_FILE records and PT_XLA_DEBUG output.
 
-`TextReader` reads a binary stream line by line and never holds more than two reports. Lines
-are dispatched on their first four bytes, so a clean XLA_METRICS_FILE line costs one dict lookup
-and a ``startswith``; everything else (log prefixes, a report glued to the end of a printed line,
-debug blocks, other output) takes a slower path with regular expressions.
-
-A report ends at a ``[MetricsData; step=N]`` record, when a metric or counter name repeats, or at
-the end of the input. Each finished report gives one row of the per-step series (a few numbers,
-see `xladev.report.names`); only the last complete report is parsed in full.
+`TextReader` reads a binary stream with the metrics text's line reader (`xladev.schema.metrics_text`), and
+never holds more than two reports; a line that is not a report's exact line goes to the PT_XLA_DEBUG reader
+first. Each finished report gives one row of the per-step series (a few numbers, see `xladev.report.names`);
+a drop of the counters starts a new run, and only the last complete report is parsed in full.
 """
 
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Iterable
 from typing import BinaryIO
 
 from xladev.report import fastpath
-from xladev.schema import units
+from xladev.schema import metrics_text, units
 from xladev.dumps.debug_analysis import DebugLog
-from xladev.report.metric_blocks import parse_metric
 from xladev.report.model import ReportSnapshot, SourceResult
 from xladev.report.names import (
     SERIES_ACCUMULATORS,
@@ -29,30 +23,6 @@ from xladev.report.names import (
     canonical_numbers,
 )
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-
-_FIELD, _METRIC, _COUNTER, _MARKER, _BLANK = range(5)
-
-# First four bytes of a line -> candidates (code, prefix, prefix length, field key).
-_HEADS: dict[bytes, tuple[tuple[int, bytes, int, str], ...]] = {}
-for _code, _prefix, _key in (
-    (_METRIC, b"Metric: ", ""), (_COUNTER, b"Counter: ", ""), (_MARKER, b"[MetricsData; step=", ""),
-    (_FIELD, b"  TotalSamples: ", "TotalSamples"), (_FIELD, b"  Accumulator: ", "Accumulator"),
-    (_FIELD, b"  Counter: ", "Accumulator"), (_FIELD, b"  Value: ", "Value"),
-    (_FIELD, b"  ValueRate: ", "ValueRate"), (_FIELD, b"  Rate: ", "Rate"),
-    (_FIELD, b"  Percentiles:", "Percentiles"), (_FIELD, b"  Mean: ", "Mean"), (_FIELD, b"  StdDev: ", "StdDev"),
-):
-    _HEADS[_prefix[:4]] = _HEADS.get(_prefix[:4], ()) + ((_code, _prefix, len(_prefix), _key),)
-for _blank in (b"\n", b"\r\n", b""):
-    _HEADS[_blank] = ((_BLANK, b"", 0, ""),)
-
-_FIELD_NAMES = {"TotalSamples": "TotalSamples", "Accumulator": "Accumulator", "Counter": "Accumulator",
-                "Value": "Value", "ValueRate": "ValueRate", "Rate": "Rate", "Percentiles": "Percentiles",
-                "Mean": "Mean", "StdDev": "StdDev"}
-_HEADER_RE = re.compile(r"(Metric|Counter): ([A-Za-z_][^\s]*)\s*$")
-_FIELD_RE = re.compile(r"(?:^|\s)(TotalSamples|Accumulator|Counter|ValueRate|Value|Rate|Percentiles|Mean|StdDev):"
-                       r"(?: (.*?))?\s*$")
-_MARKER_RE = re.compile(r"\[MetricsData; step=(-?\d+)\]")
-
 
 _CUMULATIVE = ("steps", "compiles", "executions")
 
@@ -88,7 +58,7 @@ class _RawSnapshot:
         return {("m", name) for name in self.metrics} | {("c", name) for name in self.counters}
 
 
-class TextReader:
+class TextReader(metrics_text.ReportLineReader):
     """Reads one text input into a `SourceResult`.
 
     Usage: ``reader = TextReader(source); reader.read_lines(stream); reader.finish()``.
@@ -101,22 +71,15 @@ class TextReader:
           source: the result to fill (its ``warn`` records problems).
           max_rows: rows of the per-step series stored before thinning.
         """
+        super().__init__()
         self.source = source
         source.series = StepSeries(max_rows=max_rows)
         self._max_rows = max_rows
         source.debug = DebugLog(source.warn)
-        self._lineno = 0
-        self._block: dict | None = None
-        self._block_name = b""
-        self._metrics: dict[bytes, dict] = {}
-        self._counters: dict[bytes, dict] = {}
-        self._step: int | None = None
-        self._start_line = 0
         self._last_raw: _RawSnapshot | None = None
         self._previous_raw: _RawSnapshot | None = None
         self._pending_row: dict[str, float] | None = None
         self._names: dict[bytes, str] = {}
-        self._detached = False
         self._accumulator_cache: dict[bytes, tuple[bytes, float]] = {}
         # The line number of a report line that ended the input without its newline (cut off), else 0.
         self._unterminated = 0
@@ -167,118 +130,37 @@ class TextReader:
         Args:
           lines: an iterable of lines, e.g. a file opened in binary mode.
         """
-        heads_get = _HEADS.get
-        lineno = self._lineno
-        block = self._block
-        metrics, counters = self._metrics, self._counters
-        line = b"\n"
-        for line in lines:
-            lineno += 1
-            specs = heads_get(line[:4])
-            if specs is not None:
-                for code, prefix, plen, key in specs:
-                    if line.startswith(prefix):
-                        break
-                else:
-                    code = -1
-                if code == _FIELD:
-                    if block is not None and key not in block:
-                        block[key] = (lineno, line[plen:])
-                        continue
-                elif code == _BLANK:
-                    continue
-                elif code == _METRIC or code == _COUNTER:
-                    name = line[plen:].rstrip()
-                    if name[:1].isalpha() and b" " not in name:
-                        table = metrics if code == _METRIC else counters
-                        if name in table:
-                            self._lineno = lineno
-                            self._close_snapshot(lineno)
-                            metrics, counters = self._metrics, self._counters
-                            table = metrics if code == _METRIC else counters
-                        if not metrics and not counters and self._start_line == 0:
-                            self._start_line = lineno
-                        block = table[name] = {"_line": lineno}
-                        self._block_name = name
-                        self._detached = False
-                        continue
-            self._lineno = lineno
-            self._block = block
-            self._slow_line(lineno, line)
-            block, metrics, counters = self._block, self._metrics, self._counters
-        self._lineno = lineno
-        self._block = block
-        self.source.lines = lineno
+        line = super().read_lines(lines)
+        self.source.lines = self._lineno
         if line != b"\n":
-            self._unterminated = lineno if self._is_cut_report_line(line) else 0
+            self._unterminated = self._lineno if self._is_cut_report_line(line) else 0
 
     def _is_cut_report_line(self, line: bytes) -> bool:
         """True for the input's last line when it has no newline and belongs to the open report: its value may
         be cut (``Value: 1`` of ``Value: 12``), so that report is not known complete."""
         if line.endswith(b"\n") or not (self._metrics or self._counters):
             return False
-        text = line.decode("utf-8", "replace")
-        return bool(_FIELD_RE.search(text) or _HEADER_RE.search(text))
+        return metrics_text.is_report_line(line.decode("utf-8", "replace"))
 
-    def _slow_line(self, lineno: int, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if not text.strip():
-            return
-        if self.source.debug.feed(lineno, text):
-            return
-        if "MetricsData" in text and (match := _MARKER_RE.search(text)) is not None:
-            self._close_snapshot(lineno)
-            self._step = int(match.group(1))
-            self._start_line = lineno
-            self.source.step_records += 1
-            return
-        if "Metric: " in text or "Counter: " in text:
-            match = _HEADER_RE.search(text)
-            if match is not None:
-                self._open_block(lineno, match.group(1) == "Metric", match.group(2).encode())
-                return
-        match = _FIELD_RE.search(text) if ":" in text else None
-        if match is not None:
-            self._store_field(lineno, _FIELD_NAMES[match.group(1)], match.group(2) or "", exact=raw.startswith(b"  "))
-            return
+    def _foreign_line(self, lineno: int, text: str) -> bool:
+        return self.source.debug.feed(lineno, text)
+
+    def _marker_read(self) -> None:
+        self.source.step_records += 1
+
+    def _other_line(self) -> None:
         self.source.other_lines += 1
-        self._detached = True
 
-    def _open_block(self, lineno: int, is_metric: bool, name: bytes) -> None:
-        table = self._metrics if is_metric else self._counters
-        if name in table:
-            self._close_snapshot(lineno)
-            table = self._metrics if is_metric else self._counters
-        if not self._metrics and not self._counters and self._start_line == 0:
-            self._start_line = lineno
-        self._block = table[name] = {"_line": lineno}
-        self._block_name = name
-        self._detached = False
-
-    def _store_field(self, lineno: int, key: str, value: str, exact: bool) -> None:
-        block = self._block
-        if block is None or (self._detached and not exact):
-            if exact:
-                self.source.warn(lineno, f"{key} line outside a metric or counter block")
-            else:
-                self.source.other_lines += 1
-            return
-        if key in block:
-            self.source.warn(lineno, f"second {key} line in block {self._block_name.decode(errors='replace')!r} "
-                                     f"(line {block['_line']}); ignored")
-            return
-        block[key] = (lineno, value.encode())
+    def _warn(self, lineno: int, message: str) -> None:
+        self.source.warn(lineno, message)
 
     # ------------------------------------------------------------ finishing reports
 
     def _close_snapshot(self, lineno: int) -> None:
-        metrics, counters = self._metrics, self._counters
-        self._metrics, self._counters, self._block = {}, {}, None
-        step, self._step = self._step, None
-        start, self._start_line = self._start_line, 0
-        if not metrics and not counters:
+        taken = self._take_report(lineno)
+        if taken is None:
             return
-        raw = _RawSnapshot(metrics, counters, step, start or lineno, self.source.snapshots)
+        raw = _RawSnapshot(taken.metrics, taken.counters, taken.step, taken.line, self.source.snapshots)
         self._commit(raw, self._series_row(raw))
 
     def _commit(self, raw: _RawSnapshot, row: dict[str, float]) -> None:
@@ -467,24 +349,18 @@ class TextReader:
     def _parse_full(self, raw: _RawSnapshot) -> ReportSnapshot:
         metrics = {}
         for name, fields in raw.metrics.items():
-            block = parse_metric(self._name(name), fields, self.source.warn)
-            if block is not None:
-                metrics[block.name] = block
+            # The series read these fields first, and warned there of a value that is not a number.
+            told = [key for key, names in (("TotalSamples", SERIES_SAMPLES), ("Accumulator", SERIES_ACCUMULATORS))
+                    if name in names]
+            block = metrics_text.parse_metric(self._name(name), fields, self.source.warn, told)
+            metrics[block.name] = block
         counters, counter_lines = {}, {}
         for name, fields in raw.counters.items():
             text_name = self._name(name)
-            extra = sorted(set(fields) - {"_line", "Value"})
-            if extra:
-                self.source.warn(fields["_line"], f"counter {text_name}: unexpected {', '.join(extra)} line(s)")
-            entry = fields.get("Value")
-            if entry is None:
-                self.source.warn(fields["_line"], f"counter {text_name} has no Value line")
-                continue
-            try:
-                counters[text_name] = int(entry[1])
-            except ValueError:
-                continue  # already reported when the report was closed
-            counter_lines[text_name] = fields["_line"]
+            value = metrics_text.parse_counter(text_name, fields, self.source.warn)
+            if value is not None:
+                counters[text_name] = value
+                counter_lines[text_name] = fields["_line"]
         return ReportSnapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
 
 def _show(raw: bytes) -> str:

@@ -7,6 +7,7 @@ Standard library only: reading a log never imports torch, jax or the runtime.
 - `xladev.schema.log_header`: an event log's first line: recognising a header, a clear error for anything else.
 - `xladev.schema.record_wording`: how records are put into words (step windows, recompilation lines, run identity).
 - `xladev.schema.metric_names`: PyTorch/XLA's metric and counter names across its eras.
+- `xladev.schema.metrics_text`: PyTorch/XLA's metrics report text, written and read.
 - `xladev.schema.counters`: the one table of record → counter and metric updates.
 - `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
 - `xladev.schema.memory`: XLA's memory analysis of a graph (its sizes, in PyTorch/XLA's order) and what a graph needs.
@@ -16,7 +17,8 @@ Standard library only: reading a log never imports torch, jax or the runtime.
   telling text from binary data.
 """
 
-from xladev.schema import counters, log_header, memory, metric_names, opener, ranks, record_wording, records, sites, units
+from xladev.schema import (counters, log_header, memory, metric_names, metrics_text, opener, ranks, record_wording,
+                           records, sites, units)
 
-__all__ = ["counters", "log_header", "memory", "metric_names", "opener", "ranks", "record_wording", "records", "sites",
-           "units"]
+__all__ = ["counters", "log_header", "memory", "metric_names", "metrics_text", "opener", "ranks", "record_wording",
+           "records", "sites", "units"]

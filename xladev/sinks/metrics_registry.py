@@ -1,8 +1,8 @@
-"""The counters-and-metrics registry, fed by runtime events, and its PyTorch/XLA report text.
+"""The counters-and-metrics registry, fed by runtime events, and the per-step metrics file (XLA_METRICS_FILE).
 
 Counters are integers. A metric keeps its lifetime sample count and accumulator, and the last
 `XLA_METRICS_SAMPLES` (timestamp, value) samples, from which ValueRate, Rate and Percentiles are
-computed, exactly as FORMATS.md §1 describes.
+computed, exactly as FORMATS.md §1 describes. The report's text is written by `xladev.schema.metrics_text`.
 """
 
 from __future__ import annotations
@@ -13,26 +13,18 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 
 from xladev._flags import config
 from xladev.events import Step
 from xladev.schema.counters import updates
-from xladev.schema.units import COUNT, format_kind
+from xladev.schema.metrics_text import Metric, report_text, step_record
+from xladev.schema.units import COUNT
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path
 from xladev.sinks.event_records import RecordBuilder
 
 SNAPSHOT_SCHEMA = "xladev.metrics/1"
-
-
-@dataclass
-class Metric:
-    kind: str
-    total_samples: int = 0
-    accumulator: float = 0.0
-    samples: collections.deque = field(default_factory=collections.deque)
 
 
 class Registry:
@@ -107,44 +99,6 @@ class Registry:
         return counters, metrics
 
 
-def metric_block(name: str, metric: Metric, percentiles) -> str:
-    """One `Metric:` block of the report."""
-    kind = metric.kind
-    lines = [f"Metric: {name}", f"  TotalSamples: {metric.total_samples}",
-             f"  Accumulator: {format_kind(kind, metric.accumulator)}"]
-    samples = list(metric.samples)
-    if len(samples) > 1:
-        span_s = (samples[-1][0] - samples[0][0]) / 1e9
-        if span_s > 0:
-            value_sum = math.fsum(v for _, v in samples)
-            lines.append(f"  ValueRate: {format_kind(kind, value_sum / span_s)} / second")
-            lines.append(f"  Rate: {len(samples) / span_s:.6g} / second")
-    if samples:
-        ordered = sorted(v for _, v in samples)
-        n = len(ordered)
-        parts = [f"{_label(p)}={format_kind(kind, ordered[min(int(math.floor(p * n)), n - 1)])}" for p in percentiles]
-        lines.append("  Percentiles: " + "; ".join(parts))
-    return "\n".join(lines) + "\n"
-
-
-def _label(p: float) -> str:
-    return f"{p * 100:g}%"
-
-
-def report_text(counters: dict, metrics: dict, metric_names=None, counter_names=None, percentiles=None) -> str:
-    """The metrics report: metric blocks (sorted), then non-zero counter blocks (sorted)."""
-    percentiles = percentiles or config.metrics_percentiles
-    out = []
-    for name in sorted(metrics):
-        if metric_names is None or name in metric_names:
-            out.append(metric_block(name, metrics[name], percentiles))
-    for name in sorted(counters):
-        value = counters[name]
-        if value and (counter_names is None or name in counter_names):
-            out.append(f"Counter: {name}\n  Value: {value}\n")
-    return "".join(out)
-
-
 class MetricsFileWriter:
     """Appends `[MetricsData; step=N]` + the report on every step, one atomic write per record.
 
@@ -164,7 +118,7 @@ class MetricsFileWriter:
         return self.file is not None and self.file.off
 
     def write(self, step: int, report: str) -> None:
-        record = f"[MetricsData; step={step}]\n{report}"
+        record = step_record(step, report)
         if self.file is not None:
             # O_APPEND and a single write: a killed process leaves whole records behind.
             self.file.write(record.encode())
@@ -200,7 +154,7 @@ class MetricsSink(Sink):
             self.registry.count(records)
         if self.file is not None and type(event) is Step and not self.file.off:
             counters, metrics = self.registry.copy()
-            self.file.write(event.step, report_text(counters, metrics))
+            self.file.write(event.step, report_text(counters, metrics, config.metrics_percentiles))
 
 
 registry = Registry()
