@@ -10,7 +10,7 @@ from xladev import analysis
 from xladev.report import load
 from xladev.report.document import Table, report_document
 from xladev.schema.units import UnitParseError, parse_memory_size
-from xladev.sinks.pt_xla_debug.blocks import post_compilation_block
+from xladev.schema.debug_text import post_compilation_block
 
 G = 1024 ** 3
 

@@ -13,7 +13,8 @@ import os
 from collections import deque
 from collections.abc import Callable
 
-from xladev.dumps.debug_analysis import DebugLog, GraphEvent
+from xladev.dumps.debug_analysis import DebugLog
+from xladev.schema.debug_text import GraphEvent
 
 # Distinct chunks kept parsed: a loop alternating a few graphs repeats a few chunks.
 _MAX_CACHED_CHUNKS = 64

@@ -29,8 +29,8 @@ from xladev.events import (
 )
 from xladev.attach._graphs import GraphDumps
 from xladev.attach._debug_tail import DebugFileTail
-from xladev.dumps.debug_analysis import FRAME_RE, GraphEvent
 from xladev.schema.counters import ITEM_COUNTER
+from xladev.schema.debug_text import FRAME_RE, GraphEvent
 from xladev.sinks.pt_xla_debug.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema.memory import SIZES
 from xladev.schema.metric_names import metric_names

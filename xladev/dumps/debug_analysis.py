@@ -3,18 +3,18 @@
 The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded
 structures: every compile event up to MAX_COMPILE_EVENTS, executions aggregated by site, cause
 and graph, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
-on every step from cumulative counts).
+on every step from cumulative counts). The analysis blocks themselves are read by the format's own reader
+(`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step and counts it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 
 from xladev import analysis
 from xladev.dumps.debug_summary import SummaryReader
-from xladev.schema.memory import SIZES
+from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
@@ -25,20 +25,16 @@ MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA log
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
-_XLADEV_CAUSE = "xladev: "  # the exact cause line after PyTorch/XLA's (sinks/pt_xla_debug/blocks.py)
 _FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
-_ANALYSIS_RE = re.compile(r"(Post Compilation|Compilation|Execution) Analysis: ?(.*?)\s*$")
 _PROFILER_PREFIX = "pt-xla-profiler: "
 _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
 _FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
 _SLOW_RE = re.compile(r"(\w+) too slow: longest instance took (\S+?)\.(?:\s|$)")
 _NOT_LOWERED_RE = re.compile(r"Op\(s\) not lowered: (.*?)\s*Please open")
-FRAME_RE = re.compile(r"^\s*(.*?) \((.*):(\d+)\)\s*$")  # a frame line, ``fn (file:line)``
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _GENERIC_FALLBACK_TAG = "xla_fallback"
-_POST_SIZE_RE = re.compile("(" + "|".join(size.printed for size in SIZES.values()) + r"): ([\d.eE+-]+|nan) GB")
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 # Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
@@ -55,61 +51,6 @@ _DYNAMO_BRIDGE_RE = re.compile(r"[/\\]torch_xla[/\\]_dynamo[/\\]dynamo_bridge\.p
 # their inputs, and the sync that opens a compiled region.
 _PROGRAM_CAUSE_RE = re.compile(r"dynamo is executing a compiled program|dynamo processing input graphs|"
                                r"torch_xla\.compile clear the pending graph|" + re.escape(DYNAMO_INPUT_SYNC))
-
-# A Post Compilation Analysis line's words -> the column its size is kept under.
-POST_COMPILE_FIELDS = {size.printed: size.column for size in SIZES.values()}
-
-
-@dataclasses.dataclass
-class GraphEvent:
-    """One Compilation or Execution Analysis block.
-
-    Attributes:
-      kind: ``compile`` or ``execute``.
-      line: line number of the block's first line.
-      cause: the printed cause (lines joined by ``; ``).
-      graph_hash: the graph hash.
-      inputs: number of graph inputs.
-      outputs: number of graph outputs.
-      frames: the Python frames as printed, innermost first.
-      site: the first frame outside torch, torch_xla, jax and xladev, as ``file:line``.
-      function: the function of that frame.
-      frames_cut: True when PT_XLA_DEBUG_MAX_FRAME cut the frame list.
-      recompilation: xladev's "Recompilation Cause" lines (what changed), when present.
-      computation_hash: the ``Computation hash:`` printed after a compile.
-      sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
-      steps_before: step syncs seen in the log before this event (its 0-based step); the step xladev's
-        "Recompilation Cause" names, when it names one.
-      step_known: True when `steps_before` is the step the input names (an event log's, or xladev's
-        recompilation cause's), not a count of the step syncs the log happened to show.
-      name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
-      user_frame: the index in `frames` of the frame xladev marked as the user's (``> ``), else None.
-    """
-
-    kind: str
-    line: int
-    cause: str = ""
-    graph_hash: str = ""
-    inputs: int | None = None
-    outputs: int | None = None
-    frames: list[str] = dataclasses.field(default_factory=list)
-    recompilation: list[str] = dataclasses.field(default_factory=list)
-    site: str = ""
-    function: str = ""
-    frames_cut: bool = False
-    computation_hash: str = ""
-    sizes: dict[str, float] = dataclasses.field(default_factory=dict)
-    steps_before: int = 0
-    name: str = ""
-    user_frame: int | None = None
-    step_known: bool = False
-
-    @property
-    def where(self) -> str:
-        """The site, and the graph's name when it has one: a compiled region's or a torch.compile graph's two
-        syncs at one line are two places, not one graph recompiled."""
-        site = self.site or "?"
-        return f"{site}, graph {self.name}" if self.name else site
 
 
 def user_site(frames: list[str]) -> tuple[str, str]:
@@ -140,7 +81,7 @@ def is_program_cause(cause: str) -> bool:
     return bool(_PROGRAM_CAUSE_RE.search(cause))
 
 
-class DebugLog:
+class DebugLog(AnalysisBlockReader):
     """PT_XLA_DEBUG output read from one input.
 
     Attributes:
@@ -174,7 +115,7 @@ class DebugLog:
           warn: called with (line, message) for malformed blocks, and ``at_end=True`` for a block that the
             end of the input cut short (`SourceResult.warn`).
         """
-        self._warn = warn
+        super().__init__(warn)
         self.compile_events: list[GraphEvent] = []
         self.compiles = 0
         self.executions: dict[tuple[str, str, str], list] = {}
@@ -192,9 +133,6 @@ class DebugLog:
         self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
         self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
         self._summary = SummaryReader()
-        self._open: dict[str, GraphEvent | None] = {"Compilation": None, "Execution": None}
-        self._section: dict[str, str] = {"Compilation": "", "Execution": ""}
-        self._last_compile: GraphEvent | None = None
         self._in_summary = False
         self._summary_entry: dict | None = None
 
@@ -249,11 +187,8 @@ class DebugLog:
             return True
         if self._in_summary and self._feed_summary(text.split(_PROFILER_PREFIX, 1)[-1]):
             return True
-        if "Analysis: " in text:
-            match = _ANALYSIS_RE.search(text)
-            if match:
-                self._feed_analysis(lineno, match.group(1), match.group(2))
-                return True
+        if "Analysis: " in text and self.feed_analysis(lineno, text):
+            return True
         if "pt-xla-profiler" in text:
             match = _PROFILER_RE.search(text)
             if match:
@@ -291,109 +226,25 @@ class DebugLog:
 
     def between_blocks(self) -> bool:
         """True when no analysis block, summary or out-of-memory explainer is open: the next line starts afresh."""
-        return (self._open["Compilation"] is None and self._open["Execution"] is None and self._oom_open is None
-                and not self._in_summary)
-
-    def finish(self) -> None:
-        """Closes blocks left open at the end of the input, with a warning each."""
-        for prefix, event in self._open.items():
-            if event is not None:
-                self._warn(event.line, f"{prefix} Analysis block cut short (end of input)", at_end=True)
-                self._emit(event)
-                self._open[prefix] = None
+        return not self.blocks_open() and self._oom_open is None and not self._in_summary
 
     # ------------------------------------------------------------ analysis blocks
 
-    def _feed_analysis(self, lineno: int, prefix: str, body: str) -> None:
-        if prefix == "Post Compilation":
-            match = _POST_SIZE_RE.search(body)
-            if match and self._last_compile is not None:
-                try:
-                    size = float(match.group(2)) * 1024**3
-                except ValueError:
-                    self._warn(lineno, f"unreadable size {match.group(2)!r}")
-                    return
-                self._last_compile.sizes[POST_COMPILE_FIELDS[match.group(1)]] = size
+    def _outside_block(self, lineno: int, stripped: str) -> None:
+        """xladev's lines for a graph that failed, written outside any block: the failure, then its HLO's path."""
+        failed = _FAILURE_RE.search(stripped)
+        if failed:  # xladev's lines for a graph XLA rejected or that failed while running
+            kind = "compile" if failed.group(2) == "failed to compile" else "execute"
+            self.add_failure(lineno, kind, failed.group(1), failed.group(3))
             return
-        stripped = body.strip()
-        event = self._open[prefix]
-        if stripped.startswith("====="):
-            if event is not None and self._section[prefix] != "closing":
-                self._warn(event.line, f"{prefix} Analysis block cut short (no closing rule)")
-                self._emit(event)
-                event = None
-            if event is None:
-                self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)
-                self._section[prefix] = "start"
-            else:
-                self._open[prefix] = None
-            return
-        if event is None:
-            failed = _FAILURE_RE.search(stripped)
-            if failed:  # xladev's lines for a graph XLA rejected or that failed while running
-                kind = "compile" if failed.group(2) == "failed to compile" else "execute"
-                self.add_failure(lineno, kind, failed.group(1), failed.group(3))
-                return
-            saved = _FAILURE_HLO_RE.search(stripped)
-            if saved and self.failures and not self.failures[-1]["hlo_path"]:
-                self.failures[-1]["hlo_path"] = saved.group(1).strip()
-                if self._failed_oom is not None:
-                    self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
-                return
-            if stripped in ("Compilation Cause", "Execution Cause"):
-                event = self._open[prefix] = GraphEvent("compile" if prefix == "Compilation" else "execute", lineno)
-            else:
-                return
-        section = self._section[prefix]
-        if stripped.startswith("-----"):
-            self._emit(event)
-            self._section[prefix] = "closing"
-        elif stripped in ("Compilation Cause", "Execution Cause"):
-            self._section[prefix] = "cause"
-        elif stripped == "Recompilation Cause":
-            # xladev's section saying what changed since the site's previous graph.
-            self._section[prefix] = "recompilation"
-        elif stripped.startswith("Graph Info:"):
-            self._section[prefix] = "graph"
-        elif stripped.startswith("Python Frame Triggered Execution:"):
-            self._section[prefix] = "frames"
-        elif not body.startswith(" ") and stripped.endswith(":"):
-            # A section this reader does not use (xladev's Process:, Collectives:, Sharding:): its lines are not
-            # the cause's.
-            self._section[prefix] = "other"
-        elif section == "recompilation" and stripped:
-            event.recompilation.append(stripped)
-        elif section == "cause" and stripped.startswith(_XLADEV_CAUSE):
-            event.cause = stripped[len(_XLADEV_CAUSE):]  # xladev's exact cause replaces PyTorch/XLA's guess
-        elif section == "cause" and stripped:
-            event.cause = f"{event.cause}; {stripped}" if event.cause else stripped
-        elif section == "graph":
-            self._feed_graph_info(lineno, event, stripped)
-        elif section == "frames" and stripped:
-            if set(stripped) == {"."}:
-                event.frames_cut = True
-            elif stripped.startswith("> "):  # xladev marks the first user frame: the site, whatever its path
-                event.frames.append(stripped[2:])
-                event.user_frame = len(event.frames) - 1
-            else:
-                event.frames.append(stripped)
-
-    def _feed_graph_info(self, lineno: int, event: GraphEvent, stripped: str) -> None:
-        key, _, value = stripped.partition(":")
-        value = value.strip()
-        try:
-            if key == "Graph Hash":
-                event.graph_hash = value
-            elif key == "Graph Name":
-                event.name = value
-            elif key == "Number of Graph Inputs":
-                event.inputs = int(value)
-            elif key == "Number of Graph Outputs":
-                event.outputs = int(value)
-        except ValueError:
-            self._warn(lineno, f"unreadable {key.lower()} {value!r}")
+        saved = _FAILURE_HLO_RE.search(stripped)
+        if saved and self.failures and not self.failures[-1]["hlo_path"]:
+            self.failures[-1]["hlo_path"] = saved.group(1).strip()
+            if self._failed_oom is not None:
+                self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
 
     def _emit(self, event: GraphEvent) -> None:
+        """A block closed: its site and step are set, and it is counted (compiles kept, executions by key)."""
         if event.frames and _DYNAMO_BRIDGE_RE.search(event.frames[0]) and _VALUE_READ_RE.search(event.cause):
             event.cause = f"{DYNAMO_INPUT_SYNC} (PyTorch/XLA printed: {event.cause})"
         marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
@@ -403,7 +254,6 @@ class DebugLog:
         event.steps_before = int(named.group(1)) if named else self.step_syncs
         if event.kind == "compile":
             self.compiles += 1
-            self._last_compile = event
             if len(self.compile_events) < MAX_COMPILE_EVENTS:
                 self.compile_events.append(event)
             return

@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from xladev import analysis
 from xladev.analysis import run_state
-from xladev.dumps.debug_analysis import DebugLog, GraphEvent
+from xladev.dumps.debug_analysis import DebugLog
 from xladev.report.inputs import register_input_kind
 from xladev.report.marks import MarkLog
 from xladev.report.model import RankTrace, ReportSnapshot, RunEnding, SourceResult
@@ -29,6 +29,7 @@ from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import memory as memory_sizes, records as rec, units
 from xladev.schema import record_wording
 from xladev.schema import log_header
+from xladev.schema.debug_text import GraphEvent
 from xladev.schema.metrics_text import MetricBlock
 from xladev.schema.sites import short_site, split_site
 

@@ -1,20 +1,16 @@
-"""The text blocks of PyTorch/XLA's debug analysis (FORMATS.md §3), line for line."""
+"""An event's cause in the words of PyTorch/XLA's debug analysis blocks, and the block of a compile or execution.
+
+The blocks' text is `xladev.schema.debug_text`'s; here only the runtime's `Cause` becomes its lines.
+"""
 
 from __future__ import annotations
 
 from xladev.analysis import fallback_reasons
 from xladev.events import Cause, CauseKind
-from xladev.schema.memory import SIZES
-from xladev.schema.sites import first_user_index, shown_frames
-
-RULE_EQ = "=" * 80
-RULE_DASH = "-" * 80
-DOTS = "." * 10
-
+from xladev.schema.debug_text import analysis_block_text
 
 # PyTorch/XLA's line for every sync that is not a barrier: it cannot tell a read from a fallback.
 GUESSED_VALUE_ACCESS = "most likely user code trying to access tensor value before torch_xla.sync"
-XLADEV_CAUSE_PREFIX = "xladev: "
 
 # The cause lines of PyTorch/XLA 2.8 and later (torch_xla/csrc/debug_util.cpp), which its debug-tool tests
 # match: a barrier is "torch_xla.sync", named after where it was called from when that is the parallel
@@ -49,18 +45,18 @@ def cause_text(cause: Cause) -> str:
     return PT_XLA_CAUSES.get(cause.kind, GUESSED_VALUE_ACCESS)
 
 
-def xladev_cause_line(cause: Cause) -> str | None:
-    """xladev's line after PyTorch/XLA's, when xladev knows more than that line says.
+def known_cause(cause: Cause) -> str | None:
+    """What xladev knows more than PyTorch/XLA's line says, for the line after it.
 
     Args:
       cause: the sync's cause.
 
     Returns:
-      `xladev: <exact cause>`, or None when PyTorch/XLA's line already says it all.
+      The exact cause (`exact_cause`), or None when PyTorch/XLA's line already says it all.
     """
     if cause.kind in _SAID_IN_FULL:
         return None
-    return XLADEV_CAUSE_PREFIX + exact_cause(cause)
+    return exact_cause(cause)
 
 
 def exact_cause(cause: Cause) -> str:
@@ -77,83 +73,23 @@ def exact_cause(cause: Cause) -> str:
     return kind.value
 
 
-def frame_lines(frames, max_frames: int) -> list[str]:
-    """Frame lines, innermost first; the first user frame is marked with `>`.
-
-    Past `max_frames` the list is cut (PyTorch/XLA's dots); a user frame beyond the cut is still printed after
-    the dots, so the user's line survives a deep stack (torch.compile's wrappers, autograd's) as the one fact
-    the block is for.
-    """
-    shown = shown_frames(frames)
-    user = first_user_index(shown)
-    cut = len(shown) > max_frames
-    keep = shown[:max(1, max_frames - 1)] if cut and user is not None and user >= max_frames else shown[:max_frames]
-    lines = [f"{'> ' if i == user else '  '}{frame.name} ({frame.file}:{frame.line})" for i, frame in enumerate(keep)]
-    if cut:
-        lines.append("  " + DOTS)
-        if user is not None and user >= len(keep):
-            frame = shown[user]
-            lines.append(f"> {frame.name} ({frame.file}:{frame.line})")
-    return lines
-
-
 def analysis_block(prefix: str, title: str, cause: Cause, graph_hash: str, num_inputs: int, num_outputs: int,
                    frames, max_frames: int, extra: list[tuple[str, list[str]]] = (),
                    graph_name: str | None = None) -> str:
-    """A Compilation or Execution Analysis block, with optional extra sections after the cause.
+    """A Compilation or Execution Analysis block of a sync (`debug_text.analysis_block_text`).
 
     Args:
       prefix: `Compilation Analysis: ` or `Execution Analysis: `, at the start of every line.
       title: `Compilation Cause` or `Execution Cause`.
-      cause: why the graph compiled or ran.
+      cause: why the graph compiled or ran: PyTorch/XLA's line for it, then xladev's where it knows more.
       graph_hash, num_inputs, num_outputs: the Graph Info.
       frames: the Python stack, innermost first.
       max_frames: PT_XLA_DEBUG_MAX_FRAME.
       extra: (heading, lines) sections after the cause (the recompilation diff).
-      graph_name: a compiled region's name: a "Graph Name" line, as PyTorch/XLA writes it, when set.
+      graph_name: a compiled region's name, when it has one.
 
     Returns:
       The block's text.
     """
-    p = prefix
-    lines = ["", f"{p}{RULE_EQ}", f"{p}{title}", f"{p}  {cause_text(cause)}"]
-    xladev_line = xladev_cause_line(cause)
-    if xladev_line:  # after PyTorch/XLA's line: its parsers read only the line right after "... Cause"
-        lines.append(f"{p}  {xladev_line}")
-    for heading, body in extra:
-        lines.append(f"{p}{heading}")
-        lines.extend(f"{p}  {line}" for line in body)
-    lines += [
-        f"{p}Graph Info: ",
-        *([f"{p}  Graph Name: {graph_name}"] if graph_name else []),
-        f"{p}  Graph Hash: {graph_hash}",
-        f"{p}  Number of Graph Inputs: {num_inputs}",
-        f"{p}  Number of Graph Outputs: {num_outputs}",
-        f"{p}Python Frame Triggered Execution: ",
-    ]
-    lines += [f"{p}{line}" for line in frame_lines(frames, max_frames)]
-    lines += [f"{p}{RULE_DASH}", f"{p}{RULE_EQ}"]
-    return "\n".join(lines) + "\n"
-
-
-def _gb(memory: dict, key: str) -> str:
-    # PyTorch/XLA prints "Unknown " before the unit where XLA's memory analysis has no such size: never a 0 it
-    # did not measure.
-    n = memory.get(key)
-    return "Unknown  GB" if n is None else f"{n / 1024 ** 3:.6f} GB"
-
-
-def post_compilation_block(memory: dict) -> str:
-    """PyTorch/XLA's "Post Compilation Analysis" block of a compiled graph: its sizes in GB, in its order.
-
-    Args:
-      memory: XLA's memory analysis in bytes (`argument`, `output`, `alias`, `temp`, `generated_code`); a size
-        missing from it prints as `Unknown`.
-
-    Returns:
-      The block's text.
-    """
-    p = "Post Compilation Analysis: "
-    lines = ["", f"{p}{RULE_EQ}", *(f"{p}{size.printed}: {_gb(memory, key)}" for key, size in SIZES.items()),
-             f"{p}{RULE_DASH}", f"{p}{RULE_EQ}"]
-    return "\n".join(lines) + "\n"
+    return analysis_block_text(prefix, title, cause_text(cause), known_cause(cause), graph_hash, num_inputs,
+                               num_outputs, frames, max_frames, extra, graph_name)

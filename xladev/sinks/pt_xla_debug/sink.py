@@ -19,13 +19,14 @@ from xladev.events import (
 )
 from xladev.schema.sites import UNKNOWN_SITE, site_of
 from xladev.schema.records import End
+from xladev.schema.debug_text import post_compilation_block
 from xladev.schema.record_wording import SUMMARY_ENDED, layout_lines, recompilation_lines, run_identity
 from xladev.schema.sites import short_site
 from xladev.schema.units import format_bytes, format_time_ns
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_label
-from xladev.sinks.pt_xla_debug.blocks import analysis_block, post_compilation_block
+from xladev.sinks.pt_xla_debug.blocks import analysis_block
 from xladev.sinks.event_records import RecordBuilder
 
 
