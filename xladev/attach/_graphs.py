@@ -15,10 +15,10 @@ from __future__ import annotations
 import glob
 import os
 
-from xladev.dumps.dump_file import parse_records
 from xladev.dumps.ir_parser import parse_ir
 from xladev.events import Frame, Recompile
 from xladev.graphdiff import GraphSummary, closest, differences
+from xladev.schema.graph_dump import parse_records
 from xladev.schema.sites import site_of
 
 # IR texts kept for graphs not compiled yet in this harvest (a dump comes before its compile's block is read).

@@ -13,7 +13,8 @@ import os
 import sys
 
 from xladev.dumps.ir_parser import parse_ir
-from xladev.dumps.dump_file import DumpError, Record, find, read_records
+from xladev.dumps.dump_file import DumpError, find, read_records
+from xladev.schema.graph_dump import Record
 from xladev.graphdiff import differences
 
 

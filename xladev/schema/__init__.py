@@ -9,6 +9,7 @@ Standard library only: reading a log never imports torch, jax or the runtime.
 - `xladev.schema.metric_names`: PyTorch/XLA's metric and counter names across its eras.
 - `xladev.schema.metrics_text`: PyTorch/XLA's metrics report text, written and read.
 - `xladev.schema.debug_text`: PT_XLA_DEBUG's analysis blocks, written and read.
+- `xladev.schema.graph_dump`: the records of a graph dump (XLA_SAVE_TENSORS_FILE), written and read.
 - `xladev.schema.counters`: the one table of record → counter and metric updates.
 - `xladev.schema.units`: value kinds, and how times, bytes and values are parsed and printed.
 - `xladev.schema.memory`: XLA's memory analysis of a graph (its sizes, in PyTorch/XLA's order) and what a graph needs.
@@ -18,8 +19,8 @@ Standard library only: reading a log never imports torch, jax or the runtime.
   telling text from binary data.
 """
 
-from xladev.schema import (counters, debug_text, log_header, memory, metric_names, metrics_text, opener, ranks,
-                           record_wording, records, sites, units)
+from xladev.schema import (counters, debug_text, graph_dump, log_header, memory, metric_names, metrics_text, opener,
+                           ranks, record_wording, records, sites, units)
 
-__all__ = ["counters", "debug_text", "log_header", "memory", "metric_names", "metrics_text", "opener", "ranks",
-           "record_wording", "records", "sites", "units"]
+__all__ = ["counters", "debug_text", "graph_dump", "log_header", "memory", "metric_names", "metrics_text", "opener",
+           "ranks", "record_wording", "records", "sites", "units"]

@@ -1,36 +1,15 @@
-"""`XLA_SAVE_TENSORS_FILE`: one record per synced graph, in PyTorch/XLA's dump format.
-
-    [ScheduleSyncTensorsGraph]
-    TensorsGraphInfo:
-      mark_step (/path/xladev/runtime/api/training.py:23)
-      train_loop (/path/train.py:48)
-
-    Root Hashes: (3f2a..., 91bc...)
-
-    ## BEGIN_GRAPH
-    IR {
-      ...
-    }
-
-    Graph Hash: c74c3b91b855b2b123f833b0d5f86943
-
-    ## END_GRAPH
+"""`XLA_SAVE_TENSORS_FILE`: one record per synced graph, in PyTorch/XLA's dump format (`xladev.schema.graph_dump`).
 
 Each record is appended with a single write, so a killed process leaves whole records.
-`XLA_SAVE_TENSORS_FMT` picks the graph's format: text (IR), dot, hlo or stablehlo. With `hlo`, an SPMD
-run's record ends as PyTorch/XLA's does, with each output's shape and sharding:
-
-    #OUTPUT_SHARDING_BEGIN
-
-    f32[8,32] {devices=[1,4]0,1,2,3}
-
-    #OUTPUT_SHARDING_END
+`XLA_SAVE_TENSORS_FMT` picks the graph's format: text (IR), dot, hlo or stablehlo; with `hlo`, an SPMD
+run's record ends with each output's shape and sharding.
 """
 
 from __future__ import annotations
 
 from xladev._flags import config
 from xladev.events import Execute
+from xladev.schema.graph_dump import record_text
 from xladev.schema.sites import shown_frames
 from xladev.sinks._lifecycle import Sink
 from xladev.sinks._output import OutputFile
@@ -75,14 +54,9 @@ class DumpSink(Sink):
     def on_event(self, event: Execute) -> None:
         if event.graph is None or self.file.off:
             return
-        frames = "".join(f"  {f.name} ({f.file}:{f.line})\n" for f in shown_frames(event.frames))
-        roots = ", ".join(event.graph.root_hashes())
-        record = (f"[ScheduleSyncTensorsGraph]\nTensorsGraphInfo:\n{frames}\nRoot Hashes: ({roots})\n\n"
-                  f"## BEGIN_GRAPH\n{self._graph_text(event)}\nGraph Hash: {event.graph_hash}\n\n## END_GRAPH\n\n")
         shardings = event.graph.output_shardings() if self.fmt == "hlo" else None
-        if shardings is not None:
-            lines = "".join(line + "\n" for line in shardings)
-            record += f"\n#OUTPUT_SHARDING_BEGIN\n\n{lines}\n#OUTPUT_SHARDING_END\n\n"
+        record = record_text(shown_frames(event.frames), event.graph.root_hashes(), self._graph_text(event),
+                             event.graph_hash, shardings)
         if not self.file.write(record.encode()):
             self.stop()  # the failure was told once; no more graphs to format for a file that is off
 
