@@ -106,7 +106,7 @@ def test_json_schema(capsys, tmp_path):
                             "cost_ns", "saving"}
     # Estimated from the metrics' accumulated times: the compile part is the CompileTime accumulator.
     (time,) = data["time"]
-    assert time["exact"] is False and time["parts"]["compile"] == compile_time_total(data)
+    assert time["exact"] is True and time["wall_ns"] is None and time["parts"]["compile"] == compile_time_total(data)
     compile_time = next(m for m in data["metrics"] if m["name"] == "CompileTime")
     assert compile_time["unit"] == "ns" and compile_time["percentiles"]["99%"] > 0
     assert len(data["steps"][0]["columns"]["steps"]) == 24

@@ -159,21 +159,18 @@ def test_the_level1_summary_line_round_trips_as_printed():
     assert wall_time.parse_summary_line("Time: nonsense") is None
 
 
-def test_metrics_reports_give_an_estimate_from_their_accumulators_and_rates():
+def test_a_metrics_report_gives_its_accumulated_parts_and_no_share_of_a_wall_time_it_does_not_hold():
     report = load(str(fixture_path("dynamic_shape.metrics.txt")))
     breakdown = report.time_breakdowns[None]
     compile_block = report.sources[0].final.metrics["CompileTime"]
-    assert not breakdown.exact and "estimated" in breakdown.basis
+    assert breakdown.exact and "wall time is not in this input" in breakdown.basis  # the accumulators measure
     assert breakdown.parts["compile"] == compile_block.accumulator
-    assert breakdown.wall_ns >= breakdown.measured_ns
+    assert breakdown.wall_ns is None and breakdown.other_ns() is None
+    assert all(share is None for _, _, _, share, _ in breakdown.rows())  # a share of what the input lacks
+    assert breakdown.headline().startswith("wall time not in this input: XLA compile")
     recompile = next(f for f in report.findings if f.rule == "recompilation")
     assert recompile.cost_ns and recompile.cost_ns <= breakdown.parts["compile"]
-
-
-def test_span_from_rates_needs_every_sample_in_the_window():
-    assert wall_time.span_from_rates([(100, 10.0)]) == pytest.approx(10e9)
-    assert wall_time.span_from_rates([(5000, 10.0)]) is None  # only the last 1024 samples are in the rate
-    assert wall_time.span_from_rates([(1, 10.0), (None, 1.0), (10, 0.0)]) is None
+    assert "cost_share" not in recompile.numbers
 
 
 def test_a_debug_log_without_times_says_so(tmp_path):
@@ -195,3 +192,13 @@ def test_each_cpu_fallback_finding_costs_its_own_ops_time(tmp_path):
     path.write_text("\n".join(rec.dumps(r) for r in lines) + "\n")
     costs = {f.subject: f.cost_ns for f in load(str(path)).findings if f.rule == "cpu-fallback"}
     assert costs == {"aten::nonzero": 12 * 30 * MS, "aten::median.dim": 12 * 10 * MS}
+
+
+def test_without_the_wall_time_no_share_of_the_run_is_claimed():
+    # Compiling is 90% of what a metrics report times, which says nothing of the run: its Python time is not in it.
+    breakdown = wall_time.from_metric_totals({"compile": 9e9, "execute": 1e9}, steps=10, basis="a metrics report")
+    assert breakdown.share("compile") is None and not wall_time.compile_dominates(breakdown)
+    assert wall_time.with_cache_advice([], wall_time.CostFacts(breakdown=breakdown, compiles=3)) == []
+    with_wall = wall_time.TimeBreakdown(parts={"compile": 9e9, "execute": 1e9}, wall_ns=12e9, steps=10, exact=True)
+    told = wall_time.with_cache_advice([], wall_time.CostFacts(breakdown=with_wall, compiles=3))[0]
+    assert told.title == "Compiling took 75% of the run's wall time" and told.numbers["compile_share"] == 0.75

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable
 
 from xladev import analysis
 from xladev.schema.units import compact_time_ns, parse_compact_time
@@ -73,7 +72,8 @@ class TimeBreakdown:
       parts: nanoseconds per part of `PARTS`; a part the input does not measure is absent.
       wall_ns: the run's wall time, None when the input cannot tell.
       steps: steps completed (0 when unknown).
-      exact: True when every number was measured (an event log), False when estimated.
+      exact: True when every number given was measured (an event log, a metrics report's accumulators), False when
+        estimated or rounded.
       basis: one line saying where the numbers come from.
       step_times: per-step times (event logs; bounded), in step order.
     """
@@ -105,13 +105,13 @@ class TimeBreakdown:
         return self.wall_ns is not None and self.measured_ns > self.wall_ns * (1 + OVERLAP_TOLERANCE)
 
     def share(self, part: str) -> float | None:
-        """A part's share of the wall time (of the measured time when the wall is unknown)."""
+        """A part's share of the wall time; None when the input does not hold the wall time."""
         return self.share_of(self.parts[part]) if part in self.parts else None
 
     def share_of(self, ns: float) -> float | None:
-        """`ns` as a share of the wall time (of the measured time when the wall is unknown)."""
-        whole = self.wall_ns if self.wall_ns else self.measured_ns
-        return min(1.0, ns / whole) if whole else None
+        """`ns` as a share of the wall time; None when the input does not hold the wall time (a share of something
+        else would be a different number from an input that holds it)."""
+        return min(1.0, ns / self.wall_ns) if self.wall_ns else None
 
     def rows(self) -> list[tuple[str, str, float | None, float | None, float | None]]:
         """``(part, label, total ns, share of wall, mean per step ns)`` per part, then the remainder."""
@@ -135,7 +135,7 @@ class TimeBreakdown:
                          if total is not None and total > 0), reverse=True)[:3]
         parts = ", ".join(f"{label} {compact_time_ns(total)}" + (f" ({share:.0%})" if share is not None else "")
                           for total, label, share in ranked)
-        wall = f"{compact_time_ns(self.wall_ns)} wall" if self.wall_ns is not None else "wall time unknown"
+        wall = f"{compact_time_ns(self.wall_ns)} wall" if self.wall_ns is not None else "wall time not in this input"
         return f"{wall}: {parts}" + ("" if self.exact else " (estimated)")
 
     def typical_steps(self, warmup_steps: int) -> list[tuple[str, StepTime]]:
@@ -196,43 +196,19 @@ def parse_summary_line(text: str, steps: int = 0) -> TimeBreakdown | None:
                          basis="xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL), rounded as printed")
 
 
-def from_metric_totals(totals: dict[str, float | None], *, steps: int, wall_ns: float | None,
-                       basis: str) -> TimeBreakdown:
-    """An estimated breakdown from a report's accumulated times.
+def from_metric_totals(totals: dict[str, float | None], *, steps: int, basis: str) -> TimeBreakdown:
+    """A breakdown of a report's accumulated times, without the wall time (a metrics report does not hold it).
 
     Args:
       totals: nanoseconds per part, None or absent for what the input did not print.
       steps: steps completed, 0 when unknown.
-      wall_ns: the wall time when it can be estimated, else None.
       basis: one line saying where the numbers come from.
 
     Returns:
-      The breakdown, marked estimated.
+      The breakdown: exact, as the accumulators measured every span, and with no wall time.
     """
     parts = {part: float(value) for part, value in totals.items() if part in PARTS and value is not None}
-    return TimeBreakdown(parts=parts, wall_ns=wall_ns, steps=steps, exact=False, basis=basis)
-
-
-def span_from_rates(metrics: Iterable[tuple[int | None, float | None]], window: int = 1024) -> float | None:
-    """The time from the first to the last sample of a metric, from its printed Rate.
-
-    PyTorch/XLA prints ``Rate`` as the samples it keeps (the last `window`) per second between the
-    oldest and the newest of them; while a metric has no more samples than that, samples / rate is
-    the time the run spent between its first and last sample.
-
-    Args:
-      metrics: ``(TotalSamples, Rate per second)`` of the time metrics of one report.
-      window: the samples a metric keeps.
-
-    Returns:
-      The longest such span in nanoseconds, or None when no metric gives one.
-    """
-    spans = [total / rate * 1e9 for total, rate in metrics
-             if total and rate and rate > 0 and not math.isinf(rate) and 1 < total <= window]
-    return max(spans) if spans else None
-
-
-# ---------------------------------------------------------------- prices of findings
+    return TimeBreakdown(parts=parts, wall_ns=None, steps=steps, exact=True, basis=basis)
 
 
 @dataclasses.dataclass
@@ -404,7 +380,9 @@ def ranked(findings: list, order: list[str]) -> list:
 
 
 def compile_dominates(breakdown: TimeBreakdown, persistent_cache_hits: int = 0) -> bool:
-    """True when compiling took most of the run and the persistent cache was not already serving it."""
+    """True when compiling took most of the run and the persistent cache was not already serving it; False where
+    the input does not hold the run's wall time (compiling's share of the parts alone says nothing of the run:
+    a short run's compile always outweighs its executions)."""
     share = breakdown.share("compile")
     return share is not None and share >= COMPILE_DOMINATES and persistent_cache_hits == 0
 

@@ -421,7 +421,7 @@ def run_view(report, prefix: str = "", max_bars: int = MAX_BARS) -> RunView:
     view.marks = _group_marks(merged, view.bucket, prefix)
     view.ranks = _rank_series(report, view.bucket, prefix)
     if view.breakdown is not None and not view.breakdown.exact:
-        view.notes.append(f"Where the time went is estimated: {view.breakdown.basis}.")
+        view.notes.append(f"Where the time went: {view.breakdown.basis}.")
     if not view.graphs and not logged and (debug or rows):
         view.notes.append("Per graph: only an xladev event log times each graph's compiles and executions.")
     if logged and not view.bars and not view.marks:

@@ -3,7 +3,8 @@
 - an event log measures every compile, execution, transfer, traced op and CPU fallback: exact;
 - xladev's PT_XLA_DEBUG end-of-run summary prints the same breakdown, rounded;
 - a metrics report has the accumulated compile, execution, transfer and tracing times, but not the
-  run's wall time, which is estimated from the metrics' sample rates: estimated, and marked so.
+  run's wall time: the parts are given, and their shares of the run and the remainder are not in this input (an
+  estimate from the metrics' sample rates would be a different number from the event log's of the same run).
 
 The split and the prices of findings are `xladev.analysis.wall_time`'s, shared with the TUI.
 """
@@ -30,14 +31,14 @@ _METRIC_PARTS = {
 
 
 def metrics_breakdown(source: SourceResult) -> wall_time.TimeBreakdown | None:
-    """The estimated breakdown of a metrics report's last snapshot; None when it times nothing.
+    """The breakdown of a metrics report's last snapshot; None when it times nothing.
 
     Args:
       source: an input with at least one complete metrics report.
 
     Returns:
-      The breakdown: the parts as accumulated, the wall time estimated from the sample rates (at
-      least the sum of the parts), or None when the report has no time metric.
+      The breakdown: the parts as accumulated, with no wall time (not in this input), or None when the report has
+      no time metric.
     """
     final = source.final
     if final is None:
@@ -49,17 +50,10 @@ def metrics_breakdown(source: SourceResult) -> wall_time.TimeBreakdown | None:
             totals[part] = block.accumulator
     if not totals:
         return None
-    span = wall_time.span_from_rates((block.total_samples, block.rate) for block in final.metrics.values()
-                                     if block.kind == "time")
-    measured = sum(totals.values())
-    if span is not None:
-        wall = max(span, measured)
-        how = "the wall time from the metrics' sample rates (first to last sample), so the start-up is not in it"
-    else:
-        wall, how = None, "the report does not say how long the run took, so the remainder is unknown"
     steps = int(final.counters.get("MarkStep", 0)) or (final.step or 0)
-    return wall_time.from_metric_totals(totals, steps=steps, wall_ns=wall,
-                                        basis=f"estimated from the metrics report's accumulated times; {how}")
+    return wall_time.from_metric_totals(totals, steps=steps, basis=(
+        "the metrics report's accumulated times; the run's wall time is not in this input, so neither is a part's "
+        "share of it nor the remainder"))
 
 
 def group_breakdown(sources: list[SourceResult], primary: SourceResult | None) -> wall_time.TimeBreakdown | None:
