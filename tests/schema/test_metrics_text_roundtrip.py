@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from xladev.schema import metrics_text, units
@@ -45,9 +45,11 @@ def assert_printed_as(kind: str, read_back: float, written: float) -> None:
     if kind == units.TIME:
         assert abs(read_back - written) <= 0.5 + abs(written) * 1e-15, (read_back, written)
     elif kind == units.BYTES:
-        assert math.isclose(read_back, written, rel_tol=0.005, abs_tol=0.005), (read_back, written)
+        # half of the last of two printed decimals, plus the float error of a value that falls on the half
+        # (0.125 B prints as 0.12B: 0.005 off, and a hair more in binary)
+        assert math.isclose(read_back, written, rel_tol=0.005 + 1e-12, abs_tol=0.005 + 1e-12), (read_back, written)
     else:
-        assert math.isclose(read_back, written, rel_tol=1e-12, abs_tol=0.005), (read_back, written)
+        assert math.isclose(read_back, written, rel_tol=1e-12, abs_tol=0.005 + 1e-12), (read_back, written)
 
 
 def assert_block_is(block: metrics_text.MetricBlock, name: str, metric: Metric) -> None:
@@ -92,6 +94,9 @@ _REPORTS = st.tuples(st.dictionaries(_NAMES, st.integers(0, 2**62), max_size=8),
 
 @settings(max_examples=150, deadline=None)
 @given(report=_REPORTS)
+# values on a half of the last printed digit (found by the suite: 0.125 prints as 0.12)
+@example(report=({}, {"A": Metric(units.BYTES, 0, 0.125, collections.deque())}))
+@example(report=({}, {"A": Metric(units.VALUE, 0, 0.125, collections.deque())}))
 def test_a_report_reads_back_as_written(report):
     counters, metric_values = report
     text = metrics_text.report_text(counters, metric_values, PERCENTILES)

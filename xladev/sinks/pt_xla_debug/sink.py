@@ -11,7 +11,7 @@ import time
 from xladev import analysis
 from xladev.analysis import fallback_reasons
 from xladev.analysis import wall_time
-from xladev.analysis.run_state import RunState
+from xladev.analysis.run_state import Limits, RunState
 from xladev._flags import config
 from xladev.events import (
     CompileFailed, GraphBreak, DynamoRecompile, ExecuteFailed, Compile, Execute,
@@ -28,6 +28,11 @@ from xladev.sinks._output import OutputFile
 from xladev.schema.ranks import per_rank_path, rank_label
 from xladev.sinks.pt_xla_debug.blocks import analysis_block
 from xladev.sinks.event_records import RecordBuilder
+
+
+# What the analysis keeps of the run in the user's process: the counts it states, not every step's times.
+_KEPT = Limits(step_times=0, recent_steps=1, graphs=10_000, transfer_sites=10_000, profiles=0, failures=0,
+               graph_texts=(0, 0))
 
 
 def debug_level() -> int:
@@ -80,7 +85,7 @@ class AnalysisSink(Sink):
         # fold them), so the summary and the report of the same run cannot disagree.
         self._started_ns = time.perf_counter_ns()
         self._records = RecordBuilder(self._started_ns, graph_texts=False)
-        self.run = RunState()
+        self.run = RunState(_KEPT)
         self.stated: dict[str, str] = {}
         self.growth: list[GraphGrowing] = []
         self._recompiled: dict[str, Recompile] = {}
