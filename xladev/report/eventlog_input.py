@@ -15,7 +15,6 @@ This module reads files only: it never imports torch, jax or the runtime.
 
 from __future__ import annotations
 
-import math
 from typing import BinaryIO
 
 from xladev import analysis
@@ -30,7 +29,7 @@ from xladev.schema import memory as memory_sizes, records as rec, units
 from xladev.schema import record_wording
 from xladev.schema import log_header
 from xladev.schema.debug_text import GraphEvent
-from xladev.schema.metrics_text import MetricBlock
+from xladev.schema.metrics_text import MetricBlock, sample_percentiles
 from xladev.schema.sites import short_site, split_site
 
 KIND_NAME = "event-log"
@@ -45,11 +44,8 @@ MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
 
 def metric_block(name: str, metric: run_state.MetricTotal) -> MetricBlock:
     """A metric's totals as a metrics report prints them (PyTorch/XLA's percentiles of its kept samples)."""
-    ordered = sorted(metric.samples)
-    n = len(ordered)
-    percentiles = [(f"{p * 100:g}%", ordered[min(int(math.floor(p * n)), n - 1)]) for p in PERCENTILES] if n else []
     return MetricBlock(name=name, kind=metric.kind, total_samples=metric.count, accumulator=metric.total,
-                       percentiles=percentiles, line=metric.line)
+                       percentiles=sample_percentiles(metric.samples, PERCENTILES), line=metric.line)
 
 
 class EventLogReplay:

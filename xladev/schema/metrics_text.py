@@ -106,16 +106,27 @@ def metric_block(name: str, metric: Metric, percentiles) -> str:
             lines.append(f"  ValueRate: {units.format_kind(kind, value_sum / span_s)} / second")
             lines.append(f"  Rate: {len(samples) / span_s:.6g} / second")
     if samples:
-        ordered = sorted(v for _, v in samples)
-        n = len(ordered)
-        parts = [f"{_label(p)}={units.format_kind(kind, ordered[min(int(math.floor(p * n)), n - 1)])}"
-                 for p in percentiles]
+        parts = [f"{label}={units.format_kind(kind, value)}"
+                 for label, value in sample_percentiles([v for _, v in samples], percentiles)]
         lines.append("  Percentiles: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
 
-def _label(p: float) -> str:
-    return f"{p * 100:g}%"
+def sample_percentiles(samples, percentiles) -> list[tuple[str, float]]:
+    """PyTorch/XLA's percentiles of a metric's kept samples: each the sample at that rank (no interpolation).
+
+    Args:
+      samples: the kept sample values, in any order.
+      percentiles: the fractions wanted (``0.5`` is labelled ``50%``).
+
+    Returns:
+      ``(label, value)`` pairs in the order of `percentiles`; empty without samples.
+    """
+    ordered = sorted(samples)
+    n = len(ordered)
+    if not n:
+        return []
+    return [(f"{p * 100:g}%", ordered[min(int(math.floor(p * n)), n - 1)]) for p in percentiles]
 
 
 def report_text(counters: dict, metrics: dict, percentiles, metric_names=None, counter_names=None) -> str:
