@@ -7,16 +7,8 @@ fold, which the screen reads too. `compute()` then asks the report for its findi
 (`xladev.report.loader.report_from_sources`), exactly as `xladev report run.events.jsonl` would on the log so
 far, and copies what the screen shows into immutable views (`tui.run_view.Diagnosis`).
 
-Calling the replay's `finish()` more than once is safe with two precautions, both taken here:
-
-- before the first ``step`` record, `finish()` appends its end-of-log row to the per-step series
-  and counts it as a snapshot; a later ``step`` would then add a second row, and the series would
-  differ from a one-shot read. So until the first step, `finish()` writes into a throwaway series
-  and the live one is put back afterwards.
-- the `TimeBreakdown` that `finish()` builds owns copies of the state's numbers; it is copied into a
-  `TimeView` before the next record is fed anyway.
-
-Both run in the one thread that feeds the replay (the reader thread), never concurrently with it.
+The replay's `finish()` may be called whenever: it changes nothing records fold into, only the report's view of
+them. It runs in the one thread that feeds the replay (the reader thread), never concurrently with it.
 
 The report's diagnosis (and pandas: half a second to more than a second) is imported in a thread of its own
 (`prepare_in_background`, which the app calls when it starts) or else at the first `compute`; records are
@@ -146,15 +138,11 @@ class LiveDiagnosis:
             self.computed_for = self.fed  # nothing more to do until more records come
             return self.current
         from xladev.report.model import UnreadableInputError
-        from xladev.report.series import StepSeries
 
         started = time.perf_counter()
         source, replay = self._source, self._replay
         source.lines = self.lines
         self.computed_for = self.fed
-        live_series = source.series if source.snapshots == 0 else None
-        if live_series is not None:
-            source.series = StepSeries()  # takes finish()'s end-of-log row (see the module's docstring)
         try:
             replay.finish()
             source.ending = replay.ending() if self.complete else None
@@ -173,10 +161,6 @@ class LiveDiagnosis:
                                      f"the diagnosis failed: {type(exc).__name__}: {exc}",
                                      time.perf_counter() - started)
             return self.current
-        finally:
-            if live_series is not None:
-                source.series = live_series
-                source.snapshots = 0
         self.current = Diagnosis(verdict, findings, time_view, self.fed, "", time.perf_counter() - started, headline)
         return self.current
 

@@ -65,7 +65,9 @@ class EventLogReplay:
         self.state = run_state.RunState(run_state.Limits(
             step_times=MAX_STEP_TIMES, graphs=MAX_GRAPHS, transfer_sites=MAX_HOT_SPOTS,
             graph_texts=(MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT)))
-        source.series = StepSeries(max_rows=max_rows)
+        self.max_rows = max_rows
+        source.series = self.series = StepSeries(max_rows=max_rows)  # a row per step record
+        self.step_rows = 0
         source.debug = DebugLog(source.warn)
         source.trace = self.trace = RankTrace()
         source.marks = self.marks = MarkLog()
@@ -204,6 +206,11 @@ class EventLogReplay:
 
     # ------------------------------------------------------------ snapshots
     def _snapshot(self) -> None:
+        self._row_into(self.series, self.step_rows)
+        self.step_rows += 1
+
+    def _row_into(self, series: StepSeries, snapshot: int) -> None:
+        """Appends the counters now as the series' row number `snapshot`."""
         state = self.state
         samples = {name: m.count for name, m in state.metrics.items()}
         accumulators = {name: m.total for name, m in state.metrics.items()}
@@ -211,25 +218,31 @@ class EventLogReplay:
         for name, value in state.counters.items():
             if "aten::" in name:
                 row[name] = float(value)
-        row["snapshot"] = float(self.source.snapshots)
+        row["snapshot"] = float(snapshot)
         row["step"] = float("nan") if state.last_step is None else float(state.last_step)
         row["line"] = float(self.line)
         row["steps"] = float(state.steps)
-        self.source.series.append(row)
-        self.source.snapshots += 1
+        series.append(row)
 
     def finish(self) -> None:
         """Makes the last snapshot (the counters at the end of the log), and lifts the run's state into the
-        source: the time breakdown, graphs, hot spots, fallbacks and the ranks' trace."""
+        source: the time breakdown, graphs, hot spots, fallbacks and the ranks' trace.
+
+        It may be called again as records go on arriving (a live reader: the TUI): it changes nothing the
+        records fold into, only the source, which it sets afresh each time.
+        """
         state = self.state
         if state.header is None:
             return
+        self.source.series, self.source.snapshots = self.series, self.step_rows
         if state.counters or state.metrics:
             metrics = {name: metric_block(name, metric) for name, metric in state.metrics.items()}
             self.source.final = ReportSnapshot(metrics, dict(state.counters), dict(state.counter_lines),
-                                               state.last_step, self.line, max(0, self.source.snapshots - 1))
-            if self.source.snapshots == 0:
-                self._snapshot()
+                                               state.last_step, self.line, max(0, self.step_rows - 1))
+            if self.step_rows == 0:  # no step yet: the series is the one end-of-log row, not the steps' series
+                self.source.series = StepSeries(max_rows=self.max_rows)
+                self._row_into(self.source.series, 0)
+                self.source.snapshots = 1
         self.source.debug.fallback_sites = [
             {"count": count, "op": op, "frames": [site] if site else []} for op, site, count in state.fallback_sites()]
         wall = state.end.t if state.end is not None else state.last_t
