@@ -1,11 +1,11 @@
 """`xladev report run.events.jsonl`: reads an xladev event log (`xladev.schema.records`).
 
-The log's records are replayed into the structures the text readers fill, so every rule of the
-report applies unchanged:
+The log's records are folded once into the run's state (`xladev.analysis.run_state.RunState`, which the TUI and
+the PT_XLA_DEBUG analysis read too), and lifted from it into the structures the text readers fill, so every rule
+of the report applies unchanged:
 
-- counters and metrics counted through the schema's one table (`xladev.schema.counters`), the one
-  the runtime's registry counts with, one snapshot per ``step`` record (the per-step series) and
-  the last one in full;
+- counters and metrics (counted by the state through the schema's one table, the one the runtime's registry
+  counts with), one snapshot per ``step`` record (the per-step series) and the last one in full;
 - a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
   for a recompilation, the "Recompilation Cause" lines saying what changed), executions by site,
   cause and graph, and the CPU fallback calls by site.
