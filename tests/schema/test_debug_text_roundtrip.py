@@ -113,3 +113,21 @@ def test_the_post_compilation_sizes_go_to_the_compile_before_them():
     compiled, executed = read(text)
     assert compiled.sizes == {"input_bytes": 2 * 1024**3, "temp_bytes": 512 * 1024**2}
     assert executed.sizes == {} and executed.frames == ["step (/home/me/train.py:12)"] and executed.user_frame == 0
+
+
+_LINE = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=60).map(str.strip)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graph_hash=st.from_regex(r"[0-9a-f]{8,32}", fullmatch=True),
+       verb=st.sampled_from([debug_text.FAILED_TO_COMPILE, debug_text.FAILED_WHILE_RUNNING,
+                             debug_text.COULD_NOT_RUN]),
+       message=_LINE, hlo_path=st.sampled_from(["", "/tmp/xladev_failed/0a1b.hlo"]),
+       process=st.sampled_from(["", "rank 1 (pid 4242, host-a)", "rank 0"]))
+def test_a_failed_graph_reads_back_as_written(graph_hash, verb, message, hlo_path, process):
+    # A job's process is named in (), with its pid in () inside: the line still reads back.
+    text = debug_text.failure_lines("Execution Analysis: ", graph_hash, verb, message, hlo_path, process)
+    first, *rest = text.strip("\n").split("\n")
+    kind = "compile" if verb == debug_text.FAILED_TO_COMPILE else "execute"
+    assert debug_text.failure_of(first) == (graph_hash, kind, message)
+    assert [debug_text.saved_hlo_of(line) for line in rest] == ([hlo_path] if hlo_path else [])

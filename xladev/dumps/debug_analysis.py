@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from xladev import analysis
 from xladev.dumps.debug_summary import SummaryReader
+from xladev.schema import debug_text
 from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
@@ -25,8 +26,6 @@ MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA log
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
-_FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running): ?(.*)$")
-_FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 _PROFILER_PREFIX = "pt-xla-profiler: "
 _PROFILER_RE = re.compile(r"pt-xla-profiler: (.*?)\s*$")
 _FREQUENT_RE = re.compile(r"(\w+) too frequent: (\d+) counts during (\d+) steps")
@@ -232,14 +231,14 @@ class DebugLog(AnalysisBlockReader):
 
     def _outside_block(self, lineno: int, stripped: str) -> None:
         """xladev's lines for a graph that failed, written outside any block: the failure, then its HLO's path."""
-        failed = _FAILURE_RE.search(stripped)
-        if failed:  # xladev's lines for a graph XLA rejected or that failed while running
-            kind = "compile" if failed.group(2) == "failed to compile" else "execute"
-            self.add_failure(lineno, kind, failed.group(1), failed.group(3))
+        failed = debug_text.failure_of(stripped)
+        if failed:  # xladev's lines for a graph XLA rejected, that failed while running, or was refused
+            graph_hash, kind, message = failed
+            self.add_failure(lineno, kind, graph_hash, message)
             return
-        saved = _FAILURE_HLO_RE.search(stripped)
+        saved = debug_text.saved_hlo_of(stripped)
         if saved and self.failures and not self.failures[-1]["hlo_path"]:
-            self.failures[-1]["hlo_path"] = saved.group(1).strip()
+            self.failures[-1]["hlo_path"] = saved
             if self._failed_oom is not None:
                 self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
 

@@ -140,6 +140,51 @@ def post_compilation_block(memory: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A graph that failed, written outside any block: what happened to it, then where its HLO was saved.
+FAILED_TO_COMPILE, FAILED_WHILE_RUNNING, COULD_NOT_RUN = "failed to compile", "failed while running", "could not run"
+_FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running|could not run)"
+                         r"(?: \((?:[^()]|\([^()]*\))*\))?: ?(.*)$")  # the optional part: which process, in ()
+_FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
+
+
+def failure_lines(prefix: str, graph_hash: str, verb: str, message: str, hlo_path: str = "",
+                  process: str = "") -> str:
+    """The lines of a graph that failed (xladev's, outside any block), the first after a blank line.
+
+    Args:
+      prefix: `Compilation Analysis: ` or `Execution Analysis: `.
+      graph_hash: the graph.
+      verb: `FAILED_TO_COMPILE`, `FAILED_WHILE_RUNNING`, or `COULD_NOT_RUN` (refused before it ran).
+      message: what XLA or the runtime said, its first line.
+      hlo_path: where its HLO was saved ("" for none: no second line).
+      process: which process of a job it was (`rank 1 (pid 4242, host)`), "" alone.
+
+    Returns:
+      The text.
+    """
+    where = f" ({process})" if process else ""
+    text = f"\n{prefix}graph {graph_hash} {verb}{where}: {message}\n"
+    return text + (f"{prefix}its HLO is saved at {hlo_path}\n" if hlo_path else "")
+
+
+def failure_of(text: str) -> tuple[str, str, str] | None:
+    """A failure's first line read back (`failure_lines`).
+
+    Returns:
+      ``(graph hash, "compile" or "execute", message)``, or None when `text` is not one.
+    """
+    match = _FAILURE_RE.search(text)
+    if match is None:
+        return None
+    return match.group(1), "compile" if match.group(2) == FAILED_TO_COMPILE else "execute", match.group(3)
+
+
+def saved_hlo_of(text: str) -> str | None:
+    """The path of a failure's second line (`failure_lines`), or None when `text` is not one."""
+    match = _FAILURE_HLO_RE.search(text)
+    return match.group(1).strip() if match else None
+
+
 # ---------------------------------------------------------------- reading
 
 

@@ -19,6 +19,7 @@ from xladev.events import (
 )
 from xladev.schema.sites import UNKNOWN_SITE, site_of
 from xladev.schema.records import End
+from xladev.schema import debug_text
 from xladev.schema.debug_text import post_compilation_block
 from xladev.schema.record_wording import SUMMARY_ENDED, layout_lines, recompilation_lines, run_identity
 from xladev.schema.sites import short_site
@@ -147,15 +148,14 @@ class AnalysisSink(Sink):
                 function=event.function, site=short_site(site_of(event.frames)), guard=event.guard,
                 compiles=event.compiles) + "\n")
         elif kind is ExecuteFailed:
-            where = f" ({self.process[0][1][0]})" if self.process else ""
-            if event.hlo_path:
-                self.out.write(f"\nExecution Analysis: graph {event.graph_hash} failed while running{where}: "
-                               f"{event.message}\nExecution Analysis: its HLO is saved at {event.hlo_path}\n")
-            else:  # refused before running (the ranks' graphs differ, or a rank is gone)
-                self.out.write(f"\nExecution Analysis: graph {event.graph_hash} could not run{where}: {event.message}\n")
+            # no saved HLO: refused before running (the ranks' graphs differ, or a rank is gone)
+            verb = debug_text.FAILED_WHILE_RUNNING if event.hlo_path else debug_text.COULD_NOT_RUN
+            self.out.write(debug_text.failure_lines("Execution Analysis: ", event.graph_hash, verb, event.message,
+                                                    event.hlo_path, self.process[0][1][0] if self.process else ""))
         elif kind is CompileFailed:
-            self.out.write(f"\nCompilation Analysis: graph {event.graph_hash} failed to compile: {event.message.splitlines()[0] if event.message else ''}\n"
-                           f"Compilation Analysis: its HLO is saved at {event.hlo_path}\n")
+            self.out.write(debug_text.failure_lines(
+                "Compilation Analysis: ", event.graph_hash, debug_text.FAILED_TO_COMPILE,
+                event.message.splitlines()[0] if event.message else "", event.hlo_path))
 
     def _compiled(self, event: Compile) -> None:
         r = self._recompiled.pop(event.graph_hash, None)
