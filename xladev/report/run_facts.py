@@ -175,6 +175,20 @@ def _warmup_from_debug(facts: RunFacts, events: list) -> None:
         facts.stable_graph_size = len({event.graph_hash for event in late}) == len(late)
 
 
+def with_summary_counts(facts: RunFacts, sources: list[SourceResult]) -> RunFacts:
+    """A metrics report's facts, with the counts of xladev's end-of-run summary of the same run where they are
+    further along: a metrics file's last report is at the last barrier, the summary at the process's end, so it
+    also counts the reads after the loop (a final `.item()`), and the report would otherwise give a smaller
+    number for the run when given both."""
+    for source in sources:
+        summary = source.debug.run_summary if source.has_debug else None
+        if summary is not None:
+            facts.transfers = max(facts.transfers, summary["transfers"])
+            facts.steps = max(facts.steps, summary["steps"])
+            facts.compiles = max(facts.compiles, summary["compiles"])
+    return facts
+
+
 def with_debug_warmup(facts: RunFacts, sources: list[SourceResult]) -> RunFacts:
     """A single metrics report's facts, with when each compile happened from a PT_XLA_DEBUG log of the same run.
 

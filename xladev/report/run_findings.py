@@ -16,7 +16,8 @@ from xladev.report.debug_findings import (
 )
 from xladev.report.model import RunEnding, SourceResult
 from xladev.report.run_facts import (RunFacts, compile_bursts, debug_facts, metric_block, metrics_facts,
-                                     repeated_in_series, repeated_recompiles, where, with_debug_warmup)
+                                     repeated_in_series, repeated_recompiles, where, with_debug_warmup,
+                                     with_summary_counts)
 from xladev.analysis import Finding
 from xladev.schema import units
 from xladev.schema.sites import short_site
@@ -134,8 +135,8 @@ def _cost_findings(facts: RunFacts) -> list[Finding]:
 def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], RunFacts | None]:
     """Findings of one run or rank, and the facts they were computed from."""
     primary = report.primary_metrics(sources)
-    facts = (with_debug_warmup(metrics_facts(report, primary), sources) if primary is not None
-             else debug_facts(sources))
+    facts = (with_summary_counts(with_debug_warmup(metrics_facts(report, primary), sources), sources)
+             if primary is not None else debug_facts(sources))
     if facts is not None:
         facts.repeated = repeated_recompiles(sources, facts.steps) or repeated_in_series(primary, facts.warmup_steps)
     if primary is not None:
