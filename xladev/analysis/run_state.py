@@ -231,9 +231,8 @@ class RunState:
         self.reads = 0
         self.transfers: dict[tuple[str, str], TransferSite] = {}
         self.fallback_transfer_ns = 0.0  # operands of CPU fallback ops read to the host
-        # Reads in set-up (SETUP_STEPS) and after it, and those of the latest step that read: the reads after the
-        # last barrier (a final print) are one-time too, known once the run ends.
-        self._setup_reads = 0
+        # Reads after set-up (SETUP_STEPS), and those of the latest step that read: the reads after the last
+        # barrier (a final print) are one-time too, known once the run ends.
         self._later_reads = 0
         self._latest_read_step = -1
         self._latest_step_reads = 0
@@ -431,9 +430,7 @@ class RunState:
             self.fallback_transfer_ns += record.ns
         count = record.count or 1
         self.reads += count
-        if record.step < SETUP_STEPS:
-            self._setup_reads += count
-        else:
+        if record.step >= SETUP_STEPS:
             self._later_reads += count
         if record.step != self._latest_read_step:
             self._latest_read_step, self._latest_step_reads = record.step, 0
