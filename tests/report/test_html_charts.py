@@ -11,6 +11,8 @@ import math
 import re
 from html.parser import HTMLParser
 
+import pytest
+
 from xladev.cli.main import main
 from xladev.report import svg_charts
 from xladev.report.glance import MAX_BARS
@@ -363,3 +365,15 @@ def test_ranks_chart_shows_every_kind_of_mark_per_rank(capsys, tmp_path):
     assert {f"transfer-{step}" for step in range(4, 40, 5)} <= marks[1], marks[1]
     assert "rank 0 graph break" in text and "rank 1 graph break" not in text
     assert re.search(r"rank 1: [^;]+ in steps, compiles in [^;]+; device→host reads in step 4, step 9", text)
+
+
+@pytest.mark.parametrize("first, last", [(-(2**70), 12), (0, 10**30), (-5, 5), (7, 7), (1, 400), (399, 1198)])
+def test_steps_of_any_size_make_at_most_the_bars_asked_for(first, last):
+    # Found by the fuzz test: a damaged log's step of -2**70 next to step 12 once took the bucket search
+    # minutes, one step wider at a time.
+    from xladev.report.glance import bucket_for
+
+    bucket = bucket_for(first, last, 400)
+    assert bucket >= 1 and last // bucket - first // bucket + 1 <= 400
+    if last - first < 400:
+        assert bucket == 1

@@ -18,7 +18,6 @@ the run: each bar is the mean step of its bucket, with its slowest step, and eac
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from xladev.analysis import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
@@ -228,10 +227,15 @@ def bucket_for(first: int, last: int, max_bars: int = MAX_BARS) -> int:
     Returns:
       Steps per bar: 1 for a short run.
     """
-    bucket = max(1, math.ceil((last - first + 1) / max(1, max_bars)))
-    while last // bucket - first // bucket + 1 > max_bars:  # buckets aligned to multiples: one more at most
+    span, bars = last - first + 1, max(1, max_bars)
+    bucket = max(1, -(-span // bars))  # exact for steps of any size (a float would lose the last digits)
+    for _ in range(1000):  # buckets aligned to multiples may make one bar more: a wider bucket removes it
+        if last // bucket - first // bucket + 1 <= bars:
+            return bucket
         bucket += 1
-    return bucket
+    # Steps far apart (a damaged log): one more step per bucket barely changes the count. This width fits the
+    # steps in `bars - 1` buckets, so with the alignment's extra bar in `bars`.
+    return max(bucket, -(-span // max(1, bars - 1)))
 
 
 def _bars_from_steps(step_times: list[wall_time.StepTime], bucket: int) -> list[StepBar]:
