@@ -62,6 +62,15 @@ def file_size_limit(limit: int):
     return apply
 
 
+def all_outputs_environment(tmp_path) -> tuple[dict, dict]:
+    """(paths, environment) for a run that writes all three outputs: an event log (`log`), a metrics file
+    (`metrics`) and a PT_XLA_DEBUG_LEVEL=1 log (`debug`), under `tmp_path`."""
+    paths = {"log": tmp_path / "run.jsonl", "metrics": tmp_path / "metrics.txt", "debug": tmp_path / "debug.txt"}
+    env = environment(XLADEV_EVENT_LOG=str(paths["log"]), XLA_METRICS_FILE=str(paths["metrics"]),
+                      PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(paths["debug"]))
+    return paths, env
+
+
 def run(args: list[str], env: dict, timeout: float = 120, preexec_fn=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
                           preexec_fn=preexec_fn)

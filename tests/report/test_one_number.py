@@ -38,9 +38,7 @@ SUMMARY_PRECISION = 0.005  # three significant digits, as the summary prints tim
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("one_number")
-    paths = {"log": tmp / "run.jsonl", "metrics": tmp / "metrics.txt", "debug": tmp / "debug.txt"}
-    env = runs.environment(XLADEV_EVENT_LOG=str(paths["log"]), XLA_METRICS_FILE=str(paths["metrics"]),
-                           PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(paths["debug"]))
+    paths, env = runs.all_outputs_environment(tmp)
     done = runs.run([runs.write_script(tmp, TRAIN)], env)
     assert done.returncode == 0, done.stderr[-3000:]
     return paths

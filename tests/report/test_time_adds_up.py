@@ -35,9 +35,7 @@ MIDOP = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("midop")
-    paths = {"log": tmp / "run.jsonl", "metrics": tmp / "metrics.txt", "debug": tmp / "debug.txt"}
-    env = runs.environment(XLADEV_EVENT_LOG=str(paths["log"]), XLA_METRICS_FILE=str(paths["metrics"]),
-                           PT_XLA_DEBUG_LEVEL="1", PT_XLA_DEBUG_FILE=str(paths["debug"]))
+    paths, env = runs.all_outputs_environment(tmp)
     start = time.perf_counter_ns()
     done = runs.run([runs.write_script(tmp, MIDOP)], env)
     paths["process_ns"] = time.perf_counter_ns() - start  # measured here, outside the run: a bound it cannot set
