@@ -8,8 +8,9 @@ less those written into donated inputs, its temporaries and its code); never les
 is an estimate from the analysis, as PyTorch/XLA's own per-graph figures are.
 
 Summing the live arrays costs about half a microsecond per array, so a step of a large model with a short step
-would pay more than the 1 % the toolkit allows itself: the sampler measures its own cost and samples every Nth step,
-N chosen so that the cost stays under 1 % of the step time. Only sampled steps carry figures; the others carry none
+would pay more than the 1 % the toolkit allows itself: the sampler measures its own cost (CPU time, which another
+process's load does not inflate) and samples every Nth step, N chosen so that the cost stays under 1 % of the step
+time. Only sampled steps carry figures; the others carry none
 (never a zero). Listeners (`listeners`) get each sample: the growth check (`memory_growth`) is one. What they get
 leaves out the scalar cache (Python numbers fed to graphs), which fills up to its bound in a healthy run.
 """
@@ -75,11 +76,14 @@ class StepMemory:
                 self._countdown -= 1
                 return None, None
             added, self._added = self._added, 0
+            # The cost is this thread's CPU time, not the wall time: on a busy machine one sample descheduled for
+            # 10 ms read as a cost 200 steps' worth and starved the growth checks of samples for the rest of a run.
+            started = time.thread_time_ns()
             try:
                 live = device_memory.busiest_bytes_in_use(backend.jax_devices())
             except Exception:  # a device that cannot be read (torn down at exit): no figure, never a wrong one
                 return None, None
-            cost = time.perf_counter_ns() - now
+            cost = time.thread_time_ns() - started
             if interval:
                 self.every = max(1, math.ceil(cost / (COST_SHARE * interval)))
             self._countdown = self.every - 1
