@@ -107,7 +107,11 @@ class _Fed:
     """The real host watch, fed resident-set figures instead of reading them (the census and noting stay real)."""
 
     def __init__(self, figures):
-        from xladev.runtime.api.host_memory_growth import HostGrowthWatch
+        from xladev.runtime.api.host_memory_growth import HostGrowthWatch, watch
+
+        # An earlier test's run in this process may have ended while the process's watch traced: its tracing would
+        # read as the job's own, which this watch leaves alone (found failing under xdist).
+        watch.reset()
 
         class Fed(HostGrowthWatch):
             def measure(self, live):
@@ -158,3 +162,27 @@ def test_kept_host_copies_explain_the_rise_and_are_told_at_their_line(dev):
     told = _feed(fed.watch, range(2, 12), lambda step: kept.append((x + step).cpu()))  # kept copy
     assert len(told) == 1, told
     assert f"host copy made at <lambda>@test_host_memory_growth.py:{line_of(__file__, '# kept copy')} " in told[0]
+
+
+def test_tracing_stops_when_the_loop_ends_while_the_watch_traces(dev, monkeypatch):
+    # Regression: a training that ended between the traced pair's censuses left tracemalloc on for the rest of the
+    # process (an evaluation after it ran about 4x slower), and for later tests in the same process.
+    import time
+    import tracemalloc
+    import warnings
+
+    from xladev.runtime.api import host_memory_growth
+
+    monkeypatch.setattr(host_memory_growth, "IDLE_STOP_S", 0.2)
+    fed = _Fed(iter(range(600 << 20, 700 << 20, 7 << 20)))  # rising, nothing kept: the watch traces to look again
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for step in range(2, 30):
+            fed.watch.on_sample(step, 0, 0)
+            if tracemalloc.is_tracing():
+                break
+    assert tracemalloc.is_tracing()  # the loop ends here, mid-pair
+    deadline = time.monotonic() + 30
+    while tracemalloc.is_tracing() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not tracemalloc.is_tracing()

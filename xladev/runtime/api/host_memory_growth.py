@@ -18,6 +18,8 @@ user are not named). Tracing slows a host-bound step about 4x while it runs, so 
 suspicion; its own records take resident memory too, so the growth is judged and told at its rate before tracing
 started. A resident set that rises with neither kept is not told: a healthy run's also rises for many steps while
 allocator arenas and XLA's caches fill, and nothing would name a line.
+A loop that ends while the watch traces (the training done, an evaluation or a save next) would go on paying for
+the tracing: it stops when no step sample came for `IDLE_STOP_S`, or three times the longest gap between samples.
 Where the resident set cannot be read (not Linux), the watch stays off.
 """
 
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
 import tracemalloc
 
 import torch
@@ -40,6 +44,7 @@ HOST_COPY = "host copy"  # a CPU tensor a device read made, at the line that rea
 CPU_TENSOR = "CPU tensor"  # any other CPU tensor: its line is not known
 PYTHON_OBJECTS = "Python objects"  # blocks Python allocated at a user line while the watch traced, still alive
 EXPLAINED_SHARE = 0.5  # the least share of the resident growth that kept CPU tensors must account for
+IDLE_STOP_S = 10.0  # tracing stops when no step sample came for this long (or 3x the longest gap between samples)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -109,7 +114,35 @@ class HostGrowthWatch(RisingWatch):
         # traces Python's allocations (which slows a host-bound step about 4x while it runs, so not before).
         self._suspect = False
         self._untraced_rate: float | None = None  # bytes a step the resident set rose before tracing started
+        self._lock = threading.Lock()  # the samples' thread and the idle timer's
+        self._idle_timer: threading.Timer | None = None
+        self._idle_after = IDLE_STOP_S
+        self._last_sample: float | None = None  # time.monotonic() of the last sample
+        self._longest_gap = 0.0
         super().__init__()
+
+    def on_sample(self, step: int, live: int, peak: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._last_sample is not None:
+                self._longest_gap = max(self._longest_gap, now - self._last_sample)
+            self._last_sample = now
+            super().on_sample(step, live, peak)
+            if self._tracing:
+                self._arm_idle_stop()
+
+    def _arm_idle_stop(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_after = max(IDLE_STOP_S, 3 * self._longest_gap)
+        self._idle_timer = threading.Timer(self._idle_after, self._idle)
+        self._idle_timer.daemon = True
+        self._idle_timer.start()
+
+    def _idle(self) -> None:
+        with self._lock:  # no sample came: the loop ended while tracing (a sample just in re-armed another timer)
+            if self._tracing and time.monotonic() - (self._last_sample or 0.0) >= self._idle_after:
+                self.reset()
 
     def measure(self, live: int) -> int | None:
         return resident_bytes()
@@ -154,6 +187,9 @@ class HostGrowthWatch(RisingWatch):
         if self._tracing:  # one traced pair per suspicion, whatever its end: tracing is too dear to repeat
             self._tracing = self._suspect = False
             tracemalloc.stop()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
 
 watch = HostGrowthWatch()
