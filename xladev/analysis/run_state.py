@@ -11,7 +11,7 @@ reader of a run needs:
 - compiles per trigger site and per graph, with each recompilation's cause; executions per graph;
 - device→host reads per (kind, line), and which of them came after set-up;
 - CPU fallback calls per (op, line), and their CPU time;
-- profiles, failures, the lost ranks, and how the log ended.
+- the runtime's warnings (`run_warnings`), profiles, failures, the lost ranks, and how the log ended.
 
 Pure processing: no file, clock, thread or torch. What only one reader shows (the report's step timeline and
 rank traces, the TUI's log pane) stays with that reader, fed the same records.
@@ -23,6 +23,7 @@ import collections
 import dataclasses
 
 from xladev.analysis import wall_time
+from xladev.analysis.run_warnings import RunWarnings
 from xladev.analysis.finding_model import SETUP_STEPS
 from xladev.schema import memory as memory_sizes, records as rec
 from xladev.schema.counters import updates
@@ -244,6 +245,7 @@ class RunState:
         self.failures: list[rec.CompileFailed | rec.ExecuteFailed] = []
         self.lost: list[rec.RankLost] = []
         self.wait_ns_by_step: dict[int, int] = {}
+        self.warnings = RunWarnings()
 
     # ------------------------------------------------------------ input
     def feed(self, record: rec.Record, line: int = 0) -> None:
@@ -482,6 +484,9 @@ class RunState:
     def _on_end(self, record: rec.End) -> None:
         self.end = record
 
+    def _on_warning(self, record: rec.GraphGrowing | rec.MemoryGrowing | rec.GraphBreak | rec.DynamoRecompile) -> None:
+        self.warnings.fold(record, self.line)
+
 
 # Every record kind has its entry (None: its counters, counted through the schema's table, are its whole fold): a
 # kind added without one fails tests/schema/test_record_kinds.py.
@@ -492,6 +497,6 @@ _FOLDS = {
     rec.Execute: RunState._on_execute, rec.Transfer: RunState._on_transfer, rec.Ops: RunState._on_ops,
     rec.Fallback: RunState._on_fallback, rec.Step: RunState._on_step, rec.Profile: RunState._on_profile,
     rec.Collective: RunState._on_collective, rec.RankLost: RunState._on_rank_lost, rec.End: RunState._on_end,
-    rec.CacheMiss: None, rec.GraphGrowing: None, rec.MemoryGrowing: None, rec.GraphBreak: None,
-    rec.DynamoRecompile: None,
+    rec.GraphGrowing: RunState._on_warning, rec.MemoryGrowing: RunState._on_warning,
+    rec.GraphBreak: RunState._on_warning, rec.DynamoRecompile: RunState._on_warning, rec.CacheMiss: None,
 }

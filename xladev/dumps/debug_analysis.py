@@ -5,6 +5,9 @@ structures: every compile event up to MAX_COMPILE_EVENTS, executions aggregated 
 and graph, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
 on every step from cumulative counts). The analysis blocks themselves are read by the format's own reader
 (`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step and counts it.
+The runtime's warning lines (a graph growing without a barrier, memory that keeps growing, torch.compile's graph
+breaks and recompilations) are lifted to the records they were written from and folded by the run's state
+(`DebugLog.run`), as an event log's records are.
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ import re
 from collections.abc import Callable
 
 from xladev import analysis
+from xladev.analysis.run_state import RunState
+from xladev.analysis.run_warnings import record_of_line
 from xladev.dumps.debug_summary import SummaryReader
-from xladev.schema import debug_text
+from xladev.schema import debug_text, records as rec
 from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
-MAX_DYNAMO_KEYS = 1_000  # distinct graph-break sites and failed guards kept
 MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
@@ -34,6 +38,8 @@ _NOT_LOWERED_RE = re.compile(r"Op\(s\) not lowered: (.*?)\s*Please open")
 _SUMMARY_COUNT_RE = re.compile(r"FRAME \(count=(\d+)\)")
 _SUMMARY_OP_RE = re.compile(r'Unlowered Op: "(.*)"')
 _GENERIC_FALLBACK_TAG = "xla_fallback"
+# The kind (`DebugLog.profiler`) of a warning line whose lead is not the words before its first colon.
+_WARNING_KINDS = {rec.GraphBreak: analysis.GRAPH_BREAK, rec.DynamoRecompile: analysis.DYNAMO_RECOMPILE}
 _COMPUTATION_HASH_RE = re.compile(r"Computation hash: ([0-9a-fA-F]+)")
 # Frames that are never the user's line: torch, torch_xla, jax, xladev, any installed package, the standard library.
 _LIBRARY_PATH_RE = re.compile(r"[/\\](?:torch_xla|torch|xladev|jax|jaxlib|site-packages|dist-packages)[/\\]"
@@ -97,8 +103,8 @@ class DebugLog(AnalysisBlockReader):
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
       failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
         message, hlo_path, site and line.
-      graph_breaks: torch.compile graph breaks: (site, by, reason) -> times seen.
-      dynamo_recompiles: TorchDynamo recompilations: (function, failed guard) -> times seen.
+      run: the run's state, which folds the records the runtime's warning lines were written from (its
+        `warnings`).
       out_of_memory: XLA's (or xladev's budget's) out-of-memory messages, one dict per distinct message (see
         `analysis.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
         where the failure names them.
@@ -107,14 +113,17 @@ class DebugLog(AnalysisBlockReader):
         ``fallbacks`` (dicts: op, site, count, line).
     """
 
-    def __init__(self, warn: Callable[..., None]):
+    def __init__(self, warn: Callable[..., None], run: RunState | None = None):
         """Creates an empty log.
 
         Args:
           warn: called with (line, message) for malformed blocks, and ``at_end=True`` for a block that the
             end of the input cut short (`SourceResult.warn`).
+          run: the state the lifted records are folded into (an event log's own, whose records it already
+            folds); a new one when None.
         """
         super().__init__(warn)
+        self.run = run if run is not None else RunState()
         self.compile_events: list[GraphEvent] = []
         self.compiles = 0
         self.executions: dict[tuple[str, str, str], list] = {}
@@ -126,8 +135,6 @@ class DebugLog(AnalysisBlockReader):
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
-        self.graph_breaks: dict[tuple[str, str, str], int] = {}
-        self.dynamo_recompiles: dict[tuple[str, str], int] = {}
         self.out_of_memory: list[dict] = []
         self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
         self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
@@ -138,7 +145,7 @@ class DebugLog(AnalysisBlockReader):
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
         return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures
-                    or self.run_summary or self.out_of_memory)
+                    or self.run_summary or self.out_of_memory or self.run.warnings)
 
     def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
                     site: str = "", details: tuple[str, ...] = ()) -> None:
@@ -282,15 +289,9 @@ class DebugLog(AnalysisBlockReader):
         elif (match := _NOT_LOWERED_RE.search(message)) is not None:
             kind = "Op(s) not lowered"
             self.not_lowered_ops.update(op.strip() for op in match.group(1).split(",") if op.strip())
-        elif (found := analysis.parse_graph_break_message(message)) is not None:
-            kind = analysis.GRAPH_BREAK
-            if found in self.graph_breaks or len(self.graph_breaks) < MAX_DYNAMO_KEYS:
-                self.graph_breaks[found] = self.graph_breaks.get(found, 0) + 1
-        elif (found := analysis.parse_dynamo_recompile_message(message)) is not None:
-            kind = analysis.DYNAMO_RECOMPILE
-            key = (found[0], found[3])
-            if key in self.dynamo_recompiles or len(self.dynamo_recompiles) < MAX_DYNAMO_KEYS:
-                self.dynamo_recompiles[key] = self.dynamo_recompiles.get(key, 0) + 1
+        elif (record := record_of_line(message)) is not None:
+            self.run.feed(record, lineno)
+            kind = _WARNING_KINDS.get(type(record)) or message.split(":", 1)[0][:80]
         else:
             kind = message.split(":", 1)[0][:80]
         if kind not in self.profiler and len(self.profiler) >= MAX_PROFILER_KINDS:
@@ -300,10 +301,6 @@ class DebugLog(AnalysisBlockReader):
         self.profiler_first.setdefault(kind, message)
         if numbers:
             self.profiler_numbers[kind] = numbers
-
-    def add_profiler_line(self, lineno: int, message: str) -> None:
-        """Records a ``pt-xla-profiler:`` message read from another format (the event log's replay)."""
-        self._feed_profiler(lineno, message)
 
     def _feed_summary(self, text: str) -> bool:
         stripped = text.strip()

@@ -12,7 +12,7 @@ from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.analysis import Finding
 from xladev.schema import units
-from xladev.schema.sites import short_site
+from xladev.schema.sites import short_site, split_site
 
 
 def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
@@ -255,18 +255,16 @@ def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple 
 def _runtime_growth_findings(sources: list[SourceResult]) -> list[Finding]:
     findings = []
     for source in sources:
-        if not source.has_debug:
-            continue
-        seen = source.debug.profiler.get(analysis.GRAPH_GROWING)
-        numbers = analysis.parse_graph_growing(seen[1]) if seen else None
-        if numbers is None:
+        warned = source.run.warnings.graph_growing if source.has_debug else None
+        if warned is None:
             continue
         # The loop's line is the first warning's (the one the user saw): later ones fall on whichever op of the
         # loop crossed the doubled threshold; the ops are the latest count.
-        first = analysis.parse_graph_growing(source.debug.profiler_first.get(analysis.GRAPH_GROWING, "")) or numbers
-        numbers["site"] = short_site(first["site"])
-        finding = analysis.graph_growing_finding(warnings=seen[2], **numbers)
-        finding.sources.append(where(source, seen[0]))
+        latest = warned.latest
+        finding = analysis.graph_growing_finding(ops=latest.ops, step=latest.step,
+                                                 site=short_site(split_site(warned.first.site)[0] or "?"),
+                                                 warnings=warned.times)
+        finding.sources.append(where(source, warned.latest_line))
         findings.append(finding)
     return findings
 
@@ -279,13 +277,16 @@ def memory_growth_findings(sources: list[SourceResult]) -> list[Finding]:
       At most one finding per memory: the latest warning's (its figures cover the longest growth).
     """
     findings = []
-    for kind in (analysis.MEMORY_GROWING, analysis.HOST_MEMORY_GROWING):
+    for space in analysis.MEMORY_SPACES:
         for source in sources:
-            seen = source.debug.profiler.get(kind) if source.has_debug else None
-            numbers = analysis.parse_memory_growing(seen[1], units.parse_bytes) if seen else None
-            if numbers is not None:
-                finding = analysis.memory_growing_finding(**numbers, format_bytes=units.format_bytes)
-                finding.sources.append(where(source, seen[0]))
+            warned = source.run.warnings.memory_growing.get(space) if source.has_debug else None
+            if warned is not None:
+                grew = warned.latest
+                finding = analysis.memory_growing_finding(
+                    from_step=grew.from_step, from_bytes=grew.from_bytes, to_step=grew.step, to_bytes=grew.to_bytes,
+                    per_step_bytes=grew.per_step_bytes, holders=grew.holders, space=space,
+                    format_bytes=units.format_bytes)
+                finding.sources.append(where(source, warned.latest_line))
                 findings.append(finding)
                 break
     return findings
@@ -295,27 +296,28 @@ def dynamo_findings(sources: list[SourceResult]) -> list[Finding]:
     """torch.compile's graph breaks and TorchDynamo's recompilations, from a debug log or an event log."""
     breaks: dict[tuple[str, str, str], int] = {}
     recompiles: dict[tuple[str, str], int] = {}
-    first: dict[str, str] = {}
+    quoted: dict[str, str] = {}  # the first input's latest line of each kind: the finding's source
     for source in sources:
         if not source.has_debug:
             continue
-        for key, times in source.debug.graph_breaks.items():
-            breaks[key] = breaks.get(key, 0) + times
-        for key, times in source.debug.dynamo_recompiles.items():
-            recompiles[key] = recompiles.get(key, 0) + times
-        for kind in (analysis.GRAPH_BREAK, analysis.DYNAMO_RECOMPILE):
-            seen = source.debug.profiler.get(kind)
-            if seen is not None and kind not in first:
-                first[kind] = where(source, seen[0])
+        warnings = source.run.warnings
+        for (site, by, reason), warned in warnings.graph_breaks.items():
+            key = (short_site(site), by, reason)
+            breaks[key] = breaks.get(key, 0) + warned.times
+        for key, warned in warnings.dynamo_recompiles.items():
+            recompiles[key] = recompiles.get(key, 0) + warned.times
+        for kind, table in (("breaks", warnings.graph_breaks), ("recompiles", warnings.dynamo_recompiles)):
+            if table and kind not in quoted:
+                quoted[kind] = where(source, max(warned.latest_line for warned in table.values()))
     findings = []
     ranked = sorted(((site, by, reason, times) for (site, by, reason), times in breaks.items()), key=lambda b: -b[3])
     finding = analysis.graph_break_finding(breaks=ranked, steps=0)
     if finding is not None:
-        finding.sources.append(first[analysis.GRAPH_BREAK])
+        finding.sources.append(quoted["breaks"])
         findings.append(finding)
     ranked_guards = sorted(((f, g, n) for (f, g), n in recompiles.items()), key=lambda r: -r[2])
     finding = analysis.dynamo_recompile_finding(recompiles=ranked_guards, steps=0)
     if finding is not None:
-        finding.sources.append(first[analysis.DYNAMO_RECOMPILE])
+        finding.sources.append(quoted["recompiles"])
         findings.append(finding)
     return findings

@@ -1,14 +1,17 @@
 """`xladev report run.events.jsonl`: reads an xladev event log (`xladev.schema.records`).
 
 The log's records are folded once into the run's state (`xladev.analysis.run_state.RunState`, which the TUI and
-the PT_XLA_DEBUG analysis read too), and lifted from it into the structures the text readers fill, so every rule
-of the report applies unchanged:
+the PT_XLA_DEBUG analysis read too). What the report's rules do not yet read from the state is lowered from it
+into the structures the text readers fill:
 
 - counters and metrics (counted by the state through the schema's one table, the one the runtime's registry
   counts with), one snapshot per ``step`` record (the per-step series) and the last one in full;
 - a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
   for a recompilation, the "Recompilation Cause" lines saying what changed), executions by site,
   cause and graph, and the CPU fallback calls by site.
+
+The runtime's warnings (graph growing, memory growing, graph breaks, TorchDynamo recompilations) are not lowered:
+the rules read them from the state (`RunState.warnings`), where a PT_XLA_DEBUG log's warning lines are lifted too.
 
 This module reads files only: it never imports torch, jax or the runtime.
 """
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
-from xladev import analysis
 from xladev.analysis import run_state
 from xladev.dumps.debug_analysis import DebugLog
 from xladev.report.inputs import register_input_kind
@@ -25,12 +27,12 @@ from xladev.report.marks import MarkLog
 from xladev.report.model import RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev.schema import memory as memory_sizes, records as rec, units
+from xladev.schema import memory as memory_sizes, records as rec
 from xladev.schema import record_wording
 from xladev.schema import log_header
 from xladev.schema.debug_text import GraphEvent
 from xladev.schema.metrics_text import MetricBlock, sample_percentiles
-from xladev.schema.sites import short_site, split_site
+from xladev.schema.sites import split_site
 
 KIND_NAME = "event-log"
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
@@ -68,7 +70,7 @@ class EventLogReplay:
         self.max_rows = max_rows
         source.series = self.series = StepSeries(max_rows=max_rows)  # a row per step record
         self.step_rows = 0
-        source.debug = DebugLog(source.warn)
+        source.debug = DebugLog(source.warn, self.state)  # the state folds the runtime's warnings too
         source.trace = self.trace = RankTrace()
         source.marks = self.marks = MarkLog()
         self.line = 0
@@ -149,30 +151,8 @@ class EventLogReplay:
         self.marks.add(record.step, "fallback", record.site or "", record.op, self.line, record.cpu_ns)
         self.source.debug.not_lowered_ops.add(record.op)
 
-    def _on_graph_growing(self, record: rec.GraphGrowing) -> None:
-        # The same words PT_XLA_DEBUG prints, so one reader and one rule serve both inputs.
-        site = split_site(record.site)[0] or "?"
-        self.source.debug.add_profiler_line(self.line, analysis.graph_growing_message(ops=record.ops, step=record.step,
-                                                                                      site=site))
-
-    def _on_memory_growing(self, record: rec.MemoryGrowing) -> None:
-        # The runtime's PT_XLA_DEBUG line for it, so one reader and one rule serve both inputs (as for graph growth).
-        if record.space not in analysis.MEMORY_SPACES:
-            return  # a memory this reader does not know (a newer writer's): no finding rather than a wrong one
-        self.source.debug.add_profiler_line(self.line, analysis.memory_growing_message(
-            from_step=record.from_step, from_bytes=record.from_bytes, to_step=record.step, to_bytes=record.to_bytes,
-            per_step_bytes=record.per_step_bytes, holders=record.holders, format_bytes=units.format_bytes,
-            space=record.space))
-
     def _on_graph_break(self, record: rec.GraphBreak) -> None:
         self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
-        # PT_XLA_DEBUG's line for it, so one reader and one rule serve both inputs (as for graph growth).
-        self.source.debug.add_profiler_line(self.line, analysis.graph_break_message(
-            site=short_site(record.site), reason=record.reason, by=record.by))
-
-    def _on_dynamo_recompile(self, record: rec.DynamoRecompile) -> None:
-        self.source.debug.add_profiler_line(self.line, analysis.dynamo_recompile_message(
-            function=record.function, site=short_site(record.site), guard=record.guard, compiles=record.compiles))
 
     def _on_step(self, record: rec.Step) -> None:
         self.source.debug.step_syncs = self.state.steps
@@ -274,13 +254,11 @@ class EventLogReplay:
 _HANDLERS = {
     rec.Header: EventLogReplay._on_header, rec.Compile: EventLogReplay._on_compile,
     rec.Execute: EventLogReplay._on_execute, rec.Fallback: EventLogReplay._on_fallback,
-    rec.GraphGrowing: EventLogReplay._on_graph_growing, rec.Step: EventLogReplay._on_step,
-    rec.MemoryGrowing: EventLogReplay._on_memory_growing,
-    rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
+    rec.Step: EventLogReplay._on_step, rec.End: EventLogReplay._on_end, rec.CompileFailed: EventLogReplay._on_failed,
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Transfer: EventLogReplay._on_transfer,
-    rec.GraphBreak: EventLogReplay._on_graph_break, rec.DynamoRecompile: EventLogReplay._on_dynamo_recompile,
-    rec.CompileStart: None, rec.Ops: None, rec.Profile: None, rec.GraphText: None, rec.Collective: None,
-    rec.RankLost: None, rec.CacheMiss: None,
+    rec.GraphBreak: EventLogReplay._on_graph_break, rec.GraphGrowing: None, rec.MemoryGrowing: None,
+    rec.DynamoRecompile: None, rec.CompileStart: None, rec.Ops: None, rec.Profile: None, rec.GraphText: None,
+    rec.Collective: None, rec.RankLost: None, rec.CacheMiss: None,
 }
 
 

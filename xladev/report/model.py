@@ -15,7 +15,7 @@ from xladev.analysis import input_rules
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
     from xladev.schema.metrics_text import MetricBlock
-    from xladev.analysis.run_state import GraphState
+    from xladev.analysis.run_state import GraphState, RunState
     from xladev.report.marks import MarkLog
     from xladev.report.series import StepSeries
     from xladev.analysis.wall_time import TimeBreakdown
@@ -238,6 +238,11 @@ class SourceResult:
     def has_metrics(self) -> bool:
         """True when at least one metrics report was read."""
         return self.final is not None
+
+    @property
+    def run(self) -> RunState | None:
+        """The run's records, folded: an event log's, and those lifted from PT_XLA_DEBUG lines (`DebugLog.run`)."""
+        return self.debug.run if self.debug is not None else None
 
     @property
     def has_debug(self) -> bool:
