@@ -234,8 +234,9 @@ class RunModel:
             alerts=tuple(_alert(r) for r in state.recompilations[-MAX_ALERTS:]),
             hot_spots=spots, fallbacks=fallbacks, graphs=graphs, counters=tuple(counters), log=tuple(self.log),
             log_total=self.log_total, records=self.records, bad_lines=self.bad_lines, truncated=self.truncated,
-            elapsed_ns=state.last_t, compile_failures=tuple(_failure_text(r) for r in state.failures[-20:]),
-            compiling=compiling, diagnosis=self.diagnosis.current,
+            elapsed_ns=state.last_t,
+            compile_failures=tuple(_failure_text(f.record) for f in state.failures.graphs[-20:]), compiling=compiling,
+            diagnosis=self.diagnosis.current,
             output_lines=self.output_lines, profiles=tuple(_profile_row(r) for r in state.profiles[-MAX_PROFILES:]),
             memory=tuple(state.recent_memory))
         self._snapshot = snapshot

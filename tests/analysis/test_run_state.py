@@ -39,7 +39,8 @@ def test_the_fixed_run_folds_to_what_it_holds():
     assert "f32[128,80] -> f32[160,80]" in state.recompilations[0].headline()
     assert state.fallback_sites() == [("aten::_unique2", FALLBACK_SITE, 6)]
     assert [(s.kind, s.site, s.count) for s in state.hot_spots()] == [(".item()", ITEM_SITE, 24)]
-    assert state.reads == 24 and len(state.failures) == 1 and not state.compiling  # the failure closed its compile
+    # the failure closed its compile
+    assert state.reads == 24 and len(state.failures.graphs) == 1 and not state.compiling
     compile_ns = sum(2_400_000_000 + i * 100_000_000 for i in range(6))
     assert state.compile_ns == compile_ns and state.parts["compile"] == compile_ns
     assert state.parts["execute"] == 24 * 25_000_000 and len(state.step_times) == 24

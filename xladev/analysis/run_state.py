@@ -11,7 +11,7 @@ reader of a run needs:
 - compiles per trigger site and per graph, with each recompilation's cause; executions per graph;
 - device→host reads per (kind, line), and which of them came after set-up;
 - CPU fallback calls per (op, line), and their CPU time;
-- the runtime's warnings (`run_warnings`), profiles, failures, the lost ranks, and how the log ended.
+- the runtime's warnings (`run_warnings`), failures (`run_failures`), profiles, lost ranks, how the log ended.
 
 Pure processing: no file, clock, thread or torch. What only one reader shows (the report's step timeline and
 rank traces, the TUI's log pane) stays with that reader, fed the same records.
@@ -23,6 +23,7 @@ import collections
 import dataclasses
 
 from xladev.analysis import wall_time
+from xladev.analysis.run_failures import RunFailures
 from xladev.analysis.run_warnings import RunWarnings
 from xladev.analysis.finding_model import SETUP_STEPS
 from xladev.schema import memory as memory_sizes, records as rec
@@ -242,7 +243,7 @@ class RunState:
         self.fallback_ns_by_op: dict[str, int] = {}
         # the rest
         self.profiles: list[rec.Profile] = []
-        self.failures: list[rec.CompileFailed | rec.ExecuteFailed] = []
+        self.failures = RunFailures(limits.failures)  # and the out-of-memory messages
         self.lost: list[rec.RankLost] = []
         self.wait_ns_by_step: dict[int, int] = {}
         self.warnings = RunWarnings()
@@ -414,8 +415,7 @@ class RunState:
         self.last_graph = (record.hash, record.site or "", "failed")
         if isinstance(record, rec.CompileFailed):
             self.compiling.pop(record.hash, None)
-        if len(self.failures) < self.limits.failures:
-            self.failures.append(record)
+        self.failures.fold(record, self.line)
         graph = self._graph(record.hash)
         if graph is not None:
             verb = "failed to compile" if isinstance(record, rec.CompileFailed) else "failed while running"

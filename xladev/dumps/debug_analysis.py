@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 
 from xladev import analysis
+from xladev.analysis.run_failures import Failure
 from xladev.analysis.run_state import RunState
 from xladev.analysis.run_warnings import record_of_line
 from xladev.dumps.debug_summary import SummaryReader
@@ -26,7 +27,6 @@ from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 MAX_COMPILE_EVENTS = 20_000
 MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
-MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
 _SUMMARY_PREFIX = "xladev summary: "
@@ -101,13 +101,8 @@ class DebugLog(AnalysisBlockReader):
       profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
-      failures: graphs that failed to compile or run: dicts with kind (``compile``/``execute``), hash,
-        message, hlo_path, site and line.
       run: the run's state, which folds the records the runtime's warning lines were written from (its
-        `warnings`).
-      out_of_memory: XLA's (or xladev's budget's) out-of-memory messages, one dict per distinct message (see
-        `analysis.parse_out_of_memory`), with ``count``, ``line`` (its first), and ``hash``, ``site``, ``details``
-        where the failure names them.
+        `warnings`), and those of the graphs that failed with the out-of-memory messages (its `failures`).
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -136,32 +131,20 @@ class DebugLog(AnalysisBlockReader):
         self.fallback_sites: list[dict] = []
         self.failures: list[dict] = []
         self.out_of_memory: list[dict] = []
-        self._oom_open: dict | None = None  # the out-of-memory failure whose explainer lines follow
-        self._failed_oom: dict | None = None  # the latest failure's out-of-memory entry, if it ran out of memory
+        self._failure: Failure | None = None  # the latest failure: its HLO's path may follow
+        self._oom_open: dict | None = None  # the out-of-memory entry of the failure whose explainer lines follow
         self._summary = SummaryReader()
         self._in_summary = False
         self._summary_entry: dict | None = None
 
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
-        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.failures
-                    or self.run_summary or self.out_of_memory or self.run.warnings)
+        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.run_summary
+                    or self.run.failures or self.run.warnings)
 
-    def add_failure(self, lineno: int, kind: str, graph_hash: str, message: str, hlo_path: str = "",
-                    site: str = "", details: tuple[str, ...] = ()) -> None:
-        """Records a graph that failed to compile (`kind` ``compile``) or while running (``execute``); one that ran
-        out of memory is also an out-of-memory message, with the explainer's `details` lines."""
-        found = analysis.parse_out_of_memory(message)
-        self._oom_open = None if found is None else self.add_out_of_memory(
-            lineno, found, hash=graph_hash, site=site, details=details, hlo_path=hlo_path)
-        self._failed_oom = self._oom_open  # its HLO path may follow (xladev's "its HLO is saved at" line)
-        if len(self.failures) < 1000:
-            self.failures.append({"kind": kind, "hash": graph_hash, "message": message, "hlo_path": hlo_path,
-                                  "site": site, "line": lineno, "out_of_memory": found is not None})
-
-    def add_out_of_memory(self, lineno: int, found: dict, **known) -> dict | None:
-        """Records an out-of-memory message (`analysis.add_out_of_memory`); returns its entry."""
-        return analysis.add_out_of_memory(self.out_of_memory, lineno, found, known, MAX_OUT_OF_MEMORY)
+    def add_out_of_memory(self, lineno: int, found: dict) -> dict | None:
+        """Counts an out-of-memory message that is no failure's (XLA's own, as PyTorch/XLA logs it)."""
+        return self.run.failures.out_of_memory_seen(lineno, found)
 
     def feed(self, lineno: int, text: str) -> bool:
         """Reads one line.
@@ -179,6 +162,7 @@ class DebugLog(AnalysisBlockReader):
                 details = self._oom_open.setdefault("details", ())
                 if len(details) < 40:
                     self._oom_open["details"] = (*details, text.strip())
+                    self._failure.record.message += "\n" + text.strip()  # as the event log's record holds it
                 return True
             self._oom_open = None
         if _SUMMARY_PREFIX in text:
@@ -241,13 +225,16 @@ class DebugLog(AnalysisBlockReader):
         failed = debug_text.failure_of(stripped)
         if failed:  # xladev's lines for a graph XLA rejected, that failed while running, or was refused
             graph_hash, kind, message = failed
-            self.add_failure(lineno, kind, graph_hash, message)
+            record = (rec.CompileFailed if kind == "compile" else rec.ExecuteFailed)(hash=graph_hash, message=message)
+            self.run.feed(record, lineno)
+            self._failure = self.run.failures.latest
+            self._oom_open = self._failure.out_of_memory
             return
         saved = debug_text.saved_hlo_of(stripped)
-        if saved and self.failures and not self.failures[-1]["hlo_path"]:
-            self.failures[-1]["hlo_path"] = saved
-            if self._failed_oom is not None:
-                self._failed_oom.setdefault("hlo_path", self.failures[-1]["hlo_path"])
+        if saved and self._failure is not None and not self._failure.record.hlo_path:
+            self._failure.record.hlo_path = saved
+            if self._failure.out_of_memory is not None:
+                self._failure.out_of_memory.setdefault("hlo_path", saved)
 
     def _emit(self, event: GraphEvent) -> None:
         """A block closed: its site and step are set, and it is counted (compiles kept, executions by key)."""

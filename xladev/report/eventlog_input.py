@@ -159,12 +159,9 @@ class EventLogReplay:
         self._snapshot()
 
     def _on_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
-        kind = "compile" if isinstance(record, rec.CompileFailed) else "execute"
-        if kind == "execute" and len(self.trace.runs) < MAX_TRACE_RUNS:
+        # the state folds the failure (`RunState.failures`); a run that failed is one of the ranks' trace
+        if isinstance(record, rec.ExecuteFailed) and len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
-        first, *details = record.message.split("\n")
-        self.source.debug.add_failure(self.line, kind, record.hash, first, record.hlo_path,
-                                      split_site(record.site)[0], tuple(details))
 
     def _on_end(self, record: rec.End) -> None:
         if record.signal:  # the run did not end on its own: say how (SIGTERM, e.g. torchrun ending a job)

@@ -172,23 +172,23 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
 def _failure_findings(primary: SourceResult | None, sources: list[SourceResult]) -> list[Finding]:
     """Compile and execution failures, from the counters (metrics) and each failure's details (logs)."""
     counters = primary.final.counters if primary is not None and primary.final is not None else {}
+    runs = [(source, source.run.failures) for source in sources if source.has_debug]
     found = []
-    memory = analysis.out_of_memory_finding([e for source in sources if source.has_debug
-                                          for e in source.debug.out_of_memory], units.format_bytes)
+    memory = analysis.out_of_memory_finding([e for _, run in runs for e in run.out_of_memory], units.format_bytes)
     if memory is not None:
-        memory.sources.extend(f"{source.name}:{e['line']}" for source in sources if source.has_debug
-                              for e in source.debug.out_of_memory)
+        memory.sources.extend(f"{source.name}:{e['line']}" for source, run in runs for e in run.out_of_memory)
         found.append(memory)
     for kind, counter in (("compile", "CompileFailed"), ("execute", "ExecuteFailed")):
         # A graph that ran out of memory is the out-of-memory finding's, not a failure to report twice.
-        failures = [f for source in sources if source.has_debug for f in source.debug.failures
-                    if f["kind"] == kind and not f.get("out_of_memory")]
-        oom = sum(1 for source in sources if source.has_debug for f in source.debug.failures
-                  if f["kind"] == kind and f.get("out_of_memory"))
-        finding = analysis.failure_finding(kind=kind, count=int(counters.get(counter, 0)) - oom, failures=failures)
+        failures, oom = [], 0
+        for source, run in runs:
+            failed, ran_out = run.of_kind(kind)
+            failures += [(source, failure) for failure in failed]
+            oom += ran_out
+        finding = analysis.failure_finding(kind=kind, count=int(counters.get(counter, 0)) - oom,
+                                           failures=[failure.facts() for _, failure in failures])
         if finding is not None:
-            finding.sources.extend(f"{source.name}:{f['line']}" for source in sources if source.has_debug
-                                   for f in source.debug.failures if f["kind"] == kind and not f.get("out_of_memory"))
+            finding.sources.extend(f"{source.name}:{failure.line}" for source, failure in failures)
             if counter in counters and primary is not None:
                 finding.sources.append(where(primary, primary.final.counter_lines.get(counter)))
             found.append(finding)
@@ -258,7 +258,7 @@ def run_stack(sources: list[SourceResult]) -> str:
             xladev_wrote = True
         debug = source.debug
         if source.input_kind == "event-log" or (debug is not None and (
-                debug.run_summary is not None or debug.failures
+                debug.run_summary is not None or debug.run.failures.graphs
                 or any(event.recompilation for event in debug.compile_events))):
             xladev_wrote = True
     return analysis.XLADEV_API if xladev_wrote else analysis.TORCH_XLA_API
