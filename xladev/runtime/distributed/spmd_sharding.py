@@ -24,7 +24,9 @@ from xladev.runtime.graph import backend, ir, storage
 from xladev.runtime.execute.execution import lock as _execution_lock
 from xladev.runtime.graph.ir import SLOT, DataNode, Meta, Node, OpDef
 from xladev.runtime.graph.op_ledger import recorder
-from xladev.runtime.graph.sharding_text import parse_sharding_text, sharding_text  # noqa: F401 (this module's API)
+from xladev.runtime.graph.sharding_text import (  # noqa: F401 (this module's API)
+    REPLICATED, parse_sharding_text, sharding_text,
+)
 from xladev.runtime.graph.spmd_mesh import HybridMesh, Mesh, jax_mesh_of  # noqa: F401 (this module's API)
 from xladev.runtime.record.tensor import XlaTensor
 
@@ -286,14 +288,18 @@ MANUAL = "{manual}"  # HLO's sharding text of a value computed per device, insid
 def get_sharding_spec(t: torch.Tensor) -> str:
     """`t`'s sharding as HLO sharding text (`{devices=[2,1]0,1}`), '' when it has none (PyTorch/XLA's
     `torch_xla._XLAC._get_xla_sharding_spec`). A value still being recorded answers with its last mark; one
-    computed inside a manual region (`manual_sharding`) is `{manual}`."""
+    computed inside a manual region (`manual_sharding`) is `{manual}`; a synced graph's output not split is
+    `{replicated}` (an upload or a cleared sharding has none)."""
     t = getattr(t, "global_tensor", t)  # an XLAShardedTensor answers for the tensor it wraps
     if not isinstance(t, XlaTensor):
         return ""
     node = t._st.value if t._chain is not None and _whole_view(t) else t._node()
     if in_manual_region(node):
         return MANUAL
-    return getattr(node, "sharding", None) or ""
+    sharding = getattr(node, "sharding", None)
+    if sharding:
+        return sharding
+    return REPLICATED if type(node) is DataNode and node.spmd_result else ""
 
 
 # Set when the process records its first manual region's start: until then no value can be inside one, and

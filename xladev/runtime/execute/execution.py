@@ -182,6 +182,8 @@ class Execution:
                 results.append(data)
             if backend.spmd_replicated is not None:
                 _keep_uneven_marks(roots, results)
+                for data in made.values():
+                    data.spmd_result = True
             timings.wrap_ns = time.perf_counter_ns() - wrap_start
             self._finish(dispatched)
             return results

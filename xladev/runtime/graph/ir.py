@@ -134,9 +134,11 @@ class DataNode(Node):
         None where unknown.
       sharding: SPMD: the split's sharding text, None when the buffer is not split.
       uneven: SPMD: the jax sharding of a split that does not divide the shape, None otherwise.
+      spmd_result: SPMD: made by a graph's run, so that a buffer not split is `{replicated}` as PyTorch/XLA reports
+        a synced value's sharding (an upload, or a cleared sharding, has none); False otherwise.
     """
 
-    __slots__ = ("array", "created_at", "sharding", "origin", "uneven")
+    __slots__ = ("array", "created_at", "sharding", "origin", "uneven", "spmd_result")
 
     def __init__(self, array: Any, meta: Meta, created_at: str | None = None):
         # Node's fields set here rather than through Node.__init__: every compiled call makes one per output.
@@ -156,6 +158,7 @@ class DataNode(Node):
         # SPMD: a split that does not divide the shape (jax holds no such buffer, so `array` is whole on each
         # device): the jax sharding each graph constrains this input to, so that XLA still splits the work.
         self.uneven = None
+        self.spmd_result = False  # not in the signature: the graph key stays the buffer's own sharding
 
     def signature(self) -> tuple:
         if self.sharding is not None:

@@ -8,13 +8,15 @@ import re
 
 from xladev.runtime.graph import backend
 
+REPLICATED = "{replicated}"
+
 
 def sharding_text(sharding, ndim: int) -> str:
     """PyTorch/XLA's text of a sharding: `{devices=[2,1]0,1}`, `{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}`,
     `{replicated}`; device numbers are `xla:N`'s N."""
     hlo = sharding._to_xla_hlo_sharding(ndim)
     if hlo.is_replicated():
-        return "{replicated}"
+        return REPLICATED
     index = {d.id: i for i, d in enumerate(backend.jax_devices())}
     # The HLO sharding numbers devices by their place in the sharding's device assignment (the mesh's
     # order), not by device id: a mesh of reordered devices must print its own order.
@@ -35,7 +37,7 @@ def parse_sharding_text(text: str) -> tuple[list[int], list[int], bool] | None:
       ValueError: not a sharding text this module writes.
     """
     text = text.strip()
-    if text == "{replicated}":
+    if text == REPLICATED:
         return None
     match = _TEXT.match(text)
     if match is None:
