@@ -6,8 +6,9 @@ and graph, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/X
 on every step from cumulative counts). The analysis blocks themselves are read by the format's own reader
 (`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step and counts it.
 The runtime's warning lines (a graph growing without a barrier, memory that keeps growing, torch.compile's graph
-breaks and recompilations) are lifted to the records they were written from and folded by the run's state
-(`DebugLog.run`), as an event log's records are.
+breaks and recompilations) and the lines of a graph that failed (its message, out-of-memory explainer and saved
+HLO) are lifted to the records they were written from and folded by the run's state (`DebugLog.run`), as an event
+log's records are.
 """
 
 from __future__ import annotations
@@ -129,8 +130,6 @@ class DebugLog(AnalysisBlockReader):
         self.profiler_first: dict[str, str] = {}
         self.not_lowered_ops: set[str] = set()
         self.fallback_sites: list[dict] = []
-        self.failures: list[dict] = []
-        self.out_of_memory: list[dict] = []
         self._failure: Failure | None = None  # the latest failure: its HLO's path may follow
         self._oom_open: dict | None = None  # the out-of-memory entry of the failure whose explainer lines follow
         self._summary = SummaryReader()
