@@ -39,8 +39,8 @@ def test_the_cause_of_a_block_is_its_cause_lines_only(tmp_path):
     path = tmp_path / "debug.txt"
     path.write_text("".join(f"{PREFIX}{line}\n" for line in BLOCK.strip("\n").splitlines()))
     debug = read_source(str(path)).debug
-    assert debug.execution_count == 1
-    [(site, cause, graph)] = debug.executions
+    assert debug.run.executions == 1
+    [(site, cause, graph)] = debug.run.causes.by_key
     assert cause == "user code trying to access tensor value before torch_xla.sync: .item()"
     assert (site, graph) == ("/home/user/run/ddp.py:7", "761dee9004455b5fd38a67b84d3fb327")
 

@@ -93,7 +93,7 @@ def test_debug_log_blocks_are_all_read(scenario):
     assert source.warnings == []
     debug = source.debug
     assert debug.compiles == text.count("Compilation Analysis: Compilation Cause")
-    assert debug.execution_count == text.count("Execution Analysis: Execution Cause")
+    assert debug.run.executions == text.count("Execution Analysis: Execution Cause")
     hashes = set(re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text))
     assert {event.graph_hash for event in debug.compile_events} == hashes
     assert all(event.site.startswith("/home/user/run/scenarios.py:") for event in debug.compile_events)

@@ -198,7 +198,7 @@ def test_every_output_is_read_whole(name):
         text = path.read_text()
         if path.name.endswith(".debug.txt"):
             assert source.debug.compiles == text.count("Compilation Analysis: Compilation Cause")
-            assert source.debug.execution_count == text.count("Execution Analysis: Execution Cause")
+            assert source.run.executions == text.count("Execution Analysis: Execution Cause")
         elif path.name.endswith(".metrics.txt"):
             assert len(load(str(path)).steps) == text.count("[MetricsData; step=")
         else:

@@ -204,7 +204,7 @@ def test_report_reads_the_event_log(training_log, capsys):
     assert len(compiles) == 2 and compiles[1].cause == "user torch_xla.sync" and not compiles[0].recompilation
     assert any("shape f32[5,7] -> f32[9,7]" in line and line.startswith("- ") for line in compiles[1].recompilation)
     assert compiles[1].sizes["input_bytes"] > 0
-    assert source.debug.executions
+    assert source.run.causes.by_key
     sites = report.compile_sites
     assert sites.iloc[0]["compiles"] >= 2
     assert report.findings  # the rules ran

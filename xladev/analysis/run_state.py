@@ -23,6 +23,7 @@ import collections
 import dataclasses
 
 from xladev.analysis import wall_time
+from xladev.analysis.execution_causes import ExecutionCauses
 from xladev.analysis.run_failures import RunFailures
 from xladev.analysis.run_warnings import RunWarnings
 from xladev.analysis.finding_model import SETUP_STEPS
@@ -221,6 +222,7 @@ class RunState:
         self.longest_compile_ns = 0
         self.compile_ns_by_step: list[tuple[int, int]] = []
         self.executions = 0
+        self.causes = ExecutionCauses()  # executions by (user site, cause, graph)
         self.longest_execute_ns = 0
         self.sites: dict[str, SiteCompiles] = {}
         self.graphs: dict[str, GraphState] = {}
@@ -399,6 +401,7 @@ class RunState:
     def _on_execute(self, record: rec.Execute) -> None:
         self.last_graph = (record.hash, record.site or "", "ran")
         self.executions += 1
+        self.causes.fold(record, self.line)
         self.longest_execute_ns = max(self.longest_execute_ns, record.execute_ns)
         self._spent("execute", record.execute_ns)
         graph = self._counted(record)

@@ -1,11 +1,11 @@
 """Reads PT_XLA_DEBUG output: analysis blocks, ``pt-xla-profiler:`` lines, the unlowered-op summary.
 
 The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded
-structures: every compile event up to MAX_COMPILE_EVENTS, executions aggregated by site, cause
-and graph, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
+structures: every compile event up to MAX_COMPILE_EVENTS, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
 on every step from cumulative counts). The analysis blocks themselves are read by the format's own reader
 (`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step and counts it.
-The runtime's warning lines (a graph growing without a barrier, memory that keeps growing, torch.compile's graph
+Each Execution Analysis block is lifted to the `execute` record it stands for, and the runtime's warning lines (a
+graph growing without a barrier, memory that keeps growing, torch.compile's graph
 breaks and recompilations) and the lines of a graph that failed (its message, out-of-memory explainer and saved
 HLO) are lifted to the records they were written from and folded by the run's state (`DebugLog.run`), as an event
 log's records are.
@@ -26,7 +26,6 @@ from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
 from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
 MAX_COMPILE_EVENTS = 20_000
-MAX_EXECUTION_KEYS = 50_000
 MAX_PROFILER_KINDS = 100
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
@@ -93,8 +92,6 @@ class DebugLog(AnalysisBlockReader):
     Attributes:
       compile_events: compile events in order (the first MAX_COMPILE_EVENTS).
       compiles: all compile events seen.
-      executions: (site, cause, graph_hash) -> [count, first line, inputs, outputs].
-      execution_count: all execution events seen.
       step_syncs: executions caused by a step barrier (an estimate of the steps).
       profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
         frequent``, ``Op(s) not lowered`` and so on.
@@ -102,8 +99,9 @@ class DebugLog(AnalysisBlockReader):
       profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
-      run: the run's state, which folds the records the runtime's warning lines were written from (its
-        `warnings`), and those of the graphs that failed with the out-of-memory messages (its `failures`).
+      run: the run's state, which folds the records the Execution Analysis blocks (its `executions` and
+        `causes`: executions by site, cause and graph), the runtime's warning lines (its `warnings`) and the
+        lines of the graphs that failed (its `failures`, with the out-of-memory messages) stand for.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -122,8 +120,6 @@ class DebugLog(AnalysisBlockReader):
         self.run = run if run is not None else RunState()
         self.compile_events: list[GraphEvent] = []
         self.compiles = 0
-        self.executions: dict[tuple[str, str, str], list] = {}
-        self.execution_count = 0
         self.step_syncs = 0
         self.profiler: dict[str, tuple[int, str, int]] = {}
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
@@ -138,7 +134,7 @@ class DebugLog(AnalysisBlockReader):
 
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
-        return not (self.compiles or self.execution_count or self.profiler or self.fallback_sites or self.run_summary
+        return not (self.compiles or self.run.executions or self.profiler or self.fallback_sites or self.run_summary
                     or self.run.failures or self.run.warnings)
 
     def add_out_of_memory(self, lineno: int, found: dict) -> dict | None:
@@ -249,15 +245,11 @@ class DebugLog(AnalysisBlockReader):
             if len(self.compile_events) < MAX_COMPILE_EVENTS:
                 self.compile_events.append(event)
             return
-        self.execution_count += 1
         if is_step_cause(event.cause):
             self.step_syncs += 1
-        key = (event.site, event.cause, event.graph_hash)
-        entry = self.executions.get(key)
-        if entry is not None:
-            entry[0] += 1
-        elif len(self.executions) < MAX_EXECUTION_KEYS:
-            self.executions[key] = [1, event.line, event.inputs, event.outputs]
+        site = f"{event.site} ({event.function})" if event.site and event.function else event.site
+        self.run.feed(rec.Execute(hash=event.graph_hash, inputs=event.inputs, outputs=event.outputs,
+                                  cause={"text": event.cause}, site=site), event.line)
 
     # ------------------------------------------------------------ other debug lines
 

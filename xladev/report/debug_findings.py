@@ -21,11 +21,11 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
     for source in sources:
         if source.debug is None:
             continue
-        for (site, cause, _), (count, line, _, _) in source.debug.executions.items():
+        for (site, cause, _), (count, line, _, _) in source.run.causes.by_key.items():
             if not is_step_cause(cause) and not is_program_cause(cause):
                 sites[(site, cause, source.name)] += count
                 first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
-        if not source.debug.executions:
+        if not source.run.causes.by_key:
             # No execution analyses (PT_XLA_DEBUG_LEVEL=1, or a pasted block): each compile ran its graph, for its cause.
             for event in source.debug.compile_events:
                 if event.cause and not is_step_cause(event.cause) and not is_program_cause(event.cause):
@@ -235,14 +235,14 @@ def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple 
         if not source.has_debug:
             continue
         causes = [event.cause for event in source.debug.compile_events]
-        causes += [cause for (_, cause, _) in source.debug.executions]
+        causes += [cause for (_, cause, _) in source.run.causes.by_key]
         if any(is_step_cause(cause) or is_program_cause(cause) for cause in causes):
             return None
         for event in source.debug.compile_events:
             if first is None and event.cause:
                 first = (short_site(event.site) if event.site else None, event.cause, event.inputs,
                          f"{source.name}:{event.line}")
-        for (site, cause, _), (count, line, inputs, _) in source.debug.executions.items():
+        for (site, cause, _), (count, line, inputs, _) in source.run.causes.by_key.items():
             if first is None and count:
                 first = (short_site(site) if site else None, cause, inputs, f"{source.name}:{line}")
     if first is not None:

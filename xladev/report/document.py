@@ -138,7 +138,7 @@ def _summary(report) -> list[tuple[str, str]]:
     logs = [source for source in report.sources if source.has_debug]
     if logs:
         compiles = sum(source.debug.compiles for source in logs)
-        executions = sum(source.debug.execution_count for source in logs)
+        executions = sum(source.run.executions for source in logs)
         summary.append(("Debug log", f"{compiles} compile and {executions} execution analyses"))
     summary += _memory_rows(report)
     if len(report.time_breakdowns) == 1:

@@ -7,11 +7,11 @@ into the structures the text readers fill:
 - counters and metrics (counted by the state through the schema's one table, the one the runtime's registry
   counts with), one snapshot per ``step`` record (the per-step series) and the last one in full;
 - a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
-  for a recompilation, the "Recompilation Cause" lines saying what changed), executions by site,
-  cause and graph, and the CPU fallback calls by site.
+  for a recompilation, the "Recompilation Cause" lines saying what changed), and the CPU fallback calls by site.
 
-The runtime's warnings (graph growing, memory growing, graph breaks, TorchDynamo recompilations) are not lowered:
-the rules read them from the state (`RunState.warnings`), where a PT_XLA_DEBUG log's warning lines are lifted too.
+The executions by site, cause and graph, the runtime's warnings (graph growing, memory growing, graph breaks,
+TorchDynamo recompilations) and the graphs that failed are not lowered: the rules read them from the state
+(`RunState.causes`, `.warnings`, `.failures`), where a PT_XLA_DEBUG log's blocks and lines are lifted too.
 
 This module reads files only: it never imports torch, jax or the runtime.
 """
@@ -137,15 +137,6 @@ class EventLogReplay:
     def _on_execute(self, record: rec.Execute) -> None:
         if len(self.trace.runs) < MAX_TRACE_RUNS:
             self.trace.runs.append((record.step, record.hash, record.site or "?"))
-        debug = self.source.debug
-        debug.execution_count += 1
-        site, _ = split_site(record.site)
-        key = (site, record.cause.get("text", ""), record.hash)
-        entry = debug.executions.get(key)
-        if entry is not None:
-            entry[0] += 1
-        elif len(debug.executions) < 50_000:
-            debug.executions[key] = [1, self.line, record.inputs, record.outputs]
 
     def _on_fallback(self, record: rec.Fallback) -> None:
         self.marks.add(record.step, "fallback", record.site or "", record.op, self.line, record.cpu_ns)

@@ -49,7 +49,7 @@ def _inputs(report) -> list[dict]:
              "contents": source.describe_kinds(), "bytes": source.size_bytes, "lines": source.lines,
              "reports": source.snapshots, "step_records": source.step_records,
              "debug_compiles": source.debug.compiles if source.debug else 0,
-             "debug_executions": source.debug.execution_count if source.debug else 0,
+             "debug_executions": source.run.executions if source.run is not None else 0,
              "warning_count": source.warning_count, "damage": source.damage, "problem": source.problem,
              # Who ran the graphs when not xladev (an `xladev attach` log's torch_xla), and what its log cannot hold.
              "runtime": source.runtime, "not_recorded": list(source.absent)}

@@ -160,7 +160,7 @@ class Report:
         """Execution Analysis blocks counted by site, cause and graph."""
         rows = [[source.name, source.rank, site, cause, graph_hash, count, line, inputs, outputs]
                 for source in self.sources if source.debug is not None
-                for (site, cause, graph_hash), (count, line, inputs, outputs) in source.debug.executions.items()]
+                for (site, cause, graph_hash), (count, line, inputs, outputs) in source.run.causes.by_key.items()]
         return pd.DataFrame(rows, columns=EXECUTION_COLUMNS)
 
     @functools.cached_property

@@ -99,7 +99,7 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
     events = [event for log in logs for event in log.compile_events]
     steps = sum(log.step_syncs for log in logs)
     facts = RunFacts(steps=steps, compiles=sum(log.compiles for log in logs),
-                     executions=sum(log.execution_count for log in logs),
+                     executions=sum(log.run.executions for log in logs),
                      graph_hashes={event.graph_hash for event in events})
     for log in logs:  # xladev's end-of-run summary counts exactly what the blocks only sample
         summary = log.run_summary

@@ -351,7 +351,7 @@ def _debug_ending(source: SourceResult) -> RunEnding | None:
         return None
     last = events[-1]
     # Without execution analyses (PT_XLA_DEBUG_LEVEL=1 prints compiles only) the log counts no step: none is claimed.
-    steps = debug.step_syncs if debug.execution_count else None
+    steps = debug.step_syncs if debug.run.executions else None
     return RunEnding(how="no end record", killed=True, steps=steps, graph=last.graph_hash,
                      site=last.site, doing="the last graph its log compiled", line=source.lines)
 
@@ -379,7 +379,7 @@ def _records_read(source: SourceResult) -> str:
     elif source.snapshots:
         parts.append(f"{source.snapshots} complete metrics report{'s' if source.snapshots != 1 else ''}")
     if source.has_debug and source.input_kind != "event-log":
-        parts.append(f"{source.debug.compiles} compile and {source.debug.execution_count} execution analyses")
+        parts.append(f"{source.debug.compiles} compile and {source.run.executions} execution analyses")
     return ", ".join(parts)
 
 

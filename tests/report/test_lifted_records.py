@@ -1,0 +1,50 @@
+"""One run's event log and its PT_XLA_DEBUG log fold into the same state: the debug log's blocks and lines are
+lifted to the records they were written from (executions by site, cause and graph), never the other way round."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.faults import runs
+from xladev.report import load
+from xladev.schema.sites import short_site
+
+TRAIN = textwrap.dedent("""
+    import torch, xladev
+    dev = xladev.device()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(8):
+        x = torch.randn(4 + step % 2, 16).to(dev)   # two shapes
+        loss = model(x).pow(2).mean()
+        if step % 3 == 0:
+            print(loss.item())                       # a read before the barrier: its own execution
+        loss.backward(); opt.step(); opt.zero_grad()
+        xladev.mark_step()
+""")
+
+
+@pytest.fixture(scope="module")
+def states(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lifted")
+    env = runs.environment(XLADEV_EVENT_LOG=str(tmp / "run.jsonl"), PT_XLA_DEBUG_LEVEL="2",
+                           PT_XLA_DEBUG_FILE=str(tmp / "debug.txt"))
+    done = runs.run([runs.write_script(tmp, TRAIN)], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tuple(load(str(tmp / name)).sources[0].run for name in ("run.jsonl", "debug.txt"))
+
+
+def _causes(state) -> dict:
+    return {(short_site(site), cause, graph): entry[0] for (site, cause, graph), entry in state.causes.by_key.items()}
+
+
+def test_the_debug_logs_executions_fold_as_the_event_logs(states):
+    from_log, from_debug = states
+    assert from_debug.executions == from_log.executions == sum(_causes(from_log).values())
+    assert _causes(from_debug) == _causes(from_log)
+    reads = {key: n for key, n in _causes(from_log).items() if "access tensor value" in key[1]}
+    # steps 0, 3 and 6 read the loss before their barrier, at its line
+    assert sum(reads.values()) == 3 and {site for site, _, _ in reads} == {"train.py:11"}, _causes(from_log)
