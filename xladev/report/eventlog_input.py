@@ -70,7 +70,7 @@ class EventLogReplay:
         self.max_rows = max_rows
         source.series = self.series = StepSeries(max_rows=max_rows)  # a row per step record
         self.step_rows = 0
-        source.debug = DebugLog(source.warn, self.state)  # the state folds the runtime's warnings too
+        source.debug = DebugLog(source.warn, self.state)  # one state: the rules read its causes, warnings, failures
         source.trace = self.trace = RankTrace()
         source.marks = self.marks = MarkLog()
         self.line = 0
