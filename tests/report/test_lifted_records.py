@@ -1,5 +1,6 @@
 """One run's event log and its PT_XLA_DEBUG log fold into the same state: the debug log's blocks and lines are
-lifted to the records they were written from (executions by site, cause and graph), never the other way round."""
+lifted to the records they were written from (executions by site, cause and graph; the steps), never the other way
+round."""
 
 from __future__ import annotations
 
@@ -48,3 +49,8 @@ def test_the_debug_logs_executions_fold_as_the_event_logs(states):
     reads = {key: n for key, n in _causes(from_log).items() if "access tensor value" in key[1]}
     # steps 0, 3 and 6 read the loss before their barrier, at its line
     assert sum(reads.values()) == 3 and {site for site, _, _ in reads} == {"train.py:11"}, _causes(from_log)
+
+
+def test_the_debug_logs_step_barriers_are_the_event_logs_steps(states):
+    from_log, from_debug = states
+    assert from_debug.steps == from_log.steps == 8  # each barrier ran a graph, so each left a block

@@ -1,14 +1,16 @@
 """Reads PT_XLA_DEBUG output: analysis blocks, ``pt-xla-profiler:`` lines, the unlowered-op summary.
 
-The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded
-structures: every compile event up to MAX_COMPILE_EVENTS, and only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them
-on every step from cumulative counts). The analysis blocks themselves are read by the format's own reader
-(`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step and counts it.
-Each Execution Analysis block is lifted to the `execute` record it stands for, and the runtime's warning lines (a
-graph growing without a barrier, memory that keeps growing, torch.compile's graph
-breaks and recompilations) and the lines of a graph that failed (its message, out-of-memory explainer and saved
-HLO) are lifted to the records they were written from and folded by the run's state (`DebugLog.run`), as an event
-log's records are.
+The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded structures:
+every compile event up to MAX_COMPILE_EVENTS, and only the latest ``pt-xla-profiler:`` line of each kind
+(PyTorch/XLA repeats them on every step from cumulative counts). The analysis blocks themselves are read by the
+format's own reader (`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step
+and counts it.
+
+What an event log holds as records is lifted to those records and folded by the run's state (`DebugLog.run`), as
+an event log's are: each Execution Analysis block is the `execute` record it stands for (and a step barrier's
+also the `step` record after it); the runtime's warning lines (a graph growing without a barrier, memory that
+keeps growing, torch.compile's graph breaks and recompilations) and the lines of a graph that failed (its
+message, out-of-memory explainer and saved HLO) are the records they were written from.
 """
 
 from __future__ import annotations
@@ -92,7 +94,6 @@ class DebugLog(AnalysisBlockReader):
     Attributes:
       compile_events: compile events in order (the first MAX_COMPILE_EVENTS).
       compiles: all compile events seen.
-      step_syncs: executions caused by a step barrier (an estimate of the steps).
       profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
         frequent``, ``Op(s) not lowered`` and so on.
       profiler_numbers: message kind -> parsed numbers of its latest line.
@@ -120,7 +121,6 @@ class DebugLog(AnalysisBlockReader):
         self.run = run if run is not None else RunState()
         self.compile_events: list[GraphEvent] = []
         self.compiles = 0
-        self.step_syncs = 0
         self.profiler: dict[str, tuple[int, str, int]] = {}
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
         self.profiler_first: dict[str, str] = {}
@@ -191,6 +191,12 @@ class DebugLog(AnalysisBlockReader):
         return False
 
     @property
+    def step_syncs(self) -> int:
+        """The steps: an event log's step records, or a debug log's executions caused by a step barrier (an
+        estimate: a barrier with nothing to run writes no block)."""
+        return self.run.steps
+
+    @property
     def run_summary(self) -> dict | None:
         """xladev's end-of-run summary, when the log has one (`debug_summary.SummaryReader`)."""
         return self._summary.summary
@@ -245,11 +251,11 @@ class DebugLog(AnalysisBlockReader):
             if len(self.compile_events) < MAX_COMPILE_EVENTS:
                 self.compile_events.append(event)
             return
-        if is_step_cause(event.cause):
-            self.step_syncs += 1
         site = f"{event.site} ({event.function})" if event.site and event.function else event.site
         self.run.feed(rec.Execute(hash=event.graph_hash, inputs=event.inputs, outputs=event.outputs,
                                   cause={"text": event.cause}, site=site), event.line)
+        if is_step_cause(event.cause):  # the barrier's step ended with its graph: the record an event log holds
+            self.run.feed(rec.Step(step=self.run.steps, cause={"text": event.cause}, site=site), event.line)
 
     # ------------------------------------------------------------ other debug lines
 

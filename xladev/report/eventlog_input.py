@@ -146,7 +146,6 @@ class EventLogReplay:
         self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
 
     def _on_step(self, record: rec.Step) -> None:
-        self.source.debug.step_syncs = self.state.steps
         self._snapshot()
 
     def _on_failed(self, record: rec.CompileFailed | rec.ExecuteFailed) -> None:
