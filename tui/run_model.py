@@ -15,7 +15,8 @@ import collections
 import time
 from typing import Callable
 
-from xladev.analysis.run_state import GraphState, Recompilation
+from xladev.analysis.run_failures import failure_verb
+from xladev.analysis.run_parts import GraphState, Recompilation
 from xladev.schema import records as rec
 from xladev.schema import log_header
 from xladev.schema.record_wording import layout_lines
@@ -259,7 +260,7 @@ def _graph_row(g: GraphState, ir: str) -> GraphRow:
 
 def _failure_text(record: rec.CompileFailed | rec.ExecuteFailed) -> str:
     message = record.message.splitlines()
-    verb = "failed to compile" if isinstance(record, rec.CompileFailed) else "failed while running"
+    verb = failure_verb(record)
     return (f"step {record.step} {short_site(record.site)}: graph {record.hash[:12]} "
             f"{verb}: {message[0] if message else ''} (HLO: {record.hlo_path or '?'})")
 

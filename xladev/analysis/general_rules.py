@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from xladev.analysis import fallback_reasons
 from xladev.schema import units
 from xladev.schema.counters import ITEM_COUNTER
+from xladev.schema.debug_text import FAILURE_VERBS
 from xladev.analysis.finding_model import (
     CACHE_MISS_PER_STEP, COMPILE_TOO_SLOW_NS, ERROR, EXECUTE_TOO_SLOW_NS, FALLBACK_PER_STEP_WARNING, Finding,
     GRAPH_GROWING, GRAPH_GROWTH_RATIO, HUGE_GRAPH_NODES, INFO, PENDING_OPS_STEP_FACTOR, SETUP_STEPS,
@@ -344,7 +345,7 @@ def failure_finding(*, kind: str, count: int, failures: Sequence[Mapping]) -> Fi
     if count <= 0:
         return None
     compile_kind = kind == "compile"
-    what = "failed to compile" if compile_kind else "failed while running"
+    what = FAILURE_VERBS[kind]
     evidence = [f"graph {f.get('hash', '?')[:16]}: {f.get('message') or 'no message'}"
                 + (f" (at {f['site']})" if f.get("site") else "") + (f"; HLO: {f['hlo_path']}" if f.get("hlo_path") else "")
                 for f in failures[:5]]

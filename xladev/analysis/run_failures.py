@@ -13,9 +13,20 @@ import dataclasses
 
 from xladev.analysis.memory_rules import add_out_of_memory, parse_out_of_memory
 from xladev.schema import records as rec
+from xladev.schema.debug_text import FAILURE_VERBS
 from xladev.schema.sites import split_site
 
 MAX_OUT_OF_MEMORY = 100  # distinct out-of-memory messages kept (PyTorch/XLA logs each one several times)
+
+
+def failure_kind(record: rec.CompileFailed | rec.ExecuteFailed) -> str:
+    """``compile`` or ``execute``: the kind of a failure's record."""
+    return "compile" if isinstance(record, rec.CompileFailed) else "execute"
+
+
+def failure_verb(record: rec.CompileFailed | rec.ExecuteFailed) -> str:
+    """What happened to the graph, in the words PT_XLA_DEBUG prints (`failed to compile`)."""
+    return FAILURE_VERBS[failure_kind(record)]
 
 
 @dataclasses.dataclass
@@ -35,7 +46,7 @@ class Failure:
     @property
     def kind(self) -> str:
         """``compile`` or ``execute``."""
-        return "compile" if isinstance(self.record, rec.CompileFailed) else "execute"
+        return failure_kind(self.record)
 
     def facts(self) -> dict:
         """What `analysis.failure_finding` reads of it: hash, message (its first line), hlo_path, site."""

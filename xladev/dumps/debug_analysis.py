@@ -100,8 +100,8 @@ class DebugLog(AnalysisBlockReader):
       profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
-      run: the run's state, which folds the records the Execution Analysis blocks (its `executions` and
-        `causes`: executions by site, cause and graph), the runtime's warning lines (its `warnings`) and the
+      run: the run's state, which folds the records the Execution Analysis blocks (its `executions`, `steps`
+        and `causes`: executions by site, cause and graph), the runtime's warning lines (its `warnings`) and the
         lines of the graphs that failed (its `failures`, with the out-of-memory messages) stand for.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and

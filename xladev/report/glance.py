@@ -21,7 +21,7 @@ import dataclasses
 
 from xladev.analysis import wall_time
 from xladev.report.eventlog_input import MAX_STEP_TIMES
-from xladev.analysis.run_state import GraphState
+from xladev.analysis.run_parts import GraphState
 from xladev.report.marks import KINDS, LABELS, MarkLog, StepMark
 from xladev.schema.record_wording import step_window
 from xladev.schema.sites import short_site

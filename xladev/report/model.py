@@ -15,7 +15,8 @@ from xladev.analysis import input_rules
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
     from xladev.schema.metrics_text import MetricBlock
-    from xladev.analysis.run_state import GraphState, RunState
+    from xladev.analysis.run_parts import GraphState
+    from xladev.analysis.run_state import RunState
     from xladev.report.marks import MarkLog
     from xladev.report.series import StepSeries
     from xladev.analysis.wall_time import TimeBreakdown

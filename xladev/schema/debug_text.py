@@ -142,8 +142,10 @@ def post_compilation_block(memory: dict) -> str:
 
 # A graph that failed, written outside any block: what happened to it, then where its HLO was saved.
 FAILED_TO_COMPILE, FAILED_WHILE_RUNNING, COULD_NOT_RUN = "failed to compile", "failed while running", "could not run"
-_FAILURE_RE = re.compile(r"graph (\w+) (failed to compile|failed while running|could not run)"
-                         r"(?: \((?:[^()]|\([^()]*\))*\))?: ?(.*)$")  # the optional part: which process, in ()
+FAILURE_VERBS = {"compile": FAILED_TO_COMPILE, "execute": FAILED_WHILE_RUNNING}  # by a failure's kind
+_FAILURE_RE = re.compile(r"graph (\w+) (" + "|".join(map(re.escape, (FAILED_TO_COMPILE, FAILED_WHILE_RUNNING,
+                                                                      COULD_NOT_RUN)))
+                         + r")(?: \((?:[^()]|\([^()]*\))*\))?: ?(.*)$")  # the optional part: which process, in ()
 _FAILURE_HLO_RE = re.compile(r"its HLO is saved at (.+)$")
 
 
