@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from xladev.schema.sites import short_site
+from xladev.schema.record_wording import change_headline
 from xladev.schema.units import COUNT, compact_time_ns
 
 # Run states.
@@ -37,7 +38,7 @@ class Alert:
 
     @property
     def headline(self) -> str:
-        return self.changes[0] if self.changes else "graph changed"
+        return change_headline(self.changes)
 
     def text(self) -> str:
         """One line: where, when and what changed."""

@@ -148,13 +148,14 @@ def test_batch_size_change_names_input_dim_and_line(analysis):
     # the graph info and frames after it (every recompiled graph lost its hash and site that way).
     from xladev.report.inputs import read_source
 
-    debug = read_source(str(analysis.path())).debug
+    compiled = read_source(str(analysis.path())).run.compiled  # each block lifted to its compile record
     hashes = re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text)
-    assert [event.graph_hash for event in debug.compile_events] == hashes
-    recompiled = [event for event in debug.compile_events if event.recompilation]
+    assert [event.graph_hash for event in compiled] == hashes
+    recompiled = [event for event in compiled if event.changes]
     assert recompiled and all(event.site == f"{HERE}:{line_of(HERE, 'xladev.mark_step()  # batch barrier')}"
-                              and event.frames for event in recompiled)
-    assert all(not any(r.startswith(("Graph Hash", "Graph Info", "Python Frame")) for r in event.recompilation)
+                              for event in recompiled)
+    assert all(event.record.recompile["previous"] in hashes and event.step_known for event in recompiled)
+    assert all(not any(r.startswith(("Graph Hash", "Graph Info", "Python Frame")) for r in event.changes)
                for event in recompiled)
 
 

@@ -95,16 +95,16 @@ def test_debug_log_blocks_are_all_read(scenario):
     assert debug.compiles == text.count("Compilation Analysis: Compilation Cause")
     assert debug.run.executions == text.count("Execution Analysis: Execution Cause")
     hashes = set(re.findall(r"Compilation Analysis:   Graph Hash: (\w+)", text))
-    assert {event.graph_hash for event in debug.compile_events} == hashes
-    assert all(event.site.startswith("/home/user/run/scenarios.py:") for event in debug.compile_events)
-    assert all(event.computation_hash and event.sizes for event in debug.compile_events)
+    assert {event.graph_hash for event in debug.run.compiled} == hashes
+    assert all(event.site.startswith("/home/user/run/scenarios.py:") for event in debug.run.compiled)
+    assert all(event.computation_hash and event.sizes for event in debug.run.compiled)
     printed = [line.split("pt-xla-profiler: ", 1)[1].rstrip() for line in text.splitlines()
                if line.startswith("pt-xla-profiler: ")]
     assert sum(times for _, _, times in debug.profiler.values()) == len(printed)
     sizes = re.findall(r"Post Compilation Analysis: Graph input size: (\S+) GB", text)
-    assert [f"{event.sizes['input_bytes'] / 1024**3:.6f}" for event in debug.compile_events] == sizes
+    assert [f"{event.sizes['input_bytes'] / 1024**3:.6f}" for event in debug.run.compiled] == sizes
     inputs = re.findall(r"Compilation Analysis:   Number of Graph Inputs: (\d+)", text)
-    assert [event.inputs for event in debug.compile_events] == [int(n) for n in inputs]
+    assert [event.inputs for event in debug.run.compiled] == [int(n) for n in inputs]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

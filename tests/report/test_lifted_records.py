@@ -54,3 +54,29 @@ def test_the_debug_logs_executions_fold_as_the_event_logs(states):
 def test_the_debug_logs_step_barriers_are_the_event_logs_steps(states):
     from_log, from_debug = states
     assert from_debug.steps == from_log.steps == 8  # each barrier ran a graph, so each left a block
+
+
+def _compiled(state) -> list[tuple]:
+    return [(e.graph_hash, short_site(e.record.site), e.cause, e.inputs, e.outputs, e.changes, e.steps_before)
+            for e in state.compiled]
+
+
+def test_the_debug_logs_compiles_fold_as_the_event_logs(states):
+    """Each Compilation Analysis block is its compile record: graph, line, cause, signature, what changed and its
+    step, and the sizes of its Post Compilation block, in the record's keys."""
+    from_log, from_debug = states
+    assert from_debug.compiles == from_log.compiles == len(from_log.compiled)
+    assert _compiled(from_debug) == _compiled(from_log)
+    changed = [e for e in from_log.compiled if e.changes]
+    # the second shape recompiled the step's graphs, saying what changed: the batch's rows
+    assert changed and any("(dim 0: 4 -> 5)" in change for e in changed for change in e.changes), _compiled(from_log)
+    # a debug log names a compile's step only in xladev's recompilation cause; the others are its barriers counted
+    assert [e.step_known for e in from_debug.compiled] == [bool(e.changes) for e in from_debug.compiled]
+    for printed, recorded in zip(from_debug.compiled, from_log.compiled):
+        assert printed.record.memory.keys() == recorded.record.memory.keys() != set()
+        for key, size in recorded.record.memory.items():  # printed in GB with six decimals
+            assert abs(printed.record.memory[key] - size) <= 0.5e-6 * 1024**3
+    assert ([(short_site(r.site), r.graph_hash, r.previous, r.changes, r.step) for r in from_debug.recompilations]
+            == [(short_site(r.site), r.graph_hash, r.previous, r.changes, r.step) for r in from_log.recompilations])
+    assert ([(short_site(site), n) for site, n, _ in from_debug.compiles_per_site()]
+            == [(short_site(site), n) for site, n, _ in from_log.compiles_per_site()])

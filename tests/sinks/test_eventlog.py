@@ -200,9 +200,9 @@ def test_report_reads_the_event_log(training_log, capsys):
     assert counters["MarkStep"] == 6 and counters["aten::_local_scalar_dense"] == 6
     assert source.final.metrics["CompileTime"].total_samples >= 2
     assert len(source.series) == 6 and source.series.last["steps"] == 6
-    compiles = [e for e in source.debug.compile_events if e.function == "_train"]
-    assert len(compiles) == 2 and compiles[1].cause == "user torch_xla.sync" and not compiles[0].recompilation
-    assert any("shape f32[5,7] -> f32[9,7]" in line and line.startswith("- ") for line in compiles[1].recompilation)
+    compiles = [e for e in source.run.compiled if e.function == "_train"]
+    assert len(compiles) == 2 and compiles[1].cause == "user torch_xla.sync" and not compiles[0].changes
+    assert any("shape f32[5,7] -> f32[9,7]" in change for change in compiles[1].changes)
     assert compiles[1].sizes["input_bytes"] > 0
     assert source.run.causes.by_key
     sites = report.compile_sites

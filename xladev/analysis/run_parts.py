@@ -1,11 +1,14 @@
 """The parts of a run's state (`xladev.analysis.run_state.RunState`): one graph, the compiles of one trigger site,
-a recompilation, and the device→host reads at one line. Plain data, filled by the state's folds."""
+a recompilation, one compile as it was read, and the device→host reads at one line. Plain data, filled by the
+state's folds."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from xladev.schema import memory as memory_sizes
+from xladev.schema import memory as memory_sizes, records as rec
+from xladev.schema.record_wording import change_headline
+from xladev.schema.sites import split_site
 
 
 @dataclasses.dataclass
@@ -33,7 +36,78 @@ class Recompilation:
     compile_ns_at_site: int
 
     def headline(self) -> str:
-        return self.changes[0] if self.changes else "graph changed"
+        return change_headline(self.changes)
+
+
+@dataclasses.dataclass(slots=True)
+class CompileSeen:
+    """One compile, in the order the input holds them: its record (an event log's, or the one a PT_XLA_DEBUG
+    Compilation Analysis block is lifted to) and where it was read.
+
+    Attributes:
+      record: the compile record.
+      line: its input line (a block's first line).
+      steps_before: the steps the input counted before it: its 0-based step.
+      step_known: True when `steps_before` is the step the input names (an event log's, or a step named by
+        xladev's recompilation cause), not a count of the step barriers a debug log happened to show.
+      computation_hash: the ``Computation hash:`` PyTorch/XLA prints before a compile's memory analysis.
+    """
+
+    record: rec.Compile
+    line: int
+    steps_before: int
+    step_known: bool = True
+    computation_hash: str = ""
+
+    @property
+    def graph_hash(self) -> str:
+        return self.record.hash
+
+    @property
+    def cause(self) -> str:
+        return self.record.cause.get("text", "")
+
+    @property
+    def inputs(self) -> int | None:
+        return self.record.inputs
+
+    @property
+    def outputs(self) -> int | None:
+        return self.record.outputs
+
+    @property
+    def site(self) -> str:
+        """The user's line, ``file:line`` ("" when the input names none)."""
+        return split_site(self.record.site)[0]
+
+    @property
+    def function(self) -> str:
+        return split_site(self.record.site)[1]
+
+    @property
+    def name(self) -> str:
+        return self.record.name or ""
+
+    @property
+    def where(self) -> str:
+        """The site, and the graph's name when it has one: a compiled region's or a torch.compile graph's two
+        syncs at one line are two places, not one graph recompiled."""
+        site = self.site or "?"
+        return f"{site}, graph {self.name}" if self.name else site
+
+    @property
+    def sizes(self) -> dict[str, float]:
+        """XLA's memory analysis in bytes, under the report's column names (`xladev.schema.memory.SIZES`)."""
+        return {memory_sizes.SIZES[key].column: float(value) for key, value in self.record.memory.items()
+                if key in memory_sizes.SIZES and isinstance(value, (int, float))}
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """What changed since the site's previous graph, for a recompilation (else empty)."""
+        recompile = self.record.recompile
+        if not recompile:
+            return ()
+        return tuple(str(change) for change in recompile.get("changes") or ()) or (change_headline(()),)
 
 
 @dataclasses.dataclass

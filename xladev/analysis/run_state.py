@@ -8,7 +8,8 @@ reader of a run needs:
   registry counts them;
 - steps: their count, wall time, the time of each part of a step (`xladev.analysis.wall_time.PARTS`) and the
   device memory the runtime sampled at their ends;
-- compiles per trigger site and per graph, with each recompilation's cause; executions per graph;
+- compiles in order (the first `Limits.compiles`), per trigger site and per graph, with each recompilation's
+  cause; executions per graph;
 - device→host reads per (kind, line), and which of them came after set-up;
 - CPU fallback calls per (op, line), and their CPU time;
 - the runtime's warnings (`run_warnings`), failures (`run_failures`), profiles, lost ranks, how the log ended.
@@ -25,7 +26,7 @@ import dataclasses
 from xladev.analysis import wall_time
 from xladev.analysis.execution_causes import ExecutionCauses
 from xladev.analysis.run_failures import RunFailures, failure_verb
-from xladev.analysis.run_parts import GraphState, Recompilation, SiteCompiles, TransferSite
+from xladev.analysis.run_parts import CompileSeen, GraphState, Recompilation, SiteCompiles, TransferSite
 from xladev.analysis.run_warnings import RunWarnings
 from xladev.analysis.finding_model import SETUP_STEPS
 from xladev.schema import records as rec
@@ -47,6 +48,7 @@ class Limits:
       profiles: profile records kept.
       failures: compile and execution failures kept.
       graph_texts: graphs whose IR text is kept, and the characters kept of each.
+      compiles: compile records kept in order (`RunState.compiled`).
     """
 
     step_times: int = 100_000
@@ -56,6 +58,7 @@ class Limits:
     profiles: int = 1000
     failures: int = 1000
     graph_texts: tuple[int, int] = (2_000, 200_000)
+    compiles: int = 20_000
 
 
 class MetricTotal:
@@ -119,6 +122,7 @@ class RunState:
         self.graphs: dict[str, GraphState] = {}
         self.graph_texts: dict[str, str] = {}
         self.recompilations: list[Recompilation] = []
+        self.compiled: list[CompileSeen] = []  # the first `limits.compiles`, in order
         self.compiling: dict[str, rec.CompileStart] = {}  # started, not yet compiled or failed
         # the last graph the log names: (hash, user's line, compiling / compiled / ran / failed)
         self.last_graph: tuple[str, str, str] = ("", "", "")
@@ -257,6 +261,8 @@ class RunState:
         self.longest_compile_ns = max(self.longest_compile_ns, record.compile_ns)
         self.compile_ns_by_step.append((record.step, record.compile_ns))
         self._spent("compile", record.compile_ns)
+        if len(self.compiled) < self.limits.compiles:
+            self.compiled.append(CompileSeen(record, self.line, self.steps))
         entry = self.sites.get(site)
         if entry is None:
             entry = self.sites[site] = SiteCompiles(record.step, record.step)

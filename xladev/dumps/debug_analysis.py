@@ -1,14 +1,15 @@
 """Reads PT_XLA_DEBUG output: analysis blocks, ``pt-xla-profiler:`` lines, the unlowered-op summary.
 
 The reader is fed one decoded line at a time (`DebugLog.feed`) and keeps what it needs in bounded structures:
-every compile event up to MAX_COMPILE_EVENTS, and only the latest ``pt-xla-profiler:`` line of each kind
-(PyTorch/XLA repeats them on every step from cumulative counts). The analysis blocks themselves are read by the
-format's own reader (`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step
-and counts it.
+only the latest ``pt-xla-profiler:`` line of each kind (PyTorch/XLA repeats them on every step from cumulative
+counts). The analysis blocks themselves are read by the format's own reader
+(`xladev.schema.debug_text.AnalysisBlockReader`); this one gives each block its site and step.
 
 What an event log holds as records is lifted to those records and folded by the run's state (`DebugLog.run`), as
-an event log's are: each Execution Analysis block is the `execute` record it stands for (and a step barrier's
-also the `step` record after it); the runtime's warning lines (a graph growing without a barrier, memory that
+an event log's are: each Compilation Analysis block is the `compile` record it stands for (with the sizes of its
+Post Compilation Analysis block, and what changed when xladev's recompilation cause says it), each Execution
+Analysis block the `execute` record (and a step barrier's also the `step` record after it); the runtime's warning
+lines (a graph growing without a barrier, memory that
 keeps growing, torch.compile's graph breaks and recompilations) and the lines of a graph that failed (its
 message, out-of-memory explainer and saved HLO) are the records they were written from.
 """
@@ -23,11 +24,9 @@ from xladev.analysis.run_failures import Failure
 from xladev.analysis.run_state import RunState
 from xladev.analysis.run_warnings import record_of_line
 from xladev.dumps.debug_summary import SummaryReader
-from xladev.schema import debug_text, records as rec
+from xladev.schema import debug_text, memory as memory_sizes, record_wording, records as rec
 from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
-from xladev.schema.record_wording import RECOMPILED_IN_STEP_RE
 
-MAX_COMPILE_EVENTS = 20_000
 MAX_PROFILER_KINDS = 100
 
 # xladev's end-of-run summary (PT_XLA_DEBUG_LEVEL >= 1, sinks/pt_xla_debug/sink.py `summary_text`).
@@ -92,16 +91,18 @@ class DebugLog(AnalysisBlockReader):
     """PT_XLA_DEBUG output read from one input.
 
     Attributes:
-      compile_events: compile events in order (the first MAX_COMPILE_EVENTS).
-      compiles: all compile events seen.
+      compiles: the compiles read (`run.compiled` keeps them in order, each with its line and step).
       profiler: message kind -> (line, message, times seen); kinds are ``CompileTime too
         frequent``, ``Op(s) not lowered`` and so on.
       profiler_numbers: message kind -> parsed numbers of its latest line.
       profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
       not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
       fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
-      run: the run's state, which folds the records the Execution Analysis blocks (its `executions`, `steps`
-        and `causes`: executions by site, cause and graph), the runtime's warning lines (its `warnings`) and the
+      written_by_xladev: True once a block marks the user's frame (``> ``), as xladev's analysis does and
+        PyTorch/XLA's never does.
+      run: the run's state, which folds the records the Compilation Analysis blocks (its `compiled`, `sites`
+        and `recompilations`), the Execution Analysis blocks (its `executions`, `steps` and `causes`: executions by
+        site, cause and graph), the runtime's warning lines (its `warnings`) and the
         lines of the graphs that failed (its `failures`, with the out-of-memory messages) stand for.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
@@ -119,8 +120,9 @@ class DebugLog(AnalysisBlockReader):
         """
         super().__init__(warn)
         self.run = run if run is not None else RunState()
-        self.compile_events: list[GraphEvent] = []
-        self.compiles = 0
+        # a compile block, before its memory analysis: its record, its block and whether the block named its step
+        self._unsized: tuple[rec.Compile, GraphEvent, bool] | None = None
+        self.written_by_xladev = False
         self.profiler: dict[str, tuple[int, str, int]] = {}
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
         self.profiler_first: dict[str, str] = {}
@@ -191,6 +193,11 @@ class DebugLog(AnalysisBlockReader):
         return False
 
     @property
+    def compiles(self) -> int:
+        """The compiles read: an event log's compile records, or a debug log's Compilation Analysis blocks."""
+        return self.run.compiles + (self._unsized is not None)
+
+    @property
     def step_syncs(self) -> int:
         """The steps: an event log's step records, or a debug log's executions caused by a step barrier (an
         estimate: a barrier with nothing to run writes no block)."""
@@ -223,6 +230,7 @@ class DebugLog(AnalysisBlockReader):
 
     def _outside_block(self, lineno: int, stripped: str) -> None:
         """xladev's lines for a graph that failed, written outside any block: the failure, then its HLO's path."""
+        self._flush_compile()  # folded before the failure, as it was written
         failed = debug_text.failure_of(stripped)
         if failed:  # xladev's lines for a graph XLA rejected, that failed while running, or was refused
             graph_hash, kind, message = failed
@@ -238,24 +246,47 @@ class DebugLog(AnalysisBlockReader):
                 self._failure.out_of_memory.setdefault("hlo_path", saved)
 
     def _emit(self, event: GraphEvent) -> None:
-        """A block closed: its site and step are set, and it is counted (compiles kept, executions by key)."""
+        """A block closed: its site and step are set, and it is lifted to the record it stands for."""
+        self._flush_compile()  # a compile before this block is whole: its memory analysis came right after it
         if event.frames and _DYNAMO_BRIDGE_RE.search(event.frames[0]) and _VALUE_READ_RE.search(event.cause):
             event.cause = f"{DYNAMO_INPUT_SYNC} (PyTorch/XLA printed: {event.cause})"
         marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
+        self.written_by_xladev = self.written_by_xladev or bool(marked)
         event.site, event.function = user_site(marked or event.frames)
-        named = RECOMPILED_IN_STEP_RE.match(event.recompilation[0]) if event.recompilation else None
-        event.step_known = named is not None
-        event.steps_before = int(named.group(1)) if named else self.step_syncs
-        if event.kind == "compile":
-            self.compiles += 1
-            if len(self.compile_events) < MAX_COMPILE_EVENTS:
-                self.compile_events.append(event)
-            return
+        recompile, named = record_wording.recompile_of_lines(event.recompilation) if event.recompilation else (None, None)
         site = f"{event.site} ({event.function})" if event.site and event.function else event.site
+        if event.kind == "compile":  # fed once its Post Compilation Analysis block is read (`_flush_compile`)
+            # its step: the one xladev's recompilation cause names, else the barriers' blocks counted so far
+            step = named if named is not None else self.step_syncs
+            self._unsized = (rec.Compile(step=step, hash=event.graph_hash, inputs=event.inputs, outputs=event.outputs,
+                                         cause={"text": event.cause}, site=site, recompile=recompile,
+                                         name=event.name or None), event, named is not None)
+            return
         self.run.feed(rec.Execute(hash=event.graph_hash, inputs=event.inputs, outputs=event.outputs,
                                   cause={"text": event.cause}, site=site), event.line)
         if is_step_cause(event.cause):  # the barrier's step ended with its graph: the record an event log holds
             self.run.feed(rec.Step(step=self.run.steps, cause={"text": event.cause}, site=site), event.line)
+
+    def _flush_compile(self) -> None:
+        """Folds the compile block read last, with the sizes of its Post Compilation Analysis block (XLA's memory
+        analysis, in the record's keys) and the computation hash printed before them."""
+        if self._unsized is None:
+            return
+        record, event, step_known = self._unsized
+        self._unsized = None
+        record.memory = {key: event.sizes[size.column] for key, size in memory_sizes.SIZES.items()
+                         if size.column in event.sizes}
+        kept = len(self.run.compiled)
+        self.run.feed(record, event.line)
+        if len(self.run.compiled) > kept:  # the input's step, where it names one, and what only the text holds
+            seen = self.run.compiled[-1]
+            seen.steps_before, seen.step_known = record.step, step_known
+            seen.computation_hash = event.computation_hash
+
+    def finish(self) -> None:
+        """Closes blocks left open at the end of the input (a warning each), and folds the last compile."""
+        super().finish()
+        self._flush_compile()
 
     # ------------------------------------------------------------ other debug lines
 

@@ -10,6 +10,8 @@ import dataclasses
 import enum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from xladev.schema.record_wording import change_headline
+
 if TYPE_CHECKING:
     from xladev.graphdiff import GraphSummary
 
@@ -211,7 +213,7 @@ class Recompile(Event):
     compile_ns_at_site: int
 
     def headline(self) -> str:
-        return self.changes[0] if self.changes else "graph changed"
+        return change_headline(self.changes)
 
 
 @dataclasses.dataclass(slots=True)

@@ -27,7 +27,7 @@ def _value_read_sites(sources: list[SourceResult]) -> tuple[Counter, dict]:
                 first_lines.setdefault((site, cause, source.name), f"{source.name}:{line}")
         if not source.run.causes.by_key:
             # No execution analyses (PT_XLA_DEBUG_LEVEL=1, or a pasted block): each compile ran its graph, for its cause.
-            for event in source.debug.compile_events:
+            for event in source.run.compiled:
                 if event.cause and not is_step_cause(event.cause) and not is_program_cause(event.cause):
                     sites[(event.site, event.cause, source.name)] += 1
                     first_lines.setdefault((event.site, event.cause, source.name), f"{source.name}:{event.line}")
@@ -57,7 +57,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
     by_rule = {finding.rule: finding for finding in findings}
     compile_sites: dict[str, list] = {}
     for source in logs:
-        for event in source.debug.compile_events:
+        for event in source.run.compiled:
             entry = compile_sites.setdefault(event.where, [0, set(), set(), source.name, event.line, set()])
             entry[0] += 1
             entry[1].add(event.graph_hash)
@@ -78,10 +78,9 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
         # xladev's debug logs and event logs say what changed at each recompilation: the latest per site.
         latest: dict[str, list[str]] = {}
         for source in logs:
-            for event in source.debug.compile_events:
-                changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
-                if changes:
-                    latest[event.where] = changes
+            for event in source.run.compiled:
+                if event.changes:
+                    latest[event.where] = list(event.changes)
         # The busiest site's graphs took the same inputs every time: a constant changed inside them, not a shape.
         site, (_, hashes, signatures, _, _, input_sizes) = ranked[0] if ranked else ("", (0, (), (), "", 0, set()))
         if len(hashes) > 1 and len(signatures) == 1 and _same_input_size(input_sizes):
@@ -234,11 +233,11 @@ def _never_marked(sources: list[SourceResult], facts: RunFacts | None) -> tuple 
             return None  # torch.compile runs its programs without marking steps
         if not source.has_debug:
             continue
-        causes = [event.cause for event in source.debug.compile_events]
+        causes = [event.cause for event in source.run.compiled]
         causes += [cause for (_, cause, _) in source.run.causes.by_key]
         if any(is_step_cause(cause) or is_program_cause(cause) for cause in causes):
             return None
-        for event in source.debug.compile_events:
+        for event in source.run.compiled:
             if first is None and event.cause:
                 first = (short_site(event.site) if event.site else None, event.cause, event.inputs,
                          f"{source.name}:{event.line}")

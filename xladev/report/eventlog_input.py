@@ -6,12 +6,12 @@ into the structures the text readers fill:
 
 - counters and metrics (counted by the state through the schema's one table, the one the runtime's registry
   counts with), one snapshot per ``step`` record (the per-step series) and the last one in full;
-- a `DebugLog` with one compile event per ``compile`` record (its cause, trigger site, sizes and,
-  for a recompilation, the "Recompilation Cause" lines saying what changed), and the CPU fallback calls by site.
+- the CPU fallback calls by site, as a `DebugLog`'s unlowered-op summary holds them.
 
-The executions by site, cause and graph, the runtime's warnings (graph growing, memory growing, graph breaks,
-TorchDynamo recompilations) and the graphs that failed are not lowered: the rules read them from the state
-(`RunState.causes`, `.warnings`, `.failures`), where a PT_XLA_DEBUG log's blocks and lines are lifted too.
+The compiles in order, the executions by site, cause and graph, the runtime's warnings (graph growing, memory
+growing, graph breaks, TorchDynamo recompilations) and the graphs that failed are not lowered: the rules read them
+from the state (`RunState.compiled`, `.causes`, `.warnings`, `.failures`), where a PT_XLA_DEBUG log's blocks and
+lines are lifted too.
 
 This module reads files only: it never imports torch, jax or the runtime.
 """
@@ -27,12 +27,10 @@ from xladev.report.marks import MarkLog
 from xladev.report.model import RankTrace, ReportSnapshot, RunEnding, SourceResult
 from xladev.report.names import canonical_numbers
 from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
-from xladev.schema import memory as memory_sizes, records as rec
+from xladev.schema import records as rec
 from xladev.schema import record_wording
 from xladev.schema import log_header
-from xladev.schema.debug_text import GraphEvent
 from xladev.schema.metrics_text import MetricBlock, sample_percentiles
-from xladev.schema.sites import split_site
 
 KIND_NAME = "event-log"
 PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
@@ -54,8 +52,8 @@ class EventLogReplay:
     """Replays event-log records into a `SourceResult` (metrics snapshots, series and debug log).
 
     The run's numbers are folded once, by `state` (`xladev.analysis.run_state.RunState`); the replay adds what only
-    the report shows: the per-step series, the step timeline's marks, the ranks' traces, and the compile and
-    execution events its debug-log rules read.
+    the report shows: the per-step series, the step timeline's marks, the ranks' traces, and the
+    CPU fallbacks its debug-log rules read.
 
     Args:
       source: what the records are read into.
@@ -112,27 +110,11 @@ class EventLogReplay:
             self.source.rank = record.rank
 
     def _on_compile(self, record: rec.Compile) -> None:
-        site, function = split_site(record.site)
-        memory = {key: float(v) for key, v in record.memory.items()
-                  if key in memory_sizes.SIZES and isinstance(v, (int, float))}
-        event = GraphEvent("compile", self.line, cause=record.cause.get("text", ""), graph_hash=record.hash,
-                           inputs=record.inputs, outputs=record.outputs,
-                           frames=[record.site] if record.site else [], site=site, function=function,
-                           sizes={memory_sizes.SIZES[k].column: v for k, v in memory.items()},
-                           steps_before=self.state.steps, name=record.name or "", step_known=True)
-        recompile = record.recompile
-        if recompile:  # the lines of xladev's "Recompilation Cause" section, as the debug-log reader keeps them
-            event.recompilation = record_wording.recompilation_lines(
-                record.site, recompile.get("previous", "?"), recompile.get("changes"),
-                recompile.get("graphs_at_site", "?"), recompile.get("compile_ns_at_site", 0), record.step)
-        self.marks.add(record.step, "compile", record.site or "", event.cause or "?", self.line, record.compile_ns)
+        # the state keeps it in order (`RunState.compiled`), with its step and line
+        self.marks.add(record.step, "compile", record.site or "", record.cause.get("text", "") or "?", self.line,
+                       record.compile_ns)
         if len(self.trace.compiles) < MAX_TRACE_RUNS:
             self.trace.compiles.append((record.step, record.hash, record.site or "?"))
-        debug = self.source.debug
-        debug.compiles += 1
-        debug._last_compile = event
-        if len(debug.compile_events) < 20_000:
-            debug.compile_events.append(event)
 
     def _on_execute(self, record: rec.Execute) -> None:
         if len(self.trace.runs) < MAX_TRACE_RUNS:

@@ -308,9 +308,8 @@ def _series_marks(rows: list[dict[str, float]], log: MarkLog) -> None:
 
 
 def _debug_marks(source, log: MarkLog) -> None:
-    for event in source.debug.compile_events:
-        site = f"{event.site} ({event.function})" if event.function else event.site
-        log.add(event.steps_before, "compile", site or "", event.cause or "?", event.line)
+    for event in source.run.compiled:
+        log.add(event.steps_before, "compile", event.record.site or "", event.cause or "?", event.line)
 
 
 def _group_marks(marks: list[StepMark], bucket: int, prefix: str) -> list[MarkGroup]:

@@ -147,7 +147,7 @@ class Report:
         for source in self.sources:
             if source.debug is None:
                 continue
-            for event in source.debug.compile_events:
+            for event in source.run.compiled:
                 sizes = event.sizes
                 rows.append([source.name, source.rank, event.line, event.steps_before, event.cause, event.graph_hash,
                              event.inputs, event.outputs, event.site, event.function, event.computation_hash,

@@ -96,7 +96,7 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
     logs = [source.debug for source in sources if source.has_debug]
     if not logs:
         return None
-    events = [event for log in logs for event in log.compile_events]
+    events = [event for log in logs for event in log.run.compiled]
     steps = sum(log.step_syncs for log in logs)
     facts = RunFacts(steps=steps, compiles=sum(log.compiles for log in logs),
                      executions=sum(log.run.executions for log in logs),
@@ -154,8 +154,8 @@ def _steady_reads_of_a_cut_log(log) -> tuple[int, int] | None:
 def _step_reached(log) -> int | None:
     """The latest (0-based) step an xladev PT_XLA_DEBUG log with no summary names (its compile blocks say their
     step), None for any other log: one with a summary counts its steps exactly, PyTorch/XLA's names none."""
-    events = log.compile_events
-    if log.run_summary is not None or not any(event.user_frame is not None for event in events):
+    events = log.run.compiled
+    if log.run_summary is not None or not log.written_by_xladev or not events:
         return None
     return max((event.steps_before for event in events if event.step_known), default=0)
 
@@ -199,7 +199,7 @@ def with_debug_warmup(facts: RunFacts, sources: list[SourceResult]) -> RunFacts:
     if facts.compiles_at_warmup is not None:
         return facts
     logs = [source.debug for source in sources if source.has_debug]
-    events = [event for log in logs for event in log.compile_events]
+    events = [event for log in logs for event in log.run.compiled]
     if not events or len(events) != facts.compiles or sum(log.step_syncs for log in logs) != facts.steps:
         return facts
     _warmup_from_debug(facts, events)
@@ -283,12 +283,12 @@ def repeated_recompiles(sources: list[SourceResult], steps: int = 0) -> analysis
         # A log cut short (killed) counts no steps; one whose compiles name a step after set-up got past it.
         reached = _step_reached(source.debug) if source.input_kind != "event-log" else None
         past_setup = steps > analysis.SETUP_STEPS or (reached is not None and reached >= analysis.SETUP_STEPS)
-        for event in source.debug.compile_events:
+        for event in source.run.compiled:
             if past_setup and (event.step_known or counted) and event.steps_before < analysis.SETUP_STEPS:
                 continue
-            if not event.recompilation:  # PyTorch/XLA's blocks: new graphs of one site and signature
+            if not event.changes:  # PyTorch/XLA's blocks: new graphs of one site and signature
                 signatures.setdefault((event.where, event.inputs, event.outputs), set()).add(event.graph_hash)
-            changes = [line[2:] for line in event.recompilation if line.startswith("- ")]
+            changes = list(event.changes)
             kind = graphdiff.recompile_kind(changes) if changes else graphdiff.STRUCTURE
             if kind != graphdiff.STRUCTURE:
                 # A changed constant is the line of the op it was passed to, when the runtime located it (the

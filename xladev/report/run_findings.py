@@ -145,7 +145,7 @@ def diagnose_group(report, sources: list[SourceResult]) -> tuple[list[Finding], 
         findings = debug_only_findings(sources, facts) if facts is not None else []
     if facts is not None:
         debug_hashes = {event.graph_hash for source in sources if source.has_debug
-                        for event in source.debug.compile_events}
+                        for event in source.run.compiled}
         facts.graph_hashes |= debug_hashes
     findings.extend(debug_evidence(findings, sources, facts.steps if facts else 0,
                                    reads_after_setup=facts.steady_transfers[0] if facts and facts.steady_transfers
@@ -259,7 +259,7 @@ def run_stack(sources: list[SourceResult]) -> str:
         debug = source.debug
         if source.input_kind == "event-log" or (debug is not None and (
                 debug.run_summary is not None or debug.run.failures.graphs
-                or any(event.recompilation for event in debug.compile_events))):
+                or any(event.changes for event in debug.run.compiled))):
             xladev_wrote = True
     return analysis.XLADEV_API if xladev_wrote else analysis.TORCH_XLA_API
 
@@ -346,8 +346,8 @@ def _debug_ending(source: SourceResult) -> RunEnding | None:
     if summary is not None:
         return (RunEnding(how=summary["ended"], killed=False, steps=summary["steps"], line=summary["line"])
                 if summary.get("ended") else None)
-    events = debug.compile_events
-    if not any(event.user_frame is not None for event in events):
+    events = debug.run.compiled
+    if not debug.written_by_xladev or not events:
         return None
     last = events[-1]
     # Without execution analyses (PT_XLA_DEBUG_LEVEL=1 prints compiles only) the log counts no step: none is claimed.

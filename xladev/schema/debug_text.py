@@ -208,10 +208,6 @@ class GraphEvent:
       recompilation: xladev's "Recompilation Cause" lines (what changed), when present.
       computation_hash: the ``Computation hash:`` printed after a compile.
       sizes: post-compilation sizes in bytes (input_bytes, output_bytes, ...).
-      steps_before: step syncs seen in the log before this event (its 0-based step); the step xladev's
-        "Recompilation Cause" names, when it names one.
-      step_known: True when `steps_before` is the step the input names (an event log's, or xladev's
-        recompilation cause's), not a count of the step syncs the log happened to show.
       name: the graph's name (PyTorch/XLA's ``Graph Name``), when it has one.
       user_frame: the index in `frames` of the frame xladev marked as the user's (``> ``), else None.
     """
@@ -229,17 +225,8 @@ class GraphEvent:
     frames_cut: bool = False
     computation_hash: str = ""
     sizes: dict[str, float] = dataclasses.field(default_factory=dict)
-    steps_before: int = 0
     name: str = ""
     user_frame: int | None = None
-    step_known: bool = False
-
-    @property
-    def where(self) -> str:
-        """The site, and the graph's name when it has one: a compiled region's or a torch.compile graph's two
-        syncs at one line are two places, not one graph recompiled."""
-        site = self.site or "?"
-        return f"{site}, graph {self.name}" if self.name else site
 
 
 def post_compilation_size(body: str) -> tuple[str, float] | None:

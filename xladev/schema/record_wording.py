@@ -1,5 +1,5 @@
 """How records are put into words wherever they are shown: a profile's step window and the command that opens it,
-the "Recompilation Cause" lines of PT_XLA_DEBUG output (and the pattern that reads their step back), a run's identity.
+the "Recompilation Cause" lines of PT_XLA_DEBUG output (and their reader), a run's identity.
 
 One home for each sentence, so the writer's text and the readers' parsing of it cannot drift apart.
 """
@@ -26,20 +26,60 @@ def tensorboard_command(logdir: str) -> str:
     return f"tensorboard --logdir {shlex.quote(logdir)}"
 
 
-RECOMPILED_IN_STEP_RE = re.compile(r"^compared with graph \S+ from the same site, in step (\d+):$")
+# What a recompilation says changed when the comparison named nothing (the graphs' texts were not kept).
+NO_CHANGE_SAID = "graph changed"
+
+
+def change_headline(changes) -> str:
+    """What a recompilation changed, in one line: its first (most telling) change, or `NO_CHANGE_SAID`."""
+    return changes[0] if changes else NO_CHANGE_SAID
+
+
+_COMPARED_RE = re.compile(r"^compared with graph (\S+) from the same site(?:, in step (\d+))?:$")
+_SITE_TOTAL_RE = re.compile(r"^.* has compiled (\d+|\?) graphs so far, (\S+) compile time in total$")
 
 
 def recompilation_lines(site: str, previous_hash: str, changes, graphs_at_site, compile_ns_at_site,
                         step: int | None = None) -> list[str]:
     """The "Recompilation Cause" section of PT_XLA_DEBUG output: what changed, in which step (0-based, when
-    given; `RECOMPILED_IN_STEP_RE` reads it back), and the site's totals."""
+    given), and the site's totals. `recompile_of_lines` reads it back."""
     from xladev.schema.units import format_time_ns
 
     total = format_time_ns(compile_ns_at_site) if isinstance(compile_ns_at_site, (int, float)) else "?"
     when = "" if step is None else f", in step {step}"
     return ([f"compared with graph {previous_hash} from the same site{when}:"]
-            + [f"- {change}" for change in (changes or ["graph changed"])]
+            + [f"- {change}" for change in (changes or [NO_CHANGE_SAID])]
             + [f"{site or '?'} has compiled {graphs_at_site} graphs so far, {total} compile time in total"])
+
+
+def recompile_of_lines(lines: list[str]) -> tuple[dict, int | None]:
+    """Reads a "Recompilation Cause" section (`recompilation_lines`) back into a compile record's `recompile`.
+
+    Args:
+      lines: the section's lines, stripped.
+
+    Returns:
+      ``({"previous", "changes"[, "graphs_at_site", "compile_ns_at_site"]}, step)``: a total printed as ``?`` is
+      left out, and the step is None when the section names none.
+    """
+    from xladev.schema.units import UnitParseError, parse_time
+
+    recompile: dict = {"previous": "?", "changes": []}
+    step = None
+    for line in lines:
+        if (compared := _COMPARED_RE.match(line)) is not None:
+            recompile["previous"] = compared.group(1)
+            step = int(compared.group(2)) if compared.group(2) is not None else None
+        elif line.startswith("- "):
+            recompile["changes"].append(line[2:])
+        elif (total := _SITE_TOTAL_RE.match(line)) is not None:
+            if total.group(1) != "?":
+                recompile["graphs_at_site"] = int(total.group(1))
+            try:
+                recompile["compile_ns_at_site"] = int(parse_time(total.group(2)))
+            except UnitParseError:
+                pass  # printed as "?": the writer did not know it
+    return recompile, step
 
 
 def run_identity(host: str | None, pid: int | None, started_unix: float | None) -> str:
