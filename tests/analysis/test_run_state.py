@@ -3,6 +3,7 @@ report, the TUI and the PT_XLA_DEBUG summary of one real run give the same numbe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -116,3 +117,16 @@ def test_the_report_the_tui_and_the_debug_summary_of_one_run_agree(tmp_path):
     assert compiles == snap.compiles == len(source.compile_ns_by_step) >= 2
     assert per_site == {short_site(s.site): s.compiles for s in snap.sites} and max(per_site.values()) >= 2
     assert reads == sum(s.count for s in snap.hot_spots) == 6
+
+
+def test_a_fallback_record_may_stand_for_several_calls():
+    """`count` (a summary read back) is written only when set, read back, and folded and counted as its calls;
+    a record without it is one call, as the runtime writes them."""
+    one = rec.Fallback(op="aten::nonzero", site="/a/t.py:3 (f)")
+    many = rec.Fallback(op="aten::nonzero", site="/a/t.py:3 (f)", count=5)
+    unknown = rec.Fallback(site="/a/t.py:9 (g)", count=2)
+    assert "count" not in one.to_record() and many.to_record()["count"] == 5
+    lines = [json.dumps(r.to_record()) for r in (one, many, unknown)]
+    state = _fold([rec.parse_line(line) for line in lines])
+    assert state.fallback_sites() == [("aten::nonzero", "/a/t.py:3 (f)", 6), ("?", "/a/t.py:9 (g)", 2)]
+    assert state.counters == {"aten::nonzero": 6}  # an op the record does not name has no counter

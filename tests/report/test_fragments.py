@@ -14,6 +14,7 @@ from tests.report.fragments import make_fragments
 from xladev.report import load
 
 FRAGMENTS = Path(make_fragments.__file__).resolve().parent
+TORCH_XLA_FIXTURES = FRAGMENTS.parents[1] / "fixtures" / "torch_xla"  # PyTorch/XLA 2.9's own outputs
 S = 1_000_000_000
 
 
@@ -50,7 +51,36 @@ def test_the_old_unlowered_op_summary_names_the_ops_on_the_cpu():
     assert fallbacks["aten::_ctc_loss"].numbers["count"] == 1200 and fallbacks["aten::masked_select"].numbers["count"] == 600
     assert "masked arithmetic" in fallbacks["aten::masked_select"].fix
     sites = next(line for f in fallbacks.values() for line in f.evidence if line.startswith("CPU fallback calls by site"))
-    assert "train_loop_fn (/home/user/asr/train_tpu.py:188) ×1200" in sites  # the user's frame, not torch's
+    assert "/home/user/asr/train_tpu.py:188 (train_loop_fn) ×1200" in sites  # the user's frame, not torch's
+
+
+def test_the_unlowered_op_summary_is_lifted_to_fallback_records(tmp_path):
+    """Each entry is a `fallback` record standing for the calls it counts, at the user's frame of its stack: the
+    state (and the report's table) holds them as an event log's; a later summary counts every call so far, so it
+    replaces the one before."""
+    text = (FRAGMENTS / "unlowered_summary.debug.txt").read_text()
+    expected = [("aten::_ctc_loss", "/home/user/asr/train_tpu.py:188 (train_loop_fn)", 1200),
+                ("aten::_local_scalar_dense", "/home/user/asr/train_tpu.py:205 (train_loop_fn)", 600),
+                ("aten::masked_select", "/home/user/asr/decoder.py:57 (decode_greedy)", 600)]
+    report = _load("unlowered_summary.debug.txt")
+    state = report.sources[0].run
+    assert state.fallback_sites() == expected
+    assert state.counters == {op: count for op, _, count in expected}  # the counters the records count
+    assert report.fallback_sites[["op", "site", "count"]].values.tolist() == [list(row) for row in expected]
+    twice = tmp_path / "twice.debug.txt"
+    twice.write_text(text.replace("count=1200", "count=7").replace("count=600", "count=3") + text)
+    assert load(str(twice)).sources[0].run.fallback_sites() == expected
+
+
+def test_pytorch_xla_2_9s_summary_names_no_op_and_counts_no_counter():
+    """PyTorch/XLA 2.9 tags each entry ``xla_fallback`` or names no op (its ``Op(s) not lowered`` line names
+    them): the records say the op is unknown, and no counter is made of it."""
+    report = load(str(TORCH_XLA_FIXTURES / "fallback.debug.txt"))
+    state = report.sources[0].run
+    assert state.fallback_sites() == [("?", "", 48), ("?", "/home/user/run/scenarios.py:16 (<module>)", 24),
+                                      ("?", "/home/user/run/scenarios.py:17 (<module>)", 24)]
+    assert "?" not in state.counters
+    assert report.sources[0].debug.not_lowered_ops == {"aten::median.dim_values", "aten::nonzero"}
 
 
 def test_a_compilation_block_caused_by_a_read_names_the_users_line():

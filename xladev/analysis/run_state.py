@@ -355,7 +355,7 @@ class RunState:
         if record.cpu_ns > 0:
             self.fallback_ns_by_op[record.op] = self.fallback_ns_by_op.get(record.op, 0) + record.cpu_ns
         key = (record.op, record.site or "")
-        self.fallbacks[key] = self.fallbacks.get(key, 0) + 1
+        self.fallbacks[key] = self.fallbacks.get(key, 0) + record.calls
 
     def _on_step(self, record: rec.Step) -> None:
         if len(self.step_times) < self.limits.step_times:

@@ -9,9 +9,10 @@ What an event log holds as records is lifted to those records and folded by the 
 an event log's are: each Compilation Analysis block is the `compile` record it stands for (with the sizes of its
 Post Compilation Analysis block, and what changed when xladev's recompilation cause says it), each Execution
 Analysis block the `execute` record (and a step barrier's also the `step` record after it); the runtime's warning
-lines (a graph growing without a barrier, memory that
-keeps growing, torch.compile's graph breaks and recompilations) and the lines of a graph that failed (its
-message, out-of-memory explainer and saved HLO) are the records they were written from.
+lines (a graph growing without a barrier, memory that keeps growing, torch.compile's graph breaks and
+recompilations) and the lines of a graph that failed (its message, out-of-memory explainer and saved HLO) are the
+records they were written from; each entry of PyTorch/XLA's unlowered-op summary is a `fallback` record standing
+for the calls it counts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from xladev.analysis.run_warnings import record_of_line
 from xladev.dumps.debug_summary import SummaryReader
 from xladev.schema import debug_text, memory as memory_sizes, record_wording, records as rec
 from xladev.schema.debug_text import FRAME_RE, AnalysisBlockReader, GraphEvent
+from xladev.schema.sites import join_site
 
 MAX_PROFILER_KINDS = 100
 
@@ -96,14 +98,14 @@ class DebugLog(AnalysisBlockReader):
         frequent``, ``Op(s) not lowered`` and so on.
       profiler_numbers: message kind -> parsed numbers of its latest line.
       profiler_first: message kind -> its first message (the growth warning the user saw on stderr).
-      not_lowered_ops: ops named by ``Op(s) not lowered`` lines.
-      fallback_sites: the latest unlowered-op summary: dicts with count, op and frames.
+      not_lowered_ops: ops named by PyTorch/XLA's ``Op(s) not lowered`` lines (names only: no record holds them).
       written_by_xladev: True once a block marks the user's frame (``> ``), as xladev's analysis does and
         PyTorch/XLA's never does.
       run: the run's state, which folds the records the Compilation Analysis blocks (its `compiled`, `sites`
         and `recompilations`), the Execution Analysis blocks (its `executions`, `steps` and `causes`: executions by
         site, cause and graph), the runtime's warning lines (its `warnings`) and the
-        lines of the graphs that failed (its `failures`, with the out-of-memory messages) stand for.
+        lines of the graphs that failed (its `failures`, with the out-of-memory messages) and PyTorch/XLA's
+        unlowered-op summary (its `fallbacks`, calls by op and line) stand for.
       run_summary: xladev's end-of-run summary when the log has one: ``steps``, ``compiles``,
         ``transfers``, ``line``, ``hot_spots`` (dicts: kind, site, count, per_step, line) and
         ``fallbacks`` (dicts: op, site, count, line).
@@ -127,7 +129,7 @@ class DebugLog(AnalysisBlockReader):
         self.profiler_numbers: dict[str, dict[str, float | str]] = {}
         self.profiler_first: dict[str, str] = {}
         self.not_lowered_ops: set[str] = set()
-        self.fallback_sites: list[dict] = []
+        self._summary_entries: list[dict] = []  # PyTorch/XLA's latest unlowered-op summary, lifted at the end
         self._failure: Failure | None = None  # the latest failure: its HLO's path may follow
         self._oom_open: dict | None = None  # the out-of-memory entry of the failure whose explainer lines follow
         self._summary = SummaryReader()
@@ -136,7 +138,7 @@ class DebugLog(AnalysisBlockReader):
 
     def is_empty(self) -> bool:
         """True when nothing of PT_XLA_DEBUG output was read."""
-        return not (self.compiles or self.run.executions or self.profiler or self.fallback_sites or self.run_summary
+        return not (self.compiles or self.run.executions or self.profiler or self.run.fallbacks or self.run_summary
                     or self.run.failures or self.run.warnings)
 
     def add_out_of_memory(self, lineno: int, found: dict) -> dict | None:
@@ -169,10 +171,10 @@ class DebugLog(AnalysisBlockReader):
         # or to PT_XLA_DEBUG_FILE (no prefix): read before the profiler's one-line messages.
         if "Unlowered Op usage summary" in text:
             self._in_summary = True
-            self.fallback_sites = []
+            self._summary_entries = []  # the latest summary counts every call so far: it replaces the one before
             self._summary_entry = None
             return True
-        if self._in_summary and self._feed_summary(text.split(_PROFILER_PREFIX, 1)[-1]):
+        if self._in_summary and self._feed_summary(lineno, text.split(_PROFILER_PREFIX, 1)[-1]):
             return True
         if "Analysis: " in text and self.feed_analysis(lineno, text):
             return True
@@ -208,20 +210,6 @@ class DebugLog(AnalysisBlockReader):
         """xladev's end-of-run summary, when the log has one (`debug_summary.SummaryReader`)."""
         return self._summary.summary
 
-    def unlowered_ops(self) -> dict[str, int]:
-        """The ops PyTorch/XLA's unlowered-op summary names, as ``aten::`` names, with their counts.
-
-        PyTorch/XLA 2.x tags every entry ``xla_fallback`` (no op name: its ``Op(s) not lowered`` line names them),
-        and an entry without an ``Unlowered Op`` line names none: both are left out.
-        """
-        ops: dict[str, int] = {}
-        for entry in self.fallback_sites:
-            op = entry["op"]
-            if op and op != _GENERIC_FALLBACK_TAG:
-                name = op if "::" in op else f"aten::{op}"
-                ops[name] = ops.get(name, 0) + entry["count"]
-        return ops
-
     def between_blocks(self) -> bool:
         """True when no analysis block, summary or out-of-memory explainer is open: the next line starts afresh."""
         return not self.blocks_open() and self._oom_open is None and not self._in_summary
@@ -254,7 +242,7 @@ class DebugLog(AnalysisBlockReader):
         self.written_by_xladev = self.written_by_xladev or bool(marked)
         event.site, event.function = user_site(marked or event.frames)
         recompile, named = record_wording.recompile_of_lines(event.recompilation) if event.recompilation else (None, None)
-        site = f"{event.site} ({event.function})" if event.site and event.function else event.site
+        site = join_site(event.site, event.function)
         if event.kind == "compile":  # fed once its Post Compilation Analysis block is read (`_flush_compile`)
             # its step: the one xladev's recompilation cause names, else the barriers' blocks counted so far
             step = named if named is not None else self.step_syncs
@@ -284,9 +272,24 @@ class DebugLog(AnalysisBlockReader):
             seen.computation_hash = event.computation_hash
 
     def finish(self) -> None:
-        """Closes blocks left open at the end of the input (a warning each), and folds the last compile."""
+        """Closes blocks left open at the end of the input (a warning each), and folds the last compile and
+        PyTorch/XLA's latest unlowered-op summary."""
         super().finish()
         self._flush_compile()
+        self._lift_fallback_summary()
+
+    def _lift_fallback_summary(self) -> None:
+        """The latest unlowered-op summary, lifted to the `fallback` records it counts: one per entry, standing for
+        its calls, at the user's frame of its stack. The op is named where the entry names it (as an ``aten::``
+        name); PyTorch/XLA 2.x tags every entry ``xla_fallback``, and its ``Op(s) not lowered`` line
+        (`not_lowered_ops`) names the ops instead."""
+        for entry in self._summary_entries:
+            op = entry["op"]
+            name = (rec.Fallback.UNKNOWN_OP if not op or op == _GENERIC_FALLBACK_TAG
+                    else op if "::" in op else f"aten::{op}")
+            self.run.feed(rec.Fallback(op=name, site=join_site(*user_site(entry["frames"])) or None,
+                                       count=entry["count"]), entry["line"])
+        self._summary_entries = []
 
     # ------------------------------------------------------------ other debug lines
 
@@ -317,14 +320,14 @@ class DebugLog(AnalysisBlockReader):
         if numbers:
             self.profiler_numbers[kind] = numbers
 
-    def _feed_summary(self, text: str) -> bool:
+    def _feed_summary(self, lineno: int, text: str) -> bool:
         stripped = text.strip()
         if stripped.startswith("====="):
             self._in_summary = False
             return True
         if (match := _SUMMARY_COUNT_RE.search(stripped)) is not None:
-            self._summary_entry = {"count": int(match.group(1)), "op": "", "frames": []}
-            self.fallback_sites.append(self._summary_entry)
+            self._summary_entry = {"count": int(match.group(1)), "op": "", "frames": [], "line": lineno}
+            self._summary_entries.append(self._summary_entry)
         elif (match := _SUMMARY_OP_RE.search(stripped)) is not None and self._summary_entry is not None:
             self._summary_entry["op"] = match.group(1)
         elif FRAME_RE.match(stripped) and self._summary_entry is not None:

@@ -7,7 +7,7 @@ from collections import Counter
 
 from xladev import analysis
 from xladev.analysis import fallback_reasons
-from xladev.dumps.debug_analysis import is_program_cause, is_step_cause, user_site
+from xladev.dumps.debug_analysis import is_program_cause, is_step_cause
 from xladev.report.model import SourceResult
 from xladev.report.run_facts import RunFacts, where
 from xladev.analysis import Finding
@@ -109,8 +109,7 @@ def debug_evidence(findings: list[Finding], sources: list[SourceResult], steps: 
                 finding.sources.append(first_lines[key])
                 extra.append(finding)
     fallback = next((finding for finding in findings if finding.rule == "cpu-fallback"), None)
-    sites = [f"{_user_frame(entry['frames'])} ×{entry['count']}" for source in logs
-             for entry in source.debug.fallback_sites if entry["frames"]]
+    sites = [f"{site} ×{count}" for source in logs for _, site, count in source.run.fallback_sites() if site]
     if fallback is not None and sites:
         fallback.evidence.append("CPU fallback calls by site (all ops): " + ", ".join(sites[:5]))
     # What the input already names needs no pointer to PT_XLA_DEBUG_LEVEL=2.
@@ -136,12 +135,6 @@ def transfer_hot_spots(sources: list[SourceResult]) -> list[tuple[str, str, int,
                 spots[key] = (count, where(source, line))
     return sorted(((kind, site, count, line) for (kind, site), (count, line) in spots.items()),
                   key=lambda spot: -spot[2])
-
-
-def _user_frame(frames: list[str]) -> str:
-    """The user's frame of a printed stack (``fn (file:line)``, innermost first), as printed."""
-    site, function = user_site(frames)
-    return f"{function} ({site})" if function else (site or frames[0])
 
 
 def _count(count: int, word: str) -> str:

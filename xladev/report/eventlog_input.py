@@ -2,16 +2,13 @@
 
 The log's records are folded once into the run's state (`xladev.analysis.run_state.RunState`, which the TUI and
 the PT_XLA_DEBUG analysis read too). What the report's rules do not yet read from the state is lowered from it
-into the structures the text readers fill:
+into the structures the metrics-text reader fills: counters and metrics (counted by the state through the schema's one table, the one the runtime's registry counts
+with), one snapshot per ``step`` record (the per-step series) and the last one in full.
 
-- counters and metrics (counted by the state through the schema's one table, the one the runtime's registry
-  counts with), one snapshot per ``step`` record (the per-step series) and the last one in full;
-- the CPU fallback calls by site, as a `DebugLog`'s unlowered-op summary holds them.
-
-The compiles in order, the executions by site, cause and graph, the runtime's warnings (graph growing, memory
-growing, graph breaks, TorchDynamo recompilations) and the graphs that failed are not lowered: the rules read them
-from the state (`RunState.compiled`, `.causes`, `.warnings`, `.failures`), where a PT_XLA_DEBUG log's blocks and
-lines are lifted too.
+The compiles in order, the executions by site, cause and graph, the CPU fallbacks by op and line, the runtime's
+warnings (graph growing, memory growing, graph breaks, TorchDynamo recompilations) and the graphs that failed are
+not lowered: the rules read them from the state (`RunState.compiled`, `.causes`, `.fallbacks`, `.warnings`,
+`.failures`), where a PT_XLA_DEBUG log's blocks and lines are lifted too.
 
 This module reads files only: it never imports torch, jax or the runtime.
 """
@@ -122,7 +119,6 @@ class EventLogReplay:
 
     def _on_fallback(self, record: rec.Fallback) -> None:
         self.marks.add(record.step, "fallback", record.site or "", record.op, self.line, record.cpu_ns)
-        self.source.debug.not_lowered_ops.add(record.op)
 
     def _on_graph_break(self, record: rec.GraphBreak) -> None:
         self.marks.add(record.step, "graph-break", record.site or "", record.reason or "?", self.line)
@@ -192,8 +188,6 @@ class EventLogReplay:
                 self.source.series = StepSeries(max_rows=self.max_rows)
                 self._row_into(self.source.series, 0)
                 self.source.snapshots = 1
-        self.source.debug.fallback_sites = [
-            {"count": count, "op": op, "frames": [site] if site else []} for op, site, count in state.fallback_sites()]
         wall = state.end.t if state.end is not None else state.last_t
         basis = ("measured: every compile, execution, transfer and traced op of the event log"
                  + ("" if state.end is not None else "; the log has no end record, so the wall time runs to its "

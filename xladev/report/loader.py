@@ -207,10 +207,11 @@ class Report:
 
     @functools.cached_property
     def fallback_sites(self) -> pd.DataFrame:
-        """The unlowered-op usage summary of the debug logs: count, op and frames per entry."""
-        rows = [[source.name, entry["count"], entry["op"], " <- ".join(entry["frames"])]
-                for source in self.sources if source.debug is not None for entry in source.debug.fallback_sites]
-        return pd.DataFrame(rows, columns=["source", "count", "op", "frames"])
+        """The CPU fallback calls by op and user's line, most first: an event log's fallback records, and
+        PyTorch/XLA's unlowered-op usage summary (op ``?`` where it names none)."""
+        rows = [[source.name, count, op, site] for source in self.sources if source.run is not None
+                for op, site, count in source.run.fallback_sites()]
+        return pd.DataFrame(rows, columns=["source", "count", "op", "site"])
 
     # ------------------------------------------------------------ diagnosis
 

@@ -11,6 +11,7 @@ from xladev.report.model import SourceResult
 from xladev.schema.metrics_text import MetricBlock
 from xladev.schema.metric_names import metric_names
 from xladev.schema.counters import SCALAR_READS
+from xladev.schema.records import Fallback
 from xladev.schema.sites import short_site
 
 
@@ -114,13 +115,13 @@ def debug_facts(sources: list[SourceResult]) -> RunFacts | None:
             facts.item_calls += sum(s["count"] for s in summary["hot_spots"] if s["kind"] in SCALAR_READS)
             for entry in summary["fallbacks"]:
                 facts.fallbacks[entry["op"]] = facts.fallbacks.get(entry["op"], 0) + entry["count"]
-    for log in logs:  # PyTorch/XLA's old unlowered-op summary: each op that ran on the CPU, and the value reads
+    for log in logs:  # PyTorch/XLA's old unlowered-op summary, lifted: each op that ran on the CPU, and the value reads
         if log.run_summary is not None:
             continue  # xladev's summary counted them already
-        for name, count in log.unlowered_ops().items():
+        for name, _, count in log.run.fallback_sites():
             if name == analysis.ITEM_COUNTER:
                 facts.item_calls += count
-            else:
+            elif name != Fallback.UNKNOWN_OP:  # PyTorch/XLA 2.x's entries name no op
                 facts.fallbacks[name] = facts.fallbacks.get(name, 0) + count
     for log in logs:  # PyTorch/XLA's auto-analysis lines count steps, compiles and transfers (a lower bound)
         for kind, numbers in log.profiler_numbers.items():

@@ -154,7 +154,8 @@ TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Compile: _compile,
     r.Execute: _execute,
     r.Transfer: _transfer,
-    r.Fallback: lambda rec: (_count(rec.op),),
+    # an op the input does not name has no counter of its own
+    r.Fallback: lambda rec: (_count(rec.op, rec.calls),) if rec.op != r.Fallback.UNKNOWN_OP else (),
     r.CacheMiss: lambda rec: (_CACHE_MISS,),
     r.CompileFailed: lambda rec: (_COMPILE_FAILED,),
     r.ExecuteFailed: lambda rec: (_EXECUTE_FAILED,),

@@ -319,12 +319,25 @@ class Ops(_Timed):
 
 @dataclasses.dataclass(slots=True)
 class Fallback(_Timed):
+    """An op ran on the CPU fallback. `op` is `UNKNOWN_OP` where the input does not name it (PyTorch/XLA 2.x's
+    unlowered-op summary tags every call ``xla_fallback``); `count` is set where one record stands for several
+    calls (that summary, read back): absent, one."""
+
     TYPE: ClassVar[str] = "fallback"
     EVENTS: ClassVar[tuple[str, ...]] = ("Fallback",)
+    UNKNOWN_OP: ClassVar[str] = "?"
     op: str = "?"
     site: str | None = None
     frame: dict | None = None
     cpu_ns: int = 0  # the CPU kernel's time (0 in logs written before it was recorded)
+    count: int | None = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("count",)
+
+    @property
+    def calls(self) -> int:
+        """The calls it stands for."""
+        return 1 if self.count is None else self.count
 
 
 @dataclasses.dataclass(slots=True)

@@ -83,6 +83,12 @@ def site_of(frames) -> str:
     return UNKNOWN_SITE if frame is None else site_text(frame)
 
 
+def join_site(where: str, function: str) -> str:
+    """(`/a/train.py:12`, `step`) -> `/a/train.py:12 (step)`, as records hold a site: `split_site`'s inverse; a
+    site without a function, or none (""), stays as it is."""
+    return f"{where} ({function})" if where and function else where
+
+
 def split_site(site: str | None) -> tuple[str, str]:
     """`/a/train.py:12 (step)` -> (`/a/train.py:12`, `step`); a site without a function keeps ``""``."""
     if not site:
