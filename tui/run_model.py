@@ -278,6 +278,7 @@ _HANDLERS = {
     rec.GraphText: None, rec.Compile: None, rec.Execute: None, rec.Transfer: None, rec.Fallback: None,
     rec.Step: None, rec.Ops: None, rec.CacheMiss: None, rec.GraphGrowing: None, rec.MemoryGrowing: None,
     rec.GraphBreak: None, rec.DynamoRecompile: None, rec.Collective: None, rec.RankLost: None,
+    rec.MetricsReport: None,
 }
 
 

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from xladev.errors import XladevError
+from xladev.schema.metrics_text import DEFAULT_PERCENTILES
 from xladev.schema.units import parse_memory_size
 
 _TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
@@ -276,7 +277,7 @@ _DEFINITIONS = [
     Flag("metrics_file", "XLA_METRICS_FILE", _parse_str, "", "append the metrics report per step (path, STDOUT or STDERR)"),
     Flag("metrics_samples", "XLA_METRICS_SAMPLES", _parse_positive_int, 1024, "samples kept per metric"),
     Flag("metrics_percentiles", "XLA_METRICS_PERCENTILES", _parse_percentiles,
-         (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99), "percentiles in the metrics report, ':'-separated"),
+         DEFAULT_PERCENTILES, "percentiles in the metrics report, ':'-separated"),
     Flag("save_tensors_file", "XLA_SAVE_TENSORS_FILE", _parse_str, "", "append each synced graph to this file"),
     Flag("save_tensors_fmt", "XLA_SAVE_TENSORS_FMT", lambda s: s.strip().lower(), "text",
          "graph dump format", choices=("text", "dot", "hlo", "stablehlo")),

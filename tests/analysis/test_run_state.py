@@ -3,6 +3,7 @@ report, the TUI and the PT_XLA_DEBUG summary of one real run give the same numbe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -130,3 +131,22 @@ def test_a_fallback_record_may_stand_for_several_calls():
     state = _fold([rec.parse_line(line) for line in lines])
     assert state.fallback_sites() == [("aten::nonzero", "/a/t.py:3 (f)", 6), ("?", "/a/t.py:9 (g)", 2)]
     assert state.counters == {"aten::nonzero": 6}  # an op the record does not name has no counter
+
+
+def test_a_metrics_report_record_replaces_the_counts_before_it():
+    """A report counts every event before it (PyTorch/XLA's counters are cumulative): folded, its counters and
+    metrics are the state's, and a metric keeps what the report printed (percentiles, rates) through JSON."""
+    from xladev.report.model import ReportSnapshot
+    from xladev.schema.metrics_text import MetricBlock
+
+    block = MetricBlock("CompileTime", "time", total_samples=3, accumulator=3.5e9, rate=0.25,
+                        percentiles=[("50%", 1e9), ("99%", 2e9)], line=7)
+    report = rec.MetricsReport(step=4, counters={"MarkStep": 5, "CachedCompile": 9},
+                               metrics={"CompileTime": block.printed()}, report_step=4, index=2)
+    read = rec.parse_line(json.dumps(report.to_record()))
+    assert read == report and "counter_lines" not in report.to_record()
+    before = _records(6)  # an event log's records count first; the report then stands for all of it
+    state = _fold(before + [read])
+    assert state.counters == {"MarkStep": 5, "CachedCompile": 9} and list(state.metrics) == ["CompileTime"]
+    snapshot = ReportSnapshot.of_state(state, 4, 100, 2)
+    assert snapshot.metrics["CompileTime"] == MetricBlock(**{**dataclasses.asdict(block), "line": len(before) + 1})

@@ -32,10 +32,10 @@ TRAIN = textwrap.dedent("""
 def states(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lifted")
     env = runs.environment(XLADEV_EVENT_LOG=str(tmp / "run.jsonl"), PT_XLA_DEBUG_LEVEL="2",
-                           PT_XLA_DEBUG_FILE=str(tmp / "debug.txt"))
+                           PT_XLA_DEBUG_FILE=str(tmp / "debug.txt"), XLA_METRICS_FILE=str(tmp / "metrics.txt"))
     done = runs.run([runs.write_script(tmp, TRAIN)], env)
     assert done.returncode == 0, done.stderr[-3000:]
-    return tuple(load(str(tmp / name)).sources[0].run for name in ("run.jsonl", "debug.txt"))
+    return tuple(load(str(tmp / name)).sources[0].run for name in ("run.jsonl", "debug.txt", "metrics.txt"))
 
 
 def _causes(state) -> dict:
@@ -43,7 +43,7 @@ def _causes(state) -> dict:
 
 
 def test_the_debug_logs_executions_fold_as_the_event_logs(states):
-    from_log, from_debug = states
+    from_log, from_debug, _ = states
     assert from_debug.executions == from_log.executions == sum(_causes(from_log).values())
     assert _causes(from_debug) == _causes(from_log)
     reads = {key: n for key, n in _causes(from_log).items() if "access tensor value" in key[1]}
@@ -52,7 +52,7 @@ def test_the_debug_logs_executions_fold_as_the_event_logs(states):
 
 
 def test_the_debug_logs_step_barriers_are_the_event_logs_steps(states):
-    from_log, from_debug = states
+    from_log, from_debug, _ = states
     assert from_debug.steps == from_log.steps == 8  # each barrier ran a graph, so each left a block
 
 
@@ -64,7 +64,7 @@ def _compiled(state) -> list[tuple]:
 def test_the_debug_logs_compiles_fold_as_the_event_logs(states):
     """Each Compilation Analysis block is its compile record: graph, line, cause, signature, what changed and its
     step, and the sizes of its Post Compilation block, in the record's keys."""
-    from_log, from_debug = states
+    from_log, from_debug, _ = states
     assert from_debug.compiles == from_log.compiles == len(from_log.compiled)
     assert _compiled(from_debug) == _compiled(from_log)
     changed = [e for e in from_log.compiled if e.changes]
@@ -80,3 +80,15 @@ def test_the_debug_logs_compiles_fold_as_the_event_logs(states):
             == [(short_site(r.site), r.graph_hash, r.previous, r.changes, r.step) for r in from_log.recompilations])
     assert ([(short_site(site), n) for site, n, _ in from_debug.compiles_per_site()]
             == [(short_site(site), n) for site, n, _ in from_log.compiles_per_site()])
+
+
+def test_the_metrics_files_last_report_is_the_event_logs_counters(states):
+    """A metrics report is lifted to its record (`metrics_report`) and folded: its counters and metrics are the
+    state's, those the event log's records count (the run reads nothing after its last barrier)."""
+    from_log, _, from_metrics = states
+    assert from_metrics.counters == from_log.counters and from_metrics.counters["MarkStep"] == 8
+    assert {name: m.count for name, m in from_metrics.metrics.items()} == {
+        name: m.count for name, m in from_log.metrics.items()}
+    for name, metric in from_metrics.metrics.items():
+        if metric.kind == "time":  # printed to the nanosecond
+            assert abs(metric.total - from_log.metrics[name].total) <= 1, name

@@ -5,7 +5,7 @@ runtime's own events (the PT_XLA_DEBUG sink builds the same records the event lo
 reader of a run needs:
 
 - counters and metrics, counted through the schema's one table (`xladev.schema.counters`), as the runtime's
-  registry counts them;
+  registry counts them, or taken whole from a metrics report (`metrics_report`, a PyTorch/XLA report lifted);
 - steps: their count, wall time, the time of each part of a step (`xladev.analysis.wall_time.PARTS`) and the
   device memory the runtime sampled at their ends;
 - compiles in order (the first `Limits.compiles`), per trigger site and per graph, with each recompilation's
@@ -62,13 +62,24 @@ class Limits:
 
 
 class MetricTotal:
-    """One metric's samples: how many, their sum, and the newest `MAX_SAMPLES` of them."""
+    """One metric's samples: how many, their sum, and the newest `MAX_SAMPLES` of them; or, for a metric a
+    metrics report gave, what the report printed (`printed`: its percentiles and rates, as the record holds them)."""
 
-    __slots__ = ("kind", "count", "total", "samples", "line")
+    __slots__ = ("kind", "count", "total", "samples", "line", "printed")
 
     def __init__(self, kind: str, line: int):
         self.kind, self.count, self.total, self.line = kind, 0, 0.0, line
         self.samples: collections.deque = collections.deque(maxlen=MAX_SAMPLES)
+        self.printed: dict | None = None
+
+    @classmethod
+    def reported(cls, printed: dict, line: int) -> "MetricTotal":
+        """A metric as a metrics report printed it: its samples' count and sum, and the rest as printed."""
+        metric = cls(str(printed.get("kind") or "value"), line)
+        metric.count = int(printed.get("total_samples") or 0)
+        metric.total = float(printed.get("accumulator") or 0.0)
+        metric.printed = printed
+        return metric
 
     def add(self, value: float, count: int = 1) -> None:
         """`count` samples summing to `value` (each kept as their mean when more than one)."""
@@ -384,6 +395,13 @@ class RunState:
     def _on_end(self, record: rec.End) -> None:
         self.end = record
 
+    def _on_metrics_report(self, record: rec.MetricsReport) -> None:
+        # A report counts everything before it: its numbers replace those counted so far.
+        self.counters = {name: int(value) for name, value in record.counters.items()}
+        self.counter_lines = {name: record.counter_lines.get(name, self.line) for name in record.counters}
+        self.metrics = {name: MetricTotal.reported(printed, record.metric_lines.get(name, self.line))
+                        for name, printed in record.metrics.items()}
+
     def _on_warning(self, record: rec.GraphGrowing | rec.MemoryGrowing | rec.GraphBreak | rec.DynamoRecompile) -> None:
         self.warnings.fold(record, self.line)
 
@@ -399,4 +417,5 @@ _FOLDS = {
     rec.Collective: RunState._on_collective, rec.RankLost: RunState._on_rank_lost, rec.End: RunState._on_end,
     rec.GraphGrowing: RunState._on_warning, rec.MemoryGrowing: RunState._on_warning,
     rec.GraphBreak: RunState._on_warning, rec.DynamoRecompile: RunState._on_warning, rec.CacheMiss: None,
+    rec.MetricsReport: RunState._on_metrics_report,
 }

@@ -1,9 +1,10 @@
 """`xladev report run.events.jsonl`: reads an xladev event log (`xladev.schema.records`).
 
 The log's records are folded once into the run's state (`xladev.analysis.run_state.RunState`, which the TUI and
-the PT_XLA_DEBUG analysis read too). What the report's rules do not yet read from the state is lowered from it
-into the structures the metrics-text reader fills: counters and metrics (counted by the state through the schema's one table, the one the runtime's registry counts
-with), one snapshot per ``step`` record (the per-step series) and the last one in full.
+the PT_XLA_DEBUG analysis read too), as a metrics text's last report and a PT_XLA_DEBUG log's blocks and lines are
+lifted into theirs. The replay adds what only the report shows: a row of the per-step series per ``step`` record,
+the step timeline's marks and the ranks' traces; the run's counters and metrics at the end are the state's, as a
+report (`ReportSnapshot.of_state`, as for a metrics text).
 
 The compiles in order, the executions by site, cause and graph, the CPU fallbacks by op and line, the runtime's
 warnings (graph growing, memory growing, graph breaks, TorchDynamo recompilations) and the graphs that failed are
@@ -27,22 +28,14 @@ from xladev.report.series import DEFAULT_MAX_ROWS, StepSeries
 from xladev.schema import records as rec
 from xladev.schema import record_wording
 from xladev.schema import log_header
-from xladev.schema.metrics_text import MetricBlock, sample_percentiles
 
 KIND_NAME = "event-log"
-PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 # Bounds of what is kept to compare ranks: executions and compiles, and graph texts (count, characters each).
 MAX_TRACE_RUNS = 200_000
 MAX_GRAPHS = 2_000  # graphs followed (the HTML report's per-graph table)
 MAX_STEP_TIMES = 100_000  # steps whose time and memory are kept
 MAX_HOT_SPOTS = 1000  # distinct (kind, line) of device→host reads: the findings quote the few most frequent
 MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
-
-
-def metric_block(name: str, metric: run_state.MetricTotal) -> MetricBlock:
-    """A metric's totals as a metrics report prints them (PyTorch/XLA's percentiles of its kept samples)."""
-    return MetricBlock(name=name, kind=metric.kind, total_samples=metric.count, accumulator=metric.total,
-                       percentiles=sample_percentiles(metric.samples, PERCENTILES), line=metric.line)
 
 
 class EventLogReplay:
@@ -181,9 +174,7 @@ class EventLogReplay:
             return
         self.source.series, self.source.snapshots = self.series, self.step_rows
         if state.counters or state.metrics:
-            metrics = {name: metric_block(name, metric) for name, metric in state.metrics.items()}
-            self.source.final = ReportSnapshot(metrics, dict(state.counters), dict(state.counter_lines),
-                                               state.last_step, self.line, max(0, self.step_rows - 1))
+            self.source.final = ReportSnapshot.of_state(state, state.last_step, self.line, max(0, self.step_rows - 1))
             if self.step_rows == 0:  # no step yet: the series is the one end-of-log row, not the steps' series
                 self.source.series = StepSeries(max_rows=self.max_rows)
                 self._row_into(self.source.series, 0)
@@ -221,7 +212,7 @@ _HANDLERS = {
     rec.ExecuteFailed: EventLogReplay._on_failed, rec.Transfer: EventLogReplay._on_transfer,
     rec.GraphBreak: EventLogReplay._on_graph_break, rec.GraphGrowing: None, rec.MemoryGrowing: None,
     rec.DynamoRecompile: None, rec.CompileStart: None, rec.Ops: None, rec.Profile: None, rec.GraphText: None,
-    rec.Collective: None, rec.RankLost: None, rec.CacheMiss: None,
+    rec.Collective: None, rec.RankLost: None, rec.CacheMiss: None, rec.MetricsReport: None,
 }
 
 

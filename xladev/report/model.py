@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from xladev.errors import XladevError
 from xladev.analysis import input_rules
+from xladev.schema.metrics_text import DEFAULT_PERCENTILES, MetricBlock, sample_percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from xladev.dumps.debug_analysis import DebugLog
-    from xladev.schema.metrics_text import MetricBlock
     from xladev.analysis.run_parts import GraphState
-    from xladev.analysis.run_state import RunState
+    from xladev.analysis.run_state import MetricTotal, RunState
     from xladev.report.marks import MarkLog
     from xladev.report.series import StepSeries
     from xladev.analysis.wall_time import TimeBreakdown
@@ -46,6 +46,15 @@ class NoCompleteRecordError(UnreadableInputError):
     def __init__(self, message: str, report):
         super().__init__(message)
         self.report = report
+
+
+def _metric_block(name: str, metric: MetricTotal) -> MetricBlock:
+    """A metric of the run's state as a metrics report prints it: as a report printed it, or PyTorch/XLA's
+    percentiles of its kept samples."""
+    if metric.printed is not None:
+        return MetricBlock.from_printed(name, metric.printed, metric.line)
+    return MetricBlock(name=name, kind=metric.kind, total_samples=metric.count, accumulator=metric.total,
+                       percentiles=sample_percentiles(metric.samples, DEFAULT_PERCENTILES), line=metric.line)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +94,18 @@ class ReportSnapshot:
     step: int | None
     line: int
     index: int
+
+    @classmethod
+    def of_state(cls, state: RunState, step: int | None, line: int, index: int) -> "ReportSnapshot":
+        """The run's counters and metrics now, as a report: a metric a report gave as it printed it, one counted
+        from an event log's records with PyTorch/XLA's percentiles of its kept samples.
+
+        Args:
+          state: the run's state (`xladev.analysis.run_state.RunState`).
+          step, line, index: which report it is (`ReportSnapshot`'s attributes).
+        """
+        metrics = {name: _metric_block(name, metric) for name, metric in state.metrics.items()}
+        return cls(metrics, dict(state.counters), dict(state.counter_lines), step, line, index)
 
 
 @dataclasses.dataclass

@@ -3,7 +3,9 @@
 `TextReader` reads a binary stream with the metrics text's line reader (`xladev.schema.metrics_text`), and
 never holds more than two reports; a line that is not a report's exact line goes to the PT_XLA_DEBUG reader
 first. Each finished report gives one row of the per-step series (a few numbers, see `xladev.report.names`);
-a drop of the counters starts a new run, and only the last complete report is parsed in full.
+a drop of the counters starts a new run, and only the last complete report is parsed in full: it is lifted to
+its `metrics_report` record and folded into the run's state (`SourceResult.run`), whose counters and metrics the
+report reads (`ReportSnapshot.of_state`), as an event log's.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable
 from typing import BinaryIO
 
 from xladev.report import fastpath
-from xladev.schema import metrics_text, units
+from xladev.schema import metrics_text, records as rec, units
 from xladev.dumps.debug_analysis import DebugLog
 from xladev.report.model import ReportSnapshot, SourceResult
 from xladev.report.names import (
@@ -286,7 +288,10 @@ class TextReader(metrics_text.ReportLineReader):
         if self._pending_row is not None:
             self.source.series.append(self._pending_row)
             self._pending_row = None
-        self.source.final = self._parse_full(last)
+        # The report is lifted to its record and folded into the run's state, which the report reads as an event
+        # log's: a report counts every event before it, so its numbers are the state's.
+        self.source.run.feed(self._lift(last), last.line)
+        self.source.final = ReportSnapshot.of_state(self.source.run, last.step, last.line, last.index)
         self._last_raw = self._previous_raw = None
 
     def _complete_blocks_row(self, raw: _RawSnapshot) -> dict[str, float] | None:
@@ -346,22 +351,23 @@ class TextReader(metrics_text.ReportLineReader):
         materialized.index = raw.index
         return materialized
 
-    def _parse_full(self, raw: _RawSnapshot) -> ReportSnapshot:
-        metrics = {}
+    def _lift(self, raw: _RawSnapshot) -> rec.MetricsReport:
+        """The report parsed in full (a value that does not parse is warned of and left out), as its record."""
+        record = rec.MetricsReport(step=raw.step or 0, report_step=raw.step, index=raw.index)
         for name, fields in raw.metrics.items():
             # The series read these fields first, and warned there of a value that is not a number.
             told = [key for key, names in (("TotalSamples", SERIES_SAMPLES), ("Accumulator", SERIES_ACCUMULATORS))
                     if name in names]
             block = metrics_text.parse_metric(self._name(name), fields, self.source.warn, told)
-            metrics[block.name] = block
-        counters, counter_lines = {}, {}
+            record.metrics[block.name] = block.printed()
+            record.metric_lines[block.name] = block.line
         for name, fields in raw.counters.items():
             text_name = self._name(name)
             value = metrics_text.parse_counter(text_name, fields, self.source.warn)
             if value is not None:
-                counters[text_name] = value
-                counter_lines[text_name] = fields["_line"]
-        return ReportSnapshot(metrics, counters, counter_lines, raw.step, raw.line, raw.index)
+                record.counters[text_name] = value
+                record.counter_lines[text_name] = fields["_line"]
+        return record
 
 def _show(raw: bytes) -> str:
     return repr(raw.decode("utf-8", "replace").strip()[:40])

@@ -150,6 +150,7 @@ def _nothing(rec: r.Record) -> tuple[Update, ...]:
 TABLE: dict[type, Callable[[r.Record], Sequence[Update]]] = {
     r.Header: _nothing, r.GraphText: _nothing, r.CompileStart: _nothing, r.GraphGrowing: _nothing,
     r.MemoryGrowing: _nothing, r.Profile: _nothing, r.End: _nothing,
+    r.MetricsReport: _nothing,  # the counts themselves, not increments: the fold takes them whole
     r.Ops: _ops,
     r.Compile: _compile,
     r.Execute: _execute,

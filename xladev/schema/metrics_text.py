@@ -31,6 +31,8 @@ from typing import NamedTuple
 from xladev.schema import units
 
 STEP_MARKER = "[MetricsData; step="
+# The percentiles a report prints unless XLA_METRICS_PERCENTILES says others, as fractions.
+DEFAULT_PERCENTILES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.8, 0.9, 0.95, 0.99)
 
 # A field line's name -> the field it fills (``Counter`` is the Accumulator of reports from before 2021).
 FIELD_NAMES = {"TotalSamples": "TotalSamples", "Accumulator": "Accumulator", "Counter": "Accumulator",
@@ -376,6 +378,19 @@ class MetricBlock:
         """The largest printed percentile value (a lower bound of the largest sample)."""
         values = [value for _, value in self.percentiles if value == value]
         return max(values) if values else None
+
+    def printed(self) -> dict:
+        """Its printed fields (all but the name and line) as a `metrics_report` record holds them: JSON values."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "line")}
+        out["percentiles"] = [[label, value] for label, value in self.percentiles]
+        return out
+
+    @classmethod
+    def from_printed(cls, name: str, fields: dict, line: int = 0) -> "MetricBlock":
+        """The block of `printed()` fields, as read back from a record."""
+        block = cls(name=name, line=line, **{key: value for key, value in fields.items() if key != "percentiles"})
+        block.percentiles = [(str(label), float(value)) for label, value in fields.get("percentiles") or ()]
+        return block
 
     def median(self) -> float | None:
         """The 50% percentile when printed."""

@@ -457,6 +457,30 @@ class RankLost(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
+class MetricsReport(_Timed):
+    """A metrics report: the run's counters and metrics at one point, as PyTorch/XLA's `met.metrics_report()` and
+    XLA_METRICS_FILE print them; a report read from text is lifted to one. They are cumulative: folded, a report
+    stands for every count before it.
+
+    Attributes:
+      counters: counter name -> value.
+      metrics: metric name -> its printed fields (`xladev.schema.metrics_text.MetricBlock.printed`).
+      report_step: N of the ``[MetricsData; step=N]`` line before it, when it has one.
+      index: its place among the reports of its input (0-based).
+      counter_lines, metric_lines: name -> the input line of its block (kept in memory only: a reader's).
+    """
+
+    TYPE: ClassVar[str] = "metrics_report"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("report_step",)
+    counters: dict = dataclasses.field(default_factory=dict)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    report_step: int | None = None
+    index: int = 0
+    counter_lines: dict = transient(factory=dict)
+    metric_lines: dict = transient(factory=dict)
+
+
+@dataclasses.dataclass(slots=True)
 class End(Record):
     """The last line of a log whose run ended (a killed run has none).
 
@@ -483,7 +507,7 @@ class End(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {cls.TYPE: cls for cls in (
     Header, GraphText, CompileStart, Compile, CompileFailed, Execute, ExecuteFailed, Step, Transfer, Ops, Fallback, CacheMiss,
-    GraphGrowing, MemoryGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, End)}
+    GraphGrowing, MemoryGrowing, GraphBreak, DynamoRecompile, Profile, Collective, RankLost, MetricsReport, End)}
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
