@@ -39,11 +39,10 @@ MAX_TRACE_GRAPHS, MAX_GRAPH_TEXT = 2_000, 200_000
 
 
 class EventLogReplay:
-    """Replays event-log records into a `SourceResult` (metrics snapshots, series and debug log).
+    """Replays event-log records into a `SourceResult`.
 
-    The run's numbers are folded once, by `state` (`xladev.analysis.run_state.RunState`); the replay adds what only
-    the report shows: the per-step series, the step timeline's marks, the ranks' traces, and the
-    CPU fallbacks its debug-log rules read.
+    The run's numbers are folded once, by `state` (`xladev.analysis.run_state.RunState`, the source's `run`); the
+    replay adds what only the report shows: the per-step series, the step timeline's marks and the ranks' traces.
 
     Args:
       source: what the records are read into.
