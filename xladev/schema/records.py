@@ -2,7 +2,8 @@
 
 The writer (`xladev.sinks.eventlog_writer`) builds these from runtime events and calls `to_record()`;
 the report's reader and the TUI call `parse_line()` / `from_record()`. Nothing else knows the format.
-A log's first line is read by `log_header`; the sentences records are shown as are in `record_wording`.
+A log's first line is read by `log_header`; the sentences records are shown as are in `record_wording`; what
+every record shares (its JSON object, the schema's version, the errors) is in `record_base`.
 
     {"type":"header","schema":"xladev.events/1",...}     first line
     {"type":"compile","t":...,"step":0,"hash":...}       one per event
@@ -19,83 +20,12 @@ import json
 import os
 from typing import Any, ClassVar
 
-from xladev.errors import XladevError
-from xladev.schema.record_fields import field_checks, transient
+from xladev.schema.record_base import (  # re-exported: a reader imports the whole format from here
+    SCHEMA, SCHEMA_NAME, SCHEMA_VERSION, NotAnEventLog, Record, RecordError, TimedRecord)
+from xladev.schema.record_fields import transient
 from xladev.schema.record_wording import step_window, tensorboard_command
 
-SCHEMA_NAME = "xladev.events"
-SCHEMA_VERSION = 1
-SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
-
-
-class RecordError(XladevError, ValueError):
-    """A line that is not a valid record: names the record type and the field that is wrong."""
-
-
-class NotAnEventLog(XladevError, ValueError):
-    """The file is not an xladev event log (its first line is not an `xladev.events` header)."""
-
-
-@dataclasses.dataclass(slots=True)
-class Record:
-    """Base of every record type: `TYPE` is its `"type"` field."""
-
-    TYPE: ClassVar[str] = ""
-    # The runtime events (`xladev.events` class names) this kind is written for; () for the writer's own lines
-    # (header, graph text, end). The kind is declared here once: the writer's builder
-    # (`xladev.sinks.event_records`), the counter table (`xladev.schema.counters`) and each fold (the report's
-    # replay, the TUI's run model) have an entry for every kind, which tests/schema/test_record_kinds.py checks.
-    EVENTS: ClassVar[tuple[str, ...]] = ()
-    REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields without which the record means nothing
-    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # fields written only when set (not null)
-
-    def to_record(self) -> dict:
-        """The JSON object of this record (transient fields, and optional fields that are None, left out)."""
-        out = {"type": self.TYPE}
-        optional = self.OPTIONAL
-        for f in dataclasses.fields(self):
-            if not f.metadata.get("transient"):
-                value = getattr(self, f.name)
-                if value is None and f.name in optional:
-                    continue
-                out[f.name] = value
-        return out
-
-    @classmethod
-    def from_record(cls, data: dict) -> "Record":
-        """The record of a JSON object (its `"type"` already matched).
-
-        Raises:
-          RecordError: a required field is missing, or a field has a value of the wrong type.
-        """
-        for name in cls.REQUIRED:
-            if data.get(name) is None:
-                raise RecordError(f"{cls.TYPE} record without its {name!r} field")
-        values = {}
-        for name, accepted, to_float in field_checks(cls):
-            if name not in data:
-                continue
-            value = data[name]
-            if accepted is not None and type(value) not in accepted:
-                expected = " or ".join(sorted("null" if t is type(None) else t.__name__ for t in accepted))
-                raise RecordError(f"{cls.TYPE} record: field {name!r} is {type(value).__name__} {str(value)[:40]!r}, "
-                                  f"expected {expected}")
-            values[name] = float(value) if to_float and value is not None else value
-        cause = values.get("cause")
-        if cause and not all(isinstance(v, str) for v in cause.values()):
-            raise RecordError(f"{cls.TYPE} record: field 'cause' holds a value that is not text")
-        return cls(**values)
-
-
 # ---------------------------------------------------------------- the record types
-@dataclasses.dataclass(slots=True)
-class _Timed(Record):
-    """An event's record: `t` ns since the log started, and the runtime step it belongs to."""
-
-    t: int = 0
-    step: int = 0
-
-
 # `cause` is {"kind": CauseKind name, "text": what PT_XLA_DEBUG prints, "detail": ...};
 # `site` is `file:line (function)` of the user's frame and `frame` the same as {"file","line","name"}.
 
@@ -134,7 +64,7 @@ class Header(Record):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphText(_Timed):
+class GraphText(TimedRecord):
     """A graph's IR text, written once per graph hash before its first compile or execute record."""
 
     TYPE: ClassVar[str] = "graph"
@@ -148,7 +78,7 @@ class GraphText(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Compile(_Timed):
+class Compile(TimedRecord):
     """A graph compiled. `recompile` is set when its site had compiled another graph before:
     {"previous", "changes", "graphs_at_site", "compile_ns_at_site"}."""
 
@@ -176,7 +106,7 @@ class Compile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class CompileStart(_Timed):
+class CompileStart(TimedRecord):
     """XLA started compiling a graph; its ``compile`` or ``compile_failed`` record follows."""
 
     TYPE: ClassVar[str] = "compile_start"
@@ -192,7 +122,7 @@ class CompileStart(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class _GraphFailed(_Timed):
+class _GraphFailed(TimedRecord):
     """A graph that failed; `hlo_path` is where its HLO was saved."""
 
     hash: str = ""
@@ -220,7 +150,7 @@ class ExecuteFailed(_GraphFailed):
 
 
 @dataclasses.dataclass(slots=True)
-class Execute(_Timed):
+class Execute(TimedRecord):
     TYPE: ClassVar[str] = "execute"
     EVENTS: ClassVar[tuple[str, ...]] = ("Execute",)
     REQUIRED: ClassVar[tuple[str, ...]] = ("hash",)
@@ -245,7 +175,7 @@ class Execute(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Step(_Timed):
+class Step(TimedRecord):
     """A step barrier ended; `interval_ns` is the time since the previous one (or the log's start).
 
     `device_bytes` (live at the step's end) and `peak_device_bytes` (the most the step held) are written for the
@@ -274,7 +204,7 @@ class Step(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Transfer(_Timed):
+class Transfer(TimedRecord):
     """A copy: `dir` is `to_device` (with `count` uploads) or `from_device` (with the access `kind`)."""
 
     TYPE: ClassVar[str] = "transfer"
@@ -296,7 +226,7 @@ class Transfer(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Ops(_Timed):
+class Ops(TimedRecord):
     """Ops recorded since the last barrier; `tracing_count` of them timed, `tracing_ns` in total."""
 
     TYPE: ClassVar[str] = "ops"
@@ -318,7 +248,7 @@ class Ops(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Fallback(_Timed):
+class Fallback(TimedRecord):
     """An op ran on the CPU fallback. `op` is `UNKNOWN_OP` where the input does not name it (PyTorch/XLA 2.x's
     unlowered-op summary tags every call ``xla_fallback``); `count` is set where one record stands for several
     calls (that summary, read back): absent, one."""
@@ -341,7 +271,7 @@ class Fallback(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class CacheMiss(_Timed):
+class CacheMiss(TimedRecord):
     """A Python scalar uploaded because it was not in the scalar cache."""
 
     TYPE: ClassVar[str] = "cache_miss"
@@ -351,7 +281,7 @@ class CacheMiss(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphGrowing(_Timed):
+class GraphGrowing(TimedRecord):
     TYPE: ClassVar[str] = "graph_growing"
     EVENTS: ClassVar[tuple[str, ...]] = ("GraphGrowing",)
     ops: int = 0
@@ -360,7 +290,7 @@ class GraphGrowing(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class MemoryGrowing(_Timed):
+class MemoryGrowing(TimedRecord):
     """Live device memory (`space` "device") or the process's resident memory ("host") rose at every sampled step
     from `from_step` to `step`; `holders` says what grew (the runtime's `MemoryGrowing` event: kind, line,
     per_step_bytes, buffers)."""
@@ -376,7 +306,7 @@ class MemoryGrowing(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class GraphBreak(_Timed):
+class GraphBreak(TimedRecord):
     """torch.compile's capture stopped at `site`: the code there runs outside the compiled graphs.
 
     `by` is `dynamo` (TorchDynamo could not trace it; it runs eagerly, recorded lazily) or `xladev` (a captured
@@ -393,7 +323,7 @@ class GraphBreak(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class DynamoRecompile(_Timed):
+class DynamoRecompile(TimedRecord):
     """A torch.compile'd function compiled again because `guard` failed; `compiles` counts its compiles so far."""
 
     TYPE: ClassVar[str] = "dynamo_recompile"
@@ -407,7 +337,7 @@ class DynamoRecompile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Profile(_Timed):
+class Profile(TimedRecord):
     """A profile capture of this process was written: the `.xplane.pb`, its TensorBoard log directory, the
     runtime steps it covers (`first_step`..`last_step`, null when unknown) and the call that captured it."""
 
@@ -431,7 +361,7 @@ class Profile(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class Collective(_Timed):
+class Collective(TimedRecord):
     """A graph holding collectives ran on every rank: `count` collectives of `bytes` from this rank, `wait_ns`
     spent waiting for the other ranks to reach it, `ns` running it; `sites` the user's line of each."""
 
@@ -447,7 +377,7 @@ class Collective(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class RankLost(_Timed):
+class RankLost(TimedRecord):
     """Another rank of the job is gone (it died, or stopped answering): this rank's collectives fail."""
 
     TYPE: ClassVar[str] = "rank_lost"
@@ -457,7 +387,7 @@ class RankLost(_Timed):
 
 
 @dataclasses.dataclass(slots=True)
-class MetricsReport(_Timed):
+class MetricsReport(TimedRecord):
     """A metrics report: the run's counters and metrics at one point, as PyTorch/XLA's `met.metrics_report()` and
     XLA_METRICS_FILE print them; a report read from text is lifted to one. They are cumulative: folded, a report
     stands for every count before it.
