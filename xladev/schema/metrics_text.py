@@ -381,9 +381,8 @@ class MetricBlock:
 
     def printed(self) -> dict:
         """Its printed fields (all but the name and line) as a `metrics_report` record holds them: JSON values."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "line")}
-        out["percentiles"] = [[label, value] for label, value in self.percentiles]
-        return out
+        kept = (f.name for f in dataclasses.fields(self) if f.name not in ("name", "line", "percentiles"))
+        return {**{name: getattr(self, name) for name in kept}, "percentiles": [list(p) for p in self.percentiles]}
 
     @classmethod
     def from_printed(cls, name: str, fields: dict, line: int = 0) -> "MetricBlock":
