@@ -172,7 +172,6 @@ class XladevTUI(App):
         # keeps its scroll position, the findings' title and verdict in view.
         self.query_one("#findings").focus(scroll_visible=False)
         self._render(self.latest)
-        self.model.diagnosis.prepare_in_background()  # the report's imports, off the reader's way
         self._reader = threading.Thread(target=self._read_loop, name="xladev-tui-reader", daemon=True)
         self._reader.start()
 

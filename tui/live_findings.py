@@ -1,25 +1,19 @@
 """The report's diagnosis, live: the same findings and time breakdown as `xladev report`, from the
-same rules, on the records the TUI has read so far. No Textual here.
+same rules, on the records the TUI has read so far. No Textual here, and no pandas.
 
 Every record the model reads is fed, once and at once, to the report's own event-log reader
-(`xladev.report.eventlog_input.EventLogReplay`, which loads without pandas): its `RunState` is the run's one
-fold, which the screen reads too. `compute()` then asks the report for its findings
-(`xladev.report.loader.report_from_sources`), exactly as `xladev report run.events.jsonl` would on the log so
-far, and copies what the screen shows into immutable views (`tui.run_view.Diagnosis`).
+(`xladev.report.eventlog_input.EventLogReplay`): its `RunState` is the run's one fold, which the screen reads
+too. `compute()` then diagnoses the inputs (`xladev.report.run_inputs.inputs_from_sources`: the report's
+grouping, rules and verdict, without its pandas tables), exactly as `xladev report run.events.jsonl` would on the
+log so far, and copies what the screen shows into immutable views (`tui.run_view.Diagnosis`).
 
 The replay's `finish()` may be called whenever: it changes nothing records fold into, only the report's view of
 them. It runs in the one thread that feeds the replay (the reader thread), never concurrently with it.
-
-The report's diagnosis (and pandas: half a second to more than a second) is imported in a thread of its own
-(`prepare_in_background`, which the app calls when it starts) or else at the first `compute`; records are
-folded meanwhile as always, so the screen comes up at once and shows everything but the findings. If the
-report's diagnosis cannot be imported at all, the TUI shows everything else and says why there are no findings.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 from xladev import analysis
@@ -40,13 +34,14 @@ class LiveDiagnosis:
     def __init__(self, name: str = "event log"):
         from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
         from xladev.report.model import SourceResult
+        from xladev.report.run_inputs import inputs_from_sources
 
         self.name = name
         self._sibling_cache: dict = {}
         self._source = SourceResult(path=name, name=name, input_kind=KIND_NAME)
         self._replay = EventLogReplay(self._source)
         self.state = self._replay.state  # the run's one fold, which the screen reads too
-        self._diagnose = None
+        self._diagnose = inputs_from_sources
         self.lines = 0          # the last line number fed
         self.fed = 0            # records fed
         self.failed_feeds = 0   # records the report's reader could not take
@@ -60,38 +55,6 @@ class LiveDiagnosis:
         self.graph_lines: dict[int, str] = {}
         self.site_of: dict[str, str] = {}
         self.last_recompile_at: dict[str, str] = {}
-        self._importing: threading.Thread | None = None
-        self.broken = ""  # why the report's diagnosis cannot be used, when it cannot
-
-    def prepare(self) -> bool:
-        """Imports the report's diagnosis (and pandas) now.
-
-        Returns:
-          False (and a note in `current` saying why) when it cannot be imported.
-        """
-        if self._diagnose is not None:
-            return True
-        if self.broken:
-            return False
-        try:
-            from xladev.report.loader import report_from_sources
-        except Exception as exc:  # e.g. pandas missing: no findings, the rest of the UI works
-            self.broken = f"no findings: the report cannot be imported ({type(exc).__name__}: {exc})"
-            self.current = Diagnosis("", (), None, 0, self.broken)
-            return False
-        self._diagnose = report_from_sources
-        return True
-
-    def prepare_in_background(self) -> None:
-        """Imports the report's diagnosis in a thread of its own, so the screen never waits for pandas."""
-        if self._diagnose is not None or self._importing is not None:
-            return
-        self._importing = threading.Thread(target=_import_report, name="xladev-tui-import", daemon=True)
-        self._importing.start()
-
-    def ready(self) -> bool:
-        """False while the report's diagnosis is being imported in the background."""
-        return self._importing is None or not self._importing.is_alive()
 
     def set_complete(self, complete: bool) -> None:
         """Says whether the log is complete (it will not grow); a change makes the diagnosis stale."""
@@ -134,8 +97,8 @@ class LiveDiagnosis:
           after the header) it says so in `note`; when its rules fail, the previous findings stay
           and `note` says why.
         """
-        if not self.fed or not self.prepare():
-            self.computed_for = self.fed  # nothing more to do until more records come
+        if not self.fed:
+            self.computed_for = self.fed  # nothing more to do until records come
             return self.current
         from xladev.report.model import UnreadableInputError
 
@@ -146,10 +109,10 @@ class LiveDiagnosis:
         try:
             replay.finish()
             source.ending = replay.ending() if self.complete else None
-            report = self._diagnose([source] + self._siblings(source))
-            findings = tuple(self._view(f) for f in report.findings)
-            verdict = report.verdict()
-            headline = analysis.headline(verdict, report.findings)
+            inputs = self._diagnose([source] + self._siblings(source))
+            findings = tuple(self._view(f) for f in inputs.findings)
+            verdict = inputs.verdict()
+            headline = analysis.headline(verdict, inputs.findings)
             time_view = _time_view(source.time)
         except UnreadableInputError:
             self.current = Diagnosis("", (), None, self.fed, "nothing to diagnose yet: no event after the log's header",
@@ -169,7 +132,7 @@ class LiveDiagnosis:
         findings across ranks (diverging graphs, a straggler) join this log's. None for a single process."""
         if source.rank is None or self._replay.header is None:
             return []
-        from xladev.report.loader import load
+        from xladev.report.inputs import read_source
         from xladev.schema.ranks import sibling_paths
 
         world = self._replay.header.world_size or 1
@@ -179,10 +142,11 @@ class LiveDiagnosis:
                 stat = os.stat(path)
                 cached = self._sibling_cache.get(path)
                 if cached is None or cached[0] != (stat.st_size, stat.st_mtime_ns):
-                    cached = self._sibling_cache[path] = ((stat.st_size, stat.st_mtime_ns), load(path).sources[0])
+                    cached = self._sibling_cache[path] = ((stat.st_size, stat.st_mtime_ns), read_source(path))
             except Exception:  # a sibling being written or unreadable: diagnose without it
                 continue
-            siblings.append(cached[1])
+            if cached[1].has_record:  # one with nothing to judge yet is left out, as `xladev report` refuses it
+                siblings.append(cached[1])
         return siblings
 
     def _view(self, finding) -> FindingView:
@@ -204,13 +168,6 @@ class LiveDiagnosis:
                 return self.last_recompile_at.get(self.site_of.get(graph, ""), graph)
             return graph
         return None
-
-
-def _import_report() -> None:
-    try:
-        import xladev.report.loader  # noqa: F401
-    except Exception:  # the reader thread imports again, and says why it cannot
-        pass
 
 
 def _time_view(breakdown) -> TimeView | None:

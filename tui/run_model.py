@@ -160,7 +160,7 @@ class RunModel:
         Returns:
           True when it recomputed.
         """
-        if not self.diagnosis.ready() or not self.diagnosis.stale:
+        if not self.diagnosis.stale:
             return False
         now = self.clock()
         due = (force or self._diagnosed_at is None or now - self._diagnosed_at >= self.diagnosis_interval

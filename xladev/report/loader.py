@@ -1,7 +1,8 @@
 """`load` and `Report`: what the readers found, as pandas DataFrames, plus the diagnosis.
 
 A `Report` is one run: one or more inputs (a metrics file, its debug log, the printed output, or
-per-rank files ``metrics.txt.0 … .N``). Its tables are built on first use.
+per-rank files ``metrics.txt.0 … .N``). Its tables are built on first use; its grouping, findings and verdict are
+`xladev.report.run_inputs.RunInputs`' (no pandas), which the live TUI diagnoses with.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import pandas as pd
 
 from xladev.report import eventlog_input  # noqa: F401  (registers the event-log reader)
 from xladev.report.inputs import expand_rank_paths, read_source
-from xladev.report.model import (BINARY_DATA, EMPTY_FILE, NoCompleteRecordError, ParseWarning, SourceResult,
-                                 UnreadableInputError)
-from xladev.report.run_identity import reconcile
-from xladev.report.names import canonical_numbers, counter_category
+from xladev.report.model import SourceResult, UnreadableInputError
+from xladev.report.names import counter_category
+from xladev.report.run_inputs import RunInputs, inputs_from_sources
 from xladev.report.series import DEFAULT_MAX_ROWS
 
 METRIC_COLUMNS = ["source", "rank", "name", "kind", "total_samples", "accumulator", "value_rate", "rate",
@@ -29,68 +29,12 @@ COMPILE_COLUMNS = ["source", "rank", "line", "step", "cause", "graph_hash", "inp
 EXECUTION_COLUMNS = ["source", "rank", "site", "cause", "graph_hash", "executions", "first_line", "inputs", "outputs"]
 
 
-class Report:
-    """One run read from one or more inputs.
+class Report(RunInputs):
+    """One run read from one or more inputs: its tables (pandas DataFrames, built on first use) and its diagnosis.
 
     Attributes:
       sources: what was read from each input, in the order given.
     """
-
-    def __init__(self, sources: list[SourceResult]):
-        """Wraps already-read sources (use `load` to read files).
-
-        Args:
-          sources: one result per input.
-        """
-        self.sources = sources
-
-    # ------------------------------------------------------------ grouping
-
-    @property
-    def name(self) -> str:
-        """The inputs' names joined with ``+``."""
-        return " + ".join(source.name for source in self.sources)
-
-    @property
-    def warnings(self) -> list[ParseWarning]:
-        """Warnings of all inputs (the stored ones; see ``warning_count``)."""
-        return [warning for source in self.sources for warning in source.warnings]
-
-    @property
-    def warning_count(self) -> int:
-        """All warnings of all inputs, including those not stored."""
-        return sum(source.warning_count for source in self.sources)
-
-    @property
-    def has_record(self) -> bool:
-        """True when some input holds a complete record; False when nothing can be judged."""
-        return any(source.has_record for source in self.sources)
-
-    def ranks(self) -> dict[int | None, list[SourceResult]]:
-        """Inputs grouped by rank (None for inputs without a ``.N`` suffix), ranks in order."""
-        groups: dict[int | None, list[SourceResult]] = {}
-        for source in sorted(self.sources, key=lambda s: (s.rank is not None, s.rank or 0)):
-            groups.setdefault(source.rank, []).append(source)
-        return groups
-
-    @staticmethod
-    def primary_metrics(sources: Iterable[SourceResult]) -> SourceResult | None:
-        """The input whose metrics speak for a group: the most reports, then the most steps."""
-        with_metrics = [source for source in sources if source.has_metrics]
-        if not with_metrics:
-            return None
-        return max(with_metrics, key=lambda s: (s.snapshots, s.final.counters.get("MarkStep", 0)))
-
-    def final_numbers(self, source: SourceResult) -> dict[str, float]:
-        """The canonical numbers (steps, compiles, ...) of an input's last report."""
-        final = source.final
-        if final is None:
-            return {}
-        samples = {name: block.total_samples for name, block in final.metrics.items()
-                   if block.total_samples is not None}
-        accumulators = {name: block.accumulator for name, block in final.metrics.items()
-                        if block.accumulator is not None}
-        return canonical_numbers(final.counters, samples, accumulators)
 
     # ------------------------------------------------------------ tables
 
@@ -227,27 +171,6 @@ class Report:
                 out[rank] = breakdown
         return out
 
-    @functools.cached_property
-    def findings(self):
-        """The diagnosis: a list of `xladev.analysis.Finding`, most severe first."""
-        from xladev.report.run_findings import diagnose
-
-        return diagnose(self)
-
-    def verdict(self) -> str:
-        """``healthy``, ``info``, ``warning`` or ``error``: the most severe finding; ``unknown`` when no input
-        holds a complete record, or when the input cannot show whether the run is healthy (no step
-        count) and nothing worse was found."""
-        from xladev.analysis import ADVICE_RULES, INFO, SEVERITIES, UNKNOWN, severity_rank
-
-        if not self.has_record:
-            return UNKNOWN
-        worst = max((severity_rank(f.severity) for f in self.findings
-                     if f.rule != "healthy" and f.rule not in ADVICE_RULES), default=-1)
-        if worst <= severity_rank(INFO) and any(f.rule == "not-enough-evidence" for f in self.findings):
-            return UNKNOWN
-        return "healthy" if worst < 0 else SEVERITIES[worst]
-
 
 def _site_entry(site: str) -> dict:
     return {"site": site, "compiles": 0, "graphs": set(), "signatures": set(), "executions": 0, "causes": set(),
@@ -280,44 +203,10 @@ def load(path_or_paths: str | os.PathLike | Iterable[str | os.PathLike], max_row
 
 
 def report_from_sources(sources: list[SourceResult]) -> Report:
-    """Makes one run of inputs already read, warning about inputs with nothing recognised.
-
-    Args:
-      sources: results of `xladev.report.inputs.read_source`.
-
-    Returns:
-      The report.
+    """Makes one run of inputs already read (`xladev.report.run_inputs.inputs_from_sources`), with its tables.
 
     Raises:
-      NoCompleteRecordError: when no input holds a complete record (its ``report`` has the verdict
-        ``unknown`` and says why), or (`DifferentRunsError`) when inputs of the same rank come from
-        different runs.
+      NoCompleteRecordError: when no input holds a complete record, or (`DifferentRunsError`) when inputs of the
+        same rank come from different runs.
     """
-    sources = reconcile(sources)
-    for source in sources:  # judged again each time: a live reader (the TUI) asks again as its log grows
-        source.problem = None if source.has_record else _why_empty(source)
-    report = Report(sources)
-    if not report.has_record:
-        raise NoCompleteRecordError("; ".join(f"{source.name}: {source.problem}" for source in sources), report)
-    for source in sources:
-        if source.problem and not source.unreadable and not source.counted_in:  # e.g. a program's output
-            source.warn(0, source.problem)
-    return report
-
-
-def _why_empty(source: SourceResult) -> str:
-    """What an input without anything to diagnose holds instead, in the words a user can act on."""
-    if source.problem == BINARY_DATA:  # read_source read nothing of it
-        return source.problem
-    if source.damage:
-        return f"{source.damage}; no complete record before it"
-    if source.size_bytes == 0 and source.lines == 0:
-        return EMPTY_FILE
-    if not source.lines:
-        return "nothing in it once decompressed"
-    if source.cut_report_line:
-        return f"its only metrics report (line {source.cut_report_line}) is cut short: no complete report"
-    if source.input_kind == "event-log":
-        return ("an xladev event log with no events after its header: the run stopped before its first step, "
-                "or is still starting (follow it live with `xladev tui`)")
-    return "no PyTorch/XLA metrics report or PT_XLA_DEBUG output found"
+    return inputs_from_sources(sources, Report)

@@ -39,8 +39,9 @@ class NoCompleteRecordError(UnreadableInputError):
     first record, cut inside its first report, an event log with only its header).
 
     Attributes:
-      report: the `xladev.report.Report` of those inputs, with the verdict ``unknown`` and a
-        ``no-complete-record`` finding giving the reason, for a caller that shows it anyway (the CLI).
+      report: the inputs (`xladev.report.Report` from `load`; a `run_inputs.RunInputs` for a live reader), with
+        the verdict ``unknown`` and a ``no-complete-record`` finding giving the reason, for a caller that shows
+        it anyway (the CLI).
     """
 
     def __init__(self, message: str, report):
