@@ -17,7 +17,7 @@ xladev._load_runtime()
 
 from xladev.debug.sharding_view import visualize_sharding, visualize_tensor_sharding  # noqa: E402
 from xladev.runtime.distributed.sharded_tensor import (  # noqa: E402
-    ShardingType, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding, sharding_type,
+    ShardingType, XLAShard, XLAShardedTensor, annotate_custom_sharding, clear_sharding, mark_sharding, sharding_type,
 )
 from xladev.runtime.distributed.input_sharding import ShardingSpec  # noqa: E402
 from xladev.runtime.distributed.manual_sharding import (  # noqa: E402
@@ -31,6 +31,6 @@ from xladev.runtime.distributed.spmd_sharding import (  # noqa: E402
 )
 
 __all__ = ["HybridMesh", "ManualShardingError", "Mesh", "ShardingSpec", "ShardingType", "XLAPatchedLinear", "XLAShard",
-           "XLAShardedTensor", "clear_sharding", "disable_manual_sharding", "enable_manual_sharding",
+           "XLAShardedTensor", "annotate_custom_sharding", "clear_sharding", "disable_manual_sharding", "enable_manual_sharding",
            "get_sharding_spec", "is_spmd", "mark_sharding", "mark_sharding_with_gradients", "sharding_type", "use_spmd",
            "visualize_sharding", "visualize_tensor_sharding", "xla_patched_nn_linear_forward"]

@@ -45,6 +45,29 @@ out["wrapper"]["cleared"] = [torch_xla._XLAC._get_xla_sharding_spec(xt), torch_x
 out["wrapper"]["type_replicated"] = xs.mark_sharding(xt, mesh22, (None, None)).sharding_type.name
 out["wrapper"]["spec_replicated"] = torch_xla._XLAC._get_xla_sharding_spec(xt)
 out["wrapper"]["type_partial"] = xs.mark_sharding(xt, mesh22, (None, 1)).sharding_type.name
+# Split device data is never split another way unasked (PyTorch/XLA's rule); the same split again is a no-op.
+remark = {"before": torch_xla._XLAC._get_xla_sharding_spec(xt)}
+xs.mark_sharding(xt, mesh22, (None, 1))
+remark["same_again"] = torch_xla._XLAC._get_xla_sharding_spec(xt)
+try:
+    xs.mark_sharding(xt, mesh22, (0, 1))
+    remark["refused"] = None
+except RuntimeError as refusal:
+    remark["refused"] = str(refusal)
+remark["after_refusal"] = torch_xla._XLAC._get_xla_sharding_spec(xt)
+xs.clear_sharding(xt)
+xs.mark_sharding(xt, mesh22, (0, 1))
+remark["after_clear"] = torch_xla._XLAC._get_xla_sharding_spec(xt)
+remark["value"] = xt.cpu().tolist() == t.tolist()
+# annotate_custom_sharding: another split is allowed, as an annotation in the graph; the data is unchanged.
+at = torch.arange(16.0).reshape(4, 4).to("xla")
+xs.mark_sharding(at, mesh22, (0, None))
+remark["annotated"] = [type(xs.annotate_custom_sharding(at, mesh22, (None, 1))).__name__,
+                       torch_xla._XLAC._get_xla_sharding_spec(at)]
+torch_xla.sync()
+remark["annotated_synced"] = torch_xla._XLAC._get_xla_sharding_spec(at)
+remark["annotated_value"] = at.cpu().tolist() == torch.arange(16.0).reshape(4, 4).tolist()
+out["remark"] = remark
 
 # Local shards: tiled, replicated, partially replicated, each against the CPU tensor.
 mesh4 = xs.Mesh(ids, (n,))
@@ -167,20 +190,22 @@ def manual_region():
     per_device = piece.global_tensor.sum(dim=1, keepdim=True) * 2  # each device sums its own piece's rows
     back = xs.disable_manual_sharding(per_device, ("data", "model"), (8, 2), mesh=mesh22)
     xs.set_global_mesh(mesh22)
-    plain = xs.disable_manual_sharding(xs.enable_manual_sharding(whole, (None, "model")).global_tensor + 1,
+    # another split needs another tensor: `whole` is split already (PyTorch/XLA refuses to split it again)
+    columns = base.to("xla")
+    plain = xs.disable_manual_sharding(xs.enable_manual_sharding(columns, (None, "model")).global_tensor + 1,
                                        (None, "model"), whole.shape)
     return {
         "piece_shape": list(piece.global_tensor.shape), "back_shape": list(back.global_tensor.shape),
         "back": back.global_tensor.cpu().tolist(),
         "want": (base.reshape(2, 4, 2, 4 * n).sum(dim=3) * 2).reshape(8, 2).tolist(),
         "plain_ok": bool(torch.equal(plain.global_tensor.cpu(), base + 1)),
-        "kept_inside": error(lambda: (xs.enable_manual_sharding(whole, ("data", None), mesh=mesh22).global_tensor
-                                      + 1).cpu()),
+        "kept_inside": error(lambda: (xs.enable_manual_sharding(base.to("xla"), ("data", None), mesh=mesh22)
+                                      .global_tensor + 1).cpu()),
         # In one graph with a region that ends, another start read without its end: still refused.
         "dangling_beside_a_region": error(lambda: (
-            xs.disable_manual_sharding(xs.enable_manual_sharding(whole, (None, "model")).global_tensor * 3,
+            xs.disable_manual_sharding(xs.enable_manual_sharding(columns, (None, "model")).global_tensor * 3,
                                        (None, "model"), whole.shape).global_tensor.sum()
-            + xs.enable_manual_sharding(whole, (None, "model")).global_tensor.sum()).cpu()),
+            + xs.enable_manual_sharding(columns, (None, "model")).global_tensor.sum()).cpu()),
         "not_dividing": error(lambda: xs.enable_manual_sharding(torch.ones(3, 4, device="xla"), ("data", None),
                                                                 mesh=mesh22)),
         "no_region": error(lambda: xs.disable_manual_sharding(whole, ("data", None), (16, 8 * n), mesh=mesh22)),

@@ -234,3 +234,19 @@ def test_fsdp_v2_splits_parameters_and_output_and_trains_as_the_cpu(seen):
     for name, value in f["params"].items():
         torch.testing.assert_close(torch.tensor(f["got"][name]), torch.tensor(value), rtol=steps * PARAM_REL,
                                    atol=2 * steps * lr * GRAD_REL * f["grad_scale"], msg=name)
+
+
+def test_split_device_data_is_not_split_another_way_until_cleared(seen):
+    """PyTorch/XLA's rule: marking device data split one way with another split is refused, naming the split and
+    `clear_sharding`; the same split again changes nothing; once cleared, it is marked anew; the value is kept."""
+    r = seen["remark"]
+    split = r["before"]
+    assert split.startswith("{devices=[1,2,2]") and split.endswith(" last_tile_dim_replicate}")  # (None, 1)
+    assert r["same_again"] == r["after_refusal"] == split
+    assert r["refused"].startswith(f"Existing annotation must be cleared first: {split}")
+    assert "xs.clear_sharding" in r["refused"] and r["refused"].endswith("{devices=[2,2]0,1,2,3}")
+    assert r["after_clear"] == "{devices=[2,2]0,1,2,3}" and r["value"]
+    # annotate_custom_sharding may give data split one way another split (a constraint in the graph), as
+    # PyTorch/XLA's redistribute does; the split is kept through the sync, the value unchanged
+    kind, annotated = r["annotated"]
+    assert kind == "XLAShardedTensor" and annotated == r["annotated_synced"] == split and r["annotated_value"]

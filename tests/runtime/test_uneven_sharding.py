@@ -135,3 +135,10 @@ def test_a_sharded_tensor_is_made_from_cpu_pieces_as_checkpoint_loaders_make_it(
                                             "device, in device order"]
     for case in ("too_big", "too_small", "replicated_smaller"):  # 17 > 16; 12 leaves a piece of padding only
         assert f[case][0] == "RuntimeError" and "cannot make a tensor of shape" in f[case][1], f[case]
+
+
+def test_an_uneven_result_beside_other_outputs_compiles_and_keeps_its_mark(seen):
+    """A graph whose outputs include a result split unevenly: it comes back whole on each device, said in the
+    graph (jax could not name XLA's split of it beside the other outputs, and the compile failed)."""
+    b = seen["beside"]
+    assert b["value"] == [[3.0, 3.0], [3.0, 3.0]] and b["spec"] == "{devices=[1,4]0,1,2,3}"

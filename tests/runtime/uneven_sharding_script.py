@@ -82,6 +82,15 @@ torch_xla.sync()
 inplace["cleared"] = spec_of(w)
 out["inplace"] = inplace
 
+# An uneven result beside another output of the same graph (PyTorch/XLA's test_execute_replicated_metrics after
+# another test left a value pending): the graph compiles, and the uneven result keeps its mark.
+other = xs.mark_sharding(torch.randn(2, 4, 8, 8).to("xla"), xs.Mesh(ids, (1, 1, 2, 2)), (0, 1, 2, 3)).global_tensor + 1
+small = torch.ones(2, 2).to("xla")
+xs.mark_sharding(small, xs.Mesh(ids, (1, 4)), (0, 1))
+small += 2
+torch_xla.sync()
+out["beside"] = {"value": small.cpu().tolist(), "spec": spec_of(small), "other": spec_of(other)}
+
 # Training on batches whose size does not divide over the devices (6 rows over 4), the model split too.
 torch.manual_seed(3)
 cpu_net = nn.Sequential(nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 1))

@@ -24,7 +24,8 @@ from xladev.runtime.graph.ir import DataNode
 from xladev.runtime.graph.spmd_mesh import Mesh
 from xladev.runtime.distributed.dtensor_placements import dtensor_spec, redistribute_spec
 from xladev.runtime.distributed.spmd_sharding import (
-    MANUAL, device_order, get_sharding_spec, padded_shape, parse_sharding_text, piece_shape, shard_tensor, unshard_tensor,
+    MANUAL, annotate_tensor, device_order, get_sharding_spec, padded_shape, parse_sharding_text, piece_shape,
+    shard_tensor, unshard_tensor,
 )
 from xladev.runtime.record.tensor import XlaTensor
 from xladev.runtime.execute.transfers import arrays_of, current_cause, reading
@@ -216,7 +217,8 @@ class XLAShardedTensor(torch.Tensor):
         """
         whole = self.global_tensor
         mesh, spec = redistribute_spec(whole, device_mesh, placements)
-        return mark_sharding(whole.clone() if async_op else whole, mesh, spec)
+        # An annotation, as PyTorch/XLA's: the split may differ from the one the data has.
+        return annotate_custom_sharding(whole.clone() if async_op else whole, mesh, spec)
 
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"XLAShardedTensor({self.global_tensor!r})"
@@ -242,9 +244,31 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAS
       goes on using `t` sees the sharding too.
 
     Raises:
-      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+      RuntimeError: SPMD mode is off, or `t`'s data is split another way already (`clear_sharding` it first, or
+        `annotate_custom_sharding`). TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     shard_tensor(unwrap(t), mesh, partition_spec)
+    wrapper = wrap(t, mesh.mesh_shape, tuple(partition_spec))
+    wrapper.mesh = mesh
+    return wrapper
+
+
+def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAShardedTensor:
+    """Annotates `t` with a split without moving its data: the graphs that read it constrain it to the split
+    (PyTorch/XLA's `xs.annotate_custom_sharding`). Unlike `mark_sharding`, `t`'s data may be split another way.
+
+    Args:
+      t: a device tensor (not a view), or an `XLAShardedTensor`.
+      mesh: the device mesh.
+      partition_spec: as `mark_sharding` takes it.
+
+    Returns:
+      An `XLAShardedTensor` wrapping `t`.
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+    """
+    annotate_tensor(unwrap(t), mesh, partition_spec)
     wrapper = wrap(t, mesh.mesh_shape, tuple(partition_spec))
     wrapper.mesh = mesh
     return wrapper

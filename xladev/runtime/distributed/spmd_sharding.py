@@ -160,7 +160,8 @@ def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
         along, or None to keep it whole.
 
     Raises:
-      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+      RuntimeError: SPMD mode is off, or `t`'s data is split another way already (clear it first, as
+        PyTorch/XLA asks). TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     import jax
 
@@ -168,7 +169,36 @@ def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
     _check_base(t, "mark_sharding")
     spec = _partition_spec(mesh, partition_spec, t.dim())
     sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
-    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()))
+    text = sharding_text(sharding, t.dim())
+    node = t._st.value
+    if type(node) is DataNode and node.sharding not in (None, REPLICATED, MANUAL):
+        # As PyTorch/XLA: device data split one way is never split another way on the user's behalf.
+        if node.sharding == text:
+            return  # the same split again (a mark in every step): nothing to do
+        raise RuntimeError(f"Existing annotation must be cleared first: {node.sharding}; call "
+                           f"xs.clear_sharding(t) before marking it {text}")
+    _place(t, sharding, text, ((SLOT, mesh.key(), tuple(spec)), ()))
+
+
+def annotate_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
+    """Gives `t` a sharding annotation in its graph, leaving its data where it is: the next graph that reads it
+    constrains it to the split (PyTorch/XLA's `xs.annotate_custom_sharding`; allowed on data split another way).
+
+    Args:
+      t: a device tensor (not a view).
+      mesh: the device mesh.
+      partition_spec: as `shard_tensor` takes it.
+
+    Raises:
+      RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
+    """
+    import jax
+
+    _require_spmd("annotate_custom_sharding")
+    _check_base(t, "annotate_custom_sharding")
+    spec = _partition_spec(mesh, partition_spec, t.dim())
+    sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
+    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()), in_graph=True)
 
 
 def _check_base(t, name: str) -> None:
@@ -188,14 +218,15 @@ def _whole_view(t: XlaTensor) -> bool:
     return all(step.opdef.name in _WHOLE_VIEW_OPS and tuple(step.meta.shape) == shape for step in t._chain)
 
 
-def _place(t: XlaTensor, sharding, text: str, template) -> None:
+def _place(t: XlaTensor, sharding, text: str, template, in_graph: bool = False) -> None:
     """Gives `t` the jax `sharding`, known as `text` ('' for none of its own): device data moves now (as
-    PyTorch/XLA reshards it), a value being recorded gets a sharding constraint in its graph."""
+    PyTorch/XLA reshards it), a value being recorded (or any value, `in_graph`) gets a sharding constraint in its
+    graph."""
     import jax
 
     with _execution_lock:
         node = t._st.value
-        if type(node) is DataNode:
+        if type(node) is DataNode and not in_graph:
             shape = tuple(node.meta.shape)
             if divides(sharding, shape):
                 data = DataNode(jax.device_put(node.array, sharding), node.meta)

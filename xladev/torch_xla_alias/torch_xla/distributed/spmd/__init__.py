@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import xladev.spmd as _spmd
 from xladev.spmd import (  # noqa: F401
-    HybridMesh, Mesh, ShardingSpec, ShardingType, XLAPatchedLinear, XLAShard, XLAShardedTensor, clear_sharding, mark_sharding,
+    HybridMesh, Mesh, ShardingSpec, ShardingType, XLAPatchedLinear, XLAShard, XLAShardedTensor, annotate_custom_sharding,
+    clear_sharding, mark_sharding,
     mark_sharding_with_gradients, xla_patched_nn_linear_forward, enable_manual_sharding, disable_manual_sharding,
 )
 from xladev.runtime.distributed.sharded_tensor import unwrap as unwrap_sharded_tensor  # noqa: F401
