@@ -163,13 +163,7 @@ def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
       RuntimeError: SPMD mode is off, or `t`'s data is split another way already (clear it first, as
         PyTorch/XLA asks). TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
-    import jax
-
-    _require_spmd("mark_sharding")
-    _check_base(t, "mark_sharding")
-    spec = _partition_spec(mesh, partition_spec, t.dim())
-    sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
-    text = sharding_text(sharding, t.dim())
+    sharding, text, template = _split_of(t, mesh, partition_spec, "mark_sharding")
     node = t._st.value
     if type(node) is DataNode and node.sharding not in (None, REPLICATED, MANUAL):
         # As PyTorch/XLA: device data split one way is never split another way on the user's behalf.
@@ -177,7 +171,7 @@ def shard_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
             return  # the same split again (a mark in every step): nothing to do
         raise RuntimeError(f"Existing annotation must be cleared first: {node.sharding}; call "
                            f"xs.clear_sharding(t) before marking it {text}")
-    _place(t, sharding, text, ((SLOT, mesh.key(), tuple(spec)), ()))
+    _place(t, sharding, text, template)
 
 
 def annotate_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
@@ -192,13 +186,18 @@ def annotate_tensor(t: XlaTensor, mesh: Mesh, partition_spec: Sequence) -> None:
     Raises:
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
+    _place(t, *_split_of(t, mesh, partition_spec, "annotate_custom_sharding"), in_graph=True)
+
+
+def _split_of(t: XlaTensor, mesh: Mesh, partition_spec: Sequence, name: str) -> tuple:
+    """(jax sharding, its HLO text, the annotation's template) of a mark of `t` by API `name`, checked first."""
     import jax
 
-    _require_spmd("annotate_custom_sharding")
-    _check_base(t, "annotate_custom_sharding")
+    _require_spmd(name)
+    _check_base(t, name)
     spec = _partition_spec(mesh, partition_spec, t.dim())
     sharding = jax.sharding.NamedSharding(mesh.jax_mesh(), spec)
-    _place(t, sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ()), in_graph=True)
+    return sharding, sharding_text(sharding, t.dim()), ((SLOT, mesh.key(), tuple(spec)), ())
 
 
 def _check_base(t, name: str) -> None:
