@@ -184,3 +184,35 @@ def test_the_model_needs_no_textual(long_log):
             "sys.exit(1 if 'textual' in sys.modules else 0)")
     result = subprocess.run([sys.executable, "-c", code, long_log], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_torch_compile_graph_breaks_and_recompiles_are_findings_as_in_the_report(tmp_path):
+    log = LogBuilder()
+    log.compile(0, graph_hash(0), 40, 8, 500_000_000)
+    log.step(0, graph_hash(0), 40)
+    log.add(rec.GraphBreak(step=1, by="dynamo", reason="Failed to trace builtin operator: print", site=SITE), 1_000_000)
+    log.add(rec.DynamoRecompile(step=1, function="forward", guard="tensor 'x' size mismatch at index 0. expected 8, "
+                                "actual 9", compiles=2, site=SITE), 1_000_000)
+    path = log.write(tmp_path / "compiled.events.jsonl")
+    with open(path) as fh:
+        diagnosis = model_from_lines(fh.read().splitlines(), path).snapshot().diagnosis
+    assert _model_view(diagnosis) == _report_view(load(path))
+    rules = {f.rule: f for f in diagnosis.findings}
+    assert "print" in rules["graph-breaks"].evidence[0] and "expected 8" in rules["dynamo-recompiles"].evidence[0]
+
+
+def test_a_log_that_stopped_says_the_run_did_not_finish_once_it_will_not_grow(tmp_path):
+    path = long_run(steps=6, end=False).write(tmp_path / "killed.events.jsonl")
+    lines = open(path).read().splitlines()
+    live = RunModel(path)
+    for line in lines:
+        live.feed_line(line)
+    live.update_diagnosis(force=True)
+    # Still being written, as far as the TUI knows: a log without an end record is a run in progress.
+    assert "unfinished-run" not in [f.rule for f in live.snapshot().diagnosis.findings]
+    live.set_state(m.DISCONNECTED, "the log has no end record")  # its writer is gone
+    live.update_diagnosis()
+    first = live.snapshot().diagnosis.findings[0]
+    assert first.rule == "unfinished-run" and "no end record" in first.title
+    # The same as the report of the whole file.
+    assert _model_view(model_from_lines(lines, path).snapshot().diagnosis) == _report_view(load(path))
