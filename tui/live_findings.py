@@ -34,14 +34,12 @@ class LiveDiagnosis:
     def __init__(self, name: str = "event log"):
         from xladev.report.eventlog_input import KIND_NAME, EventLogReplay
         from xladev.report.model import SourceResult
-        from xladev.report.run_inputs import inputs_from_sources
 
         self.name = name
         self._sibling_cache: dict = {}
         self._source = SourceResult(path=name, name=name, input_kind=KIND_NAME)
         self._replay = EventLogReplay(self._source)
         self.state = self._replay.state  # the run's one fold, which the screen reads too
-        self._diagnose = inputs_from_sources
         self.lines = 0          # the last line number fed
         self.fed = 0            # records fed
         self.failed_feeds = 0   # records the report's reader could not take
@@ -101,6 +99,7 @@ class LiveDiagnosis:
             self.computed_for = self.fed  # nothing more to do until records come
             return self.current
         from xladev.report.model import UnreadableInputError
+        from xladev.report.run_inputs import inputs_from_sources
 
         started = time.perf_counter()
         source, replay = self._source, self._replay
@@ -109,7 +108,7 @@ class LiveDiagnosis:
         try:
             replay.finish()
             source.ending = replay.ending() if self.complete else None
-            inputs = self._diagnose([source] + self._siblings(source))
+            inputs = inputs_from_sources([source] + self._siblings(source))
             findings = tuple(self._view(f) for f in inputs.findings)
             verdict = inputs.verdict()
             headline = analysis.headline(verdict, inputs.findings)
