@@ -98,8 +98,8 @@ class CompileSeen:
     @property
     def sizes(self) -> dict[str, float]:
         """XLA's memory analysis in bytes, under the report's column names (`xladev.schema.memory.SIZES`)."""
-        return {memory_sizes.SIZES[key].column: float(value) for key, value in self.record.memory.items()
-                if key in memory_sizes.SIZES and isinstance(value, (int, float))}
+        measured = memory_sizes.measured(self.record.memory)
+        return {memory_sizes.SIZES[key].column: value for key, value in measured.items()}
 
     @property
     def changes(self) -> tuple[str, ...]:
@@ -164,8 +164,7 @@ class GraphState:
     def memory_bytes(self) -> float | None:
         """What it holds on the device while it runs (`xladev.schema.memory.need_bytes` of its latest compile's
         analysis); None when there is none."""
-        return memory_sizes.need_bytes({key: float(v) for key, v in self.memory.items()
-                                        if key in memory_sizes.SIZES and isinstance(v, (int, float))})
+        return memory_sizes.need_bytes(memory_sizes.measured(self.memory))
 
     def ran_at(self, step: int) -> None:
         ranges = self.ran

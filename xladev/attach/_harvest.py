@@ -32,11 +32,10 @@ from xladev.attach._debug_tail import DebugFileTail
 from xladev.schema.counters import ITEM_COUNTER
 from xladev.schema.debug_text import FRAME_RE, GraphEvent
 from xladev.sinks.pt_xla_debug.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
-from xladev.schema.memory import SIZES
+from xladev.schema import memory as memory_sizes
 from xladev.schema.metric_names import metric_names
 
 # Sizes of the Post Compilation Analysis, by the debug-log reader's column -> the compile record's key.
-_MEMORY_KEYS = {size.column: key for key, size in SIZES.items()}
 
 # PyTorch/XLA's cause lines as xladev writes them (`PT_XLA_CAUSES`, 2.8+'s words), read in either era's words (2.5 to
 # 2.7 said `mark_step` where 2.8 says `torch_xla.sync`) once that one word is made the same. Its guess at a value read
@@ -291,8 +290,7 @@ class Harvester:
             step, block = self._compiles.popleft()
             when, ns = compile_times.popleft() if compile_times else (None, 0)
             self._executed.discard(block.graph_hash)
-            memory = {_MEMORY_KEYS[column]: int(size) for column, size in block.sizes.items()
-                      if column in _MEMORY_KEYS}
+            memory = {key: int(size) for key, size in memory_sizes.from_columns(block.sizes).items()}
             t, frames = to_perf(when) if when else at_ns, self._frames_of(block)
             graph, recompiled = (self.graphs.compiled(block.graph_hash, frames, step, t, int(ns), block.name or None)
                                  if self.graphs is not None else (None, None))

@@ -241,7 +241,8 @@ class DebugLog(AnalysisBlockReader):
         marked = event.frames[event.user_frame:event.user_frame + 1] if event.user_frame is not None else []
         self.written_by_xladev = self.written_by_xladev or bool(marked)
         event.site, event.function = user_site(marked or event.frames)
-        recompile, named = record_wording.recompile_of_lines(event.recompilation) if event.recompilation else (None, None)
+        recompile, named = (record_wording.recompile_of_lines(event.recompilation) if event.recompilation
+                            else (None, None))
         site = join_site(event.site, event.function)
         if event.kind == "compile":  # fed once its Post Compilation Analysis block is read (`_flush_compile`)
             # its step: the one xladev's recompilation cause names, else the barriers' blocks counted so far
@@ -262,8 +263,7 @@ class DebugLog(AnalysisBlockReader):
             return
         record, event, step_known = self._unsized
         self._unsized = None
-        record.memory = {key: event.sizes[size.column] for key, size in memory_sizes.SIZES.items()
-                         if size.column in event.sizes}
+        record.memory = memory_sizes.from_columns(event.sizes)
         kept = len(self.run.compiled)
         self.run.feed(record, event.line)
         if len(self.run.compiled) > kept:  # the input's step, where it names one, and what only the text holds

@@ -275,8 +275,7 @@ def _graphs_table(report) -> Table | None:
             if value is not None and not math.isnan(value):
                 graph[column] = value
     for graph in graphs.values():
-        graph["need"] = memory_sizes.need_bytes({key: graph[size.column] for key, size in memory_sizes.SIZES.items()
-                                                 if graph.get(size.column) is not None})
+        graph["need"] = memory_sizes.need_bytes(memory_sizes.from_columns(graph))
     ranked = sorted(graphs.items(), key=lambda kv: -(kv[1]["need"] or 0))
     rows = [[graph_hash[:12], short_site(graph["site"])]
             + [_size(graph.get(column)) for column, _ in _MEMORY_COLUMNS] + [_size(graph["need"])]

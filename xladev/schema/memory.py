@@ -36,6 +36,33 @@ SIZES = {
 }
 
 
+def measured(memory: Mapping) -> dict[str, float]:
+    """A compile record's `memory` as numbers: the sizes under `SIZES`' keys that hold one (a log's other or
+    unreadable fields left out).
+
+    Args:
+      memory: a record's `memory`.
+
+    Returns:
+      Key -> bytes.
+    """
+    return {key: float(value) for key, value in memory.items()
+            if key in SIZES and isinstance(value, (int, float))}
+
+
+def from_columns(sizes: Mapping) -> dict[str, float]:
+    """Sizes kept under the report's column names (`Size.column`), under the record's keys; a size absent or None
+    is left out.
+
+    Args:
+      sizes: column -> bytes (a debug log's Post Compilation sizes, a table row).
+
+    Returns:
+      Key -> bytes.
+    """
+    return {key: sizes[size.column] for key, size in SIZES.items() if sizes.get(size.column) is not None}
+
+
 def need_bytes(memory: Mapping[str, float]) -> float | None:
     """Device memory a graph holds while it runs: its arguments, its outputs less those written into donated
     (aliased) inputs, its temporaries and its generated code.
