@@ -67,8 +67,8 @@ def graph_function(graph: Graph):
     # SPMD results split unevenly come back whole on each device (jax holds no uneven buffer; the result keeps
     # its mark, `DataNode.uneven`): said here, or jax cannot name the split XLA gives them when the graph has
     # other outputs.
-    whole_roots = {i: getattr(root, "uneven", None) for i, root in enumerate(graph.roots)
-                   if getattr(root, "uneven", None) is not None}
+    whole_roots = {i: split for i, root in enumerate(graph.roots)
+                   if (split := getattr(root, "uneven", None)) is not None}
     hlo_debug = config.hlo_debug
     cuts = _fusion_cuts(plan)
     regions, in_regions = manual_regions.regions(plan, roots)
@@ -117,8 +117,6 @@ def graph_function(graph: Graph):
             if i in cuts:
                 values[i] = jax.lax.optimization_barrier(values[i])
         if whole_roots:
-            import jax
-
             return tuple(jax.lax.with_sharding_constraint(
                 values[r], jax.sharding.NamedSharding(whole_roots[i].mesh, jax.sharding.PartitionSpec()))
                 if i in whole_roots else values[r] for i, r in enumerate(roots))
