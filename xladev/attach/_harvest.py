@@ -20,6 +20,7 @@ what is still unpaired at the end of the run is given without the missing part, 
 from __future__ import annotations
 
 import bisect
+import operator
 import time
 from collections import deque
 
@@ -29,7 +30,7 @@ from xladev.events import (
 )
 from xladev.attach._graphs import GraphDumps
 from xladev.attach._debug_tail import DebugFileTail
-from xladev.schema.counters import ITEM_COUNTER
+from xladev.schema.counters import ITEM_COUNTER, TENSORS_CREATED_COUNTER, TENSORS_DESTROYED_COUNTER
 from xladev.schema.debug_text import FRAME_RE, GraphEvent
 from xladev.sinks.pt_xla_debug.blocks import GUESSED_VALUE_ACCESS, PT_XLA_CAUSES
 from xladev.schema import memory as memory_sizes
@@ -71,6 +72,19 @@ def frames_of(lines: list[str]) -> tuple[Frame, ...]:
     return tuple(frames)
 
 
+# Sets of counter names remembered with the ones read of them: a run makes new counters only as it meets new ops.
+_MAX_COUNTER_SETS = 64
+# The counters of torch_xla's tensors made and freed, which the ops events carry.
+_TENSOR_COUNTERS = (TENSORS_CREATED_COUNTER, TENSORS_DESTROYED_COUNTER)
+
+
+def step_counter(name: str) -> bool:
+    """Whether a step's events use this counter: ops traced (`xla::`), ops run on the CPU and `.item()` calls
+    (`aten::`), and tensors made and freed; not torch_xla's compile and handle counters, which the analysis blocks
+    and metric samples tell with their times."""
+    return name.startswith(("xla::", "aten::")) or name in _TENSOR_COUNTERS
+
+
 class MetricsSource:
     """Counters and metric samples of torch_xla's `torch_xla.debug.metrics` module.
 
@@ -86,9 +100,19 @@ class MetricsSource:
         self._counter_names = getattr(xlac, "_xla_counter_names", met.counter_names)
         self._counter_value = getattr(xlac, "_xla_counter_value", met.counter_value)
 
+        self._read: dict[tuple[str, ...], list[str]] = {}  # the counters that exist -> those a step's events use
+
     def counters(self) -> dict[str, int]:
+        """The counters a step's events use (`step_counter`), by name: each read is a call into torch_xla, and a
+        barrier makes one per counter."""
+        names = tuple(self._counter_names())
+        read = self._read.get(names)
+        if read is None:
+            if len(self._read) >= _MAX_COUNTER_SETS:
+                self._read.clear()
+            read = self._read[names] = [name for name in names if step_counter(name)]
         value = self._counter_value
-        return {name: int(value(name) or 0) for name in self._counter_names()}
+        return {name: int(value(name) or 0) for name in read}
 
     def metric(self, name: str) -> tuple[int, float, list]:
         """(count, total, the latest samples as (unix seconds, value)); zeros for a metric not yet made."""
@@ -108,13 +132,42 @@ _EXECUTE_TIMES = metric_names("ExecuteTime")
 # The metrics whose samples become events, one sample each.
 _SAMPLED = ("CompileTime", *_EXECUTE_TIMES, "TensorsGraphSize", "TransferFromDeviceTime", "InboundData",
             "TransferToDeviceTime", "OutboundData")
-# The tracing time is read at a barrier this long after the last read, or once this many ops were traced since: a
-# read copies every sample torch_xla keeps (1,024 by default, one per traced op), so short steps share one, and no
-# sample is dropped before it is read.
+# The tracing time is read at a barrier this long after the last read, or when one more step like the one ending
+# could fill what torch_xla keeps: a read copies every sample kept (XLA_METRICS_SAMPLES, 1,024 by default, one per
+# traced op), so short steps share one, and no sample is dropped before it is read.
 _TRACING_READ_S = 0.02
-_TRACES_PER_READ = 256
+# How many times the ending step's ops the next step may trace before a sample it traced is dropped unread.
+_NEXT_STEP_MARGIN = 2
 # Frames of the blocks seen, by their printed lines: a steady step prints the same ones every time.
 _MAX_FRAME_LISTS = 256
+
+
+_when = operator.itemgetter(0)
+
+
+def samples_by_barrier(samples: list, ends: list[float]) -> list[list]:
+    """Each step's share of time-stamped samples: a sample goes to the first barrier at or after its time, and
+    those after the last barrier to the last one.
+
+    In time order, each step's samples are one slice, so the work is a bisect per barrier, not Python work per
+    sample (a read of torch_xla's holds about a thousand).
+
+    Args:
+      samples: (unix seconds, value) pairs, sorted.
+      ends: the barriers' times (unix seconds), ascending; at least one.
+
+    Returns:
+      [sum of the values, number of samples] per barrier, in the order of `ends`.
+    """
+    times = [when for when, _ in samples]
+    values = [float(value) for _, value in samples]
+    spent, lo = [], 0
+    for end in ends[:-1]:
+        hi = bisect.bisect_right(times, end, lo)
+        spent.append([sum(values[lo:hi]), hi - lo])
+        lo = hi
+    spent.append([sum(values[lo:]), len(values) - lo])
+    return spent
 
 
 class Harvester:
@@ -125,9 +178,11 @@ class Harvester:
       source: the metrics (`MetricsSource`).
       debug: the tail of PyTorch/XLA's debug file, or one with no path when its output cannot be read.
       graphs: PyTorch/XLA's graph dumps (XLADEV_ATTACH_GRAPHS), for each compile's IR and what changed; None: off.
+      samples_kept: how many samples torch_xla keeps per metric (its XLA_METRICS_SAMPLES).
     """
 
-    def __init__(self, source: MetricsSource, debug: DebugFileTail, graphs: GraphDumps | None = None) -> None:
+    def __init__(self, source: MetricsSource, debug: DebugFileTail, graphs: GraphDumps | None = None,
+                 samples_kept: int = 1024) -> None:
         self.source = source
         self.debug = debug
         self.graphs = graphs
@@ -138,6 +193,7 @@ class Harvester:
         # created, destroyed). Read every few barriers (`_TRACING_READ_S`), each sample placed in its step by time.
         self._untimed: list[tuple[int, int, float, dict, int, int]] = []
         self._ops_since_read = 0
+        self._samples_kept = samples_kept
         self._tracing_read_at = time.monotonic()
         self._tracing_every_barrier = False  # samples were lost between two reads once: read at every barrier
         self._executed: set[str] = set()  # graphs run since their compile: a later run is a cache hit
@@ -184,13 +240,15 @@ class Harvester:
         self._barrier_ends.append(float("inf") if final else unix)
         self._barrier_steps.append((step, delta.get(ITEM_COUNTER, 0)))
         ops = {name: n for name, n in delta.items() if name.startswith("xla::")}
-        created, destroyed = delta.get("CreateXlaTensor", 0), delta.get("DestroyXlaTensor", 0)
+        created, destroyed = (delta.get(name, 0) for name in _TENSOR_COUNTERS)
         self._untimed.append((step, at_ns, unix, ops, created, destroyed))
-        self._ops_since_read += sum(ops.values())
+        step_ops = sum(ops.values())
+        self._ops_since_read += step_ops
         events: list[Event] = [Fallback(at_ns, step, name, None)
                                for name, count in delta.items() if name.startswith("aten::") and name != ITEM_COUNTER
                                for _ in range(count)]
-        if (final or self._tracing_every_barrier or self._ops_since_read >= _TRACES_PER_READ
+        if (final or self._tracing_every_barrier
+                or self._ops_since_read + _NEXT_STEP_MARGIN * step_ops > self._samples_kept
                 or time.monotonic() - self._tracing_read_at >= _TRACING_READ_S):
             events += self._timed_ops()
         return events
@@ -246,20 +304,15 @@ class Harvester:
         untimed, self._untimed = self._untimed, []
         new = count - seen_count
         kept = samples[-new:] if 0 < new <= len(samples) else samples if new > 0 else []
+        kept.sort()
         ends = [unix for _, _, unix, *_ in untimed]
         # Traces after the last barrier are the running step's: left for the next read (the newest, so kept).
-        later = 0
-        while later < len(kept) and kept[len(kept) - 1 - later][0] > ends[-1]:
-            later += 1
+        later = len(kept) - bisect.bisect_right(kept, ends[-1], key=_when)
         if later:
             count, total, new = count - later, total - sum(ns for _, ns in kept[-later:]), new - later
             kept = kept[:-later]
         self._seen_tracing = (count, total)
-        spent = [[0.0, 0] for _ in untimed]
-        for when, ns in kept:
-            slot = spent[min(bisect.bisect_left(ends, when), len(untimed) - 1)]
-            slot[0] += ns
-            slot[1] += 1
+        spent = samples_by_barrier(kept, ends)
         if new > len(kept):
             self._tracing_every_barrier = True
             spent[0][0] += (total - seen_total) - sum(ns for _, ns in kept)

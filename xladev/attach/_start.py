@@ -42,7 +42,7 @@ def start(torch_xla, version: str, outputs) -> Steps | None:
 
     graphs = GraphDumps(outputs.graph_dump) if outputs.graph_dump else None
     source = MetricsSource(met, getattr(torch_xla, "_XLAC", None))
-    steps = Steps(Harvester(source, DebugFileTail(outputs.debug_file), graphs))
+    steps = Steps(Harvester(source, DebugFileTail(outputs.debug_file), graphs, config.metrics_samples))
     bus.api = "torch_xla"
     bus.describe_runtime = lambda: describe(version, outputs)
     wrapped = steps.wrap(xm.mark_step)

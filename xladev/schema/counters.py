@@ -18,6 +18,9 @@ from xladev.schema.units import BYTES, COUNT, TIME, VALUE
 # Device→host reads PyTorch/XLA counts as the op performing them.
 SCALAR_READS = frozenset({".item()", "bool() in control flow", "float()", "int()", "used as an index"})
 ITEM_COUNTER = "aten::_local_scalar_dense"
+# Device tensors made and freed (an ops record's `tensors_created`, `tensors_destroyed`).
+TENSORS_CREATED_COUNTER = "CreateXlaTensor"
+TENSORS_DESTROYED_COUNTER = "DestroyXlaTensor"
 
 
 class Update(NamedTuple):
@@ -86,9 +89,9 @@ def _ops(rec: r.Ops) -> list[Update]:
     elif rec.tracing_count:  # read from a log: the count and total, not each sample
         out.append(Update("LazyTracing", TIME, rec.tracing_ns, rec.tracing_count))
     if rec.tensors_created:
-        out.append(_count("CreateXlaTensor", rec.tensors_created))
+        out.append(_count(TENSORS_CREATED_COUNTER, rec.tensors_created))
     if rec.tensors_destroyed:
-        out.append(_count("DestroyXlaTensor", rec.tensors_destroyed))
+        out.append(_count(TENSORS_DESTROYED_COUNTER, rec.tensors_destroyed))
     return out
 
 
