@@ -11,6 +11,7 @@ import types
 import numpy as np
 import torch
 import torch.nn as nn
+from torch.distributed.tensor import DTensor
 
 from tests.runtime.spmd_child import error
 from xladev.cli.run import ALIAS_DIR
@@ -38,7 +39,7 @@ out["wrapper"] = {"type": type(xst).__name__, "is_global": xst.global_tensor is 
                   "v1": construct_v1_sharding_str(xst), "type_tiled": xst.sharding_type.name,
                   "type_int": torch_xla._XLAC._get_xla_sharding_type(xt), "shape": list(xst.shape),
                   "mesh_shape": list(xst.mesh_shape), "partition_spec": list(xst.partition_spec),
-                  "repr": repr(xst)[:16]}
+                  "repr": repr(xst)[:16], "is_dtensor": isinstance(xst, DTensor)}
 out["wrapper"]["debug_info"] = torch_xla._XLAC._get_xla_tensor_debug_info(xst.global_tensor)
 xs.clear_sharding(xt)
 out["wrapper"]["cleared"] = [torch_xla._XLAC._get_xla_sharding_spec(xt), torch_xla._XLAC._get_xla_sharding_type(xt)]
@@ -182,7 +183,8 @@ out["patched"] = {"got": dout.detach().cpu().tolist(), "want": cout.detach().tol
                   "w_colsum": float(absw.sum(0).max()), "positions": absx.shape[0]}
 
 # Manual sharding: a region written per device, between enable_manual_sharding and disable_manual_sharding. In a
-# function, as PyTorch/XLA's kernels write it: a value inside a region still live at the next barrier is refused.
+# function, as PyTorch/XLA's kernels write it: a value inside a region still live at the next barrier is left
+# uncomputed (below).
 def manual_region():
     base = torch.arange(8 * 8 * n, dtype=torch.float32).reshape(8, 8 * n)
     whole = base.to("xla")
@@ -255,6 +257,25 @@ def region_gradient(base):
 
 
 out["manual"] = manual_region()
+
+
+# A region never ended, its value kept past a barrier (in a variable, or a failed test's traceback): the barrier
+# computes the other tensors and warns; reading the value still raises.
+def dangling_at_barrier():
+    import warnings
+
+    kept = xs.enable_manual_sharding(torch.ones(8, 8 * n, device="xla"), ("data", "model"),
+                                     mesh=mesh22).global_tensor + 1
+    other = torch.ones(4, device="xla") * 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch_xla.sync()
+    return {"warned": [str(w.message) for w in caught if "manual region" in str(w.message)],
+            "other_is_data": "XLAData: None" not in torch_xla._XLAC._get_xla_tensor_debug_info(other),
+            "other": other.cpu().tolist(), "read": error(lambda: kept.cpu())}
+
+
+out["dangling"] = dangling_at_barrier()
 torch_xla.sync()  # the region's values died with the function: the barrier has nothing of them to sync
 # FSDPv2: parameters split over "fsdp" along their largest dimension, the output along the batch; trains as
 # the CPU model does.

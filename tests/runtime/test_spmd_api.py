@@ -38,6 +38,7 @@ def close(got, want, atol):
 def test_mark_sharding_returns_the_wrapper_of_the_tensor(seen):
     w = seen["wrapper"]
     assert w["type"] == "XLAShardedTensor" and w["is_global"] and w["repr"] == "XLAShardedTensor"
+    assert w["is_dtensor"]  # as PyTorch/XLA's: code asking isinstance(x, DTensor) finds one
     assert w["spec"] == w["spec_of_t"] == w["v1"] == "{devices=[2,2]0,1,2,3}"
     assert (w["shape"], w["mesh_shape"], w["partition_spec"]) == ([8, 4], [2, 2], [0, 1])
     assert (w["type_tiled"], w["type_int"]) == ("TILED", 3)
@@ -191,6 +192,14 @@ def test_manual_sharding_refuses_what_would_compute_wrong_values(seen):
     assert kind == "ManualShardingError" and "(3, 4)" in text and "do not divide" in text
     kind, text = manual["no_region"]
     assert kind == "ManualShardingError" and "not computed inside a manual region" in text
+
+
+def test_a_barrier_leaves_a_region_never_ended_uncomputed_and_computes_the_rest(seen):
+    dangling = seen["dangling"]
+    assert len(dangling["warned"]) == 1 and "disable_manual_sharding" in dangling["warned"][0], dangling
+    assert dangling["other_is_data"] and dangling["other"] == [3.0] * 4
+    kind, text = dangling["read"]
+    assert kind == "ManualRegionError" and "without disable_manual_sharding" in text
 
 
 def test_the_hlo_dump_ends_an_spmd_record_with_its_output_shardings(seen, dump):

@@ -11,7 +11,7 @@ axis i, `Replicate()` leaves it whole; the result is the marked tensor wrapped i
 ops run as sharded graphs. SPMD mode is turned on first.
 
 The wrapper answers DTensor's questions about its mark (`_spec`, `placements`, `redistribute`), as
-PyTorch/XLA's does; unlike PyTorch/XLA's, it is not a DTensor subclass, so `isinstance(x, DTensor)` is False.
+PyTorch/XLA's does; as PyTorch/XLA's, it is a DTensor subclass, so `isinstance(x, DTensor)` is True.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def xla_distribute_tensor(tensor: torch.Tensor, device_mesh, placements: Optiona
     if len(placements) != device_mesh.ndim:
         raise ValueError(f"{len(placements)} placement(s) for a DeviceMesh of {device_mesh.ndim} dimension(s): "
                          "give one per mesh dimension")
-    if type(tensor).__name__ == "DTensor":
+    if type(tensor).__name__ == "DTensor":  # torch's own, not the wrapper (a subclass of it)
         raise ValueError("distribute_tensor on xla takes a whole (global) tensor, not a DTensor")
     if isinstance(tensor, XLAShardedTensor):
         if sharding_type(tensor.global_tensor) not in (None, ShardingType.REPLICATED):

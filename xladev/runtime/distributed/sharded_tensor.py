@@ -5,7 +5,9 @@ tensor and their tensor results come back wrapped, as in PyTorch/XLA. It adds th
 `sharding_spec` (HLO sharding text), `sharding_type` (PyTorch/XLA's `ShardingType`), `local_shards` (each
 device's piece, copied to the CPU) and `load_local_shards_` (writes pieces back).
 
-PyTorch/XLA's class also derives from DTensor (`placements`, `redistribute`); this one does not.
+Like PyTorch/XLA's, the class derives from DTensor, so code that asks `isinstance(x, DTensor)` finds one, but
+none of DTensor's machinery runs: the data is the global tensor, split by XLA, not a local shard per rank, and
+DTensor's questions (`_spec`, `placements`, `device_mesh`, `to_local`, `redistribute`) are answered from the mark.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Sequence, Union
 
 import numpy as np
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_map
 
 from xladev.runtime.graph import backend
@@ -95,7 +98,7 @@ class XLAShard:
         self.data[self._unpadded()] = value
 
 
-class XLAShardedTensor(torch.Tensor):
+class XLAShardedTensor(DTensor):
     """A sharded device tensor as PyTorch/XLA's `mark_sharding` returns it.
 
     Attributes:
@@ -219,6 +222,26 @@ class XLAShardedTensor(torch.Tensor):
         mesh, spec = redistribute_spec(whole, device_mesh, placements)
         # An annotation, as PyTorch/XLA's: the split may differ from the one the data has.
         return annotate_custom_sharding(whole.clone() if async_op else whole, mesh, spec)
+
+    def full_tensor(self) -> torch.Tensor:
+        """The whole tensor (DTensor's `full_tensor`): the global tensor, whose split XLA keeps."""
+        return self.global_tensor
+
+    def to_local(self, *, grad_placements=None) -> torch.Tensor:
+        """Refused: DTensor's local shard is one rank's piece, and under SPMD one process holds every device's.
+
+        Raises:
+          NotImplementedError: always, naming `local_shards` (each device's piece) and `global_tensor`.
+        """
+        raise NotImplementedError("XLAShardedTensor.to_local: under SPMD one process holds every device's piece; "
+                                  "use .local_shards for the pieces, or .global_tensor (or full_tensor()) for the "
+                                  "whole tensor")
+
+    # Not a traceable subclass for torch.compile (DTensor's flattening names a local shard this class has not):
+    # dynamo sees the wrapper as it saw it before it was a DTensor, and its ops run through `__torch_dispatch__`.
+    @property
+    def __tensor_flatten__(self):
+        raise AttributeError("XLAShardedTensor is not flattened for torch.compile")
 
     def __repr__(self, *, tensor_contents=None) -> str:
         return f"XLAShardedTensor({self.global_tensor!r})"

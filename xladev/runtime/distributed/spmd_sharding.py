@@ -28,6 +28,7 @@ from xladev.runtime.graph.sharding_text import (  # noqa: F401 (this module's AP
     REPLICATED, parse_sharding_text, sharding_text,
 )
 from xladev.runtime.graph.spmd_mesh import HybridMesh, Mesh, jax_mesh_of  # noqa: F401 (this module's API)
+from xladev.runtime.lowering.manual_regions import inside_region
 from xladev.runtime.record.tensor import XlaTensor
 
 
@@ -342,20 +343,7 @@ def in_manual_region(node: Node) -> bool:
     device (`manual_sharding`)."""
     if not manual_regions[0] or type(node) is DataNode:
         return False
-    seen: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        name = n.op.name if getattr(n, "op", None) is not None else ""
-        if name == ir.FULL_TO_SHARD_OP_NAME:
-            return True
-        if name == ir.SHARD_TO_FULL_OP_NAME:
-            continue
-        stack.extend(getattr(n, "operands", ()) or ())
-    return False
+    return inside_region(node)
 
 
 def _sharding_text_of(array) -> str | None:

@@ -14,7 +14,9 @@ from xladev.runtime.graph import annotate, stack, steps
 from xladev.runtime.execute import closures as async_closures, profile_memory
 from xladev.runtime.execute.execution import Execution, execution, lock
 from xladev.runtime.execute.step_memory import step_memory
+from xladev.runtime.graph.stack import warn_at_user
 from xladev.runtime.graph.storage import pending_storages
+from xladev.runtime.lowering.manual_regions import ManualRegionError, inside_region
 
 
 class Barrier:
@@ -40,7 +42,7 @@ class Barrier:
         with lock:
             storages = pending_storages()
             if storages:
-                self.runner.sync_storages(storages, cause, frames, donate=True)
+                self._sync(storages, cause, frames)
             # Ops recorded in a step that ran no graph (everything already data) still count.
             self.runner.flush_ops()
             ended = steps.advance()
@@ -51,6 +53,21 @@ class Barrier:
         profile_memory.step_ended()
         self._run_closures(ended)
         annotate.barrier_end(ended)
+
+    def _sync(self, storages: list, cause: Cause, frames) -> None:
+        try:
+            self.runner.sync_storages(storages, cause, frames, donate=True)
+        except ManualRegionError:
+            # A value of a manual region that was never ended can be computed by no graph; kept alive (a
+            # variable, a traceback), it must not fail every later barrier. The barrier computes the rest, and
+            # reading it still raises. Walked only here: the walk costs a pass over each tensor's graph.
+            left = [s for s in storages if not inside_region(s.value)]
+            if len(left) == len(storages):
+                raise
+            warn_at_user(f"{len(storages) - len(left)} tensor(s) computed inside a manual region (after "
+                         "enable_manual_sharding) and never put back together with disable_manual_sharding are "
+                         "left uncomputed at this barrier; reading one raises", RuntimeWarning)
+            self.runner.sync_storages(left, cause, frames, donate=True)
 
     def _run_closures(self, ended: int) -> None:
         async_closures.raise_error()

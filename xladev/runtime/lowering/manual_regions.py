@@ -36,6 +36,29 @@ class Region:
     result: int
 
 
+def inside_region(node) -> bool:
+    """Whether `node` depends on a region's start, not through a region's end: a value computed per device,
+    which no graph can give back on its own.
+
+    Args:
+      node: an IR node (device data is outside every region).
+    """
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        name = n.op.name if getattr(n, "op", None) is not None else ""
+        if name == FULL_TO_SHARD_OP_NAME:
+            return True
+        if name == SHARD_TO_FULL_OP_NAME:
+            continue
+        stack.extend(getattr(n, "operands", ()) or ())
+    return False
+
+
 def regions(plan, roots: tuple[int, ...]) -> tuple[dict[int, Region], frozenset[int]]:
     """Each region end's region, and every plan index inside a region (not lowered by the plan's walk).
 
