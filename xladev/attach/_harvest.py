@@ -99,7 +99,6 @@ class MetricsSource:
         # call per counter.
         self._counter_names = getattr(xlac, "_xla_counter_names", met.counter_names)
         self._counter_value = getattr(xlac, "_xla_counter_value", met.counter_value)
-
         self._read: dict[tuple[str, ...], list[str]] = {}  # the counters that exist -> those a step's events use
 
     def counters(self) -> dict[str, int]:

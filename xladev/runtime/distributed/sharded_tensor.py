@@ -6,8 +6,9 @@ tensor and their tensor results come back wrapped, as in PyTorch/XLA. It adds th
 device's piece, copied to the CPU) and `load_local_shards_` (writes pieces back).
 
 Like PyTorch/XLA's, the class derives from DTensor, so code that asks `isinstance(x, DTensor)` finds one, but
-none of DTensor's machinery runs: the data is the global tensor, split by XLA, not a local shard per rank, and
-DTensor's questions (`_spec`, `placements`, `device_mesh`, `to_local`, `redistribute`) are answered from the mark.
+none of DTensor's machinery runs: the data is the global tensor, split by XLA, not a local shard per rank.
+DTensor's questions (`_spec`, `placements`, `device_mesh`, `full_tensor`, `redistribute`) are answered from the
+mark; `to_local` is refused, naming `local_shards`.
 """
 
 from __future__ import annotations

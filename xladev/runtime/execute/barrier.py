@@ -14,7 +14,6 @@ from xladev.runtime.graph import annotate, stack, steps
 from xladev.runtime.execute import closures as async_closures, profile_memory
 from xladev.runtime.execute.execution import Execution, execution, lock
 from xladev.runtime.execute.step_memory import step_memory
-from xladev.runtime.graph.stack import warn_at_user
 from xladev.runtime.graph.storage import pending_storages
 from xladev.runtime.lowering.manual_regions import ManualRegionError, inside_region
 
@@ -64,7 +63,7 @@ class Barrier:
             left = [s for s in storages if not inside_region(s.value)]
             if len(left) == len(storages):
                 raise
-            warn_at_user(f"{len(storages) - len(left)} tensor(s) computed inside a manual region (after "
+            stack.warn_at_user(f"{len(storages) - len(left)} tensor(s) computed inside a manual region (after "
                          "enable_manual_sharding) and never put back together with disable_manual_sharding are "
                          "left uncomputed at this barrier; reading one raises", RuntimeWarning)
             self.runner.sync_storages(left, cause, frames, donate=True)
