@@ -13,7 +13,6 @@ Every phase writes what it saw into `OUT/rank<R>.json`; the tests read the files
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import time
@@ -22,13 +21,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import xladev
 import xladev.debug
 import xladev.debug.metrics as met
 from examples import transformer
 from examples._common import shard, state_on_cpu
+
+from tests.distributed.ddp_reference import ddp_against_cpu
 
 from tests.distributed.job_config import PLANTED_STEPS, SLOW_RANK, SLOW_S, TRANSFORMER, TRANSFORMER_STEPS
 
@@ -95,36 +95,6 @@ def xladev_collectives(rank: int, dev) -> dict:
     out["rendezvous"] = [p.decode() for p in xladev.rendezvous("payloads", f"r{rank}".encode() * (rank + 1))]
     out["mesh_reduce"] = xladev.mesh_reduce("mean", float(rank) + 1.0, lambda values: sum(values) / len(values))
     return out
-
-
-def ddp_against_cpu(rank: int, world: int, dev) -> dict:
-    torch.manual_seed(2022)
-    cpu_model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 10))
-    ddp = DDP(copy.deepcopy(cpu_model).to(dev))
-    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.1)
-    ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    loss_fn = nn.MSELoss()
-    local = 4
-    losses = []
-    grad_scale = 0.0
-    for step in range(3):
-        g = torch.Generator().manual_seed(100 + step)
-        xs, ys = torch.randn(local * world, 10, generator=g), torch.randn(local * world, 10, generator=g)
-        cpu_opt.zero_grad()
-        cpu_loss = loss_fn(cpu_model(xs), ys)
-        cpu_loss.backward()
-        grad_scale = max(grad_scale, max(float(p.grad.abs().max()) for p in cpu_model.parameters()))
-        cpu_opt.step()
-        ddp_opt.zero_grad()
-        part = slice(rank * local, (rank + 1) * local)
-        ddp_loss = loss_fn(ddp(xs[part].to(dev)), ys[part].to(dev))
-        ddp_loss.backward()
-        ddp_opt.step()
-        xladev.mark_step()
-        losses.append((float(cpu_loss), float(ddp_loss)))
-    weights = {n: p.detach().cpu().tolist() for n, p in ddp.module.named_parameters()}
-    expected = {n: p.detach().tolist() for n, p in cpu_model.named_parameters()}
-    return {"losses": losses, "weights": weights, "cpu_weights": expected, "grad_scale": grad_scale}
 
 
 def transformer_data_parallel(rank: int) -> dict:

@@ -34,6 +34,7 @@ from xladev.runtime.graph import ir, steps
 # The mesh axis of the replicas: collectives reduce, gather and scatter over it.
 REPLICA_AXIS = "replica"
 _STORE_KEY = "xladev/jax_coordinator"
+_HOST_KEY = "xladev/host/"
 # A process that stops sending heartbeats this long (frozen, or cut off) counts as gone. A process that
 # exits is seen at once (its connection closes); this only bounds the wait for one that hangs.
 _HEARTBEAT_TIMEOUT_S = 10
@@ -114,6 +115,7 @@ class _Job:
         self.coordinator: str | None = None
         # Ranks seen gone (the watchdog), by rank: what was seen.
         self.lost: dict[int, str] = {}
+        self.hosts: dict[int, str] = {}  # each rank's host (`host_label`), learnt at the join
         self.leaving = threading.Event()
         self.watchdog: _Watchdog | None = None
         self.reported = False  # a DistributedError about a gone rank was raised to the user's code
@@ -218,8 +220,31 @@ class _Job:
                 config.update("no_special_scalars", True)
             ir.share_scalars(False)
             atexit.register(self.leave)
+            self.hosts = self._learn_hosts()
             self.watchdog = _Watchdog(self)
             self.watchdog.start()
+
+    def _learn_hosts(self) -> dict[int, str]:
+        """Each rank's host (`host_label`), exchanged through the coordinator once, at the join: a rank that
+        dies later is named with its host, also when the coordinator went with it. Empty when the exchange
+        fails: the names are a help, and the job goes on without them."""
+        client = self.client()
+        where = placement()
+        try:
+            client.key_value_set(f"{_HOST_KEY}{where.rank}", host_label(self.coordinator))
+            client.wait_at_barrier("xladev/hosts", int(config.dist_timeout * 1000))
+            hosts = {int(key.rsplit("/", 1)[1]): label for key, label in client.key_value_dir_get(_HOST_KEY)}
+        except Exception:  # noqa: BLE001 - a rank that fails here fails its first collective, with the reason
+            return {}
+        if len(set(hosts.values())) > 1 and config.pjrt_device == "CPU":
+            _warn_if_name_is_loopback(where.rank)
+        return hosts
+
+    def host_of(self, rank: int) -> str | None:
+        """`rank`'s host when the job spans several hosts (on one, naming it tells nothing); else None."""
+        if len(set(self.hosts.values())) < 2:
+            return None
+        return self.hosts.get(rank)
 
     def leave(self) -> None:
         """Leaves the job at exit, every rank together, so that no rank outlives the coordinator (rank 0).
@@ -271,13 +296,22 @@ class _Job:
         stuck where no error can reach it (inside XLA, or still joining the job), it stops by itself after
         `_STOP_GRACE_S`, its outputs closed, rather than wait for ever.
         """
+        host = self.host_of(rank)
+        if host is not None:
+            reason = f"{reason}; it ran on host {host}"
         with self.lock:
             if rank in self.lost:
                 return
             self.lost[rank] = reason
+            # The host is gone when every rank on it is (a machine down, cut off, or its launcher killed).
+            host_gone = host is not None and all(r in self.lost for r, h in self.hosts.items() if h == host)
         where = placement()
         sys.stderr.write(f"xladev: rank {where.rank}: rank {rank} of {where.world_size} is gone ({reason}); "
                          "collectives with it cannot run, so this rank's next collective fails\n")
+        if host_gone:
+            ranks = ", ".join(str(r) for r, h in sorted(self.hosts.items()) if h == host)
+            sys.stderr.write(f"xladev: rank {where.rank}: host {host} is gone: every rank on it ({ranks}) ended or "
+                             "stopped answering\n")
         sys.stderr.flush()
         if bus.active:
             bus.emit(RankLost(time.perf_counter_ns(), steps.current(), rank, reason))
@@ -343,6 +377,45 @@ def _end_now() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+def host_label(coordinator: str) -> str:
+    """This host as the other ranks name it: its name, and the address it reaches the coordinator from (two hosts
+    may share a name: containers, network namespaces).
+
+    Args:
+      coordinator: the coordinator's `host:port`.
+
+    Returns:
+      `name at address`, or the name alone when no address can be found.
+    """
+    name = socket.gethostname()
+    host = coordinator.rsplit(":", 1)[0].strip("[]")
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, 1, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.connect(address)  # a datagram socket's connect sends nothing: it picks the route's address
+            own = probe.getsockname()[0]
+    except OSError:
+        return name
+    return f"{name} at {own}"
+
+
+def _warn_if_name_is_loopback(rank: int) -> None:
+    """gloo (jax's collectives between CPU processes) gives the other ranks the address this host's name resolves
+    to: a loopback one (`127.0.1.1 name` in /etc/hosts, common) fails the first collective across hosts with
+    "Gloo context initialization failed ... Connection refused". Said at the join, with the way out."""
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        return
+    if address.startswith("127."):
+        sys.stderr.write(f"xladev: rank {rank}: this job spans several hosts, but this host's name {name!r} "
+                         f"resolves to {address}: gloo tells the other hosts to reach this one there, and collectives "
+                         f"across hosts fail; make {name!r} resolve to the address the other hosts reach (/etc/hosts "
+                         "or DNS)\n")
+        sys.stderr.flush()
 
 
 def _left_key(rank: int) -> str:
