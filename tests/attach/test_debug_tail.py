@@ -65,6 +65,34 @@ def test_the_blocks_handed_on_are_the_files_blocks(tmp_path, name, cut_inside):
         assert tail.chunks_reused >= 20
 
 
+@pytest.mark.parametrize("cut_inside", [False, True])
+def test_blocks_read_later_up_to_each_barriers_mark_go_to_that_barrier(tmp_path, cut_inside):
+    # The barrier notes where the file ends; the adapter's thread reads up to each mark later, when the file has
+    # grown past it: each block is found at the mark after which it closed, as a read at the barrier found it.
+    data = (FIXTURES / "healthy.debug.txt").read_bytes()
+    path = tmp_path / "debug.txt"
+    at_once, marked = DebugFileTail(str(path)), DebugFileTail(str(path))
+    now, marks = [], []
+    with open(path, "ab") as out:
+        for piece in _pieces(data, cut_inside):
+            out.write(piece)
+            out.flush()
+            at_once.read()
+            now.append([_fields(block) for block in at_once.blocks])
+            at_once.blocks.clear()
+            marks.append(marked.size())
+    later = []
+    for upto in marks:
+        marked.read(upto)
+        later.append([_fields(block) for block in marked.blocks])
+        marked.blocks.clear()
+    at_once.close()
+    marked.close()
+    assert later == now and sum(map(len, later)) >= 25
+    if not cut_inside:
+        assert marked.chunks_reused >= 20
+
+
 def test_a_file_made_after_the_adapter_started_is_read_from_its_start(tmp_path):
     path = tmp_path / "later.txt"
     tail = DebugFileTail(str(path))

@@ -1,4 +1,5 @@
-"""The tail of PyTorch/XLA's PT_XLA_DEBUG_FILE, read at each step barrier of a real torch_xla run.
+"""The tail of PyTorch/XLA's PT_XLA_DEBUG_FILE in a real torch_xla run: each step barrier notes where it ends
+(`size`), and the adapter's thread parses up to there (`read(upto)`), so that each block goes to its step.
 
 A steady training step appends the same Execution Analysis block every time (the same graph hash, cause and
 frames), and parsing it line by line costs more than the rest of the barrier's work together. So a chunk made
@@ -56,25 +57,44 @@ class DebugFileTail:
         self._parsed: dict[bytes, tuple[int, tuple[GraphEvent, ...]]] = {}  # chunk -> (its lines, its blocks)
         self.chunks_reused = 0  # reads answered from a chunk parsed before
 
-    def _new_bytes(self) -> bytes:
+    def _open(self) -> bool:
         if self._handle is None:
             try:  # kept open: opening the file at every barrier costs as much as reading it
                 self._handle = open(self.path, "rb")
             except OSError:
-                return b""
+                return False
             self._handle.seek(self._offset)
+        return True
+
+    def _new_bytes(self, upto: int | None) -> bytes:
+        if not self._open():
+            return b""
         try:
-            data = self._handle.read()
+            data = self._handle.read() if upto is None else self._handle.read(max(0, upto - self._offset))
         except OSError:
             return b""
         self._offset += len(data)
         return data
 
-    def read(self) -> None:
-        """Parses what was appended since the last read; new blocks go to `blocks`."""
+    def size(self) -> int:
+        """How long the file is now (where a `read(upto=...)` stops): a barrier notes it, and the parse of what it
+        marks waits for the adapter's thread."""
+        if not self.path or not self._open():
+            return self._offset
+        try:
+            return os.fstat(self._handle.fileno()).st_size
+        except OSError:
+            return self._offset
+
+    def read(self, upto: int | None = None) -> None:
+        """Parses what was appended since the last read; new blocks go to `blocks`.
+
+        Args:
+          upto: read no further than this byte of the file (a `size()` noted earlier); None: to its end.
+        """
         if not self.path:
             return
-        data = self._rest + self._new_bytes()
+        data = self._rest + self._new_bytes(upto)
         cut = data.rfind(b"\n") + 1
         self._rest, chunk = data[cut:], data[:cut]
         if not chunk:

@@ -2,9 +2,9 @@
 
 PyTorch/XLA exposes no callback per graph. What it does expose, the harvest reads in two places:
 - at each step barrier (`Harvester.at_barrier`), what only that moment can tell: the counters' change (ops
-  traced, CPU fallbacks, `.item()` calls) and the PT_XLA_DEBUG analysis blocks appended to a file the adapter
-  reads on (each compile's and execution's graph hash, cause and Python frames; each compile's memory sizes):
-  each is the step's that ends. The tracing time (`LazyTracing`, one sample per traced op) is read there too,
+  traced, CPU fallbacks, `.item()` calls) and where the PT_XLA_DEBUG file the adapter reads ends (the analysis
+  blocks appended by then, each compile's and execution's graph hash, cause and Python frames and each compile's
+  memory sizes, are the step's that ends; they are parsed on the adapter's thread). The tracing time (`LazyTracing`, one sample per traced op) is read there too,
   every few barriers when steps are short, each sample going to its step by time;
 - a little later (`Harvester.from_samples`, on the adapter's own thread), the metric samples, each with its time:
   one per compile, execution and transfer (`CompileTime`, `ExecuteTime`, `TransferFromDeviceTime`...).
@@ -197,6 +197,7 @@ class Harvester:
         self._tracing_every_barrier = False  # samples were lost between two reads once: read at every barrier
         self._executed: set[str] = set()  # graphs run since their compile: a later run is a cache hit
         self._samples: dict[str, deque] = {name: deque() for name in _SAMPLED}
+        self._debug_ends: list[tuple[int, int | None]] = []  # (step, the debug file's size at its barrier)
         self._compiles: deque[tuple[int, GraphEvent]] = deque()  # (step, block) waiting for its sample
         self._executions: deque[tuple[int, GraphEvent]] = deque()
         self._step = 0
@@ -211,8 +212,8 @@ class Harvester:
 
     def at_barrier(self, step: int, at_ns: int, final: bool = False) -> list[Event]:
         """What the barrier ending `step` can tell and no later read could: the counters' change since the last
-        barrier and the analysis blocks printed since (kept, stamped `step`, until their samples are read); the
-        tracing time of the steps since the last read of it, when one is due (`_TRACING_READ_S`).
+        barrier and where the debug file ends (the blocks printed since are the step's, parsed by `from_samples`);
+        the tracing time of the steps since the last read of it, when one is due (`_TRACING_READ_S`).
 
         Args:
           step: the step that is ending.
@@ -223,12 +224,11 @@ class Harvester:
           The step's CPU fallback events, and the ops events of the steps whose tracing time was read.
         """
         self._step = step
-        self.debug.read()
+        # The analysis blocks printed so far are this step's: the barrier notes where the file ends, and the
+        # adapter's thread parses up to there (`_read_debug`).
+        self._debug_ends.append((step, None if final else self.debug.size()))
         if self.graphs is not None:
             self.graphs.read()
-        for _ in range(len(self.debug.blocks)):
-            block = self.debug.blocks.popleft()
-            (self._compiles if block.kind == "compile" else self._executions).append((step, block))
         counters = self.source.counters()
         # A counter lower than before was cleared (`met.clear_counters()`, which torch_xla's dynamo bridge
         # calls): all of its value is new.
@@ -253,8 +253,8 @@ class Harvester:
         return events
 
     def from_samples(self, at_ns: int, final: bool = False) -> list[Event]:
-        """The compiles and executions whose samples arrived, the transfers of the steps ended so far, and their
-        tracing time when it was not read for a while.
+        """The analysis blocks the barriers noted, parsed; the compiles and executions whose samples arrived; the
+        transfers of the steps ended so far, and their tracing time when it was not read for a while.
 
         Args:
           at_ns: now (`perf_counter_ns`): the time of a block given without its sample.
@@ -264,6 +264,7 @@ class Harvester:
         Returns:
           Compile, execute, transfer and ops events, each stamped with its step.
         """
+        self._read_debug()
         now_perf, now_unix = time.perf_counter_ns(), time.time()  # torch_xla stamps its samples with time.time()
         to_perf = lambda unix: now_perf - int((now_unix - unix) * 1e9)  # noqa: E731
         for name in _SAMPLED:
@@ -273,6 +274,15 @@ class Harvester:
         if self._untimed and time.monotonic() - self._tracing_read_at >= _TRACING_READ_S:
             events += self._timed_ops()  # the job stopped stepping: its last steps need not wait for a barrier
         return events
+
+    def _read_debug(self) -> None:
+        """Parses the analysis blocks each barrier noted, each going to the step that barrier ended."""
+        ends, self._debug_ends = self._debug_ends, []
+        for step, upto in ends:
+            self.debug.read(upto)
+            for _ in range(len(self.debug.blocks)):
+                block = self.debug.blocks.popleft()
+                (self._compiles if block.kind == "compile" else self._executions).append((step, block))
 
     def first_waiting_step(self) -> int | None:
         """The earliest step with a compile, an execution or its tracing still waiting for its time; None when none
