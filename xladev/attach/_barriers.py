@@ -18,6 +18,8 @@ from xladev.events import Cause, CauseKind, Frame, Step, bus, ending
 from xladev.attach._harvest import Harvester
 
 _MAX_FRAMES = 64
+# Distinct callers' stacks remembered with their cause and frames (a loop has a few barrier sites).
+_MAX_STACKS = 256
 
 # (file ending, function) of torch_xla's own callers of a barrier -> the cause; None: any function of the file.
 _LIBRARY_CALLERS = (
@@ -81,6 +83,7 @@ class Steps:
         self._inside = threading.local()
         self.finished = False
         self._told_failure = False
+        self._stacks: dict[tuple, tuple[Cause, tuple[Frame, ...]]] = {}  # callers' stacks seen -> cause, frames
         # Time spent at the barriers, and on the adapter's thread (sample reads and records), for `bench_attach.py`.
         self.own_ns = 0
         self.poll_ns = 0
@@ -133,8 +136,7 @@ class Steps:
         """Keeps the step's events and, when the barrier returned, the step itself, for the poller to publish."""
         end = time.perf_counter_ns()
         try:
-            cause = barrier_cause(caller)
-            frames = frames_from(caller) if bus.wants_frames else None
+            cause, frames = self._cause_and_frames(caller)
             with self._lock:
                 if self.finished:
                     return
@@ -147,6 +149,22 @@ class Steps:
                     self._poller.start()
         finally:
             self.own_ns += time.perf_counter_ns() - end
+
+    def _cause_and_frames(self, caller) -> tuple[Cause, tuple[Frame, ...] | None]:
+        """The barrier's cause and the user's stack (None when no sink wants frames). A training loop calls its
+        barrier from the same lines every step: keyed by each frame's code and line, both are made once."""
+        key = []
+        frame = caller
+        while frame is not None and len(key) < _MAX_FRAMES:
+            key.append((frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        key = tuple(key)
+        known = self._stacks.get(key)
+        if known is None:
+            if len(self._stacks) >= _MAX_STACKS:
+                self._stacks.clear()
+            known = self._stacks[key] = (barrier_cause(caller), frames_from(caller))
+        return known[0], known[1] if bus.wants_frames else None
 
     def _poll(self) -> None:
         stop = self._stop
