@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 _PREFIX = "xldev"  # namespace names: xldev<pid>h<i>, so that a run's leftovers are found by their creator
@@ -87,10 +88,32 @@ class NetworkHosts:
                 etc.mkdir(parents=True, exist_ok=True)
                 (etc / "hosts").write_text("127.0.0.1 localhost\n"
                                            + "".join(f"{a} {n}\n" for a, n in zip(addresses, names)))
-        except (Unavailable, OSError) as exc:
+            hosts._probe()
+        except (Unavailable, OSError, subprocess.SubprocessError) as exc:
             hosts.close()
             raise Unavailable(str(exc)) from None
         return hosts
+
+    def _probe(self) -> None:
+        """Checks that a process on host 1 runs under its name and reaches host 0 (a refused connection is a
+        reached host), so that a machine where namespaces are made but do not work skips instead of failing.
+
+        Raises:
+          Unavailable: what the probe saw instead.
+        """
+        code = ("import socket\n"
+                "print(socket.gethostname())\n"
+                "s = socket.socket(); s.settimeout(5)\n"
+                "try:\n"
+                f"    s.connect(({self.addresses[0]!r}, 9)); print('reached')\n"
+                "except ConnectionRefusedError:\n"
+                "    print('reached')\n"
+                "except OSError as exc:\n"
+                "    print(exc)\n")
+        done = subprocess.run(self.argv(1, [sys.executable, "-c", code]), capture_output=True, text=True, timeout=60)
+        seen = done.stdout.split()
+        if done.returncode != 0 or seen != [self.names[1], "reached"]:
+            raise Unavailable(f"a process on host 1 saw {done.stdout.strip()!r} {done.stderr.strip()[-300:]!r}")
 
     def argv(self, index: int, argv: list[str], name: str | None = None) -> list[str]:
         """`argv` run on host `index`: in its network namespace, under its own host name (or `name`)."""
