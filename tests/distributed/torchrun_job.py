@@ -29,7 +29,6 @@ from examples import transformer
 from examples._common import shard, state_on_cpu
 
 from tests.distributed.ddp_reference import ddp_against_cpu
-
 from tests.distributed.job_config import PLANTED_STEPS, SLOW_RANK, SLOW_S, TRANSFORMER, TRANSFORMER_STEPS
 
 OUT = Path(sys.argv[1])

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import types
+import warnings
 
 import numpy as np
 import torch
@@ -262,8 +263,6 @@ out["manual"] = manual_region()
 # A region never ended, its value kept past a barrier (in a variable, or a failed test's traceback): the barrier
 # computes the other tensors and warns; reading the value still raises.
 def dangling_at_barrier():
-    import warnings
-
     kept = xs.enable_manual_sharding(torch.ones(8, 8 * n, device="xla"), ("data", "model"),
                                      mesh=mesh22).global_tensor + 1
     other = torch.ones(4, device="xla") * 3
