@@ -41,28 +41,46 @@ def free_port() -> int:
 def run_job(argv: list[str], env: dict[str, str], timeout: float, cwd: Path | None = None) -> Job:
     """Runs `argv` in a new session with `env` added to this process's environment; kills the whole session
     if it outlives `timeout` (then the returned status is -9)."""
+    return run_jobs([(argv, env)], timeout, cwd)[0]
+
+
+def run_jobs(jobs: list[tuple[list[str], dict[str, str]]], timeout: float, cwd: Path | None = None) -> list[Job]:
+    """Runs the jobs (`argv`, `env` added to this process's environment) at once, each in a new session, and
+    waits for all; kills every session still there after `timeout` (their status is then -9)."""
+    start = time.monotonic()
+    procs = [subprocess.Popen(argv, env=_job_environment(env), cwd=cwd or REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) for argv, env in jobs]
+    done = []
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(0.0, start + timeout - time.monotonic()))
+                done.append(Job(proc.returncode, out, err, time.monotonic() - start))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, err = proc.communicate()
+                done.append(Job(-9, out, err + f"\n[harness] killed after {timeout:g} s", time.monotonic() - start))
+    finally:
+        for proc in procs:  # a process of a job that outlived its launcher, or a job not waited for
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if proc.poll() is None:
+                proc.communicate()
+    return done
+
+
+def _job_environment(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment with `env` added, the repository first on PYTHONPATH, and no launcher's
+    variables the job does not set itself (a test run under torchrun must not pass its own on)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH", "")) if p)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "TORCHELASTIC_RUN_ID", "XLADEV_COORDINATOR_ADDRESS", "CPU_NUM_DEVICES", "XLA_FLAGS"):
         if name not in env:
             full_env.pop(name, None)
-    start = time.monotonic()
-    proc = subprocess.Popen(argv, env=full_env, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        err += f"\n[harness] killed after {timeout:g} s"
-        return Job(-9, out, err, time.monotonic() - start)
-    finally:
-        try:  # a process of the job that outlived its launcher
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return Job(proc.returncode, out, err, time.monotonic() - start)
+    return full_env
 
 
 def torchrun(script: Path, args: list[str], env: dict[str, str], timeout: float, nproc: int = 2) -> Job:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from tests.distributed.harness import REPO
+from tests.distributed.harness import REPO, Job, run_jobs
 from tests.distributed.network_hosts import NetworkHosts, Unavailable
 from tests.parity_bounds import GRAD_REL, PARAM_REL, loss_rtol
 
@@ -37,42 +36,24 @@ def hosts():
     made.close()
 
 
-def _run_job(hosts: NetworkHosts, out, die_on_host: int | None = None) -> list[tuple[int, str]]:
-    """Both hosts' torchrun, together; (exit status, output) per host."""
+def _run_job(hosts: NetworkHosts, out, die_on_host: int | None = None) -> list[Job]:
+    """Both hosts' torchrun, together; a `Job` per host."""
     port = str(random.randint(20000, 40000))  # each host has a network of its own: any port is free there
-    procs = []
+    jobs = []
     for index in (0, 1):
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                            "TORCHELASTIC_RUN_ID", "XLADEV_COORDINATOR_ADDRESS", "CPU_NUM_DEVICES", "XLA_FLAGS")}
-        env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", XLADEV_DIST_TIMEOUT="120")
+        env = {"XLADEV_DIST_TIMEOUT": "120"}
         if index == die_on_host:
             env["XLADEV_TEST_DIE_AT_STEP"] = "1"
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(index),
                 "--nproc-per-node", "2", "--master-addr", hosts.addresses[0], "--master-port", port, str(JOB),
                 str(out)]
-        procs.append(subprocess.Popen(hosts.argv(index, argv), env=env, cwd=REPO, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    results = []
-    try:
-        for proc in procs:
-            output, _ = proc.communicate(timeout=TIMEOUT_S)
-            results.append((proc.returncode, output))
-    finally:
-        for proc in procs:  # a host's processes that outlived its launcher, or the whole job on a timeout
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            if proc.poll() is None:
-                proc.communicate()
-    return results
+        jobs.append((hosts.argv(index, argv), env))
+    return run_jobs(jobs, TIMEOUT_S)
 
 
 def test_two_hosts_of_two_processes_train_as_one_host_does(hosts, tmp_path):
-    results = _run_job(hosts, tmp_path)
-    for code, output in results:
-        assert code == 0, output[-6000:]
+    for job in _run_job(hosts, tmp_path):
+        assert job.returncode == 0, job.output[-6000:]
     seen = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(4)]
     assert [s["world"] for s in seen] == [4] * 4
     assert [s["host"] for s in seen] == [hosts.names[0]] * 2 + [hosts.names[1]] * 2
@@ -89,8 +70,9 @@ def test_two_hosts_of_two_processes_train_as_one_host_does(hosts, tmp_path):
 
 
 def test_a_host_that_goes_down_is_named_by_the_other_hosts_ranks(hosts, tmp_path):
-    (code0, out0), (code1, _) = _run_job(hosts, tmp_path, die_on_host=1)
-    assert code0 != 0 and code1 != 0
+    host0, host1 = _run_job(hosts, tmp_path, die_on_host=1)
+    assert host0.returncode != 0 and host1.returncode != 0
+    out0 = host0.output
     label = f"{hosts.names[1]} at {hosts.addresses[1]}"
     for rank in (0, 1):
         for lost in (2, 3):

@@ -272,9 +272,7 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAS
         `annotate_custom_sharding`). TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     shard_tensor(unwrap(t), mesh, partition_spec)
-    wrapper = wrap(t, mesh.mesh_shape, tuple(partition_spec))
-    wrapper.mesh = mesh
-    return wrapper
+    return _wrapped_mark(t, mesh, partition_spec)
 
 
 def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAShardedTensor:
@@ -293,6 +291,11 @@ def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Sequen
       RuntimeError: SPMD mode is off. TypeError: not an xla tensor. ValueError: a view, or a bad spec.
     """
     annotate_tensor(unwrap(t), mesh, partition_spec)
+    return _wrapped_mark(t, mesh, partition_spec)
+
+
+def _wrapped_mark(t: torch.Tensor, mesh: Mesh, partition_spec: Sequence) -> XLAShardedTensor:
+    """`t` wrapped with the mark it was given (its mesh, shape and partition spec), as both marks return it."""
     wrapper = wrap(t, mesh.mesh_shape, tuple(partition_spec))
     wrapper.mesh = mesh
     return wrapper
