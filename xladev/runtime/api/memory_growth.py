@@ -10,12 +10,15 @@ graphs compiled meanwhile: the same tensors hold more because the shapes grow (a
 step), which the recompilation finding tells.
 
 Each census walks the Python heap (a fraction of a second), and only a run whose memory rises at every sample pays
-for it, and after each pair of censuses the watcher waits until the step count has doubled. What grows is told once
+for it: after each pair of censuses, and after a first census whose rise then stopped, the watcher waits until the
+step count has doubled. A watch with a least growth worth telling (`MIN_PER_STEP`, the host's) takes no census for
+a rise slower than that over its last `_BASELINE_AFTER` samples. What grows is told once
 for each set of lines. The scalar cache is left out: it is bounded, and fills in a healthy run.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 
 from xladev.errors import XladevWarning
@@ -60,6 +63,9 @@ class RisingWatch:
         self._last_step: int | None = None
         self._rises = 0
         self._rise_from: tuple[int, int] | None = None  # (step, bytes) of the sample before the first rise
+        # The samples of the last `_BASELINE_AFTER` rises and the one before them: the rise's recent rate.
+        self._window: collections.deque[tuple[int, int]] = collections.deque(maxlen=_BASELINE_AFTER + 1)
+        self._confirm_at = 0  # the rise count at which the second census is taken
         self._baseline: tuple[int, int, dict, int] | None = None  # step, bytes, census, graphs compiled
         self._told: set[tuple] = set()
         self._quiet_until = 0  # after a census pair, no more before this step: a run that keeps growing pays twice
@@ -69,6 +75,11 @@ class RisingWatch:
     def measure(self, live: int) -> int | None:
         """The bytes watched at this sample (`live`: the device's live bytes); None when they cannot be read."""
         return live
+
+    def _fast(self, since: tuple[int, int], step: int, value: int) -> bool:
+        # A census walks the Python heap (0.1 s with torch and jax loaded), and a healthy process's resident set
+        # creeps up by a page or two at most steps: a rise slower than what would be told takes no census.
+        return value - since[1] >= self.MIN_PER_STEP * (step - since[0])
 
     def census(self) -> dict[tuple[str, str], tuple[int, int]]:
         """What holds the memory now: {(kind, line): (bytes, buffers)}."""
@@ -109,29 +120,44 @@ class RisingWatch:
         last, self._last = self._last, value
         last_step, self._last_step = self._last_step, step
         if last is None or value <= last:
+            if self._baseline is not None:  # a census was taken for a rise that stopped: rest, as after a pair
+                self._rest(step)
+                return
             self._rises = 0
-            self._baseline = None
             self._stop()
             return
         self._rises += 1
         if self._rises == 1:
             self._rise_from = (last_step, last)
-        if self._rises == _BASELINE_AFTER:
-            self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
-            self._start()
-        elif self._rises == _BASELINE_AFTER + _CONFIRM_AFTER and self._baseline is not None:
+            self._window.clear()
+            self._window.append((last_step, last))
+        self._window.append((step, value))
+        if self._baseline is None:
+            if self._rises >= _BASELINE_AFTER and self._fast(self._window[0], step, value):
+                self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
+                self._confirm_at = self._rises + _CONFIRM_AFTER
+                self._start()
+        elif self._rises == self._confirm_at:
+            if not self._fast(self._baseline[:2], step, value):  # too slow to be told: a second census tells nothing
+                self._rest(step)
+                return
             now = self.census()
             self._tell(step, value, now)
             self._stop()
             if self._look_again():  # this census is the next pair's first, counted otherwise from now on
-                self._rises = _BASELINE_AFTER
                 self._baseline = (step, value, now, len(compile_cache.by_hash))
+                self._confirm_at = self._rises + _CONFIRM_AFTER
                 self._start()
                 return
-            self._rises = 0
-            self._baseline = None
-            self._last = None
-            self._quiet_until = 2 * step
+            self._rest(step)
+
+    def _rest(self, step: int) -> None:
+        # No census before twice this step: a run whose memory keeps rising pays for them twice as rarely each time.
+        self._rises = 0
+        self._baseline = None
+        self._last = None
+        self._quiet_until = 2 * step
+        self._stop()
 
     def _tell(self, step: int, value: int, now: dict) -> None:
         from_step, from_bytes, before, graphs = self._baseline
