@@ -1,6 +1,6 @@
 #!/bin/bash
-# The GPU check: xladev's tests that hold on any backend, mixed precision, then the three step benchmarks, on
-# PJRT_DEVICE=CUDA.
+# The GPU check: xladev's tests that hold on any backend, mixed precision, Pallas kernels, then the three step
+# benchmarks, on PJRT_DEVICE=CUDA.
 #
 #   tools/bench/cuda_check.sh OUTDIR
 #
@@ -42,6 +42,13 @@ part amp
 timeout "${AMP_S:-150}" $py -m pytest -q -p no:cacheprovider tests/runtime/test_grad_scaling.py \
   tests/runtime/test_autocast.py -k "float16 or lower_precision or syncfree" > "$out/amp.log" 2>&1
 echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/amp.log" | tail -15
+
+part pallas
+# Pallas on the GPU: call_jax, make_kernel_from_pallas's kernels through Pallas's GPU backend (on the CPU they run in
+# interpret mode), and flash_attention on jax's Pallas flash-attention kernel, forward and backward, against eager.
+timeout "${PALLAS_S:-120}" $py -m pytest -q -p no:cacheprovider -m "not torch_xla" tests/runtime/test_pallas_kernels.py \
+  tests/runtime/test_jax_call.py > "$out/pallas.log" 2>&1
+echo "exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/pallas.log" | tail -15
 
 part bench_compile
 timeout "${COMPILE_S:-240}" $py tools/bench/bench_compile.py --quick --steps 15 --warmup 3 \
