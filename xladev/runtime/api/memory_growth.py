@@ -3,7 +3,8 @@
 A run that keeps its memory stable holds the same buffers at every step's end once its first steps have made the
 optimizer state. So when the live bytes of `step_memory`'s samples rise at `_BASELINE_AFTER` samples in a row, the
 watcher takes a census of the live buffers (`memory_census`); when they rise at `_CONFIRM_AFTER` more, it takes a
-second one. What grew between the two, by kind and line, is what the warning names: a loss appended to a list shows
+second one, unless that last rise is a jump (tensors made once, not growth per step). What grew between the two,
+by kind and line, is what the warning names: a loss appended to a list shows
 as `other` made at the loss's line. A growing graph (no barrier) is another finding, `GraphGrowing`: its ops are
 pending, not live data, and no step ends while it grows. Nor is a growth told when no new buffer stays live and new
 graphs compiled meanwhile: the same tensors hold more because the shapes grow (a sequence length that changes every
@@ -35,6 +36,8 @@ _SETUP_STEPS = 2
 _BASELINE_AFTER = 3  # rises in a row before the first census
 _CONFIRM_AFTER = 3  # further rises before the second one and the warning
 _HOLDERS = 5  # lines named
+# A rise this many times faster per step than the pair's earlier rises is a jump, not the growth going on.
+_JUMP = 4
 
 
 class MemoryGrowthWarning(XladevWarning):
@@ -80,6 +83,15 @@ class RisingWatch:
         # A census walks the Python heap (0.1 s with torch and jax loaded), and a healthy process's resident set
         # creeps up by a page or two at most steps: a rise slower than what would be told takes no census.
         return value - since[1] >= self.MIN_PER_STEP * (step - since[0])
+
+    def _jumped(self, last_step: int, last: int, step: int, value: int) -> bool:
+        # The rise since the previous sample, per step, against the pair's rises before it: a steady growth keeps
+        # its rate from sample to sample (the samples' spacing varies), a one-off allocation does not.
+        from_step, from_bytes = self._baseline[:2]
+        if last_step <= from_step:
+            return False
+        before = (last - from_bytes) / (last_step - from_step)
+        return (value - last) / (step - last_step) > _JUMP * before
 
     def census(self) -> dict[tuple[str, str], tuple[int, int]]:
         """What holds the memory now: {(kind, line): (bytes, buffers)}."""
@@ -138,7 +150,9 @@ class RisingWatch:
                 self._confirm_at = self._rises + _CONFIRM_AFTER
                 self._start()
         elif self._rises == self._confirm_at:
-            if not self._fast(self._baseline[:2], step, value):  # too slow to be told: a second census tells nothing
+            # Too slow to be told: a second census tells nothing. Or the last rise a jump: what a step made once (the
+            # tensors a script makes after its loop, at the last barrier) would be told as growth per step.
+            if not self._fast(self._baseline[:2], step, value) or self._jumped(last_step, last, step, value):
                 self._rest(step)
                 return
             now = self.census()
