@@ -1,4 +1,5 @@
-"""Live device memory, in real processes: the census by kind and line, the step samples, and a planted leak.
+"""Live device memory, in real processes: the census by kind and line, the step samples, and a planted leak (and, in
+this process, the growth watch fed live figures: a steady rise and a one-off jump).
 
 A model trains with Adam; `xladev.debug.memory_report()` must account for every live buffer (its total is jax's
 own live arrays, and `memory_info()`), with each kind's bytes equal to what the model holds: the parameters, their
@@ -194,7 +195,8 @@ def test_a_run_that_keeps_nothing_is_not_told(healthy_run):
 
 def _watch_told(dev, rises_per_step: list[int], one_off_at: int | None = None) -> list[str]:
     """The real device watch (its censuses of the live buffers real), fed these rises of the live bytes: a small
-    tensor is uploaded and kept at each step, and at step `one_off_at` a big one is uploaded once. Returns the warnings it gave."""
+    tensor is uploaded and kept at each step, and at step `one_off_at` a big one is uploaded once. Returns the
+    warnings it gave."""
     import warnings
 
     import torch
@@ -222,7 +224,7 @@ def test_a_steady_rise_is_told_at_the_line_that_keeps_it(dev):
 def test_a_one_off_jump_at_the_last_sample_of_a_pair_is_not_told_as_growth(dev):
     # Regression: the last barrier of a leaking script (tensors made once after its loop) ended a pair of censuses,
     # and the report's finding named the one-off tensors' line at 300 KB a step instead of the kept loss's 4 B
-    # (tests above, flaky with the sampler's spacing). Censuses at steps 5 and 8; the jump comes at 8.
+    # (tests above, flaky with the sampler's spacing). The first census at step 5; the second is due at 8, the jump.
     assert _watch_told(dev, [4] * 6 + [(1 << 18) + 4], one_off_at=8) == []
 
 
