@@ -146,9 +146,7 @@ class RisingWatch:
         self._window.append((step, value))
         if self._baseline is None:
             if self._rises >= _BASELINE_AFTER and self._fast(self._window[0], step, value):
-                self._baseline = (step, value, self.census(), len(compile_cache.by_hash))
-                self._confirm_at = self._rises + _CONFIRM_AFTER
-                self._start()
+                self._first_census(step, value, self.census())
         elif self._rises == self._confirm_at:
             # Too slow to be told: a second census tells nothing. Or the last rise a jump: what a step made once (the
             # tensors a script makes after its loop, at the last barrier) would be told as growth per step.
@@ -159,11 +157,15 @@ class RisingWatch:
             self._tell(step, value, now)
             self._stop()
             if self._look_again():  # this census is the next pair's first, counted otherwise from now on
-                self._baseline = (step, value, now, len(compile_cache.by_hash))
-                self._confirm_at = self._rises + _CONFIRM_AFTER
-                self._start()
+                self._first_census(step, value, now)
                 return
             self._rest(step)
+
+    def _first_census(self, step: int, value: int, held: dict) -> None:
+        # A pair's first census: the second is taken `_CONFIRM_AFTER` rises later.
+        self._baseline = (step, value, held, len(compile_cache.by_hash))
+        self._confirm_at = self._rises + _CONFIRM_AFTER
+        self._start()
 
     def _rest(self, step: int) -> None:
         # No census before twice this step: a run whose memory keeps rising pays for them twice as rarely each time.
