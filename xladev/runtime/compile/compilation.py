@@ -102,6 +102,19 @@ class CompileCache:
         self.site_history = SiteHistory()
         self._donations: dict = {}
         self._collective_keys: dict = {}
+        self._keys: dict = {}
+
+    def canonical(self, key):
+        """The first key seen equal to `key` (or `key` itself, now remembered): a graph given it is looked up
+        by identity from then on, not hashed and compared node by node at each lookup (`GraphKey`).
+
+        Args:
+          key: a graph's key, before donation.
+
+        Returns:
+          The key to give the graph.
+        """
+        return self._keys.setdefault(key, key)
 
     def holds_collectives(self, graph: Graph) -> bool:
         """Whether the graph holds collectives (it then runs on every rank at once), remembered per graph key."""
@@ -143,6 +156,7 @@ class CompileCache:
         self.by_hash.clear()
         self._donations.clear()
         self._collective_keys.clear()
+        self._keys.clear()
         self.persistent_hits = 0
         self.persistent_misses = 0
         self.site_history.clear()

@@ -144,6 +144,7 @@ class Execution:
             lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
             self.flush_ops()
             graph = Graph(roots, device_index)
+            graph.key = self.compiler.canonical(graph.key)
             graph.user_outputs -= internal_outputs
             admission.admit(graph)
             copies: tuple[int, ...] = ()
