@@ -293,6 +293,9 @@ _DEFINITIONS = [
          "0: any graph execution raises, naming its cause and line (PyTorch/XLA's _set_allow_execution(False))"),
     Flag("sync_execution", "XLADEV_SYNC_EXECUTION", _parse_bool, False,
          "wait for each graph to finish inside the barrier instead of overlapping it with the next step"),
+    Flag("gc_threshold_fit", "XLADEV_GC_THRESHOLD_FIT", _parse_bool, True,
+         "raise Python's youngest garbage-collection threshold above what a lazy step keeps alive until its barrier "
+         "(0: leave the collector as the script set it)"),
     Flag("graph_growth_warning", "XLADEV_GRAPH_GROWTH_WARNING", _parse_int, 50_000,
          "warn when this many ops are recorded with no barrier (0: never); the limit rises to 4x the largest step"),
     Flag("device_memory_limit", "XLADEV_DEVICE_MEMORY_LIMIT", _parse_memory_limit, None,

@@ -17,7 +17,7 @@ from xladev.events import (
     Cause, CauseKind, Collective, CacheMiss, ExecuteFailed, Execute, Ops, bus,
 )
 from xladev.runtime.graph import annotate, backend, device_put, graph_names, stack, steps
-from xladev.runtime.execute import admission, donation, profile_memory, seeds, traced_call
+from xladev.runtime.execute import admission, collector_threshold, donation, profile_memory, seeds, traced_call
 from xladev.runtime.execute.replica_guard import guard as replica_guard
 from xladev.runtime.compile.compilation import (
     CacheEntry, CompileCache, XlaCompileError, compile_cache, error_summary, save_failed,
@@ -144,6 +144,7 @@ class Execution:
             lock_wait_ns = waited_ns + time.perf_counter_ns() - wait_start
             self.flush_ops()
             graph = Graph(roots, device_index)
+            collector_threshold.threshold.fit(len(graph.nodes))
             graph.key = self.compiler.canonical(graph.key)
             graph.user_outputs -= internal_outputs
             admission.admit(graph)
