@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import xladev
+from xladev.events import TransferToDevice
 from xladev.runtime.graph import backend
 
 # A 0-d and a tiny tensor, and 64 x 64 float32 (16 KiB, aligned): the size that jax's CPU client takes
@@ -54,3 +55,17 @@ def test_an_array_jax_cannot_hold_gets_jaxs_error_and_keeps_the_direct_path():
     with pytest.raises(TypeError, match="not a valid JAX array type"):
         backend.put(np.array([object()]), 0)
     assert backend._direct_put is direct
+
+
+def test_an_empty_host_tensor_reaches_the_device_without_a_transfer(dev, events):
+    # transformers' key-value caches start each layer, each step, from `torch.tensor([], device=...)`.
+    keys = torch.tensor([], dtype=torch.float32, device=dev)
+    grid = torch.empty(0, 3, device=dev)
+    grid.copy_(torch.empty(0, 3, dtype=torch.float64))
+    assert keys.shape == (0,) and keys.dtype == torch.float32 and grid.shape == (0, 3)
+    joined = torch.cat([keys, torch.tensor([1.0, 2.0], device=dev)])  # and one transfer of real data
+    assert torch.equal(joined.cpu(), torch.tensor([1.0, 2.0]))
+    assert torch.equal(torch.cat([grid, torch.ones(2, 3, device=dev)]).cpu(), torch.ones(2, 3))
+    assert [e.nbytes for e in events.of(TransferToDevice)] == [8]
+    with pytest.raises(RuntimeError, match="shape"):
+        torch.empty(0, 3, device=dev).copy_(torch.empty(0, 4))  # nothing to copy, but still not a broadcast

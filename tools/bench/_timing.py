@@ -16,12 +16,15 @@ class Timing:
     p10_ms: float
     p90_ms: float
     samples: int
+    # The mean of the blocks (equal-sized: the time of all timed steps over their number), which the median
+    # leaves out a periodic pause from: a full garbage collection or a census every few blocks.
+    mean_ms: float = 0.0
 
     @classmethod
     def of(cls, seconds: list[float], steps: int | None = None) -> "Timing":
         ms = sorted(s * 1e3 for s in seconds)
         q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]  # noqa: E731
-        return cls(statistics.median(ms), q(0.1), q(0.9), steps or len(ms))
+        return cls(statistics.median(ms), q(0.1), q(0.9), steps or len(ms), statistics.fmean(ms))
 
 
 def time_interleaved(steps: dict[str, tuple[Callable[[], None], Callable[[], None]]], warmup: int, total: int,

@@ -209,17 +209,18 @@ def bench_case(name: str, args) -> CaseResult:
 def print_report(results: list[CaseResult], args) -> None:
     print(f"\nxladev model zoo benchmark ({platform.python_implementation()} {platform.python_version()}, "
           f"torch {torch.__version__}, jax {jax.__version__}, {os.cpu_count()} CPUs; steady: median over blocks "
-          f"of {args.block} steps, {args.steps} steps per column after {args.warmup} warm-up, columns alternating; "
+          f"of {args.block} steps ('of means': the ratio of the blocks' means, periodic pauses included), {args.steps} "
+          f"steps per column after {args.warmup} warm-up, columns alternating; "
           f"load average before {args.load_before})")
     print(devices_line())
     print(f"\n{'case':<21}{'params':>8}  {'first step s: trace / lower / compile / rest':<46}{'2nd step s':>11}"
-          f"{'xladev ms':>11}{'eager ms':>10}{'xla/eager':>10}{'jax ms':>9}{'xla/jax':>9}")
+          f"{'xladev ms':>11}{'eager ms':>10}{'xla/eager':>10}{'of means':>10}{'jax ms':>9}{'xla/jax':>9}")
     for r in results:
         f = r.first
         phases = f"{f.total:6.2f}: {f.trace:5.2f} / {f.lower:5.2f} / {f.compile:5.2f} / {f.rest:5.2f}"
         jax_ms = f"{r.jax_jit.median_ms:9.2f}{r.ratio_jax:8.2f}x" if r.jax_jit else f"{'-':>9}{'-':>9}"
         print(f"{r.name:<21}{r.params:>8}  {phases:<46}{r.second.total:>11.2f}{r.xladev.median_ms:>11.2f}"
-              f"{r.eager.median_ms:>10.2f}{r.ratio_eager:>9.2f}x{jax_ms}")
+              f"{r.eager.median_ms:>10.2f}{r.ratio_eager:>9.2f}x{r.xladev.mean_ms / r.eager.mean_ms:>9.2f}x{jax_ms}")
     print("\nfirst loss (same weights, same batch): " + "; ".join(
         f"{r.name} " + ", ".join(f"{k} {v:.6f}" for k, v in r.first_loss.items()) for r in results))
 
@@ -232,6 +233,7 @@ def to_json(results: list[CaseResult], args) -> dict:
                 "first_step_s": dataclasses.asdict(r.first) | {"rest": r.first.rest},
                 "second_step_s": dataclasses.asdict(r.second) | {"rest": r.second.rest},
                 "xladev_ms": r.xladev.median_ms, "eager_ms": r.eager.median_ms, "ratio_vs_eager": r.ratio_eager,
+                "ratio_of_means_vs_eager": r.xladev.mean_ms / r.eager.mean_ms,
                 "jax_ms": r.jax_jit.median_ms if r.jax_jit else None, "ratio_vs_jax": r.ratio_jax,
                 "ms_per_step": {"xladev": dataclasses.asdict(r.xladev), "eager": dataclasses.asdict(r.eager)},
                 "first_loss": r.first_loss,

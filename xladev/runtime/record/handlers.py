@@ -132,6 +132,10 @@ def copy_into(dst, src):
         cpu = download([src], ".cpu()")[0]
         return dst.copy_(cpu)
     if not isinstance(src, XlaTensor):
+        if src.numel() == 0 and src.shape == dst.shape:
+            # Nothing to copy (transformers' caches make `torch.tensor([], device=...)` per layer and step):
+            # no transfer, and `dst`, of the same empty shape, holds every value it should.
+            return dst
         src = new_tensor(upload(src.detach(), dst._st.device_index), dst._st.device_index)
     elif src._st.device_index != dst._st.device_index:
         cpu = download([src], f".to({dst.device})")[0]
