@@ -26,8 +26,9 @@ from xladev._flags import config
 _PER_NODE = 10
 # At most this many net new objects between examinations: a larger step is examined a few times, as before.
 _MOST = 100_000
-# The interpreter's own youngest threshold: any other value is the script's choice.
-_DEFAULT_YOUNGEST = 2000 if sys.version_info >= (3, 13) else 700
+# The interpreter's own youngest threshold (700 up to 3.12; 3.13 moved to 2000 in some builds): any other value is
+# the script's choice.
+_INTERPRETER_DEFAULTS = (700, 2000) if sys.version_info >= (3, 13) else (700,)
 
 
 class ThresholdFit:
@@ -55,7 +56,8 @@ class ThresholdFit:
         if not config.gc_threshold_fit:
             return
         youngest, middle, oldest = gc.get_threshold()
-        if not gc.isenabled() or youngest != (_DEFAULT_YOUNGEST if self._set is None else self._set):
+        expected = _INTERPRETER_DEFAULTS if self._set is None else (self._set,)
+        if not gc.isenabled() or youngest not in expected:
             self.given_up = True  # the script's own choice
             return
         wanted = min(max(youngest, _PER_NODE * nodes), _MOST)

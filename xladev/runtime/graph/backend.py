@@ -265,7 +265,7 @@ def _put_to_device(array: np.ndarray, device):
 
     `jax.device_put` checks and converts its arguments in Python on every call: 30 us of a tiny array's 33,
     and `torch.tensor(data, device="xla")` took 140 us with it against 75 us without. Every upload in a step
-    (a batch, a Python scalar fed to a graph, the empty tensors that transformers' caches make) paid that.
+    (a batch, a Python scalar fed to a graph) paid that.
     The array's dtype is already jax's (x64 is on), so nothing needs converting.
     """
     from jax._src.interpreters import pxla
