@@ -264,3 +264,47 @@ def test_a_graph_without_a_batch_says_its_batch_cannot_be_estimated_and_the_proc
         small = (torch.arange(8, dtype=torch.float32, device="xla") * 2).cpu()  # a graph that fits still runs
     assert "largest batch that fits: cannot be estimated (no input of two dimensions or more" in str(failed.value)
     assert small.tolist() == [2.0 * i for i in range(8)]
+
+
+_CYCLE = textwrap.dedent("""
+    import gc, json, sys, torch, xladev
+    from xladev.runtime.execute.execution import XlaExecutionError
+
+    # The same ops once first: the first `mul` imports torch._dynamo from its meta kernel, and torch.fx keeps a
+    # frame of that import in a reference cycle, which holds the temporary `torch.ones` (only the cycle below
+    # should hold anything).
+    warm = torch.ones(1024, 1024, device="xla") * 3
+    xladev.sync()
+    del warm
+    gc.collect()
+    gc.disable()  # the cycle below stays until something collects it
+    x = torch.ones(1024, 1024, device="xla")  # 4MiB
+    held = torch.ones(1024, 1024, device="xla") * 3  # 4MiB more on the device
+    xladev.sync()
+    cycle = [held]
+    cycle.append(cycle)
+    if sys.argv[1] == "garbage":
+        del held, cycle  # only garbage in a reference cycle holds it now
+    out = {}
+    # x * 2 needs 8MiB (its argument and output); with `held` it is over 10MiB.
+    with xladev.config.override(device_memory_limit=10 * 1024 ** 2):
+        try:
+            y = x * 2
+            xladev.sync()
+            out["sum"] = float(y.sum().cpu())
+        except XlaExecutionError as exc:
+            out["error"] = str(exc)
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.parametrize("holder", ["garbage", "kept"])
+def test_buffers_only_garbage_holds_are_collected_before_a_graph_is_refused(tmp_path, holder):
+    done = subprocess.run([sys.executable, "-c", _CYCLE, holder], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    if holder == "garbage":
+        assert out == {"sum": 2.0 * 1024 * 1024}
+    else:  # a tensor the script still holds is its memory: the graph is refused, as before
+        assert "RESOURCE_EXHAUSTED" in out["error"] and "over the device memory limit of 10.00MB" in out["error"]
