@@ -21,7 +21,7 @@ from xladev.runtime.graph import backend, fork_guard
 from xladev.runtime.api import host_memory_growth, memory_growth, optimizer_state
 from xladev.runtime.record import random_ops  # noqa: F401  (registers the distributions; after handlers.py's *_like)
 # The handlers of ops whose lowerings alone cannot do their job (reads back, list outputs, PyTorch's errors).
-from xladev.runtime.record import einsum, histogram_edges, linalg_handlers, static_handlers  # noqa: F401
+from xladev.runtime.record import attention, einsum, histogram_edges, linalg_handlers, static_handlers  # noqa: F401
 from xladev.runtime.graph.backend import check_index, device_index
 from xladev.runtime.record.dispatch import torch_dispatch
 from xladev.runtime.execute.execution import execution
