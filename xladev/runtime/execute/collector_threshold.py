@@ -11,7 +11,7 @@ threshold above what a step keeps alive, none did.
 
 So each barrier raises the youngest threshold to `_PER_NODE` times the largest graph's node count (within
 `_MOST`), never lowering it. Garbage in reference cycles is still collected, once that many objects have
-accumulated. A script that chose its own thresholds, or disabled the collector, is left alone, as is any
+accumulated, and before the device memory budget refuses a graph (memory_budget.py). A script that chose its own thresholds, or disabled the collector, is left alone, as is any
 process with `XLADEV_GC_THRESHOLD_FIT=0`.
 """
 
