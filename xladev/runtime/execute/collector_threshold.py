@@ -60,10 +60,10 @@ class ThresholdFit:
         if not gc.isenabled() or youngest not in expected:
             self.given_up = True  # the script's own choice
             return
-        wanted = min(max(youngest, _PER_NODE * nodes), _MOST)
+        wanted = max(youngest, min(_PER_NODE * nodes, _MOST))
         if wanted > youngest:
             gc.set_threshold(wanted, middle, oldest)
-        self._set = max(wanted, youngest)
+        self._set = wanted
 
 
 # The process's one fit, which every barrier updates.

@@ -63,20 +63,22 @@ def check(graph: Graph, memory: dict[str, int], arrays: list, device, frames, na
     # A size XLA did not give counts as 0 here (the explainer says it is unknown); no analysis at all: only what
     # is live is checked.
     need = need_bytes({key: memory.get(key, 0) for key in SIZES})
-    live = device_memory.live_buffers(device)
-    others = sum(n for key, n in live.items() if key not in inputs)
-    if need + others <= limit:
+    if need + _others(device, inputs)[0] <= limit:
         return
     # Buffers that only garbage in reference cycles still holds are not the program's: the collector frees them late
     # (collector_threshold.py keeps it out of lazy steps), so it runs now, before the graph is refused.
-    del live
     gc.collect()
-    live = device_memory.live_buffers(device)
-    others = sum(n for key, n in live.items() if key not in inputs)
+    others, buffers = _others(device, inputs)
     if need + others <= limit:
         return
-    raise MemoryBudgetExceeded(explain(graph, memory, need, others, sum(1 for k in live if k not in inputs), limit,
+    raise MemoryBudgetExceeded(explain(graph, memory, need, others, buffers, limit,
                                        frames, name))
+
+
+def _others(device, inputs: set) -> tuple[int, int]:
+    """The bytes and the number of the device's live buffers that are not the graph's inputs."""
+    others = [n for key, n in device_memory.live_buffers(device).items() if key not in inputs]
+    return sum(others), len(others)
 
 
 def _nbytes(meta) -> int:

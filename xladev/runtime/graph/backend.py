@@ -249,13 +249,14 @@ def put(array: np.ndarray, index: int = 0):
     jax = jax_module()
     if spmd_replicated is not None and index == 0:
         return jax.device_put(array, spmd_replicated)
+    global _direct_put
     device = jax_devices()[index]
     if _direct_put is not None:
         try:
             return _direct_put(array, device)
         except Exception:
             result = jax.device_put(array, device)  # an array jax cannot take raises jax's own error here
-            _give_up_direct_put()  # jax's public call took what the private one refused: another jax version
+            _direct_put = None  # jax's public call took what the private one refused: another jax version, for good
             return result
     return jax.device_put(array, device)
 
@@ -283,12 +284,6 @@ def _put_to_device(array: np.ndarray, device):
         if len(_avals) > 4096:  # shapes that change every step: keep the cache bounded
             _avals.clear()
     return pxla.batched_device_put(aval, sharding, [array], [device], True)
-
-
-def _give_up_direct_put() -> None:
-    """A jax whose private transfer call differs from 0.10's: `jax.device_put` from now on."""
-    global _direct_put
-    _direct_put = None
 
 
 _single_sharding: dict = {}

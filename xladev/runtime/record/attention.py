@@ -27,6 +27,7 @@ _FLOATING = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat
 
 def _attention(query, key, value, mask, *, scale_root: float, negative: bool, causal: bool, groups: int):
     """torch's `_scaled_dot_product_attention_math` in jax, operation for operation."""
+    import jax
     import jax.numpy as jnp
     from jax import lax
 
@@ -48,9 +49,7 @@ def _attention(query, key, value, mask, *, scale_root: float, negative: bool, ca
     # scores are made finite first, so that its gradient is zero too (eager's backward reads the zeros).
     nothing = jnp.all(scores == -jnp.inf, axis=-1, keepdims=True)
     scores = jnp.where(nothing, jnp.asarray(0, dtype), scores)
-    shifted = scores - lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
-    exp = jnp.exp(shifted)
-    weights = jnp.where(nothing, jnp.asarray(0, dtype), exp / jnp.sum(exp, axis=-1, keepdims=True))
+    weights = jnp.where(nothing, jnp.asarray(0, dtype), jax.nn.softmax(scores, axis=-1))  # as aten::_softmax lowers
     return jnp.matmul(weights, value, precision=lax.Precision.HIGHEST)
 
 
